@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Creates .venv (if missing) and installs iterserve with its pinned dependencies.
+# torch==2.13.0 resolves to the CPU wheel that pip finds on this machine's disk.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ ! -x .venv/bin/python ]; then
+    python3.11 -m venv .venv 2>/dev/null || python3 -m venv .venv
+fi
+stamp=.venv/.iterserve-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+    .venv/bin/python -m pip install -q -e ".[dev]"
+    touch "$stamp"
+fi
