@@ -1,0 +1,63 @@
+"""The vocabulary of tie-break key fields (0x01A "tie-break evidence").
+
+A policy declares its ordering key as a tuple of field names from this
+registry and records each work item's key values. Because every field is
+recomputable from the published state, the validator can replay the
+evidence; a name outside the registry is rejected rather than trusted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from iterserve.records.state import SchedulerState
+from iterserve.records.view import Lifecycle, RequestView
+
+KeyField = Callable[[SchedulerState, RequestView], object]
+
+
+def _phase_rank(state: SchedulerState, view: RequestView) -> int:
+    """Decode rows 0, rebuild 1, prefill 2: decode-first phase order."""
+    if view.num_emitted == 0:
+        return 2
+    return 1 if view.num_computed < view.target else 0
+
+
+def _queue_rank(state: SchedulerState, view: RequestView) -> int:
+    """Running before suspended before waiting (vLLM-style running-first)."""
+    if view.lifecycle is Lifecycle.RUNNING:
+        return 0
+    return 1 if view.lifecycle is not Lifecycle.WAITING else 2
+
+
+def _client_service(state: SchedulerState, view: RequestView) -> int:
+    return state.service.get(view.client_id, 0)
+
+
+KEY_FIELDS: dict[str, KeyField] = {
+    "phase_rank": _phase_rank,
+    "prefill_first_rank": lambda s, v: 2 - _phase_rank(s, v),
+    "queue_rank": _queue_rank,
+    "priority_rank": lambda s, v: v.priority,
+    "arrival": lambda s, v: v.arrival,
+    "arrival_order": lambda s, v: v.arrival_order,
+    "request_id": lambda s, v: v.request_id,
+    "request_generation": lambda s, v: v.generation,
+    "client_service": _client_service,
+    "client_id": lambda s, v: v.client_id,
+}
+
+
+def compute_key(
+    names: tuple[str, ...], state: SchedulerState, view: RequestView
+) -> tuple[object, ...]:
+    """The key of ``view`` under the declared field names."""
+    return tuple(KEY_FIELDS[name](state, view) for name in names)
+
+
+def key_function(
+    names: tuple[str, ...], state: SchedulerState
+) -> Callable[[RequestView], tuple[object, ...]]:
+    """A sort key over views, for policies: ``sorted(views, key=...)``."""
+    fields = [KEY_FIELDS[name] for name in names]
+    return lambda view: tuple(field(state, view) for field in fields)

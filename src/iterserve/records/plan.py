@@ -1,0 +1,94 @@
+"""IterationPlan: versioned policy output, not a batch tensor (0x00B, 0x01A).
+
+A plan authorizes an attempt and advances nothing. Each work item binds the
+request id, generation and snapshot version it was chosen against, one
+interval ``[start, end)``, and the derived kind and positions, which the
+validator recomputes (a policy cannot forge them).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from iterserve.records.view import WorkKind
+
+
+@dataclass(frozen=True, slots=True)
+class WorkItem:
+    """One legal token interval of one request generation.
+
+    ``tie_break`` is the policy's ordering key for this item, recorded so
+    replay and validation can recompute it (0x01A "tie-break evidence").
+    """
+
+    request_id: str
+    generation: int
+    snapshot_version: int
+    start: int
+    end: int
+    kind: WorkKind
+    positions: range
+    tie_break: tuple[object, ...] = ()
+
+    @property
+    def width(self) -> int:
+        return self.end - self.start
+
+
+class IntentKind(enum.Enum):
+    """Queue intents a plan may carry; the transition applies them (0x00B)."""
+
+    ADMIT = "admit"  # waiting -> running
+    PREEMPT_RECOMPUTE = "preempt_recompute"  # running -> waiting, computed rows dropped
+    PREEMPT_PRESERVE = "preempt_preserve"  # running -> suspended, rows kept elsewhere
+    RESUME = "resume"  # suspended -> running
+    REJECT = "reject"  # waiting -> terminal (overload contract)
+    ABORT = "abort"  # live -> terminal (no way to make progress)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueIntent:
+    kind: IntentKind
+    request_id: str
+    generation: int
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class IterationPlan:
+    """The decision for one iteration.
+
+    ``tokens_used``/``sequences_used`` are the plan's own budget ledger; the
+    validator checks them against the work (ledger drift is an error).
+    ``tie_break_key`` names the ordering fields the items' keys hold.
+    """
+
+    decision_id: int
+    input_state_version: int
+    policy_id: str
+    policy_version: str
+    work: tuple[WorkItem, ...]
+    tokens_used: int
+    sequences_used: int
+    tie_break_key: tuple[str, ...] = ()
+    intents: tuple[QueueIntent, ...] = ()
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.work and not self.intents
+
+
+def make_work(
+    request_id: str,
+    generation: int,
+    snapshot_version: int,
+    start: int,
+    end: int,
+    kind: WorkKind,
+    tie_break: tuple[object, ...] = (),
+) -> WorkItem:
+    """A work item whose positions are range(start, end) by construction."""
+    return WorkItem(
+        request_id, generation, snapshot_version, start, end, kind, range(start, end), tie_break
+    )

@@ -1,0 +1,55 @@
+"""IterationResult: facts returned by execution (0x01A).
+
+Only these facts advance frontiers. A planned interval that is missing from
+``completed`` did not happen: it advances nothing and earns no service.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from iterserve.records.view import FinishReason
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedInterval:
+    """One planned interval that completed.
+
+    ``emitted`` is True when this interval produced an output token: a decode
+    row, or a prefill chunk reaching the prompt frontier. ``token_id`` is the
+    emitted token (synthetic in the simulator). ``finish_reason`` is set when
+    the executor observed a stop on this emission.
+    """
+
+    request_id: str
+    generation: int
+    start: int
+    end: int
+    emitted: bool
+    token_id: int | None = None
+    finish_reason: FinishReason | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkFailure:
+    request_id: str
+    generation: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class IterationResult:
+    """What one iteration actually did.
+
+    ``service`` is completed service per client in token rows, excluding
+    rebuild rows (0x0C: rebuild earns no service). ``duration`` is on the
+    run's clock (iterations or seconds).
+    """
+
+    decision_id: int
+    input_state_version: int
+    completed: tuple[CompletedInterval, ...]
+    failures: tuple[WorkFailure, ...] = ()
+    service: Mapping[str, int] = field(default_factory=dict)
+    duration: float = 1.0

@@ -1,0 +1,127 @@
+"""Immutable request declarations and the workload manifest (spec 0x01A).
+
+The manifest carries online declarations only. Realized output lengths are
+fixture-only hidden truth: they live in :class:`HiddenTruth`, a separate type
+that the online projection never contains and that no policy can receive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class SloTargets:
+    """Latency limits of one request (0x07); ``None`` means unconstrained."""
+
+    ttft_ms: float | None = None
+    tbt_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    """What a client declared when the request arrived.
+
+    ``prompt_token_ids`` is set when real tokens exist (model runs); a
+    simulator workload may declare only ``num_prompt_tokens``.
+    ``output_forecast`` is a source-labelled prediction a policy may read; it
+    is never the realized length.
+    """
+
+    request_id: str
+    arrival: float
+    num_prompt_tokens: int
+    max_output_tokens: int
+    client_id: str = "default"
+    priority: int = 0
+    prompt_token_ids: tuple[int, ...] | None = None
+    slo: SloTargets | None = None
+    output_forecast: float | None = None
+    output_forecast_p90: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.request_id:
+            raise ValueError("request_id must be non-empty")
+        if self.num_prompt_tokens < 1:
+            raise ValueError(f"{self.request_id}: prompt_tokens must be >= 1")
+        if self.max_output_tokens < 1:
+            raise ValueError(f"{self.request_id}: max_output_tokens must be >= 1")
+        if self.arrival < 0:
+            raise ValueError(f"{self.request_id}: arrival must be >= 0")
+        ids = self.prompt_token_ids
+        if ids is not None and len(ids) != self.num_prompt_tokens:
+            raise ValueError(f"{self.request_id}: prompt_token_ids length != prompt_tokens")
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """Per-iteration budgets and capacity knobs (0x05).
+
+    token_budget: max token rows per iteration (K_token).
+    sequence_budget: max distinct requests per iteration (K_seq).
+    Policy knobs are optional and documented in the README's workload schema.
+    """
+
+    token_budget: int
+    sequence_budget: int
+    max_num_seqs: int | None = None
+    long_prefill_token_threshold: int | None = None
+    chunk_size: int | None = None
+    tau: int | None = None
+    kv_rows: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.token_budget < 1:
+            raise ValueError("capacity.token_budget must be >= 1")
+        if self.sequence_budget < 1:
+            raise ValueError("capacity.sequence_budget must be >= 1")
+        for name in ("max_num_seqs", "long_prefill_token_threshold", "chunk_size", "tau", "kv_rows"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"capacity.{name} must be >= 1 when set")
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyIdentity:
+    policy_id: str
+    policy_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class OnlineWorkload:
+    """The online projection of a workload manifest: no hidden truth."""
+
+    workload_id: str
+    clock: str
+    capacity: Capacity
+    requests: tuple[RequestSpec, ...]
+    policy: PolicyIdentity | None = None
+
+    def spec(self, request_id: str) -> RequestSpec:
+        for request in self.requests:
+            if request.request_id == request_id:
+                return request
+        raise KeyError(request_id)
+
+
+@dataclass(frozen=True, slots=True)
+class HiddenTruth:
+    """Fixture-only hidden truth: realized output lengths per request id.
+
+    Only the simulated executor and the offline evaluator may hold this.
+    """
+
+    realized_output_tokens: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadManifest:
+    """A workload file as loaded: online declarations plus hidden truth."""
+
+    online: OnlineWorkload
+    hidden: HiddenTruth
+
+    def online_projection(self) -> OnlineWorkload:
+        """What a policy may see (0x01A): the hidden truth removed."""
+        return self.online

@@ -1,0 +1,204 @@
+"""The pure state transition (0x00B, 0x01A).
+
+``advance`` publishes only completed progress: computed/committed frontiers
+move to each completed end, prefill reaching ``p`` or a decode row emits one
+token, and only completed non-rebuild rows are debited as client service.
+Queue intents from the plan are applied first. Nothing here reads a clock,
+a policy or hidden truth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent
+from iterserve.records.result import CompletedInterval, IterationResult
+from iterserve.records.spec import RequestSpec
+from iterserve.records.state import SchedulerState
+from iterserve.records.view import FinishReason, Lifecycle, RequestView, check_transition
+
+
+def with_arrivals(state: SchedulerState, arrivals: Iterable[tuple[RequestSpec, int]]) -> SchedulerState:
+    """Publish newly arrived requests (spec, arrival_order) at the back of waiting."""
+    views = dict(state.views)
+    waiting = list(state.waiting)
+    for spec, order in arrivals:
+        if spec.request_id in views:
+            raise ValueError(f"{spec.request_id} arrived twice")
+        views[spec.request_id] = RequestView(
+            request_id=spec.request_id,
+            generation=0,
+            snapshot_version=0,
+            client_id=spec.client_id,
+            priority=spec.priority,
+            arrival=spec.arrival,
+            arrival_order=order,
+            num_prompt_tokens=spec.num_prompt_tokens,
+            max_output_tokens=spec.max_output_tokens,
+        )
+        waiting.append(spec.request_id)
+    return _successor(state, views, tuple(waiting), state.running, state.suspended, state.finished,
+                      now=state.now, decision_id=state.decision_id)
+
+
+def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult) -> SchedulerState:
+    """The successor of ``state`` after a validated ``plan`` and ``result``.
+
+    The caller validates both first; this function trusts them.
+    """
+    now = state.now + result.duration
+    views = {
+        rid: view for rid, view in state.views.items() if not view.lifecycle.is_terminal
+    }
+    queues = _Queues(state)
+    for intent in plan.intents:
+        _apply_intent(views, queues, intent)
+    newly_finished: list[str] = []
+    for item in result.completed:
+        view = _complete(views[item.request_id], item, now)
+        views[item.request_id] = view
+        if view.lifecycle is Lifecycle.FINISHED:
+            newly_finished.append(item.request_id)
+    service = dict(state.service)
+    for client, rows in result.service.items():
+        service[client] = service.get(client, 0) + rows
+    if newly_finished:
+        done = set(newly_finished)
+        queues.running = [rid for rid in queues.running if rid not in done]
+    queues.finished.extend(newly_finished)
+    return _successor(
+        state, views, tuple(queues.waiting), tuple(queues.running), tuple(queues.suspended),
+        tuple(queues.finished), now=now, decision_id=state.decision_id + 1, service=service,
+    )
+
+
+class _Queues:
+    __slots__ = ("waiting", "running", "suspended", "finished")
+
+    def __init__(self, state: SchedulerState) -> None:
+        self.waiting = list(state.waiting)
+        self.running = list(state.running)
+        self.suspended = list(state.suspended)
+        self.finished: list[str] = []
+
+
+def _apply_intent(views: dict[str, RequestView], queues: _Queues, intent: QueueIntent) -> None:
+    rid = intent.request_id
+    view = views[rid]
+    kind = intent.kind
+    if kind is IntentKind.ADMIT:
+        queues.waiting.remove(rid)
+        queues.running.append(rid)
+        views[rid] = _relabel(view, Lifecycle.RUNNING)
+    elif kind is IntentKind.RESUME:
+        queues.suspended.remove(rid)
+        queues.running.append(rid)
+        views[rid] = _relabel(view, Lifecycle.RUNNING)
+    elif kind is IntentKind.PREEMPT_RECOMPUTE:
+        queues.running.remove(rid)
+        queues.waiting.insert(0, rid)  # preempted requests resume first (0x0D)
+        views[rid] = _recompute_reset(view)
+    elif kind is IntentKind.PREEMPT_PRESERVE:
+        queues.running.remove(rid)
+        queues.suspended.append(rid)
+        views[rid] = _relabel(view, Lifecycle.SUSPENDED_PRESERVED, epoch_step=1)
+    else:  # REJECT or ABORT: terminal
+        for queue in (queues.waiting, queues.running, queues.suspended):
+            if rid in queue:
+                queue.remove(rid)
+        terminal = Lifecycle.REJECTED if kind is IntentKind.REJECT else Lifecycle.ABORTED
+        reason = FinishReason.REJECTED if kind is IntentKind.REJECT else FinishReason.ABORT
+        views[rid] = _terminal(view, terminal, reason)
+        queues.finished.append(rid)
+
+
+def _relabel(view: RequestView, lifecycle: Lifecycle, epoch_step: int = 0) -> RequestView:
+    check_transition(view.lifecycle, lifecycle)
+    return _replace(view, lifecycle=lifecycle, suspension_epoch=view.suspension_epoch + epoch_step)
+
+
+def _recompute_reset(view: RequestView) -> RequestView:
+    """RECOMPUTE drops computed rows; emitted output stays (rebuild follows, 0x0C)."""
+    return _replace(
+        view, lifecycle=Lifecycle.WAITING, num_computed=0, num_committed=0,
+        suspension_epoch=view.suspension_epoch + 1,
+    )
+
+
+def _terminal(view: RequestView, lifecycle: Lifecycle, reason: FinishReason) -> RequestView:
+    check_transition(view.lifecycle, lifecycle)
+    return _replace(view, lifecycle=lifecycle, finish_reason=reason)
+
+
+def _complete(view: RequestView, item: CompletedInterval, now: float) -> RequestView:
+    emitted = view.num_emitted + 1 if item.emitted else view.num_emitted
+    first = view.first_token_time
+    last = view.last_output_time
+    lifecycle = view.lifecycle
+    reason = None
+    if item.emitted:
+        last = now
+        if first is None:
+            first = now
+        reason = item.finish_reason
+        if reason is None and emitted >= view.max_output_tokens:
+            reason = FinishReason.LENGTH
+        if reason is not None:
+            lifecycle = Lifecycle.FINISHED
+    return RequestView(
+        view.request_id, view.generation, view.snapshot_version + 1, view.client_id,
+        view.priority, view.arrival, view.arrival_order, view.num_prompt_tokens,
+        view.max_output_tokens, emitted, item.end, item.end, lifecycle, view.is_ready,
+        view.suspension_epoch, first, last, reason,
+    )
+
+
+def _replace(view: RequestView, **changes: object) -> RequestView:
+    fields = {name: getattr(view, name) for name in RequestView.__slots__}
+    fields.update(changes)
+    fields["snapshot_version"] = view.snapshot_version + 1
+    return RequestView(**fields)
+
+
+def _successor(
+    state: SchedulerState,
+    views: dict[str, RequestView],
+    waiting: tuple[str, ...],
+    running: tuple[str, ...],
+    suspended: tuple[str, ...],
+    finished: tuple[str, ...],
+    *,
+    now: float,
+    decision_id: int,
+    service: dict[str, int] | None = None,
+) -> SchedulerState:
+    return SchedulerState(
+        decision_id=decision_id,
+        state_version=state.state_version + 1,
+        now=now,
+        waiting=waiting,
+        running=running,
+        suspended=suspended,
+        finished=finished,
+        views=views,
+        token_budget=state.token_budget,
+        sequence_budget=state.sequence_budget,
+        capacity=state.capacity,
+        service=state.service if service is None else service,
+    )
+
+
+def cancel(state: SchedulerState, request_id: str) -> SchedulerState:
+    """Cancel at any lifecycle point: a successor generation, terminal (0x0C).
+
+    Any plan, result or receipt bound to the old generation is stale after this.
+    """
+    view = state.views[request_id]
+    if view.lifecycle.is_terminal:
+        return state
+    views = dict(state.views)
+    cancelled = _replace(view, lifecycle=Lifecycle.CANCELLED, finish_reason=FinishReason.CANCELLED)
+    views[request_id] = _replace(cancelled, generation=view.generation + 1)
+    queues = [tuple(r for r in q if r != request_id) for q in (state.waiting, state.running, state.suspended)]
+    return _successor(state, views, queues[0], queues[1], queues[2], state.finished + (request_id,),
+                      now=state.now, decision_id=state.decision_id)

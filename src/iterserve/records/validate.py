@@ -1,0 +1,245 @@
+"""Mechanical validation of states, plans and results (0x01A).
+
+``validate_plan`` runs before any execution; ``validate_result`` before any
+publication. Each raises the one named error of the first invariant broken.
+These checks are the hot path's only safety net, so they stay O(work).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from iterserve.records import errors as E
+from iterserve.records.keys import KEY_FIELDS
+from iterserve.records.plan import IntentKind, IterationPlan, WorkItem
+from iterserve.records.result import IterationResult
+from iterserve.records.spec import OnlineWorkload
+from iterserve.records.state import SchedulerState
+from iterserve.records.view import Lifecycle, RequestView, WorkKind
+
+_QUEUE_LIFECYCLES = {
+    "waiting": frozenset({Lifecycle.WAITING}),
+    "running": frozenset({Lifecycle.RUNNING, Lifecycle.PREEMPT_PENDING, Lifecycle.RESUME_PENDING}),
+    "suspended": frozenset({Lifecycle.SUSPENDED_PRESERVED, Lifecycle.SUSPENDED_RECOMPUTE}),
+    "finished": frozenset(
+        {Lifecycle.FINISHED, Lifecycle.CANCELLED, Lifecycle.REJECTED, Lifecycle.ABORTED}
+    ),
+}
+
+
+def validate_state(state: SchedulerState) -> None:
+    """Every queue member is known, listed once, in a matching lifecycle."""
+    seen: set[str] = set()
+    for queue_name, allowed in _QUEUE_LIFECYCLES.items():
+        for request_id in getattr(state, queue_name):
+            if request_id in seen:
+                raise E.DuplicateQueueMember(f"{request_id} appears in more than one queue slot")
+            seen.add(request_id)
+            view = state.views.get(request_id)
+            if view is None:
+                raise E.UnknownRequest(f"{request_id} is queued but has no view")
+            if view.lifecycle not in allowed:
+                raise E.QueueLifecycleMismatch(
+                    f"{request_id} is in {queue_name} with lifecycle {view.lifecycle.value}"
+                )
+            if view.num_committed != view.num_computed:
+                raise E.UncommittedFrontier(f"{request_id}: committed != computed at the cut")
+    if len(seen) != len(state.views):
+        raise E.UnknownRequest("a view belongs to no queue")
+
+
+def validate_plan(workload: OnlineWorkload, state: SchedulerState, plan: IterationPlan) -> None:
+    """Reject any plan that is not legal work against ``state`` (0x01A)."""
+    if plan.input_state_version != state.state_version or plan.decision_id != state.decision_id:
+        raise E.StaleStateVersion(
+            f"plan for v{plan.input_state_version}/d{plan.decision_id}, "
+            f"state is v{state.state_version}/d{state.decision_id}"
+        )
+    identity = workload.policy
+    if identity is not None and (
+        plan.policy_id != identity.policy_id or plan.policy_version != identity.policy_version
+    ):
+        raise E.PolicyIdentityMismatch(
+            f"plan by {plan.policy_id}@{plan.policy_version}, run bound to "
+            f"{identity.policy_id}@{identity.policy_version}"
+        )
+    admitted = _validate_intents(state, plan)
+    _validate_work(state, plan, admitted)
+    _validate_ledger(state, plan)
+    _validate_tie_break(state, plan)
+
+
+def _validate_intents(state: SchedulerState, plan: IterationPlan) -> set[str]:
+    """Intents name current generations in queues they may leave; returns admitted ids."""
+    admitted: set[str] = set()
+    touched: set[str] = set()
+    for intent in plan.intents:
+        view = _resolve(state, intent.request_id, intent.generation)
+        if intent.request_id in touched:
+            raise E.IllegalIntent(f"{intent.request_id} has more than one queue intent")
+        touched.add(intent.request_id)
+        source = _INTENT_SOURCES[intent.kind]
+        if view.lifecycle not in source:
+            raise E.IllegalIntent(
+                f"{intent.kind.value} of {intent.request_id} in lifecycle {view.lifecycle.value}"
+            )
+        if intent.kind in (IntentKind.ADMIT, IntentKind.RESUME):
+            admitted.add(intent.request_id)
+    return admitted
+
+
+_INTENT_SOURCES = {
+    IntentKind.ADMIT: frozenset({Lifecycle.WAITING}),
+    IntentKind.RESUME: frozenset({Lifecycle.SUSPENDED_PRESERVED, Lifecycle.SUSPENDED_RECOMPUTE}),
+    IntentKind.PREEMPT_RECOMPUTE: frozenset({Lifecycle.RUNNING}),
+    IntentKind.PREEMPT_PRESERVE: frozenset({Lifecycle.RUNNING}),
+    IntentKind.REJECT: frozenset({Lifecycle.WAITING}),
+    IntentKind.ABORT: frozenset(
+        {Lifecycle.WAITING, Lifecycle.RUNNING, Lifecycle.SUSPENDED_PRESERVED,
+         Lifecycle.SUSPENDED_RECOMPUTE}
+    ),
+}
+
+
+def _resolve(state: SchedulerState, request_id: str, generation: int) -> RequestView:
+    view = state.views.get(request_id)
+    if view is None:
+        raise E.UnknownRequest(f"{request_id} is not in the state")
+    if generation != view.generation:
+        raise E.StaleGeneration(f"{request_id}: generation {generation}, state has {view.generation}")
+    if view.lifecycle.is_terminal:
+        raise E.TerminalRequest(f"{request_id}:{generation} is {view.lifecycle.value}")
+    return view
+
+
+def _validate_work(state: SchedulerState, plan: IterationPlan, admitted: set[str]) -> None:
+    seen: set[str] = set()
+    for work in plan.work:
+        view = _resolve(state, work.request_id, work.generation)
+        if work.request_id in seen:
+            raise E.DuplicateWork(f"{work.request_id} has more than one interval")
+        seen.add(work.request_id)
+        if work.snapshot_version != view.snapshot_version:
+            raise E.StaleSnapshot(
+                f"{work.request_id}: snapshot {work.snapshot_version}, state has {view.snapshot_version}"
+            )
+        if not view.is_ready:
+            raise E.NotReady(f"{work.request_id}: a readiness fact is not READY")
+        if view.lifecycle is not Lifecycle.RUNNING and work.request_id not in admitted:
+            raise E.NotAdmitted(f"{work.request_id} is {view.lifecycle.value} and not admitted")
+        _validate_interval(view, work)
+
+
+def _validate_interval(view: RequestView, work: WorkItem) -> None:
+    c = view.num_computed
+    if work.start != c:
+        raise E.IntervalBeforeFrontier(
+            f"{work.request_id}: interval starts at {work.start}, computed frontier is {c}"
+        )
+    if work.end <= work.start:
+        raise E.EmptyInterval(f"{work.request_id}: [{work.start},{work.end}) is empty")
+    if view.is_decoding:
+        if work.end != c + 1:
+            raise E.MultiRowDecode(f"{work.request_id}: decode must be [{c},{c + 1})")
+        kind = WorkKind.DECODE_ROW
+    else:
+        if work.end > view.target:
+            raise E.IntervalBeyondTarget(
+                f"{work.request_id}: end {work.end} beyond target {view.target}"
+            )
+        kind = WorkKind.PREFILL_CHUNK if view.num_emitted == 0 else WorkKind.REBUILD
+    if work.kind is not kind:
+        raise E.ForgedKind(f"{work.request_id}: kind {work.kind.value}, derived {kind.value}")
+    if work.positions != range(work.start, work.end):
+        raise E.ForgedPositions(f"{work.request_id}: positions != range({work.start},{work.end})")
+
+
+def _validate_ledger(state: SchedulerState, plan: IterationPlan) -> None:
+    tokens = sum(work.end - work.start for work in plan.work)
+    if tokens != plan.tokens_used or len(plan.work) != plan.sequences_used:
+        raise E.LedgerDrift(
+            f"ledger says {plan.tokens_used} tokens/{plan.sequences_used} seqs, "
+            f"work has {tokens}/{len(plan.work)}"
+        )
+    if tokens > state.token_budget:
+        raise E.TokenBudgetExceeded(f"{tokens} token rows > budget {state.token_budget}")
+    if len(plan.work) > state.sequence_budget:
+        raise E.SequenceBudgetExceeded(
+            f"{len(plan.work)} sequences > budget {state.sequence_budget}"
+        )
+
+
+def _validate_tie_break(state: SchedulerState, plan: IterationPlan) -> None:
+    """Recorded keys must recompute from the state and be in order."""
+    names = plan.tie_break_key
+    unknown = [name for name in names if name not in KEY_FIELDS]
+    if unknown:
+        raise E.ForgedTieBreak(f"unknown tie-break field(s) {unknown}")
+    fields = [KEY_FIELDS[name] for name in names]
+    previous: tuple[object, ...] | None = None
+    for work in plan.work:
+        view = state.views[work.request_id]
+        key = tuple(field(state, view) for field in fields)
+        if key != work.tie_break:
+            raise E.ForgedTieBreak(f"{work.request_id}: recorded {work.tie_break}, derived {key}")
+        if previous is not None and key < previous:
+            raise E.ForgedTieBreak(f"{work.request_id}: work is out of tie-break order")
+        previous = key
+
+
+def validate_result(plan: IterationPlan, state: SchedulerState, result: IterationResult) -> None:
+    """Reject results that do not answer exactly this plan (0x01A)."""
+    if (
+        result.decision_id != plan.decision_id
+        or result.input_state_version != plan.input_state_version
+        or plan.input_state_version != state.state_version
+    ):
+        raise E.StaleResult(
+            f"result for v{result.input_state_version}/d{result.decision_id}, "
+            f"plan is v{plan.input_state_version}/d{plan.decision_id}"
+        )
+    planned = {work.request_id: work for work in plan.work}
+    service: Counter[str] = Counter()
+    done: set[str] = set()
+    for item in result.completed:
+        work = planned.get(item.request_id)
+        if work is None:
+            raise E.UnplannedCompletion(f"{item.request_id} completed without planned work")
+        if item.generation != work.generation:
+            raise E.StaleGeneration(f"{item.request_id}: completion for generation {item.generation}")
+        if item.request_id in done:
+            raise E.DuplicateCompletion(f"{item.request_id} completed twice")
+        done.add(item.request_id)
+        if item.start != work.start or not work.start < item.end <= work.end:
+            raise E.CompletionBeyondPlan(
+                f"{item.request_id}: completed [{item.start},{item.end}) "
+                f"outside planned [{work.start},{work.end})"
+            )
+        view = state.views[item.request_id]
+        _validate_output_clock(view, work, item.end, item.emitted, item.finish_reason is not None)
+        if work.kind is not WorkKind.REBUILD:
+            service[view.client_id] += item.end - item.start
+    for failure in result.failures:
+        if failure.request_id not in planned or failure.request_id in done:
+            raise E.UnplannedCompletion(f"{failure.request_id}: failure for no open planned work")
+    claimed = {client: rows for client, rows in result.service.items() if rows}
+    if claimed != dict(service):
+        raise E.ServiceDebitMismatch(f"result debits {claimed}, completed rows give {dict(service)}")
+
+
+def _validate_output_clock(
+    view: RequestView, work: WorkItem, end: int, emitted: bool, has_finish: bool
+) -> None:
+    """Prefill emits token 1 only on reaching p; decode emits one; rebuild none."""
+    if work.kind is WorkKind.DECODE_ROW:
+        should_emit = True
+    elif work.kind is WorkKind.PREFILL_CHUNK:
+        should_emit = end == view.num_prompt_tokens
+    else:
+        should_emit = False
+    if emitted != should_emit:
+        raise E.WrongOutputClock(
+            f"{view.request_id}: emitted={emitted} for {work.kind.value} ending at {end}"
+        )
+    if has_finish and not emitted:
+        raise E.WrongOutputClock(f"{view.request_id}: finish reason on an interval that emitted nothing")

@@ -1,0 +1,164 @@
+"""Per-request service views: the factual frontiers a policy decides from.
+
+Frontiers (0x01A): ``p`` prompt tokens, ``e`` emitted output tokens, ``c``
+computed tokens, ``k`` all-layer committed cache rows. At a published decision
+boundary ``k == c``. Phase labels are derived from these frontiers, never
+stored (STYLE habit 2).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Lifecycle(enum.Enum):
+    """Request lifecycle (0x0C); transitions are checked against TRANSITIONS."""
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPT_PENDING = "preempt_pending"
+    SUSPENDED_PRESERVED = "suspended_preserved"
+    SUSPENDED_RECOMPUTE = "suspended_recompute"
+    RESUME_PENDING = "resume_pending"
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
+    REJECTED = "rejected"
+    ABORTED = "aborted"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset(
+    {Lifecycle.FINISHED, Lifecycle.CANCELLED, Lifecycle.REJECTED, Lifecycle.ABORTED}
+)
+
+#: The explicit table of allowed lifecycle transitions (0x0C). Any non-terminal
+#: state may be cancelled; terminal states are final.
+TRANSITIONS: dict[Lifecycle, frozenset[Lifecycle]] = {
+    Lifecycle.WAITING: frozenset({Lifecycle.RUNNING, Lifecycle.REJECTED}),
+    Lifecycle.RUNNING: frozenset(
+        {Lifecycle.FINISHED, Lifecycle.PREEMPT_PENDING, Lifecycle.WAITING}
+    ),
+    Lifecycle.PREEMPT_PENDING: frozenset(
+        {Lifecycle.SUSPENDED_PRESERVED, Lifecycle.SUSPENDED_RECOMPUTE}
+    ),
+    Lifecycle.SUSPENDED_PRESERVED: frozenset({Lifecycle.RESUME_PENDING, Lifecycle.SUSPENDED_RECOMPUTE}),
+    Lifecycle.SUSPENDED_RECOMPUTE: frozenset({Lifecycle.RESUME_PENDING, Lifecycle.WAITING}),
+    Lifecycle.RESUME_PENDING: frozenset({Lifecycle.RUNNING}),
+    Lifecycle.FINISHED: frozenset(),
+    Lifecycle.CANCELLED: frozenset(),
+    Lifecycle.REJECTED: frozenset(),
+    Lifecycle.ABORTED: frozenset(),
+}
+for _state in Lifecycle:
+    if not _state.is_terminal:
+        TRANSITIONS[_state] = TRANSITIONS[_state] | {Lifecycle.CANCELLED, Lifecycle.ABORTED}
+
+
+class IllegalTransition(ValueError):
+    """A lifecycle change that the transition table does not allow."""
+
+
+def check_transition(before: Lifecycle, after: Lifecycle) -> None:
+    if before is not after and after not in TRANSITIONS[before]:
+        raise IllegalTransition(f"lifecycle {before.value} -> {after.value} is not allowed")
+
+
+class WorkKind(enum.Enum):
+    """Derived annotation of a work interval (0x01A, 0x0C). Never forged."""
+
+    PREFILL_CHUNK = "PREFILL_CHUNK"
+    DECODE_ROW = "DECODE_ROW"
+    REBUILD = "REBUILD"
+
+
+class FinishReason(enum.Enum):
+    STOP = "stop"  # EOS, stop token or stop string; or hidden realized length in the simulator
+    LENGTH = "length"  # max_output_tokens reached
+    ABORT = "abort"  # aborted by the engine (e.g. preemption mode ABORT, no memory ever)
+    CANCELLED = "cancelled"  # cancelled by the client
+    REJECTED = "rejected"  # refused by an overload contract
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    """One request's factual, versioned service view at a scheduler cut.
+
+    ``generation`` changes on cancellation/append (a successor generation);
+    ``snapshot_version`` changes whenever any frontier changes, so a plan bound
+    to an older snapshot is stale. ``arrival_order`` is the declared arrival
+    rank used by tie-break keys.
+    """
+
+    request_id: str
+    generation: int
+    snapshot_version: int
+    client_id: str
+    priority: int
+    arrival: float
+    arrival_order: int
+    num_prompt_tokens: int
+    max_output_tokens: int
+    num_emitted: int = 0
+    num_computed: int = 0
+    num_committed: int = 0
+    lifecycle: Lifecycle = Lifecycle.WAITING
+    is_ready: bool = True
+    suspension_epoch: int = 0
+    first_token_time: float | None = None
+    last_output_time: float | None = None
+    finish_reason: FinishReason | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.lifecycle.is_terminal
+
+    @property
+    def target(self) -> int:
+        """Computed frontier the request must reach before its next decode row:
+        the prompt while nothing is emitted, else p + e - 1 (0x01A, 0x0C)."""
+        if self.num_emitted == 0:
+            return self.num_prompt_tokens
+        return self.num_prompt_tokens + self.num_emitted - 1
+
+    @property
+    def logical_length(self) -> int:
+        return self.num_prompt_tokens + self.num_emitted
+
+    @property
+    def is_prefill(self) -> bool:
+        return self.num_emitted == 0
+
+    @property
+    def is_rebuilding(self) -> bool:
+        return self.num_emitted > 0 and self.num_computed < self.target
+
+    @property
+    def is_decoding(self) -> bool:
+        return self.num_emitted > 0 and self.num_computed == self.target
+
+    @property
+    def remaining_rows(self) -> int:
+        """Rows to compute before a decode row is next (0 when decoding)."""
+        return self.target - self.num_computed
+
+
+def derive_kind(view: RequestView, start: int, end: int) -> WorkKind | None:
+    """The only legal annotation of ``[start, end)`` for ``view``, or None.
+
+    prefill:  e == 0, start == c, c < end <= p
+    rebuild:  e >= 1, start == c, c < end <= p + e - 1     (0x0C)
+    decode:   e >= 1, c == p + e - 1, [start, end) == [c, c + 1)
+    """
+    c = view.num_computed
+    if start != c or end <= start:
+        return None
+    target = view.target
+    if view.num_emitted == 0:
+        return WorkKind.PREFILL_CHUNK if end <= target else None
+    if c < target:
+        return WorkKind.REBUILD if end <= target else None
+    return WorkKind.DECODE_ROW if end == c + 1 else None
