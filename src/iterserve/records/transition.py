@@ -18,8 +18,11 @@ from iterserve.records.state import SchedulerState
 from iterserve.records.view import FinishReason, Lifecycle, RequestView, check_transition
 
 
-def with_arrivals(state: SchedulerState, arrivals: Iterable[tuple[RequestSpec, int]]) -> SchedulerState:
-    """Publish newly arrived requests (spec, arrival_order) at the back of waiting."""
+def with_arrivals(
+    state: SchedulerState, arrivals: Iterable[tuple[RequestSpec, int]], now: float | None = None
+) -> SchedulerState:
+    """Publish newly arrived requests (spec, arrival_order) at the back of
+    waiting, optionally moving the clock forward to ``now`` (an idle gap)."""
     views = dict(state.views)
     waiting = list(state.waiting)
     for spec, order in arrivals:
@@ -37,8 +40,10 @@ def with_arrivals(state: SchedulerState, arrivals: Iterable[tuple[RequestSpec, i
             max_output_tokens=spec.max_output_tokens,
         )
         waiting.append(spec.request_id)
+    if now is not None and now < state.now:
+        raise ValueError(f"clock cannot move back from {state.now} to {now}")
     return _successor(state, views, tuple(waiting), state.running, state.suspended, state.finished,
-                      now=state.now, decision_id=state.decision_id)
+                      now=state.now if now is None else now, decision_id=state.decision_id)
 
 
 def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult) -> SchedulerState:

@@ -1,0 +1,1 @@
+"""Command-line interface: I/O and argument parsing only."""

@@ -1,0 +1,39 @@
+"""Entry point: ``iterserve <command>``. Expected errors become one line on
+stderr and exit status 2; only bugs produce tracebacks."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from iterserve.cli import policies, replay, simulate
+from iterserve.engine.loop import EngineStalled
+from iterserve.engine.replay import ReplayDivergence
+from iterserve.policies.registry import UnknownPolicy
+from iterserve.records.errors import ContractViolation
+from iterserve.sim.workload import WorkloadError
+
+EXPECTED_ERRORS = (WorkloadError, UnknownPolicy, ReplayDivergence, ContractViolation,
+                   EngineStalled, FileNotFoundError)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="iterserve", description=__doc__)
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for module in (simulate, replay, policies):
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except EXPECTED_ERRORS as exc:
+        print(f"iterserve {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

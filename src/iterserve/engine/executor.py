@@ -1,0 +1,22 @@
+"""The executor interface: the one narrow transport between plan and model.
+
+An executor receives a validated plan and the state it was chosen against
+and returns facts (:class:`IterationResult`). It never changes the plan and
+never advances state. ``release`` tells it that requests left the state so it
+can free whatever it holds for them (KV blocks, samplers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+from iterserve.records.plan import IterationPlan
+from iterserve.records.result import IterationResult
+from iterserve.records.state import SchedulerState
+
+
+class Executor(Protocol):
+    def execute(self, plan: IterationPlan, state: SchedulerState) -> IterationResult: ...
+
+    def release(self, request_ids: Iterable[str]) -> None: ...

@@ -1,0 +1,135 @@
+"""The engine step loop (0x00B): state -> plan -> validate -> execute ->
+validate -> advance. Observers see every step; they never change it.
+
+The loop owns arrival publication (requests become visible at their arrival
+time on the run's clock) and idle gaps; it contains no policy logic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from iterserve.engine.executor import Executor
+from iterserve.policies.base import Policy
+from iterserve.records.plan import IterationPlan
+from iterserve.records.result import IterationResult
+from iterserve.records.spec import OnlineWorkload, PolicyIdentity, RequestSpec
+from iterserve.records.state import SchedulerState
+from iterserve.records.transition import advance, with_arrivals
+from iterserve.records.validate import validate_plan, validate_result, validate_state
+
+
+class EngineStalled(RuntimeError):
+    """Live requests exist, the policy chose nothing, and nothing can change."""
+
+
+class Observer(Protocol):
+    def on_step(
+        self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
+        successor: SchedulerState,
+    ) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    iterations: int
+    final_state: SchedulerState
+
+
+def initial_state(workload: OnlineWorkload) -> SchedulerState:
+    cap = workload.capacity
+    return SchedulerState(
+        decision_id=0, state_version=0, now=0.0, waiting=(), running=(), suspended=(),
+        finished=(), views={}, token_budget=cap.token_budget, sequence_budget=cap.sequence_budget,
+    )
+
+
+def bind_policy(workload: OnlineWorkload, policy: Policy) -> OnlineWorkload:
+    """The run's workload, bound to the policy identity every plan must carry."""
+    return dataclasses.replace(
+        workload, policy=PolicyIdentity(policy.policy_id, policy.policy_version)
+    )
+
+
+class Engine:
+    def __init__(
+        self,
+        workload: OnlineWorkload,
+        policy: Policy,
+        executor: Executor,
+        observers: Sequence[Observer] = (),
+        *,
+        validate: bool = True,
+    ) -> None:
+        self.workload = bind_policy(workload, policy)
+        self.policy = policy
+        self.executor = executor
+        self.observers = list(observers)
+        self.validate = validate
+        order = sorted(range(len(workload.requests)), key=lambda i: (workload.requests[i].arrival, i))
+        self._pending: list[tuple[RequestSpec, int]] = [(workload.requests[i], i) for i in order]
+        self._next_arrival = 0
+        self.state = initial_state(self.workload)
+        self.num_iterations = 0
+
+    @property
+    def is_done(self) -> bool:
+        return not self.state.has_live and self._next_arrival == len(self._pending)
+
+    def _publish_arrivals(self, now: float | None = None) -> None:
+        clock = self.state.now if now is None else now
+        start = self._next_arrival
+        end = start
+        while end < len(self._pending) and self._pending[end][0].arrival <= clock:
+            end += 1
+        if end > start or now is not None:
+            self.state = with_arrivals(self.state, self._pending[start:end], now=now)
+            self._next_arrival = end
+
+    def _jump_to_next_arrival(self) -> bool:
+        if self._next_arrival == len(self._pending):
+            return False
+        self._publish_arrivals(now=max(self.state.now, self._pending[self._next_arrival][0].arrival))
+        return True
+
+    def step(self) -> bool:
+        """Run one iteration (or cross one idle gap). False once the run is done."""
+        self._publish_arrivals()
+        if not self.state.has_live:
+            return self._jump_to_next_arrival()
+        state = self.state
+        plan = self.policy.choose(self.workload, state)
+        if self.validate:
+            validate_state(state)
+            validate_plan(self.workload, state, plan)
+        if plan.is_empty:
+            if self._jump_to_next_arrival():
+                return True
+            raise EngineStalled(
+                f"{self.policy.policy_id} chose nothing at decision {state.decision_id} with "
+                f"{state.num_live} live request(s) and no future arrivals"
+            )
+        if plan.work:
+            result = self.executor.execute(plan, state)
+        else:  # a pure queue decision (e.g. rejections) takes no model time
+            result = IterationResult(plan.decision_id, plan.input_state_version, (), duration=0.0)
+        if self.validate:
+            validate_result(plan, state, result)
+        successor = advance(state, plan, result)
+        for observer in self.observers:
+            observer.on_step(state, plan, result, successor)
+        if successor.finished:
+            self.executor.release(successor.finished)
+        self.state = successor
+        self.num_iterations += 1 if plan.work else 0
+        return True
+
+    def run(self, max_iterations: int | None = None) -> RunSummary:
+        while not self.is_done:
+            if max_iterations is not None and self.num_iterations >= max_iterations:
+                break
+            self.step()
+        return RunSummary(self.num_iterations, self.state)

@@ -1,0 +1,77 @@
+"""Run trace: per-iteration composition and per-request clocks, as facts.
+
+An engine observer that records what each iteration held (prefill, decode
+and rebuild rows; sequences) and when each request emitted its first token
+and finished, on the run's clock. Reports are computed from it afterwards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from iterserve.records.plan import IterationPlan
+from iterserve.records.result import IterationResult
+from iterserve.records.state import SchedulerState
+from iterserve.records.view import WorkKind
+
+
+@dataclass(frozen=True, slots=True)
+class IterationRecord:
+    decision_id: int
+    start: float
+    duration: float
+    num_prefill_rows: int
+    num_decode_rows: int
+    num_rebuild_rows: int
+    num_sequences: int
+    num_waiting: int
+    num_running: int
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    request_id: str
+    client_id: str
+    arrival: float
+    num_prompt_tokens: int
+    first_token_time: float | None = None
+    finish_time: float | None = None
+    num_emitted: int = 0
+    finish_reason: str | None = None
+
+
+@dataclass(slots=True)
+class RunTrace:
+    iterations: list[IterationRecord] = field(default_factory=list)
+    requests: dict[str, RequestRecord] = field(default_factory=dict)
+
+    def on_step(
+        self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
+        successor: SchedulerState,
+    ) -> None:
+        rows = {WorkKind.PREFILL_CHUNK: 0, WorkKind.DECODE_ROW: 0, WorkKind.REBUILD: 0}
+        for work in plan.work:
+            rows[work.kind] += work.end - work.start
+        if plan.work:
+            self.iterations.append(IterationRecord(
+                state.decision_id, state.now, result.duration, rows[WorkKind.PREFILL_CHUNK],
+                rows[WorkKind.DECODE_ROW], rows[WorkKind.REBUILD], len(plan.work),
+                len(state.waiting), len(state.running),
+            ))
+        for rid in state.waiting:
+            if rid not in self.requests:
+                view = state.views[rid]
+                self.requests[rid] = RequestRecord(rid, view.client_id, view.arrival,
+                                                   view.num_prompt_tokens)
+        touched = [c.request_id for c in result.completed] + [i.request_id for i in plan.intents]
+        for rid in touched:
+            after = successor.views.get(rid)
+            record = self.requests.get(rid)
+            if after is None or record is None:
+                continue
+            record.first_token_time = after.first_token_time
+            record.num_emitted = after.num_emitted
+            if after.lifecycle.is_terminal:
+                record.finish_time = successor.now
+                reason = after.finish_reason
+                record.finish_reason = None if reason is None else reason.value

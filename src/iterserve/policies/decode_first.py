@@ -1,0 +1,46 @@
+"""Decode-first: ready decode rows before ready prefill (0x01A Loop 2, 0x09).
+
+Ordered by (phase_rank, priority_rank, arrival_order, request_id,
+request_generation). Under persistent decode pressure it starves prefill
+(0x09); see the bounded variant for the fix.
+"""
+
+from __future__ import annotations
+
+from iterserve.policies.base import PlanBuilder, PolicyContract, views_of
+from iterserve.records.keys import key_function
+from iterserve.records.plan import IterationPlan
+from iterserve.records.spec import OnlineWorkload
+from iterserve.records.state import SchedulerState
+from iterserve.records.view import Lifecycle
+
+
+class DecodeFirst:
+    policy_id = "decode-first"
+    policy_version = "1"
+    tie_break_key: tuple[str, ...] = ("phase_rank", "priority_rank", "arrival_order", "request_id",
+                     "request_generation")
+    contract = PolicyContract(
+        granularity="iteration, token interval",
+        protected_identity="request_id + generation + snapshot_version",
+        visible_state="frontiers, priorities, arrival order, readiness",
+        decision_output="decode rows first, then prefill chunks in key order",
+        unknown_future="output lengths",
+        objective="decode cadence (TBT)",
+        metric="TBT; prefill starvation is a known failure (0x09)",
+        assumptions="priority: lower value is more urgent",
+        foreign_owners="readiness facts",
+        source="spec 0x01A Loop 2 fixture policy; 0x09 counterexample",
+    )
+
+    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
+        builder = PlanBuilder(self, state)
+        live = views_of(state, state.running) + views_of(state, state.waiting)
+        for view in sorted(live, key=key_function(self.tie_break_key, state)):
+            if not builder.can_add():
+                break
+            if view.lifecycle is Lifecycle.WAITING:
+                builder.admit(view)
+            else:
+                builder.add(view)
+        return builder.build()

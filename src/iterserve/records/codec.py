@@ -1,0 +1,170 @@
+"""Canonical JSON forms of the records, for decision logs and replay.
+
+Encoding is canonical (sorted keys, no whitespace) so digests are stable
+across runs and PYTHONHASHSEED values. Decoding is strict: unknown fields are
+rejected, and fields that would leak hidden truth or physical memory layout
+into a plan raise :class:`InformationLeak` (0x01A negative fixtures).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from iterserve.records import errors as E
+from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent, WorkItem
+from iterserve.records.result import CompletedInterval, IterationResult, WorkFailure
+from iterserve.records.state import SchedulerState
+from iterserve.records.view import FinishReason, RequestView, WorkKind
+
+LEAK_FIELDS = frozenset(
+    {"realized_output_tokens", "fixture_only_hidden_truth", "block_ids", "block_table",
+     "physical_blocks", "slot_mapping"}
+)
+
+
+def dumps(obj: object) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def state_to_json(state: SchedulerState) -> dict[str, Any]:
+    return {
+        "decision_id": state.decision_id,
+        "state_version": state.state_version,
+        "now": state.now,
+        "waiting": list(state.waiting),
+        "running": list(state.running),
+        "suspended": list(state.suspended),
+        "finished": list(state.finished),
+        "views": [_view_to_json(state.views[rid]) for rid in sorted(state.views)],
+        "token_budget": state.token_budget,
+        "sequence_budget": state.sequence_budget,
+        "capacity": {"kv_rows_total": state.capacity.kv_rows_total,
+                     "kv_rows_free": state.capacity.kv_rows_free},
+        "service": dict(sorted(state.service.items())),
+    }
+
+
+def _view_to_json(view: RequestView) -> list[Any]:
+    return [
+        view.request_id, view.generation, view.snapshot_version, view.client_id, view.priority,
+        view.arrival, view.arrival_order, view.num_prompt_tokens, view.max_output_tokens,
+        view.num_emitted, view.num_computed, view.num_committed, view.lifecycle.value,
+        view.is_ready, view.suspension_epoch, view.first_token_time, view.last_output_time,
+        None if view.finish_reason is None else view.finish_reason.value,
+    ]
+
+
+def state_digest(state: SchedulerState) -> str:
+    """sha256 of the canonical state encoding; binds a log line to its state."""
+    return hashlib.sha256(dumps(state_to_json(state)).encode()).hexdigest()
+
+
+def plan_to_json(plan: IterationPlan) -> dict[str, Any]:
+    return {
+        "decision_id": plan.decision_id,
+        "input_state_version": plan.input_state_version,
+        "policy": {"id": plan.policy_id, "version": plan.policy_version},
+        "work": [
+            {"request_id": w.request_id, "generation": w.generation,
+             "snapshot_version": w.snapshot_version, "start": w.start, "end": w.end,
+             "kind": w.kind.value, "tie_break": list(w.tie_break)}
+            for w in plan.work
+        ],
+        "tokens_used": plan.tokens_used,
+        "sequences_used": plan.sequences_used,
+        "tie_break_key": list(plan.tie_break_key),
+        "intents": [
+            {"kind": i.kind.value, "request_id": i.request_id, "generation": i.generation,
+             "reason": i.reason}
+            for i in plan.intents
+        ],
+    }
+
+
+def _check_fields(obj: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    extra = set(obj) - allowed
+    leaks = extra & LEAK_FIELDS
+    if leaks:
+        raise E.InformationLeak(f"{where} carries {sorted(leaks)}")
+    if extra:
+        raise E.ContractViolation(f"{where} has unknown field(s) {sorted(extra)}")
+
+
+_WORK_FIELDS = {"request_id", "generation", "snapshot_version", "start", "end", "kind",
+                "tie_break", "positions"}
+_PLAN_FIELDS = {"decision_id", "input_state_version", "policy", "work", "tokens_used",
+                "sequences_used", "tie_break_key", "intents"}
+
+
+def plan_from_json(obj: Mapping[str, Any]) -> IterationPlan:
+    _check_fields(obj, _PLAN_FIELDS, "plan")
+    work = []
+    for w in obj["work"]:
+        _check_fields(w, _WORK_FIELDS, f"work {w.get('request_id')}")
+        start, end = int(w["start"]), int(w["end"])
+        positions = _positions(w.get("positions"), start, end)
+        work.append(WorkItem(w["request_id"], int(w["generation"]), int(w["snapshot_version"]),
+                             start, end, WorkKind(w["kind"]), positions,
+                             tuple(w.get("tie_break", ()))))
+    intents = tuple(
+        QueueIntent(IntentKind(i["kind"]), i["request_id"], int(i["generation"]), i.get("reason", ""))
+        for i in obj.get("intents", ())
+    )
+    return IterationPlan(
+        decision_id=int(obj["decision_id"]), input_state_version=int(obj["input_state_version"]),
+        policy_id=obj["policy"]["id"], policy_version=obj["policy"]["version"], work=tuple(work),
+        tokens_used=int(obj["tokens_used"]), sequences_used=int(obj["sequences_used"]),
+        tie_break_key=tuple(obj.get("tie_break_key", ())), intents=intents,
+    )
+
+
+def _positions(listed: list[int] | None, start: int, end: int) -> range:
+    """Logged positions as a range; a non-contiguous trace becomes an empty
+    range, which the validator then rejects as forged."""
+    if listed is None:
+        return range(start, end)
+    if listed and listed == list(range(listed[0], listed[0] + len(listed))):
+        return range(listed[0], listed[0] + len(listed))
+    return range(0)
+
+
+def result_to_json(result: IterationResult) -> dict[str, Any]:
+    return {
+        "decision_id": result.decision_id,
+        "input_state_version": result.input_state_version,
+        "completed": [
+            {"request_id": c.request_id, "generation": c.generation, "start": c.start,
+             "end": c.end, "emitted": c.emitted, "token_id": c.token_id,
+             "finish_reason": None if c.finish_reason is None else c.finish_reason.value}
+            for c in result.completed
+        ],
+        "failures": [
+            {"request_id": f.request_id, "generation": f.generation, "reason": f.reason}
+            for f in result.failures
+        ],
+        "service": dict(sorted(result.service.items())),
+        "duration": result.duration,
+    }
+
+
+def result_from_json(obj: Mapping[str, Any]) -> IterationResult:
+    completed = tuple(
+        CompletedInterval(
+            c["request_id"], int(c["generation"]), int(c["start"]), int(c["end"]),
+            bool(c["emitted"]), c.get("token_id"),
+            None if c.get("finish_reason") is None else FinishReason(c["finish_reason"]),
+        )
+        for c in obj["completed"]
+    )
+    failures = tuple(
+        WorkFailure(f["request_id"], int(f["generation"]), f["reason"])
+        for f in obj.get("failures", ())
+    )
+    return IterationResult(
+        decision_id=int(obj["decision_id"]), input_state_version=int(obj["input_state_version"]),
+        completed=completed, failures=failures, service=dict(obj.get("service", {})),
+        duration=float(obj.get("duration", 1.0)),
+    )

@@ -1,0 +1,190 @@
+"""Workload files (JSON): strict loading with one-line errors naming the field.
+
+Schema (documented in the README):
+
+    {
+      "workload_id": str,
+      "clock": "iteration" | "ms",
+      "capacity": {"token_budget": int, "sequence_budget": int, ...optional knobs},
+      "requests": [{"request_id": str, "arrival": number, "prompt_tokens": int | [int],
+                    "max_output_tokens": int, "client_id": str, "priority": int,
+                    "slo": {"ttft_ms": number, "tbt_ms": number}?,
+                    "output_forecast": number?, "output_forecast_p90": number?}],
+      "fixture_only_hidden_truth": {"realized_output_tokens": {request_id: int}}
+    }
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from iterserve.records.spec import (
+    Capacity,
+    HiddenTruth,
+    OnlineWorkload,
+    RequestSpec,
+    SloTargets,
+    WorkloadManifest,
+)
+
+CLOCKS = ("iteration", "ms")
+_CAPACITY_FIELDS = ("token_budget", "sequence_budget", "max_num_seqs",
+                    "long_prefill_token_threshold", "chunk_size", "tau", "kv_rows")
+_REQUEST_FIELDS = {"request_id", "arrival", "prompt_tokens", "max_output_tokens", "client_id",
+                   "priority", "slo", "output_forecast", "output_forecast_p90"}
+_TOP_FIELDS = {"workload_id", "clock", "capacity", "requests", "fixture_only_hidden_truth",
+               "description", "kv"}
+
+
+class WorkloadError(ValueError):
+    """A workload file is malformed; the message names the field."""
+
+
+def load_workload(path: Path) -> WorkloadManifest:
+    try:
+        raw = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise WorkloadError(f"{path}: no such file") from None
+    except json.JSONDecodeError as exc:
+        raise WorkloadError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    return parse_workload(raw)
+
+
+def parse_workload(raw: Any) -> WorkloadManifest:
+    obj = _mapping(raw, "workload")
+    unknown = set(obj) - _TOP_FIELDS
+    if unknown:
+        raise WorkloadError(f"workload: unknown field(s) {sorted(unknown)}")
+    clock = _field(obj, "clock", "workload", str)
+    if clock not in CLOCKS:
+        raise WorkloadError(f"clock: must be one of {list(CLOCKS)}, got {clock!r}")
+    requests_raw = _field(obj, "requests", "workload", list)
+    requests = tuple(_request(item, f"requests[{i}]") for i, item in enumerate(requests_raw))
+    ids = [r.request_id for r in requests]
+    duplicates = sorted({rid for rid in ids if ids.count(rid) > 1})
+    if duplicates:
+        raise WorkloadError(f"requests: duplicate request_id(s) {duplicates}")
+    online = OnlineWorkload(
+        workload_id=_field(obj, "workload_id", "workload", str),
+        clock=clock,
+        capacity=_capacity(_mapping(obj.get("capacity"), "capacity")),
+        requests=requests,
+    )
+    return WorkloadManifest(online, _hidden(obj.get("fixture_only_hidden_truth"), set(ids)))
+
+
+def _mapping(raw: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise WorkloadError(f"{where}: must be an object")
+    return raw
+
+
+def _field(obj: Mapping[str, Any], name: str, where: str, kind: type, default: Any = ...) -> Any:
+    if name not in obj:
+        if default is ...:
+            raise WorkloadError(f"{where}.{name}: missing")
+        return default
+    value = obj[name]
+    ok = isinstance(value, kind) and not (kind in (int, float) and isinstance(value, bool))
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        ok, value = True, float(value)
+    if not ok:
+        raise WorkloadError(f"{where}.{name}: must be {kind.__name__}, got {value!r}")
+    return value
+
+
+def _capacity(obj: Mapping[str, Any]) -> Capacity:
+    unknown = set(obj) - set(_CAPACITY_FIELDS)
+    if unknown:
+        raise WorkloadError(f"capacity: unknown field(s) {sorted(unknown)}")
+    values = {name: _field(obj, name, "capacity", int, None) for name in _CAPACITY_FIELDS}
+    for name in ("token_budget", "sequence_budget"):
+        if values[name] is None:
+            raise WorkloadError(f"capacity.{name}: missing")
+    try:
+        return Capacity(**values)
+    except ValueError as exc:
+        raise WorkloadError(str(exc)) from None
+
+
+def _request(raw: Any, where: str) -> RequestSpec:
+    obj = _mapping(raw, where)
+    unknown = set(obj) - _REQUEST_FIELDS
+    if unknown:
+        raise WorkloadError(f"{where}: unknown field(s) {sorted(unknown)}")
+    prompt = obj.get("prompt_tokens")
+    token_ids: tuple[int, ...] | None = None
+    if isinstance(prompt, list):
+        if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
+            raise WorkloadError(f"{where}.prompt_tokens: token ids must be integers >= 0")
+        token_ids = tuple(prompt)
+        num_prompt = len(prompt)
+    else:
+        num_prompt = _field(obj, "prompt_tokens", where, int)
+    slo = None
+    if "slo" in obj:
+        slo_obj = _mapping(obj["slo"], f"{where}.slo")
+        slo = SloTargets(_field(slo_obj, "ttft_ms", f"{where}.slo", float, None),
+                         _field(slo_obj, "tbt_ms", f"{where}.slo", float, None))
+    try:
+        return RequestSpec(
+            request_id=_field(obj, "request_id", where, str),
+            arrival=_field(obj, "arrival", where, float),
+            num_prompt_tokens=num_prompt,
+            max_output_tokens=_field(obj, "max_output_tokens", where, int),
+            client_id=_field(obj, "client_id", where, str, "default"),
+            priority=_field(obj, "priority", where, int, 0),
+            prompt_token_ids=token_ids,
+            slo=slo,
+            output_forecast=_field(obj, "output_forecast", where, float, None),
+            output_forecast_p90=_field(obj, "output_forecast_p90", where, float, None),
+        )
+    except ValueError as exc:
+        raise WorkloadError(f"{where}: {exc}") from None
+
+
+def _hidden(raw: Any, ids: set[str]) -> HiddenTruth:
+    if raw is None:
+        return HiddenTruth({})
+    obj = _mapping(raw, "fixture_only_hidden_truth")
+    lengths = _mapping(obj.get("realized_output_tokens", {}),
+                       "fixture_only_hidden_truth.realized_output_tokens")
+    out: dict[str, int] = {}
+    for rid, n in lengths.items():
+        where = f"fixture_only_hidden_truth.realized_output_tokens.{rid}"
+        if rid not in ids:
+            raise WorkloadError(f"{where}: no such request")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise WorkloadError(f"{where}: must be an integer >= 1")
+        out[rid] = n
+    return HiddenTruth(out)
+
+
+def online_to_json(workload: OnlineWorkload) -> dict[str, Any]:
+    """The online projection as JSON (decision-log header): no hidden truth."""
+    cap = workload.capacity
+    return {
+        "workload_id": workload.workload_id,
+        "clock": workload.clock,
+        "capacity": {n: getattr(cap, n) for n in _CAPACITY_FIELDS if getattr(cap, n) is not None},
+        "requests": [_request_to_json(r) for r in workload.requests],
+    }
+
+
+def _request_to_json(r: RequestSpec) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "request_id": r.request_id, "arrival": r.arrival,
+        "prompt_tokens": list(r.prompt_token_ids) if r.prompt_token_ids else r.num_prompt_tokens,
+        "max_output_tokens": r.max_output_tokens, "client_id": r.client_id,
+        "priority": r.priority,
+    }
+    if r.slo is not None:
+        out["slo"] = {k: v for k, v in (("ttft_ms", r.slo.ttft_ms), ("tbt_ms", r.slo.tbt_ms))
+                      if v is not None}
+    for name in ("output_forecast", "output_forecast_p90"):
+        if getattr(r, name) is not None:
+            out[name] = getattr(r, name)
+    return out
