@@ -1,0 +1,46 @@
+"""KV layer: paged block pool, block tables, exact prefix cache, swap (0x05, 0x0A, 0x0C).
+
+Mechanism only: it publishes capacity facts and never decides who runs.
+"""
+
+from iterserve.kv.abi import (
+    KvRowAbi,
+    active_bytes,
+    bytes_per_row,
+    committed_bytes,
+    kv_row_abi_from_hf_config,
+)
+from iterserve.kv.block_hash import BlockHasher, blake2b_block_hash
+from iterserve.kv.block_manager import BlockManager
+from iterserve.kv.config import BlockManagerConfig
+from iterserve.kv.errors import (
+    DuplicateRequestError,
+    KvError,
+    KvInvariantError,
+    RequestStateError,
+    UnknownRequestError,
+)
+from iterserve.kv.results import (
+    AllocationFailed,
+    AllocationGranted,
+    AllocationResult,
+    CommitResult,
+    FailureReason,
+    FreeResult,
+    PoolUsage,
+    PrefixHit,
+    RequestKey,
+    SwapDirection,
+    SwapFailed,
+    SwapGranted,
+    SwapResult,
+)
+
+__all__ = [
+    "AllocationFailed", "AllocationGranted", "AllocationResult", "BlockHasher", "BlockManager",
+    "BlockManagerConfig", "CommitResult", "DuplicateRequestError", "FailureReason", "FreeResult",
+    "KvError", "KvInvariantError", "KvRowAbi", "PoolUsage", "PrefixHit", "RequestKey",
+    "RequestStateError", "SwapDirection", "SwapFailed", "SwapGranted", "SwapResult",
+    "UnknownRequestError", "active_bytes", "blake2b_block_hash", "bytes_per_row",
+    "committed_bytes", "kv_row_abi_from_hf_config",
+]

@@ -1,0 +1,390 @@
+"""Paged KV block manager: mechanism only, no policy (0x0A, 0x0C).
+
+Data flow per request generation (a :class:`RequestKey`)::
+
+    lookup_prefix(tokens)      -> PrefixHit           (read-only; not residency)
+    allocate(key, tokens)      -> AllocationGranted | AllocationFailed
+    commit(key, rows)          -> CommitResult         (executor wrote K/V rows)
+    append_rows(key, tokens)   -> AllocationGranted | AllocationFailed
+    swap_out(key) / swap_in    -> SwapGranted | SwapFailed (copy mapping)
+    free(key)                  -> FreeResult
+
+The manager decides nothing about who runs: every capacity shortfall is a
+returned fact and leaves the pools unchanged. Only committed full blocks enter
+the prefix cache, so a hit never reads K/V that has not been written. A hit
+never covers a request's final token: the executor must compute at least one
+row (the prefill row that emits output 1, or the rebuild frontier's next
+decode row, 0x01A/0x0C), so hits are capped at ``len(token_ids) - 1`` rows.
+Hot-path calls cost O(blocks touched); nothing scans the pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from iterserve.kv.block_hash import ROOT_HASH, BlockHasher, blake2b_block_hash
+from iterserve.kv.config import BlockManagerConfig
+from iterserve.kv.device_pool import ROOT_ENTRY, DevicePool
+from iterserve.kv.errors import (
+    DuplicateRequestError,
+    KvInvariantError,
+    RequestStateError,
+    UnknownRequestError,
+)
+from iterserve.kv.host_pool import HostPool
+from iterserve.kv.results import (
+    AllocationFailed,
+    AllocationGranted,
+    AllocationResult,
+    CommitResult,
+    FailureReason,
+    FreeResult,
+    PoolUsage,
+    PrefixHit,
+    RequestKey,
+    SwapDirection,
+    SwapFailed,
+    SwapGranted,
+    SwapResult,
+)
+
+
+@dataclass(slots=True)
+class _Chain:
+    """Cursor over a request's verified cached chain (0x0A exact prefix identity).
+
+    ``entry`` is the serial of the cached block holding the last chained full
+    block (ours or an identical one); None once a collision broke the chain.
+    """
+
+    num_blocks: int = 0
+    block_hash: bytes = ROOT_HASH
+    entry: int | None = ROOT_ENTRY
+
+
+@dataclass(slots=True)
+class _Resident:
+    block_ids: list[int]
+    num_rows: int
+    num_committed_rows: int
+    token_ids: list[int] | None
+    chain: _Chain
+
+
+@dataclass(slots=True)
+class _Swapped:
+    host_block_ids: list[int]
+    num_rows: int
+    num_committed_rows: int
+    token_ids: list[int] | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Match:
+    block_ids: tuple[int, ...]
+    chain_hash: bytes
+    chain_entry: int
+    num_reclaimable_hits: int  # hits currently unreferenced: they consume availability
+
+    def new_chain(self) -> _Chain:
+        return _Chain(len(self.block_ids), self.chain_hash, self.chain_entry)
+
+
+class BlockManager:
+    """Owns the device and host pools and every request's block table."""
+
+    __slots__ = ("_config", "_block_size", "_hasher", "_device", "_host", "_resident", "_swapped")
+
+    def __init__(self, config: BlockManagerConfig,
+                 hasher: BlockHasher = blake2b_block_hash) -> None:
+        self._config = config
+        self._block_size = config.block_size_rows
+        self._hasher = hasher
+        self._device = DevicePool(config.num_device_blocks)
+        self._host = HostPool(config.num_host_blocks)
+        self._resident: dict[RequestKey, _Resident] = {}
+        self._swapped: dict[RequestKey, _Swapped] = {}
+
+    @property
+    def config(self) -> BlockManagerConfig:
+        return self._config
+
+    # ------------------------------------------------------------------ facts
+
+    def usage(self) -> PoolUsage:
+        device, host = self._device, self._host
+        return PoolUsage(device.num_total_blocks, device.num_free_blocks, device.num_used_blocks,
+                         device.num_cached_blocks, host.num_total_blocks, host.num_free_blocks,
+                         host.num_swapped_blocks)
+
+    def is_resident(self, key: RequestKey) -> bool:
+        return key in self._resident
+
+    def is_swapped(self, key: RequestKey) -> bool:
+        return key in self._swapped
+
+    def num_rows(self, key: RequestKey) -> int:
+        return self._get_any(key).num_rows
+
+    def num_committed_rows(self, key: RequestKey) -> int:
+        return self._get_any(key).num_committed_rows
+
+    def block_table(self, key: RequestKey) -> tuple[int, ...]:
+        """Device block ids in row order; for the executor only, never the scheduler."""
+        return tuple(self._get_resident(key).block_ids)
+
+    def lookup_prefix(self, token_ids: Sequence[int]) -> PrefixHit:
+        """Exact committed prefix a fresh allocation of ``token_ids`` would reuse now."""
+        match = self._match(token_ids, len(token_ids) - 1)
+        num_cached_blocks = len(match.block_ids)
+        return PrefixHit(len(token_ids), num_cached_blocks * self._block_size, num_cached_blocks)
+
+    # --------------------------------------------------------------- allocate
+
+    def can_allocate(self, token_ids: Sequence[int] | None = None, *,
+                     num_rows: int | None = None) -> bool:
+        rows = _num_rows_of(token_ids, num_rows)
+        match = self._match(token_ids, rows - 1) if token_ids is not None else _NO_MATCH
+        return self._shortfall(self._num_blocks_for(rows) - len(match.block_ids), match) is None
+
+    def allocate(self, key: RequestKey, token_ids: Sequence[int] | None = None, *,
+                 num_rows: int | None = None) -> AllocationResult:
+        """Back ``token_ids`` (or ``num_rows`` anonymous rows) with blocks, reusing cached prefixes.
+
+        Rows given by token ids can be prefix-cached once committed; anonymous
+        rows never are. Prefix-hit rows count as committed immediately.
+        """
+        if key in self._resident or key in self._swapped:
+            raise DuplicateRequestError(f"{key} already holds blocks")
+        rows = _num_rows_of(token_ids, num_rows)
+        match = self._match(token_ids, rows - 1) if token_ids is not None else _NO_MATCH
+        num_new_blocks = self._num_blocks_for(rows) - len(match.block_ids)
+        failed = self._shortfall(num_new_blocks, match)
+        if failed is not None:
+            return AllocationFailed(key, FailureReason.DEVICE_BLOCKS_EXHAUSTED, *failed)
+        for block_id in match.block_ids:
+            self._device.acquire(block_id)
+        block_ids = list(match.block_ids)
+        block_ids.extend(self._device.take_fresh() for _ in range(num_new_blocks))
+        num_cached_rows = len(match.block_ids) * self._block_size
+        tokens = self._tracked_tokens(token_ids)
+        self._resident[key] = _Resident(block_ids, rows, num_cached_rows, tokens,
+                                        match.new_chain())
+        return AllocationGranted(key, rows, num_cached_rows, num_new_blocks, len(block_ids))
+
+    def can_append(self, key: RequestKey, num_rows: int) -> bool:
+        resident = self._get_resident(key)
+        rows = _num_rows_of(None, num_rows)
+        needed = self._num_blocks_for(resident.num_rows + rows) - len(resident.block_ids)
+        return needed <= self._device.num_available_blocks
+
+    def append_rows(self, key: RequestKey, token_ids: Sequence[int] | None = None, *,
+                    num_rows: int | None = None) -> AllocationResult:
+        """Grow a resident request by decode rows; atomic on failure.
+
+        A request allocated by token ids must append token ids (they become its
+        cache identity); an anonymous one must append ``num_rows``.
+        """
+        resident = self._get_resident(key)
+        rows = _num_rows_of(token_ids, num_rows)
+        if (token_ids is None) != (resident.token_ids is None):
+            raise RequestStateError(f"{key}: append must match how it was allocated")
+        needed = self._num_blocks_for(resident.num_rows + rows) - len(resident.block_ids)
+        if needed > self._device.num_available_blocks:
+            return AllocationFailed(key, FailureReason.DEVICE_BLOCKS_EXHAUSTED, needed,
+                                    self._device.num_available_blocks)
+        resident.block_ids.extend(self._device.take_fresh() for _ in range(needed))
+        resident.num_rows += rows
+        if resident.token_ids is not None and token_ids is not None:
+            resident.token_ids.extend(token_ids)
+        return AllocationGranted(key, resident.num_rows, 0, needed, len(resident.block_ids))
+
+    def commit(self, key: RequestKey, num_committed_rows: int) -> CommitResult:
+        """Record that K/V rows ``[0, num_committed_rows)`` are written; cache full blocks."""
+        resident = self._get_resident(key)
+        if not resident.num_committed_rows <= num_committed_rows <= resident.num_rows:
+            raise RequestStateError(
+                f"{key}: commit to {num_committed_rows} outside "
+                f"[{resident.num_committed_rows}, {resident.num_rows}]")
+        resident.num_committed_rows = num_committed_rows
+        return CommitResult(key, num_committed_rows, self._advance_chain(resident))
+
+    # ------------------------------------------------------------------- free
+
+    def free(self, key: RequestKey) -> FreeResult:
+        """Release a generation's blocks wherever they are (finish, cancel, recompute)."""
+        swapped = self._swapped.pop(key, None)
+        if swapped is not None:
+            for host_block_id in swapped.host_block_ids:
+                self._host.give_back(host_block_id)
+            return FreeResult(key, 0, 0, 0, len(swapped.host_block_ids))
+        resident = self._resident.pop(key, None)
+        if resident is None:
+            raise UnknownRequestError(f"{key} holds no blocks")
+        num_reclaimed = num_retained = 0
+        for block_id in reversed(resident.block_ids):  # tail first: evicted first (LRU)
+            if self._device.release(block_id):
+                num_reclaimed += 1
+                num_retained += self._device.is_cached(block_id)
+        num_shared = len(resident.block_ids) - num_reclaimed
+        return FreeResult(key, num_reclaimed, num_retained, num_shared, 0)
+
+    # ------------------------------------------------------------------- swap
+
+    def can_swap_out(self, key: RequestKey) -> bool:
+        return len(self._get_resident(key).block_ids) <= self._host.num_free_blocks
+
+    def swap_out(self, key: RequestKey) -> SwapResult:
+        """Preserve a resident request on the host and release its device blocks."""
+        resident = self._get_resident(key)
+        needed = len(resident.block_ids)
+        if needed > self._host.num_free_blocks:
+            return SwapFailed(key, SwapDirection.OUT, FailureReason.HOST_BLOCKS_EXHAUSTED,
+                              needed, self._host.num_free_blocks)
+        copy_pairs = tuple((block_id, self._host.take()) for block_id in resident.block_ids)
+        self.free(key)
+        self._swapped[key] = _Swapped([host for _, host in copy_pairs], resident.num_rows,
+                                      resident.num_committed_rows, resident.token_ids)
+        return SwapGranted(key, SwapDirection.OUT, copy_pairs, resident.num_rows, 0)
+
+    def can_swap_in(self, key: RequestKey) -> bool:
+        swapped = self._get_swapped(key)
+        match = self._swap_in_match(swapped)
+        return self._shortfall(len(swapped.host_block_ids) - len(match.block_ids), match) is None
+
+    def swap_in(self, key: RequestKey) -> SwapResult:
+        """Restore a swapped request; blocks still cached on device are reused, not copied."""
+        swapped = self._get_swapped(key)
+        match = self._swap_in_match(swapped)
+        num_reused = len(match.block_ids)
+        failed = self._shortfall(len(swapped.host_block_ids) - num_reused, match)
+        if failed is not None:
+            return SwapFailed(key, SwapDirection.IN, FailureReason.DEVICE_BLOCKS_EXHAUSTED, *failed)
+        del self._swapped[key]
+        for block_id in match.block_ids:
+            self._device.acquire(block_id)
+        copy_pairs = tuple((self._device.take_fresh(), host_block_id)
+                           for host_block_id in swapped.host_block_ids[num_reused:])
+        for host_block_id in swapped.host_block_ids:
+            self._host.give_back(host_block_id)
+        block_ids = list(match.block_ids) + [device for device, _ in copy_pairs]
+        resident = _Resident(block_ids, swapped.num_rows, swapped.num_committed_rows,
+                             swapped.token_ids, match.new_chain())
+        self._resident[key] = resident
+        self._advance_chain(resident)
+        return SwapGranted(key, SwapDirection.IN, copy_pairs, swapped.num_rows, num_reused)
+
+    # ------------------------------------------------------------------ audit
+
+    def audit(self) -> PoolUsage:
+        """O(total) cross-check of pools, tables and counters; for tests and debugging."""
+        self._device.audit()
+        self._host.audit()
+        expected_refs: dict[int, int] = {}
+        for resident in self._resident.values():
+            for block_id in resident.block_ids:
+                expected_refs[block_id] = expected_refs.get(block_id, 0) + 1
+        for block_id in range(self._device.num_total_blocks):
+            if self._device.ref_count(block_id) != expected_refs.get(block_id, 0):
+                raise KvInvariantError(f"block {block_id} refcount disagrees with block tables")
+        num_host = sum(len(s.host_block_ids) for s in self._swapped.values())
+        if num_host != self._host.num_swapped_blocks:
+            raise KvInvariantError("host blocks leaked")
+        return self.usage()
+
+    # -------------------------------------------------------------- internals
+
+    def _num_blocks_for(self, num_rows: int) -> int:
+        return -(-num_rows // self._block_size)
+
+    def _tracked_tokens(self, token_ids: Sequence[int] | None) -> list[int] | None:
+        if token_ids is None or not self._config.enable_prefix_caching:
+            return None
+        return list(token_ids)
+
+    def _match(self, token_ids: Sequence[int] | None, max_rows: int) -> _Match:
+        """Verified cached chain over the full blocks of ``token_ids[:max_rows]``."""
+        if token_ids is None or not self._config.enable_prefix_caching:
+            return _NO_MATCH
+        block_ids: list[int] = []
+        parent_hash, parent_entry, num_reclaimable = ROOT_HASH, ROOT_ENTRY, 0
+        size = self._block_size
+        for start in range(0, max_rows - size + 1, size):
+            block_tokens = token_ids[start:start + size]
+            block_hash = self._hasher(parent_hash, block_tokens)
+            block_id = self._device.find(block_hash, block_tokens, parent_entry)
+            if block_id is None:
+                break
+            block_ids.append(block_id)
+            num_reclaimable += self._device.ref_count(block_id) == 0
+            parent_hash, parent_entry = block_hash, self._device.entry_of(block_id)
+        return _Match(tuple(block_ids), parent_hash, parent_entry, num_reclaimable)
+
+    def _swap_in_match(self, swapped: _Swapped) -> _Match:
+        return self._match(swapped.token_ids, swapped.num_committed_rows)
+
+    def _shortfall(self, num_new_blocks: int, match: _Match) -> tuple[int, int] | None:
+        """``(needed, available)`` when the pool cannot supply the blocks, else None."""
+        available = self._device.num_available_blocks - match.num_reclaimable_hits
+        return None if num_new_blocks <= available else (num_new_blocks, available)
+
+    def _advance_chain(self, resident: _Resident) -> int:
+        """Give committed full blocks a cache identity; returns how many were registered."""
+        chain = resident.chain
+        if resident.token_ids is None:
+            return 0
+        size, num_registered = self._block_size, 0
+        while chain.entry is not None and (chain.num_blocks + 1) * size <= resident.num_committed_rows:
+            index = chain.num_blocks
+            block_tokens = resident.token_ids[index * size:(index + 1) * size]
+            block_hash = self._hasher(chain.block_hash, block_tokens)
+            block_id = resident.block_ids[index]
+            existing = self._device.find(block_hash, block_tokens, chain.entry)
+            if existing is not None:  # our own hit, or identical content already cached
+                entry = self._device.entry_of(existing)
+            elif self._device.is_hash_taken(block_hash):
+                chain.entry = None  # collision with other content: stop caching this request
+                break
+            else:
+                entry = self._device.register(block_id, block_hash, block_tokens, chain.entry)
+                num_registered += 1
+            chain.num_blocks, chain.block_hash, chain.entry = index + 1, block_hash, entry
+        return num_registered
+
+    def _get_resident(self, key: RequestKey) -> _Resident:
+        resident = self._resident.get(key)
+        if resident is None:
+            if key in self._swapped:
+                raise RequestStateError(f"{key} is swapped out, not resident")
+            raise UnknownRequestError(f"{key} holds no blocks")
+        return resident
+
+    def _get_swapped(self, key: RequestKey) -> _Swapped:
+        swapped = self._swapped.get(key)
+        if swapped is None:
+            if key in self._resident:
+                raise RequestStateError(f"{key} is resident, not swapped out")
+            raise UnknownRequestError(f"{key} holds no blocks")
+        return swapped
+
+    def _get_any(self, key: RequestKey) -> _Resident | _Swapped:
+        found: _Resident | _Swapped | None = self._resident.get(key)
+        if found is None:
+            found = self._swapped.get(key)
+        if found is None:
+            raise UnknownRequestError(f"{key} holds no blocks")
+        return found
+
+
+_NO_MATCH = _Match((), ROOT_HASH, ROOT_ENTRY, 0)
+
+
+def _num_rows_of(token_ids: Sequence[int] | None, num_rows: int | None) -> int:
+    if (token_ids is None) == (num_rows is None):
+        raise ValueError("give exactly one of token_ids or num_rows")
+    rows = len(token_ids) if token_ids is not None else num_rows
+    assert rows is not None
+    if rows <= 0:
+        raise ValueError(f"need at least one row, got {rows}")
+    return rows

@@ -1,0 +1,171 @@
+"""Value objects the block manager publishes (0x06, 0x0A, 0x0C).
+
+Every block-manager call answers with one of these frozen records. They are
+facts of the memory owner (M5.3): the scheduler may read counts from them but
+never block ids; only :meth:`BlockManager.block_table` and the swap copy
+mappings expose ids, and those are for the executor.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class RequestKey:
+    """One request generation: cancellation publishes a successor generation (0x0C)."""
+
+    request_id: str
+    generation: int
+
+    def __post_init__(self) -> None:
+        if not self.request_id:
+            raise ValueError("request_id must be non-empty")
+        if self.generation < 0:
+            raise ValueError(f"generation must be >= 0, got {self.generation}")
+
+    def __str__(self) -> str:
+        return f"{self.request_id}:{self.generation}"
+
+
+class FailureReason(enum.Enum):
+    """Why a capacity request was not granted; the pool state is unchanged."""
+
+    DEVICE_BLOCKS_EXHAUSTED = "device_blocks_exhausted"
+    HOST_BLOCKS_EXHAUSTED = "host_blocks_exhausted"
+
+
+class SwapDirection(enum.Enum):
+    """Copy direction of a swap mapping."""
+
+    OUT = "device_to_host"
+    IN = "host_to_device"
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixHit:
+    """Exact cached prefix found by :meth:`BlockManager.lookup_prefix`.
+
+    A hit is not residency: the blocks may be evicted before the request is
+    allocated. Only an :class:`AllocationGranted` makes blocks the request's.
+    ``num_uncached_rows`` is the U of 0x05's new-request estimate.
+    """
+
+    num_query_rows: int
+    num_cached_rows: int
+    num_cached_blocks: int
+
+    @property
+    def num_uncached_rows(self) -> int:
+        return self.num_query_rows - self.num_cached_rows
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationGranted:
+    """Blocks now back ``num_rows`` rows of the request (allocate or append).
+
+    ``num_cached_rows`` rows were prefix-cache hits (already committed, need no
+    compute); ``num_new_blocks`` fresh blocks were taken from the pool.
+    """
+
+    request_key: RequestKey
+    num_rows: int
+    num_cached_rows: int
+    num_new_blocks: int
+    num_blocks: int
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationFailed:
+    """Not enough device blocks; nothing was allocated or evicted."""
+
+    request_key: RequestKey
+    reason: FailureReason
+    num_blocks_needed: int
+    num_blocks_available: int
+
+
+AllocationResult = AllocationGranted | AllocationFailed
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """Rows whose K/V the executor has written; full blocks below become cacheable."""
+
+    request_key: RequestKey
+    num_committed_rows: int
+    num_blocks_cached: int
+
+
+@dataclass(frozen=True, slots=True)
+class FreeResult:
+    """What freeing a request generation returned to the pools.
+
+    ``num_reclaimed_blocks`` device blocks dropped to refcount 0; of those,
+    ``num_retained_cached_blocks`` stay in the prefix cache (evictable, still
+    reusable). ``num_shared_blocks`` remain referenced by other requests.
+    """
+
+    request_key: RequestKey
+    num_reclaimed_blocks: int
+    num_retained_cached_blocks: int
+    num_shared_blocks: int
+    num_reclaimed_host_blocks: int
+
+
+@dataclass(frozen=True, slots=True)
+class SwapGranted:
+    """A swap was accounted; the executor must perform the copies.
+
+    ``copy_pairs`` holds ``(device_block_id, host_block_id)`` pairs in both
+    directions; ``direction`` says which side is the source. Copies must run
+    in the order the swap calls were made and before the next forward pass,
+    because a block released by one call may be reused by a later one.
+    ``num_reused_blocks`` swap-in blocks were still cached on device and need
+    no copy.
+    """
+
+    request_key: RequestKey
+    direction: SwapDirection
+    copy_pairs: tuple[tuple[int, int], ...]
+    num_rows: int
+    num_reused_blocks: int
+
+
+@dataclass(frozen=True, slots=True)
+class SwapFailed:
+    """The destination pool lacks blocks; the request stays where it was."""
+
+    request_key: RequestKey
+    direction: SwapDirection
+    reason: FailureReason
+    num_blocks_needed: int
+    num_blocks_available: int
+
+
+SwapResult = SwapGranted | SwapFailed
+
+
+@dataclass(frozen=True, slots=True)
+class PoolUsage:
+    """Block counts at one instant (O(1) to produce).
+
+    Device: ``num_free_blocks + num_used_blocks + num_cached_blocks ==
+    num_total_blocks`` where *used* means referenced and *cached* means
+    unreferenced but reusable until evicted. Host: ``num_host_free_blocks +
+    num_swapped_blocks == num_host_total_blocks``.
+    """
+
+    num_total_blocks: int
+    num_free_blocks: int
+    num_used_blocks: int
+    num_cached_blocks: int
+    num_host_total_blocks: int
+    num_host_free_blocks: int
+    num_swapped_blocks: int
+
+    @property
+    def num_available_blocks(self) -> int:
+        """Blocks an allocation may take: free plus evictable cached."""
+        return self.num_free_blocks + self.num_cached_blocks
