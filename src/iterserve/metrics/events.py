@@ -1,0 +1,332 @@
+"""Event log: the facts shared by the simulator, the real engine and the bench client.
+
+Every record is a frozen, slotted fact stamped with ``time_s`` on the run's own
+clock (virtual for the simulator, monotonic wall time for the engine and the
+client). Events describe what *happened*; nothing here is a plan or a
+prediction. The metrics evaluator (0x07) derives every clock, outcome and rate
+from these records alone, so two producers that emit the same facts produce the
+same report.
+
+Data flow::
+
+    producer --append--> EventLog --write_jsonl--> run.events.jsonl
+    run.events.jsonl --read_jsonl--> EventLog --evaluate--> Report
+
+Invariants enforced here (per record): finite non-negative ``time_s``,
+non-empty ids and reasons, non-negative counts. The per-request lifecycle
+(arrival first, one terminal outcome, consecutive token indices) is checked by
+:mod:`iterserve.metrics.timeline`. ``EventLog`` itself enforces a single
+non-decreasing clock.
+
+Hidden truth stays hidden (DESIGN rule 5): no record carries a request's
+realized output length before it is observed through token and finish events.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+
+class EventLogError(ValueError):
+    """An event or event sequence violates the event contract."""
+
+
+@dataclass(frozen=True, slots=True)
+class _EventBase:
+    time_s: float  # seconds on the run's clock
+    request_id: str
+
+    kind: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        if (
+            not isinstance(self.time_s, int | float)
+            or isinstance(self.time_s, bool)
+            or not math.isfinite(self.time_s)
+        ):
+            raise EventLogError(f"{self.kind}: time_s must be a finite number, got {self.time_s!r}")
+        if self.time_s < 0:
+            raise EventLogError(f"{self.kind}: time_s must be >= 0, got {self.time_s}")
+        _require_text(self.kind, "request_id", self.request_id)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArrivalEvent(_EventBase):
+    """The request reached the system: its ORIGINAL arrival, origin of TTFT (F30)."""
+
+    client_id: str = "default"
+    num_prompt_tokens: int | None = None  # public prompt length, when known
+
+    kind: ClassVar[str] = "arrival"
+
+    def __post_init__(self) -> None:
+        _EventBase.__post_init__(self)
+        _require_text(self.kind, "client_id", self.client_id)
+        if self.num_prompt_tokens is not None:
+            _require_count(self.kind, "num_prompt_tokens", self.num_prompt_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class AdmitEvent(_EventBase):
+    """Admission control accepted the request (counted in N_adm, 0x07)."""
+
+    kind: ClassVar[str] = "admit"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RejectEvent(_EventBase):
+    """Admission control refused the request: a user-visible outcome (N_rej, 0x07)."""
+
+    reason: str  # e.g. "max_live", "kv_capacity", "slo_infeasible"
+
+    kind: ClassVar[str] = "reject"
+
+    def __post_init__(self) -> None:
+        _EventBase.__post_init__(self)
+        _require_text(self.kind, "reason", self.reason)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleEvent(_EventBase):
+    """The request was selected into an iteration plan. Planning, not execution:
+    no clock, outcome or service total is derived from this event (DESIGN rule 1)."""
+
+    iteration_index: int
+    num_rows: int  # rows planned for this request in that iteration
+
+    kind: ClassVar[str] = "schedule"
+
+    def __post_init__(self) -> None:
+        _EventBase.__post_init__(self)
+        _require_count(self.kind, "iteration_index", self.iteration_index)
+        _require_count(self.kind, "num_rows", self.num_rows)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ComputeEvent(_EventBase):
+    """Completed prompt rows (prefill) or rebuild rows of one request in one
+    iteration. Ordinary decode rows are not reported here: their completion is
+    the token event. Rebuild rows emit nothing and earn no service (0x0C)."""
+
+    num_rows: int
+    is_rebuild: bool = False
+
+    kind: ClassVar[str] = "compute"
+
+    def __post_init__(self) -> None:
+        _EventBase.__post_init__(self)
+        _require_count(self.kind, "num_rows", self.num_rows)
+        if not isinstance(self.is_rebuild, bool):
+            raise EventLogError(f"{self.kind}: is_rebuild must be a bool")
+
+
+@dataclass(frozen=True, slots=True)
+class FirstTokenEvent(_EventBase):
+    """Output token 0 was emitted (y_{r,0}); closes the TTFT clock (0x07)."""
+
+    kind: ClassVar[str] = "first_token"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TokenEvent(_EventBase):
+    """A later output token was emitted (y_{r,j}, j >= 1); closes one TBT gap."""
+
+    token_index: int  # 0-based output index; the first token is FirstTokenEvent
+
+    kind: ClassVar[str] = "token"
+
+    def __post_init__(self) -> None:
+        _EventBase.__post_init__(self)
+        if not isinstance(self.token_index, int) or self.token_index < 1:
+            raise EventLogError(f"token: token_index must be an int >= 1, got {self.token_index!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FinishEvent(_EventBase):
+    """Successful completion (EOS, stop sequence, max tokens). Failures are
+    reported as :class:`CancelEvent` with a reason, never as a finish."""
+
+    reason: str  # e.g. "eos", "stop_sequence", "max_tokens"
+    num_output_tokens: int  # must equal the number of emitted tokens
+
+    kind: ClassVar[str] = "finish"
+
+    def __post_init__(self) -> None:
+        _EventBase.__post_init__(self)
+        _require_text(self.kind, "reason", self.reason)
+        _require_count(self.kind, "num_output_tokens", self.num_output_tokens)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelEvent(_EventBase):
+    """The request ended without successful completion: client disconnect,
+    timeout, engine error. Counted as unfinished with reason ``cancelled``."""
+
+    reason: str = "client"
+
+    kind: ClassVar[str] = "cancel"
+
+    def __post_init__(self) -> None:
+        _EventBase.__post_init__(self)
+        _require_text(self.kind, "reason", self.reason)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreemptEvent(_EventBase):
+    """The request lost its live slot (0x0C). Its clocks keep running."""
+
+    mode: str = "recompute"  # "recompute" or "swap"
+
+    kind: ClassVar[str] = "preempt"
+
+    def __post_init__(self) -> None:
+        _EventBase.__post_init__(self)
+        _require_text(self.kind, "mode", self.mode)
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeEvent(_EventBase):
+    """A preempted request regained a live slot. Never resets TTFT or TBT."""
+
+    kind: ClassVar[str] = "resume"
+
+
+Event = (
+    ArrivalEvent
+    | AdmitEvent
+    | RejectEvent
+    | ScheduleEvent
+    | ComputeEvent
+    | FirstTokenEvent
+    | TokenEvent
+    | FinishEvent
+    | CancelEvent
+    | PreemptEvent
+    | ResumeEvent
+)
+
+EVENT_TYPES: Mapping[str, type[Event]] = MappingProxyType(
+    {
+        cls.kind: cls
+        for cls in (
+            ArrivalEvent,
+            AdmitEvent,
+            RejectEvent,
+            ScheduleEvent,
+            ComputeEvent,
+            FirstTokenEvent,
+            TokenEvent,
+            FinishEvent,
+            CancelEvent,
+            PreemptEvent,
+            ResumeEvent,
+        )
+    }
+)
+
+
+class EventLog:
+    """Append-only collector on one non-decreasing clock.
+
+    The log owns its list; callers get immutable tuples back. Appending an
+    event earlier than the last one raises: producers emit facts in clock
+    order, and a reordered log would hide a clock bug.
+    """
+
+    __slots__ = ("_events",)
+
+    def __init__(self, events: Iterable[Event] = ()) -> None:
+        self._events: list[Event] = []
+        self.extend(events)
+
+    def append(self, event: Event) -> None:
+        if not isinstance(event, tuple(EVENT_TYPES.values())):
+            raise EventLogError(f"not an event record: {event!r}")
+        if self._events and event.time_s < self._events[-1].time_s:
+            raise EventLogError(
+                f"event at {event.time_s} s precedes the previous event at "
+                f"{self._events[-1].time_s} s: {event!r}"
+            )
+        self._events.append(event)
+
+    def extend(self, events: Iterable[Event]) -> None:
+        for event in events:
+            self.append(event)
+
+    @property
+    def events(self) -> tuple[Event, ...]:
+        return tuple(self._events)
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(tuple(self._events))
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def write_jsonl(self, path: str | Path) -> None:
+        write_jsonl(self._events, path)
+
+    @classmethod
+    def read_jsonl(cls, path: str | Path) -> EventLog:
+        return cls(read_jsonl(path))
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    """One event as a dict with a stable key order: ``kind`` then the fields in
+    declaration order (``time_s``, ``request_id``, then kind-specific ones)."""
+    record: dict[str, Any] = {"kind": event.kind}
+    for field in dataclasses.fields(event):
+        record[field.name] = getattr(event, field.name)
+    return record
+
+
+def event_from_dict(record: Mapping[str, Any]) -> Event:
+    """Inverse of :func:`event_to_dict`. Unknown kinds or fields raise."""
+    fields = dict(record)
+    kind = fields.pop("kind", None)
+    cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise EventLogError(f"unknown event kind {kind!r}; valid kinds: {sorted(EVENT_TYPES)}")
+    try:
+        return cls(**fields)
+    except TypeError as error:
+        raise EventLogError(f"{kind}: bad fields {sorted(fields)}: {error}") from error
+
+
+def write_jsonl(events: Iterable[Event], path: str | Path) -> None:
+    """Write one JSON object per line in stable key order."""
+    lines = [json.dumps(event_to_dict(event), allow_nan=False) for event in events]
+    Path(path).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+def read_jsonl(path: str | Path) -> list[Event]:
+    """Read events written by :func:`write_jsonl`; blank lines are skipped."""
+    events: list[Event] = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise EventLogError(f"{path}:{number}: invalid JSON: {error}") from error
+        if not isinstance(record, dict):
+            raise EventLogError(f"{path}:{number}: expected a JSON object")
+        events.append(event_from_dict(record))
+    return events
+
+
+def _require_text(kind: str, name: str, value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise EventLogError(f"{kind}: {name} must be a non-empty str, got {value!r}")
+
+
+def _require_count(kind: str, name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise EventLogError(f"{kind}: {name} must be an int >= 0, got {value!r}")

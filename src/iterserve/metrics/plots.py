@@ -1,0 +1,205 @@
+"""PNG plots of reports and run series.
+
+Figures are built with ``matplotlib.figure.Figure`` on an explicit Agg canvas:
+no pyplot, no global backend switch, no state shared between calls. Each
+function writes one PNG and returns its path. Slot occupancy, wherever shown,
+is labelled "not measured GPU utilization" (0x02).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import pairwise
+from pathlib import Path
+
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from iterserve.metrics.capacity import SLOT_OCCUPANCY_LABEL, IterationComposition, slot_occupancy
+from iterserve.metrics.events import Event
+from iterserve.metrics.report import Report
+from iterserve.metrics.series import ResourceSample, ServiceWeights, client_service_series
+from iterserve.metrics.slo import ObservationWindow
+from iterserve.metrics.timeline import build_timelines
+
+_MS_PER_S = 1000.0
+_DPI = 110
+
+
+def plot_latency_cdfs(reports: Sequence[Report], path: str | Path) -> Path:
+    """Empirical CDFs of TTFT and TBT, one curve per report label, with the
+    declared limits as dotted lines."""
+    figure, axes = _figure(1, 2, width_in=11.0)
+    for axis, name, limit_ms in (
+        (axes[0], "ttft", reports[0].slo.ttft_ms if reports else None),
+        (axes[1], "tbt", reports[0].slo.tbt_ms if reports else None),
+    ):
+        for report in reports:
+            samples_ms = [value * _MS_PER_S for value in report.samples.named()[name]]
+            _step_cdf(axis, samples_ms, f"{report.label} (n={len(samples_ms)})")
+        if limit_ms is not None:
+            axis.axvline(limit_ms, color="black", linestyle=":", label=f"limit {limit_ms:g} ms")
+        axis.set_xlabel(f"{name.upper()} (ms)")
+        axis.set_ylabel("fraction of samples <= x")
+        axis.set_ylim(0.0, 1.02)
+        axis.set_title(f"{name.upper()} CDF")
+        axis.legend(fontsize="small")
+    return _save(figure, path)
+
+
+def plot_batch_composition(
+    iterations: Sequence[IterationComposition],
+    path: str | Path,
+    *,
+    max_rows_per_iteration: int | None = None,
+) -> Path:
+    """Stacked rows per iteration: prefill, decode, rebuild."""
+    figure, axes = _figure(1, 1, width_in=10.0)
+    axis = axes[0]
+    times_s = [item.time_s for item in iterations]
+    width_s = _bar_width_s(times_s)
+    prefill = [item.num_prefill_rows for item in iterations]
+    decode = [item.num_decode_rows for item in iterations]
+    rebuild = [item.num_rebuild_rows for item in iterations]
+    axis.bar(times_s, prefill, width_s, align="edge", label="prefill rows", color="tab:blue")
+    axis.bar(
+        times_s,
+        decode,
+        width_s,
+        bottom=prefill,
+        align="edge",
+        label="decode rows",
+        color="tab:orange",
+    )
+    stacked = [p + d for p, d in zip(prefill, decode, strict=True)]
+    axis.bar(
+        times_s,
+        rebuild,
+        width_s,
+        bottom=stacked,
+        align="edge",
+        label="rebuild rows",
+        color="tab:red",
+    )
+    title = "Batch composition per iteration"
+    if max_rows_per_iteration is not None:
+        axis.axhline(max_rows_per_iteration, color="black", linestyle=":", label="row slots")
+        occupancy = slot_occupancy(iterations, max_rows_per_iteration).occupancy
+        if occupancy is not None:
+            title += f"\n{SLOT_OCCUPANCY_LABEL}: {100 * occupancy:.1f}%"
+    axis.set_title(title)
+    axis.set_xlabel("iteration start (s)")
+    axis.set_ylabel("rows")
+    axis.legend(fontsize="small")
+    return _save(figure, path)
+
+
+def plot_queue_and_kv(samples: Sequence[ResourceSample], path: str | Path) -> Path:
+    """Queue depth (waiting, running) and KV block usage over time."""
+    figure, axes = _figure(2, 1, width_in=10.0, height_in=6.5, sharex=True)
+    times_s = [sample.time_s for sample in samples]
+    axes[0].step(times_s, [s.num_waiting for s in samples], where="post", label="waiting")
+    axes[0].step(times_s, [s.num_running for s in samples], where="post", label="running")
+    axes[0].set_ylabel("requests")
+    axes[0].set_title("Queue depth")
+    axes[0].legend(fontsize="small")
+    usage = [_nan_if_none(sample.kv_usage_fraction) for sample in samples]
+    axes[1].step(times_s, usage, where="post", color="tab:green")
+    axes[1].set_ylim(0.0, 1.02)
+    axes[1].set_ylabel("KV blocks used / total")
+    axes[1].set_xlabel("time (s)")
+    axes[1].set_title("KV block usage")
+    return _save(figure, path)
+
+
+def plot_client_service(
+    events: Iterable[Event],
+    path: str | Path,
+    *,
+    weights: ServiceWeights | None = None,
+    window: ObservationWindow | None = None,
+) -> Path:
+    """Cumulative weighted completed service per client (0x09A F53)."""
+    service_weights = weights or ServiceWeights()
+    end_s = math.inf if window is None else window.end_s
+    start_s = -math.inf if window is None else window.start_s
+    timelines = build_timelines(events, end_s=end_s).values()
+    series = client_service_series(timelines, service_weights, start_s=start_s)
+    figure, axes = _figure(1, 1, width_in=10.0)
+    for client, points in series.items():
+        axes[0].step(
+            [0.0 if window is None else window.start_s] + [p.time_s for p in points],
+            [0.0] + [p.cumulative_service for p in points],
+            where="post",
+            label=client,
+        )
+    axes[0].set_title(
+        "Completed service per client "
+        f"(w_p={service_weights.prompt_weight:g}, w_q={service_weights.output_weight:g})"
+    )
+    axes[0].set_xlabel("time (s)")
+    axes[0].set_ylabel("cumulative weighted service")
+    axes[0].legend(fontsize="small", title="client")
+    return _save(figure, path)
+
+
+def plot_attainment_vs_rate(sweeps: Mapping[str, Sequence[Report]], path: str | Path) -> Path:
+    """Offered-load attainment (solid) against offered rate for each policy;
+    completion-conditioned attainment dashed and labelled diagnostic."""
+    figure, axes = _figure(1, 1, width_in=9.0)
+    axis = axes[0]
+    for label, reports in sweeps.items():
+        ordered = sorted(reports, key=lambda report: report.rates.offered_rate_per_s)
+        rates = [report.rates.offered_rate_per_s for report in ordered]
+        offered = [_nan_if_none(report.attainment.offered_load) for report in ordered]
+        conditioned = [_nan_if_none(report.attainment.completion_conditioned) for report in ordered]
+        (line,) = axis.plot(rates, offered, marker="o", label=f"{label}: offered-load attainment")
+        axis.plot(
+            rates,
+            conditioned,
+            linestyle="--",
+            marker="x",
+            color=line.get_color(),
+            label=f"{label}: completion-conditioned (diagnostic)",
+        )
+    axis.set_ylim(0.0, 1.05)
+    axis.set_xlabel("offered rate (req/s)")
+    axis.set_ylabel("SLO attainment")
+    axis.set_title("SLO attainment vs offered rate")
+    axis.legend(fontsize="small")
+    return _save(figure, path)
+
+
+def _figure(
+    rows: int, cols: int, *, width_in: float, height_in: float = 4.5, sharex: bool = False
+) -> tuple[Figure, list[Axes]]:
+    figure = Figure(figsize=(width_in, height_in), dpi=_DPI, layout="constrained")
+    FigureCanvasAgg(figure)
+    grid = figure.subplots(rows, cols, sharex=sharex, squeeze=False)
+    return figure, [axis for row in grid for axis in row]
+
+
+def _save(figure: Figure, path: str | Path) -> Path:
+    target = Path(path)
+    figure.savefig(target, format="png")
+    return target
+
+
+def _step_cdf(axis: Axes, samples: Sequence[float], label: str) -> None:
+    ordered = sorted(samples)
+    if not ordered:
+        axis.plot([], [], label=f"{label}: no samples")
+        return
+    fractions = [(index + 1) / len(ordered) for index in range(len(ordered))]
+    axis.step([ordered[0], *ordered], [0.0, *fractions], where="post", label=label)
+
+
+def _bar_width_s(times_s: Sequence[float]) -> float:
+    gaps = [later - earlier for earlier, later in pairwise(times_s) if later > earlier]
+    return 0.9 * min(gaps) if gaps else 1.0
+
+
+def _nan_if_none(value: float | None) -> float:
+    return math.nan if value is None else value

@@ -1,0 +1,138 @@
+"""Time series derived from the event log: per-client service and queue depth.
+
+Per-client service follows the 0x09A accounting contract: the protected
+identity is ``client_id``; service is published only by completed work;
+prompt rows cost ``prompt_weight`` each and emitted outputs ``output_weight``
+each (F52, F53). Rebuild rows earn nothing (0x0C); planned work (schedule
+events) earns nothing (DESIGN rule 1).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from iterserve.metrics.events import Event
+from iterserve.metrics.timeline import RequestTimeline, build_timelines
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceWeights:
+    """Declared per-token costs w_p (prompt rows) and w_q (outputs). Equal by
+    default; 0x09A's fixtures use w_p=1, w_q=2 to make unlike service visible."""
+
+    prompt_weight: float = 1.0
+    output_weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("prompt_weight", "output_weight"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"ServiceWeights.{name} must be finite and >= 0")
+
+    def to_dict(self) -> dict[str, float]:
+        return {"prompt_weight": self.prompt_weight, "output_weight": self.output_weight}
+
+
+@dataclass(frozen=True, slots=True)
+class ServicePoint:
+    time_s: float
+    cumulative_service: float
+
+
+def service_increments(
+    timeline: RequestTimeline, weights: ServiceWeights
+) -> list[tuple[float, float]]:
+    """(time, weighted service) for each completed fact of one request."""
+    increments = [(time_s, weights.prompt_weight * rows) for time_s, rows in timeline.compute_s]
+    increments.extend((time_s, weights.output_weight) for time_s in timeline.emission_s)
+    return increments
+
+
+def client_service_series(
+    timelines: Iterable[RequestTimeline],
+    weights: ServiceWeights,
+    *,
+    start_s: float = -math.inf,
+) -> Mapping[str, tuple[ServicePoint, ...]]:
+    """Cumulative weighted service per client, counting facts at or after
+    ``start_s`` (truncate the timelines for an end bound)."""
+    increments: dict[str, list[tuple[float, float]]] = {}
+    for timeline in timelines:
+        steps = [step for step in service_increments(timeline, weights) if step[0] >= start_s]
+        increments.setdefault(timeline.client_id, []).extend(steps)
+    series: dict[str, tuple[ServicePoint, ...]] = {}
+    for client in sorted(increments):
+        total = 0.0
+        points = []
+        for time_s, amount in sorted(increments[client]):
+            total += amount
+            points.append(ServicePoint(time_s, total))
+        series[client] = tuple(points)
+    return series
+
+
+def client_service_totals(
+    timelines: Iterable[RequestTimeline], weights: ServiceWeights, *, start_s: float = -math.inf
+) -> Mapping[str, float]:
+    series = client_service_series(timelines, weights, start_s=start_s)
+    return {
+        client: points[-1].cumulative_service if points else 0.0
+        for client, points in series.items()
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceSample:
+    """One sample of queue depth and KV block usage, as the engine observed it."""
+
+    time_s: float
+    num_waiting: int
+    num_running: int
+    num_kv_blocks_used: int
+    num_kv_blocks_total: int
+
+    def __post_init__(self) -> None:
+        if min(self.num_waiting, self.num_running, self.num_kv_blocks_used) < 0:
+            raise ValueError("counts must be >= 0")
+        if not 0 <= self.num_kv_blocks_used <= self.num_kv_blocks_total:
+            raise ValueError("need 0 <= num_kv_blocks_used <= num_kv_blocks_total")
+
+    @property
+    def kv_usage_fraction(self) -> float | None:
+        if self.num_kv_blocks_total == 0:
+            return None
+        return self.num_kv_blocks_used / self.num_kv_blocks_total
+
+
+def queue_depth_from_events(events: Iterable[Event]) -> tuple[tuple[float, int], ...]:
+    """(time, requests waiting for admission) after each change: a request
+    waits from arrival until admitted (explicitly or by emitting), rejected
+    or cancelled."""
+    changes: list[tuple[float, int]] = []
+    for timeline in build_timelines(events).values():
+        changes.append((timeline.arrival_s, +1))
+        left_s = _left_queue_s(timeline)
+        if left_s is not None:
+            changes.append((left_s, -1))
+    depth = 0
+    series: list[tuple[float, int]] = []
+    for time_s, delta in sorted(changes):
+        depth += delta
+        if series and series[-1][0] == time_s:
+            series[-1] = (time_s, depth)
+        else:
+            series.append((time_s, depth))
+    return tuple(series)
+
+
+def _left_queue_s(timeline: RequestTimeline) -> float | None:
+    candidates = [
+        timeline.admit_s,
+        timeline.reject_s,
+        timeline.cancel_s,
+        timeline.emission_s[0] if timeline.emission_s else None,
+    ]
+    known = [time_s for time_s in candidates if time_s is not None]
+    return min(known) if known else None

@@ -1,0 +1,223 @@
+"""Per-request timelines: the event log grouped by request and checked.
+
+A :class:`RequestTimeline` is every observed fact about one request, in clock
+order. :func:`build_timelines` enforces the lifecycle contract that the
+clocks and outcome partition of 0x07 rely on:
+
+- the first event of a request is its one arrival (the TTFT origin);
+- at most one admission; a rejection only before admission or any output;
+- ``first_token`` once, then ``token`` indices 1, 2, ... consecutively;
+- ``preempt`` only while live, ``resume`` only while preempted (0x0C);
+- one terminal fact at most (finish, reject or cancel), nothing after it;
+- a finish names the number of outputs actually emitted, which is >= 1.
+
+Admission may be implied: a producer that cannot observe admission (the bench
+client) emits no ``admit``; a request that emitted or finished was admitted,
+with an unknown admission time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from iterserve.metrics.events import (
+    AdmitEvent,
+    ArrivalEvent,
+    CancelEvent,
+    ComputeEvent,
+    Event,
+    EventLogError,
+    FinishEvent,
+    FirstTokenEvent,
+    PreemptEvent,
+    RejectEvent,
+    ResumeEvent,
+    ScheduleEvent,
+    TokenEvent,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestTimeline:
+    """Observed facts of one request. ``emission_s[j]`` is output j's time (y_{r,j})."""
+
+    request_id: str
+    client_id: str
+    arrival_s: float
+    num_prompt_tokens: int | None = None
+    admit_s: float | None = None
+    reject_s: float | None = None
+    reject_reason: str | None = None
+    emission_s: tuple[float, ...] = ()
+    finish_s: float | None = None
+    finish_reason: str | None = None
+    cancel_s: float | None = None
+    cancel_reason: str | None = None
+    preempt_s: tuple[float, ...] = ()
+    resume_s: tuple[float, ...] = ()
+    compute_s: tuple[tuple[float, int], ...] = ()  # (time, prompt rows), rebuild excluded
+    num_rebuild_rows: int = 0
+
+    @property
+    def is_admitted(self) -> bool:
+        return self.admit_s is not None or bool(self.emission_s) or self.finish_s is not None
+
+    @property
+    def is_finished(self) -> bool:
+        return self.finish_s is not None
+
+    @property
+    def is_rejected(self) -> bool:
+        return self.reject_s is not None
+
+    @property
+    def is_cancelled(self) -> bool:
+        return self.cancel_s is not None
+
+    @property
+    def is_preempted(self) -> bool:
+        return len(self.preempt_s) > len(self.resume_s)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.is_finished or self.is_rejected or self.is_cancelled
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.emission_s)
+
+
+@dataclass(slots=True)
+class _Builder:
+    """Mutable accumulator private to :func:`build_timelines`."""
+
+    timeline: RequestTimeline
+    emissions: list[float] = field(default_factory=list)
+    preempts: list[float] = field(default_factory=list)
+    resumes: list[float] = field(default_factory=list)
+    computes: list[tuple[float, int]] = field(default_factory=list)
+    num_rebuild_rows: int = 0
+
+    def freeze(self) -> RequestTimeline:
+        return replace(
+            self.timeline,
+            emission_s=tuple(self.emissions),
+            preempt_s=tuple(self.preempts),
+            resume_s=tuple(self.resumes),
+            compute_s=tuple(self.computes),
+            num_rebuild_rows=self.num_rebuild_rows,
+        )
+
+
+def build_timelines(
+    events: Iterable[Event], *, end_s: float = math.inf
+) -> dict[str, RequestTimeline]:
+    """Group events by request, keeping only facts stamped before ``end_s``.
+
+    Events are stably sorted by ``time_s`` first, so equal-time events keep
+    their log order. Raises :class:`EventLogError` on any lifecycle violation.
+    """
+    builders: dict[str, _Builder] = {}
+    for event in sorted(events, key=lambda item: item.time_s):
+        if event.time_s >= end_s:
+            continue
+        if isinstance(event, ArrivalEvent):
+            _add_arrival(builders, event)
+            continue
+        builder = builders.get(event.request_id)
+        if builder is None:
+            raise EventLogError(f"{event.kind} before arrival for request {event.request_id!r}")
+        _apply(builder, event)
+    return {request_id: builder.freeze() for request_id, builder in builders.items()}
+
+
+def _add_arrival(builders: dict[str, _Builder], event: ArrivalEvent) -> None:
+    if event.request_id in builders:
+        raise EventLogError(f"duplicate arrival for request {event.request_id!r}")
+    builders[event.request_id] = _Builder(
+        RequestTimeline(
+            request_id=event.request_id,
+            client_id=event.client_id,
+            arrival_s=event.time_s,
+            num_prompt_tokens=event.num_prompt_tokens,
+        )
+    )
+
+
+def _apply(builder: _Builder, event: Event) -> None:
+    state = builder.timeline
+    if state.is_terminal:
+        raise _violation(event, "arrives after the request's terminal event")
+    is_live = state.admit_s is not None or bool(builder.emissions)
+    if isinstance(event, AdmitEvent):
+        if is_live:
+            raise _violation(event, "admits a request twice")
+        builder.timeline = replace(state, admit_s=event.time_s)
+    elif isinstance(event, RejectEvent):
+        if is_live:
+            raise _violation(event, "rejects a request that was already admitted")
+        builder.timeline = replace(state, reject_s=event.time_s, reject_reason=event.reason)
+    elif isinstance(event, CancelEvent):
+        builder.timeline = replace(state, cancel_s=event.time_s, cancel_reason=event.reason)
+    elif isinstance(event, FinishEvent):
+        _apply_finish(builder, event)
+    elif isinstance(event, FirstTokenEvent | TokenEvent):
+        _apply_emission(builder, event)
+    elif isinstance(event, PreemptEvent | ResumeEvent | ScheduleEvent | ComputeEvent):
+        _apply_service_fact(builder, event, is_live)
+    else:  # pragma: no cover - ArrivalEvent is handled by the caller
+        raise _violation(event, "is not a per-request lifecycle event")
+
+
+def _apply_emission(builder: _Builder, event: FirstTokenEvent | TokenEvent) -> None:
+    expected_index = len(builder.emissions)
+    index = 0 if isinstance(event, FirstTokenEvent) else event.token_index
+    if index != expected_index:
+        raise _violation(event, f"emits output {index} but output {expected_index} is next")
+    if builder.preempts and len(builder.preempts) > len(builder.resumes):
+        raise _violation(event, "emits while preempted")
+    builder.emissions.append(event.time_s)
+
+
+def _apply_finish(builder: _Builder, event: FinishEvent) -> None:
+    if event.num_output_tokens != len(builder.emissions):
+        raise _violation(
+            event,
+            f"reports {event.num_output_tokens} outputs but {len(builder.emissions)} were emitted",
+        )
+    if not builder.emissions:
+        raise _violation(event, "finishes without emitting any output (0x01A: prefill emits one)")
+    builder.timeline = replace(builder.timeline, finish_s=event.time_s, finish_reason=event.reason)
+
+
+def _apply_service_fact(
+    builder: _Builder,
+    event: PreemptEvent | ResumeEvent | ScheduleEvent | ComputeEvent,
+    is_live: bool,
+) -> None:
+    if not is_live:
+        raise _violation(event, "happens before admission")
+    is_preempted = len(builder.preempts) > len(builder.resumes)
+    if isinstance(event, PreemptEvent):
+        if is_preempted:
+            raise _violation(event, "preempts a request that is already preempted")
+        builder.preempts.append(event.time_s)
+    elif isinstance(event, ResumeEvent):
+        if not is_preempted:
+            raise _violation(event, "resumes a request that is not preempted")
+        builder.resumes.append(event.time_s)
+    elif is_preempted:
+        raise _violation(event, "schedules or computes a preempted request")
+    elif isinstance(event, ComputeEvent):
+        if event.is_rebuild:
+            builder.num_rebuild_rows += event.num_rows
+        else:
+            builder.computes.append((event.time_s, event.num_rows))
+
+
+def _violation(event: Event, what: str) -> EventLogError:
+    return EventLogError(
+        f"{event.kind} at {event.time_s} s for request {event.request_id!r} {what}"
+    )
