@@ -41,30 +41,28 @@ class SimulatedExecutor:
         completed = []
         service: Counter[str] = Counter()
         views = state.views
+        realized_of = self._realized
         for work in plan.work:
             view = views[work.request_id]
-            if work.kind is WorkKind.DECODE_ROW:
-                emitted = True
-            elif work.kind is WorkKind.PREFILL_CHUNK:
-                emitted = work.end == view.num_prompt_tokens
-            else:
-                emitted = False
+            kind = work.kind
+            if kind is WorkKind.REBUILD:
+                completed.append(CompletedInterval(work.request_id, work.generation, work.start,
+                                                   work.end, False))
+                continue
+            service[view.client_id] += work.end - work.start
+            if kind is WorkKind.PREFILL_CHUNK and work.end != view.num_prompt_tokens:
+                completed.append(CompletedInterval(work.request_id, work.generation, work.start,
+                                                   work.end, False))
+                continue
+            num_emitted = view.num_emitted + 1
+            realized = realized_of.get(work.request_id)
             reason = None
-            token_id = None
-            if emitted:
-                num_emitted = view.num_emitted + 1
-                token_id = num_emitted
-                realized = self._realized.get(work.request_id)
-                if realized is not None and num_emitted >= realized and (
-                    realized < view.max_output_tokens
-                ):
-                    reason = FinishReason.STOP
-            if work.kind is not WorkKind.REBUILD:
-                service[view.client_id] += work.end - work.start
-            completed.append(
-                CompletedInterval(work.request_id, work.generation, work.start, work.end,
-                                  emitted, token_id, reason)
-            )
+            if realized is not None and realized <= num_emitted and (
+                realized < view.max_output_tokens
+            ):
+                reason = FinishReason.STOP
+            completed.append(CompletedInterval(work.request_id, work.generation, work.start,
+                                               work.end, True, num_emitted, reason))
         return IterationResult(
             decision_id=plan.decision_id,
             input_state_version=plan.input_state_version,

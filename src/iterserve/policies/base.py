@@ -70,26 +70,27 @@ class PlanBuilder:
         Decode is exactly one row; prefill and rebuild take
         min(remaining, max_rows, tokens left). Zero when nothing fits.
         """
-        if view.request_id in self._chosen or not view.is_ready or self.seqs_left == 0:
+        rid = view.request_id
+        if rid in self._chosen or not view.is_ready or self.seqs_left == 0:
             return 0
         c = view.num_computed
-        remaining = view.target - c
+        e = view.num_emitted
+        remaining = view.num_prompt_tokens - c if e == 0 else view.num_prompt_tokens + e - 1 - c
         if remaining == 0:  # decoding: the only legal interval is [c, c+1)
             rows, kind = 1, WorkKind.DECODE_ROW
         else:
             rows = remaining
-            kind = WorkKind.PREFILL_CHUNK if view.num_emitted == 0 else WorkKind.REBUILD
-        if max_rows is not None:
-            rows = min(rows, max_rows)
-        rows = min(rows, self.tokens_left)
+            kind = WorkKind.PREFILL_CHUNK if e == 0 else WorkKind.REBUILD
+        if max_rows is not None and max_rows < rows:
+            rows = max_rows
+        if rows > self.tokens_left:
+            rows = self.tokens_left
         if rows <= 0:
             return 0
         end = c + rows
-        self._work.append(
-            WorkItem(view.request_id, view.generation, view.snapshot_version, c, end, kind,
-                     range(c, end), self._key(view))
-        )
-        self._chosen.add(view.request_id)
+        self._work.append(WorkItem(rid, view.generation, view.snapshot_version, c, end, kind,
+                                   range(c, end), self._key(view)))
+        self._chosen.add(rid)
         self.tokens_left -= rows
         self.seqs_left -= 1
         return rows

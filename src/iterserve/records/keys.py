@@ -8,6 +8,7 @@ evidence; a name outside the registry is rejected rather than trusted.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 
 from iterserve.records.state import SchedulerState
@@ -34,6 +35,16 @@ def _client_service(state: SchedulerState, view: RequestView) -> int:
     return state.service.get(view.client_id, 0)
 
 
+#: Key fields that are plain view attributes: read with one C-level attrgetter.
+VIEW_ATTRIBUTES: dict[str, str] = {
+    "priority_rank": "priority",
+    "arrival": "arrival",
+    "arrival_order": "arrival_order",
+    "request_id": "request_id",
+    "request_generation": "generation",
+    "client_id": "client_id",
+}
+
 KEY_FIELDS: dict[str, KeyField] = {
     "phase_rank": _phase_rank,
     "prefill_first_rank": lambda s, v: 2 - _phase_rank(s, v),
@@ -58,6 +69,14 @@ def compute_key(
 def key_function(
     names: tuple[str, ...], state: SchedulerState
 ) -> Callable[[RequestView], tuple[object, ...]]:
-    """A sort key over views, for policies: ``sorted(views, key=...)``."""
+    """A sort key over views, for policies: ``sorted(views, key=...)``.
+
+    Keys made only of view attributes compile to one attrgetter (hot path).
+    """
+    if names and all(name in VIEW_ATTRIBUTES for name in names):
+        getter = operator.attrgetter(*(VIEW_ATTRIBUTES[name] for name in names))
+        if len(names) == 1:
+            return lambda view: (getter(view),)
+        return getter
     fields = [KEY_FIELDS[name] for name in names]
     return lambda view: tuple(field(state, view) for field in fields)

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from iterserve.records.view import WorkKind
 
 
-@dataclass(frozen=True, slots=True)
-class WorkItem:
-    """One legal token interval of one request generation.
+class WorkItem(NamedTuple):
+    """One legal token interval of one request generation (a NamedTuple for
+    hot-path speed, like RequestView).
 
     ``tie_break`` is the policy's ordering key for this item, recorded so
     replay and validation can recompute it (0x01A "tie-break evidence").

@@ -159,10 +159,8 @@ def _complete(view: RequestView, item: CompletedInterval, now: float) -> Request
 
 
 def _replace(view: RequestView, **changes: object) -> RequestView:
-    fields = {name: getattr(view, name) for name in RequestView.__slots__}
-    fields.update(changes)
-    fields["snapshot_version"] = view.snapshot_version + 1
-    return RequestView(**fields)
+    """A copy with ``changes`` and the next snapshot version."""
+    return view._replace(snapshot_version=view.snapshot_version + 1, **changes)  # type: ignore[arg-type]
 
 
 def _successor(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 
 from iterserve.records import errors as E
-from iterserve.records.keys import KEY_FIELDS
+from iterserve.records.keys import KEY_FIELDS, key_function
 from iterserve.records.plan import IntentKind, IterationPlan, WorkItem
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import OnlineWorkload
@@ -175,11 +175,11 @@ def _validate_tie_break(state: SchedulerState, plan: IterationPlan) -> None:
     unknown = [name for name in names if name not in KEY_FIELDS]
     if unknown:
         raise E.ForgedTieBreak(f"unknown tie-break field(s) {unknown}")
-    fields = [KEY_FIELDS[name] for name in names]
+    key_of = key_function(names, state)
+    views = state.views
     previous: tuple[object, ...] | None = None
     for work in plan.work:
-        view = state.views[work.request_id]
-        key = tuple(field(state, view) for field in fields)
+        key = key_of(views[work.request_id])
         if key != work.tie_break:
             raise E.ForgedTieBreak(f"{work.request_id}: recorded {work.tie_break}, derived {key}")
         if previous is not None and key < previous:
