@@ -1,0 +1,212 @@
+"""Request-local attention over the paged cache (spec 0x04, 0x09).
+
+Visibility is exactly the spec predicate: packed row r of segment i at
+position p sees key position u iff the key belongs to the same segment's
+request (it is read through that segment's own block table) and u <= p, and,
+for a sliding-window layer with window W, u > p - W. New K/V rows are written
+into the pool before attention, so a segment's keys are always the pool rows
+[0, end) of its block table: committed history [0, start) plus its own
+current rows, which is the chunked-prefill union of 0x09.
+
+Launch structure (one valid realisation; 0x04 leaves it free):
+- every single-row segment (decode rows, one-token chunks) is attended in one
+  padded SDPA call per layer: block tables are gathered to [B, L, kv, d] and a
+  boolean mask hides padding and rows past each position;
+- each multi-row segment gets its own SDPA call; a chunk starting at 0 with no
+  binding window uses the current rows directly with `is_causal`.
+The pools are zero-initialised and only ever receive finite rows, so masked
+padding never injects NaN through 0 * V.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from iterserve.model.packing import PackedBatch
+
+Window = int | None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class DecodeRows:
+    """All single-row segments of the batch, attended together."""
+
+    rows: torch.Tensor  # [B] packed row of each single-row segment
+    flat_block_ids: torch.Tensor  # [B * num_blocks] block table rows, padded, flattened
+    num_blocks: int  # blocks gathered per row (the longest row's need)
+    masks: Mapping[Window, torch.Tensor]  # window -> bool [B, 1, 1, num_blocks * block_size]
+    covers_all_rows: bool  # rows == arange(Q_tot): output needs no scatter
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ChunkRows:
+    """One multi-row segment: rows [row_begin, row_end) at positions [start, start + q)."""
+
+    row_begin: int
+    row_end: int
+    start: int
+    block_ids: torch.Tensor  # [ceil(end / block_size)]
+    masks: Mapping[Window, torch.Tensor | None]  # None: plain causal over current rows
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class AttentionMetadata:
+    """Per-forward attention descriptors, shared by every layer."""
+
+    decode: DecodeRows | None
+    chunks: tuple[ChunkRows, ...]
+    block_size: int
+
+    @classmethod
+    def build(cls, batch: PackedBatch, windows: Iterable[Window]) -> AttentionMetadata:
+        distinct_windows = frozenset(windows)
+        single = [i for i, q in enumerate(batch.query_lens) if q == 1]
+        chunks = tuple(
+            _chunk_rows(batch, i, distinct_windows) for i, q in enumerate(batch.query_lens) if q > 1
+        )
+        decode = _decode_rows(batch, single, distinct_windows) if single else None
+        return cls(decode=decode, chunks=chunks, block_size=batch.block_size)
+
+
+def paged_attention(
+    query: torch.Tensor,
+    new_keys: torch.Tensor,
+    new_values: torch.Tensor,
+    key_pool: torch.Tensor,
+    value_pool: torch.Tensor,
+    metadata: AttentionMetadata,
+    window: Window,
+) -> torch.Tensor:
+    """Attend query [Q, H, D] request-locally; returns [Q, H * D].
+
+    `new_keys`/`new_values` [Q, KV, D] must already be written into the pools.
+    """
+    num_rows, num_heads, head_dim = query.shape
+    decode = metadata.decode
+    if decode is not None and decode.covers_all_rows:
+        return _attend_decode(query, key_pool, value_pool, decode, window).view(num_rows, -1)
+    out = query.new_empty(num_rows, num_heads, head_dim)
+    if decode is not None:
+        decoded = _attend_decode(
+            query.index_select(0, decode.rows), key_pool, value_pool, decode, window
+        )
+        out.index_copy_(0, decode.rows, decoded)
+    for chunk in metadata.chunks:
+        rows = slice(chunk.row_begin, chunk.row_end)
+        out[rows] = _attend_chunk(
+            query[rows], new_keys[rows], new_values[rows], key_pool, value_pool, chunk, window
+        )
+    return out.view(num_rows, -1)
+
+
+def _attend_decode(
+    query: torch.Tensor,
+    key_pool: torch.Tensor,
+    value_pool: torch.Tensor,
+    decode: DecodeRows,
+    window: Window,
+) -> torch.Tensor:
+    num_rows = query.shape[0]
+    keys = _gather_rows(key_pool, decode.flat_block_ids).view(num_rows, -1, *key_pool.shape[2:])
+    values = _gather_rows(value_pool, decode.flat_block_ids).view(num_rows, -1, *key_pool.shape[2:])
+    out = F.scaled_dot_product_attention(
+        query.unsqueeze(2),  # [B, H, 1, D]
+        keys.transpose(1, 2),  # [B, KV, L, D]
+        values.transpose(1, 2),
+        attn_mask=decode.masks[window],
+        enable_gqa=True,
+    )
+    return out.squeeze(2)  # [B, H, D]
+
+
+def _attend_chunk(
+    query: torch.Tensor,
+    new_keys: torch.Tensor,
+    new_values: torch.Tensor,
+    key_pool: torch.Tensor,
+    value_pool: torch.Tensor,
+    chunk: ChunkRows,
+    window: Window,
+) -> torch.Tensor:
+    mask = chunk.masks[window]
+    if mask is None:
+        keys, values = new_keys, new_values
+    else:
+        num_keys = chunk.start + query.shape[0]
+        keys = _gather_rows(key_pool, chunk.block_ids).flatten(0, 1)[:num_keys]
+        values = _gather_rows(value_pool, chunk.block_ids).flatten(0, 1)[:num_keys]
+    out = F.scaled_dot_product_attention(
+        query.transpose(0, 1).unsqueeze(0),  # [1, H, q, D]
+        keys.transpose(0, 1).unsqueeze(0),  # [1, KV, k, D]
+        values.transpose(0, 1).unsqueeze(0),
+        attn_mask=mask,
+        is_causal=mask is None,
+        enable_gqa=True,
+    )
+    return out[0].transpose(0, 1)  # [q, H, D]
+
+
+def _gather_rows(pool: torch.Tensor, block_ids: torch.Tensor) -> torch.Tensor:
+    """[n, block_size, KV, D] copy of the named blocks (index_select beats fancy indexing on CPU)."""
+    return torch.index_select(pool, 0, block_ids)
+
+
+def _decode_rows(batch: PackedBatch, segments: list[int], windows: frozenset[Window]) -> DecodeRows:
+    device = batch.token_ids.device
+    block_size = batch.block_size
+    num_blocks = max(batch.starts[i] // block_size + 1 for i in segments)
+    covers_all = len(segments) == batch.num_segments
+    index = torch.tensor(segments, dtype=torch.int64, device=device)
+    tables = batch.block_tables if covers_all else batch.block_tables.index_select(0, index)
+    positions = batch.context_lens if covers_all else batch.context_lens.index_select(0, index)
+    rows = (
+        batch.request_offsets[:-1] if covers_all else batch.request_offsets.index_select(0, index)
+    )
+    key_positions = torch.arange(num_blocks * block_size, device=device)
+    masks = {
+        window: _visible(positions[:, None], key_positions[None, :], window)[:, None, None, :]
+        for window in windows
+    }
+    return DecodeRows(
+        rows=rows,
+        flat_block_ids=tables[:, :num_blocks].reshape(-1),
+        num_blocks=num_blocks,
+        masks=masks,
+        covers_all_rows=covers_all,
+    )
+
+
+def _chunk_rows(batch: PackedBatch, segment: int, windows: frozenset[Window]) -> ChunkRows:
+    device = batch.token_ids.device
+    start, num_rows = batch.starts[segment], batch.query_lens[segment]
+    end = start + num_rows
+    row_begin = sum(batch.query_lens[:segment])
+    query_positions = torch.arange(start, end, device=device)[:, None]
+    key_positions = torch.arange(end, device=device)[None, :]
+    masks: dict[Window, torch.Tensor | None] = {}
+    for window in windows:
+        is_plain_causal = start == 0 and (window is None or window >= num_rows)
+        masks[window] = (
+            None if is_plain_causal else _visible(query_positions, key_positions, window)
+        )
+    return ChunkRows(
+        row_begin=row_begin,
+        row_end=row_begin + num_rows,
+        start=start,
+        block_ids=batch.block_tables[segment, : -(-end // batch.block_size)],
+        masks=masks,
+    )
+
+
+def _visible(
+    query_positions: torch.Tensor, key_positions: torch.Tensor, window: Window
+) -> torch.Tensor:
+    """The 0x04 causal predicate u <= p, narrowed to u > p - W for a sliding window."""
+    visible = key_positions <= query_positions
+    if window is not None:
+        visible &= key_positions > query_positions - window
+    return visible

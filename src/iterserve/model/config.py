@@ -1,0 +1,158 @@
+"""Architecture description parsed from a Hugging Face `config.json`.
+
+`ModelConfig` is the only view of the checkpoint config the forward uses. It
+covers the Llama, Qwen2 and Mistral families, which share one decoder shape:
+RMSNorm -> GQA attention with RoPE -> RMSNorm -> SwiGLU MLP. Their differences
+are data, not code: Qwen2 has q/k/v biases, Mistral and Qwen2 may declare a
+sliding window per layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from iterserve.model.errors import UnsupportedArchitectureError, UnsupportedConfigError
+
+SUPPORTED_ARCHITECTURES: tuple[str, ...] = (
+    "LlamaForCausalLM",
+    "MistralForCausalLM",
+    "Qwen2ForCausalLM",
+)
+DEFAULT_ROPE_THETA = 10000.0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """Shapes and constants of one decoder-only checkpoint.
+
+    `sliding_windows` holds one entry per layer: None for full causal attention,
+    or W meaning a query at position p sees keys at positions (p - W, p].
+    """
+
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    sliding_windows: tuple[int | None, ...]
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.num_heads % self.num_kv_heads:
+            raise UnsupportedConfigError(
+                f"num_attention_heads={self.num_heads} is not a multiple of "
+                f"num_key_value_heads={self.num_kv_heads}"
+            )
+        if len(self.sliding_windows) != self.num_layers:
+            raise UnsupportedConfigError("sliding_windows needs one entry per layer")
+        if self.head_dim % 2:
+            raise UnsupportedConfigError(f"head_dim={self.head_dim} must be even for RoPE")
+
+    @property
+    def num_queries_per_kv(self) -> int:
+        return self.num_heads // self.num_kv_heads
+
+
+def parse_model_config(raw: Mapping[str, Any]) -> ModelConfig:
+    """Validate a `config.json` mapping and build a `ModelConfig`.
+
+    Raises UnsupportedArchitectureError for any family outside
+    SUPPORTED_ARCHITECTURES and UnsupportedConfigError for features the packed
+    forward does not implement (rope scaling, non-SiLU activations).
+    """
+    architecture = _architecture(raw)
+    _reject_unsupported_features(raw)
+    num_layers = int(raw["num_hidden_layers"])
+    num_heads = int(raw["num_attention_heads"])
+    hidden_size = int(raw["hidden_size"])
+    head_dim = raw.get("head_dim") or hidden_size // num_heads
+    return ModelConfig(
+        architecture=architecture,
+        vocab_size=int(raw["vocab_size"]),
+        hidden_size=hidden_size,
+        intermediate_size=int(raw["intermediate_size"]),
+        num_layers=num_layers,
+        num_heads=num_heads,
+        num_kv_heads=int(raw.get("num_key_value_heads") or num_heads),
+        head_dim=int(head_dim),
+        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+        rope_theta=_rope_theta(raw),
+        max_position_embeddings=int(raw.get("max_position_embeddings", 4096)),
+        tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+        sliding_windows=_sliding_windows(raw, architecture, num_layers),
+        bos_token_id=raw.get("bos_token_id"),
+        eos_token_ids=_token_ids(raw.get("eos_token_id")),
+    )
+
+
+def _architecture(raw: Mapping[str, Any]) -> str:
+    architectures = raw.get("architectures") or []
+    if not architectures:
+        raise UnsupportedArchitectureError(
+            f"<none declared; model_type={raw.get('model_type')!r}>", SUPPORTED_ARCHITECTURES
+        )
+    architecture = str(architectures[0])
+    if architecture not in SUPPORTED_ARCHITECTURES:
+        raise UnsupportedArchitectureError(architecture, SUPPORTED_ARCHITECTURES)
+    return architecture
+
+
+def _reject_unsupported_features(raw: Mapping[str, Any]) -> None:
+    activation = raw.get("hidden_act", "silu")
+    if activation != "silu":
+        raise UnsupportedConfigError(f"hidden_act={activation!r}; only 'silu' is implemented")
+    if raw.get("mlp_bias"):
+        raise UnsupportedConfigError("mlp_bias=true is not implemented")
+    for key in ("rope_scaling", "rope_parameters"):
+        rope = raw.get(key)
+        rope_type = (rope or {}).get("rope_type", (rope or {}).get("type", "default"))
+        if rope_type != "default":
+            raise UnsupportedConfigError(
+                f"{key} with rope_type={rope_type!r} is not implemented; "
+                "only default RoPE (no scaling) is supported"
+            )
+
+
+def _rope_theta(raw: Mapping[str, Any]) -> float:
+    rope_parameters = raw.get("rope_parameters") or {}
+    theta = rope_parameters.get("rope_theta", raw.get("rope_theta", DEFAULT_ROPE_THETA))
+    return float(theta)
+
+
+def _sliding_windows(
+    raw: Mapping[str, Any], architecture: str, num_layers: int
+) -> tuple[int | None, ...]:
+    """Per-layer window, following each family's config semantics."""
+    window = raw.get("sliding_window")
+    if architecture == "LlamaForCausalLM" or window is None:
+        return (None,) * num_layers
+    if architecture == "Qwen2ForCausalLM" and not raw.get("use_sliding_window", False):
+        return (None,) * num_layers
+    layer_types = raw.get("layer_types")
+    if layer_types is None and architecture == "Qwen2ForCausalLM":
+        first_sliding = int(raw.get("max_window_layers", num_layers))
+        layer_types = [
+            "sliding_attention" if i >= first_sliding else "full_attention"
+            for i in range(num_layers)
+        ]
+    if layer_types is None:
+        return (int(window),) * num_layers
+    return tuple(int(window) if kind == "sliding_attention" else None for kind in layer_types)
+
+
+def _token_ids(value: Any) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, list | tuple):
+        return tuple(int(v) for v in value)
+    return (int(value),)

@@ -1,0 +1,103 @@
+"""Packed ragged forward of a Llama/Qwen2/Mistral decoder (spec 0x04, 0x09).
+
+Data flow for one PackedBatch of Q_tot rows:
+
+    embed [Q_tot, d]
+    per layer: RMSNorm -> fused QKV (+bias) -> RoPE(position) -> write K/V at
+        slot_mapping -> request-local paged attention -> O proj -> residual
+        -> RMSNorm -> SwiGLU MLP -> residual        (all but attention row-wise)
+    rows at sample points only -> final RMSNorm -> lm_head -> float32 logits
+
+Row-wise stages run once over the packed axis; only attention looks at other
+rows, and only rows of the same segment. The forward mutates nothing but the
+pool rows named by `slot_mapping`; committing those rows as service progress
+is the engine's job after the whole IterationResult validates (0x04 closing
+paragraph).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from iterserve.model.attention import AttentionMetadata, paged_attention
+from iterserve.model.config import ModelConfig
+from iterserve.model.kv_cache import PagedKVCache
+from iterserve.model.packing import PackedBatch
+from iterserve.model.rope import RotaryTables, apply_rotary, inverse_frequencies, rotary_tables
+from iterserve.model.weights import LayerWeights, ModelWeights
+
+
+class PackedCausalLM:
+    """A decoder-only LM whose forward consumes PackedBatch over a PagedKVCache."""
+
+    def __init__(self, config: ModelConfig, weights: ModelWeights) -> None:
+        self.config = config
+        self.weights = weights
+        self._inv_freq = inverse_frequencies(config.head_dim, config.rope_theta, self.device)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.weights.embed_tokens.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.weights.embed_tokens.device
+
+    def allocate_cache(self, num_blocks: int, block_size: int = 16) -> PagedKVCache:
+        """A zeroed cache in this model's dtype and device."""
+        return PagedKVCache.allocate(self.config, num_blocks, block_size, self.dtype, self.device)
+
+    def forward(self, batch: PackedBatch, cache: PagedKVCache) -> torch.Tensor:
+        """Run all layers over the packed rows; returns logits [S, V] (float32) for
+        `batch.sample_rows`, in that order. Writes the batch's K/V rows into `cache`."""
+        if batch.block_size != cache.block_size:
+            raise ValueError(f"batch block_size {batch.block_size} != cache {cache.block_size}")
+        with torch.inference_mode():
+            metadata = AttentionMetadata.build(batch, self.config.sliding_windows)
+            tables = rotary_tables(batch.positions, self._inv_freq, self.dtype)
+            hidden = F.embedding(batch.token_ids, self.weights.embed_tokens)
+            for index, layer in enumerate(self.weights.layers):
+                hidden = self._layer(index, layer, hidden, batch, cache, metadata, tables)
+            sampled = hidden.index_select(0, batch.sample_rows)
+            sampled = _rms_norm(sampled, self.weights.final_norm, self.config.rms_norm_eps)
+            return F.linear(sampled, self.weights.lm_head).float()
+
+    __call__ = forward
+
+    def _layer(
+        self,
+        index: int,
+        layer: LayerWeights,
+        hidden: torch.Tensor,
+        batch: PackedBatch,
+        cache: PagedKVCache,
+        metadata: AttentionMetadata,
+        tables: RotaryTables,
+    ) -> torch.Tensor:
+        config = self.config
+        num_rows = hidden.shape[0]
+        normed = _rms_norm(hidden, layer.input_norm, config.rms_norm_eps)
+        qkv = F.linear(normed, layer.qkv_proj, layer.qkv_bias)
+        qkv = qkv.view(num_rows, config.num_heads + 2 * config.num_kv_heads, config.head_dim)
+        rotated = apply_rotary(qkv[:, : config.num_heads + config.num_kv_heads], tables)
+        query, keys = rotated[:, : config.num_heads], rotated[:, config.num_heads :]
+        values = qkv[:, config.num_heads + config.num_kv_heads :]
+        cache.write(index, batch.slot_mapping, keys, values)
+        attended = paged_attention(
+            query,
+            keys,
+            values,
+            cache.key_pools[index],
+            cache.value_pools[index],
+            metadata,
+            config.sliding_windows[index],
+        )
+        hidden = hidden + F.linear(attended, layer.o_proj, layer.o_bias)
+        normed = _rms_norm(hidden, layer.post_attention_norm, config.rms_norm_eps)
+        gate, up = F.linear(normed, layer.gate_up_proj).chunk(2, dim=-1)
+        return hidden + F.linear(F.silu(gate) * up, layer.down_proj)
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return F.rms_norm(x, weight.shape, weight, eps)

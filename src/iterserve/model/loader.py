@@ -1,0 +1,99 @@
+"""Loads a local Hugging Face checkpoint into a PackedCausalLM.
+
+Safety and scope: weights are read from safetensors only (a pickle-based
+`*.bin` checkpoint is refused, never unpickled), no remote code runs, nothing
+is downloaded. Supported families: see config.SUPPORTED_ARCHITECTURES.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+
+from iterserve.model.config import ModelConfig, parse_model_config
+from iterserve.model.errors import CheckpointError, MissingCheckpointFileError
+from iterserve.model.llama import PackedCausalLM
+from iterserve.model.weights import assemble_weights
+
+CONFIG_FILE = "config.json"
+SINGLE_WEIGHTS_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def load_model(
+    model_dir: Path | str,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+) -> PackedCausalLM:
+    """Load config and weights from `model_dir`; raises a CheckpointError subclass
+    naming the missing file, the unsupported architecture or the bad config."""
+    if dtype not in SUPPORTED_DTYPES:
+        raise ValueError(f"dtype {dtype} not supported; use one of {SUPPORTED_DTYPES}")
+    model_dir = Path(model_dir)
+    config = load_config(model_dir)
+    with ExitStack() as stack:
+        handles = [
+            stack.enter_context(safe_open(str(path), framework="pt", device="cpu"))
+            for path in _shard_paths(model_dir)
+        ]
+        shard_of = {name: handle for handle in handles for name in handle.keys()}  # noqa: SIM118
+
+        def get(name: str) -> torch.Tensor | None:
+            handle = shard_of.get(name)
+            return None if handle is None else handle.get_tensor(name)
+
+        weights = assemble_weights(config, get, dtype, device)
+    return PackedCausalLM(config, weights)
+
+
+def load_config(model_dir: Path) -> ModelConfig:
+    return parse_model_config(_read_json(model_dir / CONFIG_FILE))
+
+
+def _shard_paths(model_dir: Path) -> list[Path]:
+    """The safetensors files holding the weights: every shard named by the index, or the single file."""
+    index_path = model_dir / INDEX_FILE
+    if index_path.is_file():
+        weight_map = _read_json(index_path).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise CheckpointError(f"{index_path} has no weight_map")
+        shards = sorted({model_dir / str(shard) for shard in weight_map.values()})
+        for shard in shards:
+            if not shard.is_file():
+                raise MissingCheckpointFileError(str(shard), f"listed in {INDEX_FILE}")
+        return shards
+    single = model_dir / SINGLE_WEIGHTS_FILE
+    if not single.is_file():
+        _refuse_pickle(model_dir)
+        raise MissingCheckpointFileError(str(single), f"or {INDEX_FILE} for a sharded checkpoint")
+    return [single]
+
+
+def _refuse_pickle(model_dir: Path) -> None:
+    pickles = sorted(p.name for p in model_dir.glob("*.bin")) + sorted(
+        p.name for p in model_dir.glob("*.pt")
+    )
+    if pickles:
+        raise CheckpointError(
+            f"{model_dir} holds only pickle weights ({', '.join(pickles)}); "
+            "iterserve loads safetensors only and never unpickles; convert the "
+            "checkpoint to model.safetensors first"
+        )
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise MissingCheckpointFileError(str(path))
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise CheckpointError(f"{path} is not valid JSON: {error}") from error
+    if not isinstance(payload, dict):
+        raise CheckpointError(f"{path} must hold a JSON object")
+    return payload

@@ -1,0 +1,147 @@
+"""PackedBatch: the tensor form of one PackedIteration (spec 0x04).
+
+Segment i contributes the legal interval [start_i, end_i) of one request
+generation (0x01A). Its q_i = end_i - start_i token rows occupy the packed
+half-open slice [o_i, o_{i+1}) with o_0 = 0 and o_{i+1} = o_i + q_i, in the
+order the segments are given; packing never reorders or changes intervals.
+Positions are request-local: row o_i + r has position start_i + r. The rows
+[0, start_i) of the request are already committed in the paged cache and are
+reached only through the segment's own block table, which is what keeps
+attention request-local.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentSpec:
+    """One request's rows in an iteration.
+
+    token_ids: the tokens at positions [start, start + len(token_ids)).
+    start: committed cache rows before this segment (the computed frontier).
+    block_ids: the request's block table; must cover positions [0, end).
+    sample: True when the segment's last row is a sampling point (prefill
+        reaching the prompt end, or a decode row); only those rows get logits.
+    """
+
+    token_ids: tuple[int, ...]
+    start: int
+    block_ids: tuple[int, ...]
+    sample: bool
+
+    def __post_init__(self) -> None:
+        # Accept any int sequence but store tuples, so the spec stays immutable.
+        object.__setattr__(self, "token_ids", tuple(int(t) for t in self.token_ids))
+        object.__setattr__(self, "block_ids", tuple(int(b) for b in self.block_ids))
+        if not self.token_ids:
+            raise ValueError("a segment needs at least one token row")
+        if self.start < 0:
+            raise ValueError(f"segment start must be >= 0, got {self.start}")
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.token_ids)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PackedBatch:
+    """Row routes and attention descriptors for one forward (spec 0x04 PackedIteration).
+
+    Tensors (all int64, on the model's device):
+        token_ids [Q_tot], positions [Q_tot], slot_mapping [Q_tot]:
+            per packed row; slot = block_id * block_size + position % block_size.
+        request_offsets [N + 1]: segment i owns rows [o_i, o_{i+1}).
+        block_tables [N, max_num_blocks]: row i lists segment i's blocks;
+            entries past `num_blocks[i]` are 0 and never read unmasked.
+        context_lens [N]: committed cache rows before each segment (= start).
+        sample_rows [S]: packed rows that produce logits, in segment order.
+    Host copies (`query_lens`, `starts`, `num_blocks`) let the forward plan
+    attention without reading device tensors back.
+    """
+
+    token_ids: torch.Tensor
+    positions: torch.Tensor
+    request_offsets: torch.Tensor
+    block_tables: torch.Tensor
+    slot_mapping: torch.Tensor
+    context_lens: torch.Tensor
+    sample_rows: torch.Tensor
+    query_lens: tuple[int, ...]
+    starts: tuple[int, ...]
+    num_blocks: tuple[int, ...]
+    sample_segments: tuple[int, ...]
+    block_size: int
+
+    @property
+    def num_segments(self) -> int:
+        return len(self.query_lens)
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.token_ids.shape[0])
+
+
+def pack(
+    segments: Sequence[SegmentSpec], block_size: int, device: torch.device | str = "cpu"
+) -> PackedBatch:
+    """Build a PackedBatch from segment specs; pure apart from tensor creation.
+
+    Raises ValueError when there are no segments or a block table does not
+    cover its segment's rows.
+    """
+    if not segments:
+        raise ValueError("pack needs at least one segment")
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    for index, segment in enumerate(segments):
+        _check_block_table(index, segment, block_size)
+    token_ids: list[int] = []
+    positions: list[int] = []
+    slots: list[int] = []
+    offsets = [0]
+    sample_rows: list[int] = []
+    for segment in segments:
+        token_ids.extend(segment.token_ids)
+        for position in range(segment.start, segment.end):
+            positions.append(position)
+            block = segment.block_ids[position // block_size]
+            slots.append(block * block_size + position % block_size)
+        offsets.append(offsets[-1] + len(segment.token_ids))
+        if segment.sample:
+            sample_rows.append(offsets[-1] - 1)
+    max_num_blocks = max(len(segment.block_ids) for segment in segments)
+    tables = [list(s.block_ids) + [0] * (max_num_blocks - len(s.block_ids)) for s in segments]
+
+    def as_tensor(values: Sequence[int] | Sequence[Sequence[int]]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.int64, device=device)
+
+    return PackedBatch(
+        token_ids=as_tensor(token_ids),
+        positions=as_tensor(positions),
+        request_offsets=as_tensor(offsets),
+        block_tables=as_tensor(tables),
+        slot_mapping=as_tensor(slots),
+        context_lens=as_tensor([s.start for s in segments]),
+        sample_rows=as_tensor(sample_rows),
+        query_lens=tuple(len(s.token_ids) for s in segments),
+        starts=tuple(s.start for s in segments),
+        num_blocks=tuple(len(s.block_ids) for s in segments),
+        sample_segments=tuple(i for i, s in enumerate(segments) if s.sample),
+        block_size=block_size,
+    )
+
+
+def _check_block_table(index: int, segment: SegmentSpec, block_size: int) -> None:
+    num_blocks_needed = -(-segment.end // block_size)
+    if len(segment.block_ids) < num_blocks_needed:
+        raise ValueError(
+            f"segment {index}: rows [0, {segment.end}) need {num_blocks_needed} blocks "
+            f"of {block_size}, block table has {len(segment.block_ids)}"
+        )
+    if any(block < 0 for block in segment.block_ids):
+        raise ValueError(f"segment {index}: block ids must be >= 0")

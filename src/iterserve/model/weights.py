@@ -1,0 +1,100 @@
+"""Model weights in the fused layout the packed forward consumes.
+
+q/k/v projections are concatenated into one [(H + 2 KV) * D, d] matrix and
+gate/up into one [2 I, d] matrix, so each row-wise stage is a single matmul
+over the packed axis (spec 0x04: token-wise operations share the packed axis).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from iterserve.model.config import ModelConfig
+from iterserve.model.errors import CheckpointError
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class LayerWeights:
+    input_norm: torch.Tensor  # [d]
+    qkv_proj: torch.Tensor  # [(H + 2 KV) * D, d]
+    qkv_bias: torch.Tensor | None  # [(H + 2 KV) * D] (Qwen2) or None
+    o_proj: torch.Tensor  # [d, H * D]
+    o_bias: torch.Tensor | None
+    post_attention_norm: torch.Tensor  # [d]
+    gate_up_proj: torch.Tensor  # [2 I, d]
+    down_proj: torch.Tensor  # [d, I]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ModelWeights:
+    embed_tokens: torch.Tensor  # [V, d]
+    layers: tuple[LayerWeights, ...]
+    final_norm: torch.Tensor  # [d]
+    lm_head: torch.Tensor  # [V, d]; the embedding itself when tied
+
+
+TensorSource = Callable[[str], torch.Tensor | None]
+
+
+def assemble_weights(
+    config: ModelConfig, get: TensorSource, dtype: torch.dtype, device: torch.device | str
+) -> ModelWeights:
+    """Fuse Hugging Face-named tensors into ModelWeights.
+
+    `get(name)` returns the tensor or None when the checkpoint lacks it; a
+    missing required tensor raises CheckpointError naming it.
+    """
+
+    def place(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.to(device=device, dtype=dtype).contiguous()
+
+    def required(name: str) -> torch.Tensor:
+        tensor = get(name)
+        if tensor is None:
+            raise CheckpointError(f"checkpoint has no tensor {name!r}")
+        return tensor
+
+    layers = tuple(
+        _layer(f"model.layers.{i}", required, get, place) for i in range(config.num_layers)
+    )
+    embed = place(required("model.embed_tokens.weight"))
+    lm_head = get("lm_head.weight")
+    if lm_head is None and not config.tie_word_embeddings:
+        raise CheckpointError(
+            "checkpoint has no tensor 'lm_head.weight' and tie_word_embeddings=false"
+        )
+    return ModelWeights(
+        embed_tokens=embed,
+        layers=layers,
+        final_norm=place(required("model.norm.weight")),
+        lm_head=embed if lm_head is None or config.tie_word_embeddings else place(lm_head),
+    )
+
+
+def _layer(
+    prefix: str,
+    required: Callable[[str], torch.Tensor],
+    get: TensorSource,
+    place: Callable[[torch.Tensor], torch.Tensor],
+) -> LayerWeights:
+    attn, mlp = f"{prefix}.self_attn", f"{prefix}.mlp"
+    qkv = torch.cat([required(f"{attn}.{p}_proj.weight") for p in "qkv"])
+    biases = [get(f"{attn}.{p}_proj.bias") for p in "qkv"]
+    if any(b is not None for b in biases) and any(b is None for b in biases):
+        raise CheckpointError(f"{attn}: q/k/v biases must be all present or all absent")
+    qkv_bias = None if biases[0] is None else torch.cat([b for b in biases if b is not None])
+    o_bias = get(f"{attn}.o_proj.bias")
+    gate_up = torch.cat([required(f"{mlp}.gate_proj.weight"), required(f"{mlp}.up_proj.weight")])
+    return LayerWeights(
+        input_norm=place(required(f"{prefix}.input_layernorm.weight")),
+        qkv_proj=place(qkv),
+        qkv_bias=None if qkv_bias is None else place(qkv_bias),
+        o_proj=place(required(f"{attn}.o_proj.weight")),
+        o_bias=None if o_bias is None else place(o_bias),
+        post_attention_norm=place(required(f"{prefix}.post_attention_layernorm.weight")),
+        gate_up_proj=place(gate_up),
+        down_proj=place(required(f"{mlp}.down_proj.weight")),
+    )
