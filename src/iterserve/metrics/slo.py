@@ -24,7 +24,7 @@ class SloConfig:
     - ``tpot_ms``: (last - first) / (n_out - 1) <= limit; a one-output request
       has no TPOT and is not judged on it.
     - ``clock_tolerance_ms``: comparisons allow this much float rounding
-      (a virtual clock that adds 0.01 three times lands at 0.030000000000000002).
+      (a virtual clock that adds 0.1 and 0.2 lands at 0.30000000000000004).
     """
 
     ttft_ms: float | None = None

@@ -1,0 +1,87 @@
+"""Lifecycle contract: negative fixtures, each mutating one invariant."""
+
+import pytest
+from metrics_fixtures import stream
+
+from iterserve.metrics import (
+    AdmitEvent,
+    ArrivalEvent,
+    CancelEvent,
+    EventLogError,
+    FinishEvent,
+    FirstTokenEvent,
+    PreemptEvent,
+    RejectEvent,
+    ResumeEvent,
+    TokenEvent,
+)
+from iterserve.metrics.timeline import build_timelines
+
+
+def test_valid_stream_builds() -> None:
+    (timeline,) = build_timelines(stream("r", 0.0, [0.1, 0.2])).values()
+    assert timeline.emission_s == (0.1, 0.2)
+    assert timeline.is_finished and timeline.is_admitted
+
+
+def test_bench_client_log_without_admit_implies_admission() -> None:
+    events = [
+        ArrivalEvent(0.0, "r"),
+        FirstTokenEvent(0.1, "r"),
+        FinishEvent(0.1, "r", reason="eos", num_output_tokens=1),
+    ]
+    (timeline,) = build_timelines(events).values()
+    assert timeline.is_admitted and timeline.admit_s is None
+
+
+A = ArrivalEvent(0.0, "r")
+ADMIT = AdmitEvent(0.0, "r")
+FIRST = FirstTokenEvent(0.1, "r")
+
+
+@pytest.mark.parametrize(
+    ("events", "message"),
+    [
+        ([ADMIT], "before arrival"),
+        ([A, A], "duplicate arrival"),
+        ([A, ADMIT, ADMIT], "twice"),
+        ([A, ADMIT, RejectEvent(0.1, "r", reason="kv")], "already admitted"),
+        ([A, FIRST, RejectEvent(0.2, "r", reason="kv")], "already admitted"),
+        ([A, ADMIT, TokenEvent(0.1, "r", token_index=1)], "output 0 is next"),
+        ([A, ADMIT, FIRST, FIRST], "output 0 but output 1"),
+        ([A, ADMIT, FIRST, TokenEvent(0.2, "r", token_index=2)], "output 2 but output 1"),
+        (
+            [A, ADMIT, FIRST, FinishEvent(0.2, "r", reason="eos", num_output_tokens=2)],
+            "reports 2 outputs",
+        ),
+        ([A, ADMIT, FinishEvent(0.2, "r", reason="eos", num_output_tokens=0)], "without emitting"),
+        (
+            [
+                A,
+                ADMIT,
+                FIRST,
+                FinishEvent(0.1, "r", reason="eos", num_output_tokens=1),
+                TokenEvent(0.2, "r", token_index=1),
+            ],
+            "after the request's terminal",
+        ),
+        ([A, RejectEvent(0.0, "r", reason="cap"), ADMIT], "terminal"),
+        (
+            [A, CancelEvent(0.0, "r", reason="client"), CancelEvent(0.1, "r", reason="client")],
+            "terminal",
+        ),
+        ([A, PreemptEvent(0.0, "r")], "before admission"),
+        ([A, ADMIT, ResumeEvent(0.1, "r")], "not preempted"),
+        ([A, ADMIT, PreemptEvent(0.1, "r"), PreemptEvent(0.2, "r")], "already preempted"),
+        ([A, ADMIT, PreemptEvent(0.05, "r"), FIRST], "while preempted"),
+    ],
+)
+def test_lifecycle_violations_raise(events, message) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(EventLogError, match=message):
+        build_timelines(events)
+
+
+def test_end_bound_drops_unobserved_facts() -> None:
+    (timeline,) = build_timelines(stream("r", 0.0, [0.1, 0.2]), end_s=0.2).values()
+    assert timeline.emission_s == (0.1,)
+    assert not timeline.is_finished
