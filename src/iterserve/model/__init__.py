@@ -1,3 +1,25 @@
 """Model layer: local HF checkpoints, packed ragged forward over a paged KV cache,
 sampling and stopping (spec 0x04, 0x09). Only this layer and the engine's
-executor import torch."""
+executor import torch; this package file imports nothing, so torch-free users
+(`params`, `tokenizer`, `stopping` with FakeTokenizer) stay fast to import.
+
+Modules and their one job:
+    make_model   write a random-weight Llama checkpoint + local tokenizer (presets)
+    loader       load_model(dir, dtype, device) -> PackedCausalLM (safetensors only)
+    packing      SegmentSpec, PackedBatch, pack(segments, block_size)
+    kv_cache     PagedKVCache: per-layer K/V pools [num_blocks, block_size, kv, d]
+    llama        PackedCausalLM.forward(batch, cache) -> logits at sample rows
+    attention    request-local paged attention (0x04 visibility predicate)
+    params       SamplingParams (validated, torch-free)
+    sampling     sample(logits, rows) with per-request seeded generators
+    stopping     token_stop_reason, IncrementalDetokenizer (stop strings)
+    tokenizer    TextTokenizer protocol, HFTokenizer/load_tokenizer, FakeTokenizer
+
+Typical use by an executor::
+
+    model = load_model(model_dir, dtype=torch.float32, device="cpu")
+    cache = model.allocate_cache(num_blocks=1024, block_size=16)
+    batch = pack([SegmentSpec(token_ids, start, block_ids, sample=True)], cache.block_size)
+    logits = model.forward(batch, cache)   # [num sampled segments, vocab], float32
+    tokens = sample(logits, [SampleRow(params, seed, output_index)])
+"""
