@@ -10,11 +10,12 @@ from collections.abc import Sequence
 from iterserve.cli import policies, replay, simulate
 from iterserve.engine.loop import EngineStalled
 from iterserve.engine.replay import ReplayDivergence
+from iterserve.policies.base import PolicyConfigError
 from iterserve.policies.registry import UnknownPolicy
 from iterserve.records.errors import ContractViolation
 from iterserve.sim.workload import WorkloadError
 
-EXPECTED_ERRORS = (WorkloadError, UnknownPolicy, ReplayDivergence, ContractViolation,
+EXPECTED_ERRORS = (WorkloadError, UnknownPolicy, PolicyConfigError, ReplayDivergence, ContractViolation,
                    EngineStalled, FileNotFoundError)
 
 

@@ -8,10 +8,13 @@ import json
 from pathlib import Path
 
 from iterserve.engine.decision_log import DecisionLogWriter
+from iterserve.engine.kv_residency import KvResidency
 from iterserve.engine.loop import Engine, Observer, bind_policy
 from iterserve.engine.simulated import SimulatedExecutor
 from iterserve.engine.trace import RunTrace
+from iterserve.kv.config import BlockManagerConfig
 from iterserve.policies.registry import make_policy
+from iterserve.records.spec import WorkloadManifest
 from iterserve.sim.report import simulate_report
 from iterserve.sim.workload import load_workload
 
@@ -26,17 +29,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
+def make_simulated_executor(manifest: WorkloadManifest) -> SimulatedExecutor:
+    """The simulated executor for a workload: logical KV rows when
+    capacity.kv_rows is set (block size 1), else unbounded memory."""
+    kv_rows = manifest.online.capacity.kv_rows
+    kv = None if kv_rows is None else KvResidency(BlockManagerConfig(kv_rows, 1))
+    return SimulatedExecutor(manifest.hidden, kv=kv, workload=manifest.online)
+
+
 def run(args: argparse.Namespace) -> int:
     manifest = load_workload(args.workload)
     policy = make_policy(args.policy)
     trace = RunTrace()
     observers: list[Observer] = [trace]
+    executor = make_simulated_executor(manifest)
     with contextlib.ExitStack() as stack:
         if args.decision_log:
             args.decision_log.parent.mkdir(parents=True, exist_ok=True)
             stream = stack.enter_context(args.decision_log.open("w"))
-            observers.append(DecisionLogWriter(stream, bind_policy(manifest.online, policy)))
-        engine = Engine(manifest.online, policy, SimulatedExecutor(manifest.hidden), observers)
+            observers.append(DecisionLogWriter(stream, bind_policy(manifest.online, policy),
+                                               executor.capacity()))
+        engine = Engine(manifest.online, policy, executor, observers)
         engine.run(max_iterations=args.max_iterations)
     report = simulate_report(manifest.online, policy.policy_id, trace)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -10,21 +10,28 @@ from __future__ import annotations
 
 from typing import IO, Any
 
-from iterserve.records.codec import dumps, plan_to_json, result_to_json, state_digest
+from iterserve.records.codec import (
+    capacity_to_json,
+    dumps,
+    plan_to_json,
+    result_to_json,
+    state_digest,
+)
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import OnlineWorkload
-from iterserve.records.state import SchedulerState
+from iterserve.records.state import CapacityFacts, SchedulerState
 from iterserve.sim.workload import online_to_json
 
 LOG_FORMAT = 1
 
 
-def header_line(workload: OnlineWorkload) -> dict[str, Any]:
+def header_line(workload: OnlineWorkload, capacity: CapacityFacts) -> dict[str, Any]:
     assert workload.policy is not None, "bind the policy before logging"
     return {
         "type": "header",
         "format": LOG_FORMAT,
+        "initial_capacity": capacity_to_json(capacity),
         "policy": {"id": workload.policy.policy_id, "version": workload.policy.policy_version},
         "workload": online_to_json(workload),
     }
@@ -47,9 +54,10 @@ def iteration_line(
 class DecisionLogWriter:
     """An engine observer that streams the log to an open text file."""
 
-    def __init__(self, stream: IO[str], workload: OnlineWorkload) -> None:
+    def __init__(self, stream: IO[str], workload: OnlineWorkload,
+                 capacity: CapacityFacts) -> None:
         self._stream = stream
-        stream.write(dumps(header_line(workload)) + "\n")
+        stream.write(dumps(header_line(workload, capacity)) + "\n")
 
     def on_step(
         self, state: SchedulerState, plan: IterationPlan, result: IterationResult,

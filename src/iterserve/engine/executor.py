@@ -2,8 +2,10 @@
 
 An executor receives a validated plan and the state it was chosen against
 and returns facts (:class:`IterationResult`). It never changes the plan and
-never advances state. ``release`` tells it that requests left the state so it
-can free whatever it holds for them (KV blocks, samplers).
+never advances state. It decides stops (EOS, stop strings, max_output_tokens)
+and frees a finished request's memory before returning; ``release`` tells it
+that requests left the state some other way (cancelled) so it can free what
+it holds for them.
 """
 
 from __future__ import annotations
@@ -13,10 +15,14 @@ from typing import Protocol
 
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
-from iterserve.records.state import SchedulerState
+from iterserve.records.state import CapacityFacts, SchedulerState
 
 
 class Executor(Protocol):
     def execute(self, plan: IterationPlan, state: SchedulerState) -> IterationResult: ...
 
     def release(self, request_ids: Iterable[str]) -> None: ...
+
+    def capacity(self) -> CapacityFacts:
+        """Current KV capacity facts (counts only)."""
+        ...

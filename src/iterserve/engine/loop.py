@@ -17,7 +17,7 @@ from iterserve.policies.base import Policy
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import OnlineWorkload, PolicyIdentity, RequestSpec
-from iterserve.records.state import SchedulerState
+from iterserve.records.state import CapacityFacts, SchedulerState
 from iterserve.records.transition import advance, with_arrivals
 from iterserve.records.validate import validate_plan, validate_result, validate_state
 
@@ -39,11 +39,12 @@ class RunSummary:
     final_state: SchedulerState
 
 
-def initial_state(workload: OnlineWorkload) -> SchedulerState:
+def initial_state(workload: OnlineWorkload, capacity: CapacityFacts | None = None) -> SchedulerState:
     cap = workload.capacity
     return SchedulerState(
         decision_id=0, state_version=0, now=0.0, waiting=(), running=(), suspended=(),
         finished=(), views={}, token_budget=cap.token_budget, sequence_budget=cap.sequence_budget,
+        capacity=capacity or CapacityFacts(),
     )
 
 
@@ -72,7 +73,7 @@ class Engine:
         order = sorted(range(len(workload.requests)), key=lambda i: (workload.requests[i].arrival, i))
         self._pending: list[tuple[RequestSpec, int]] = [(workload.requests[i], i) for i in order]
         self._next_arrival = 0
-        self.state = initial_state(self.workload)
+        self.state = initial_state(self.workload, executor.capacity())
         self.num_iterations = 0
 
     @property
@@ -121,8 +122,6 @@ class Engine:
         successor = advance(state, plan, result)
         for observer in self.observers:
             observer.on_step(state, plan, result, successor)
-        if successor.finished:
-            self.executor.release(successor.finished)
         self.state = successor
         self.num_iterations += 1 if plan.work else 0
         return True

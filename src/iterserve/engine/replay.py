@@ -17,10 +17,16 @@ from typing import Any
 from iterserve.engine.decision_log import LOG_FORMAT
 from iterserve.engine.loop import Engine
 from iterserve.policies.registry import make_policy
-from iterserve.records.codec import dumps, plan_to_json, result_from_json, state_digest
+from iterserve.records.codec import (
+    capacity_from_json,
+    dumps,
+    plan_to_json,
+    result_from_json,
+    state_digest,
+)
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
-from iterserve.records.state import SchedulerState
+from iterserve.records.state import CapacityFacts, SchedulerState
 from iterserve.sim.workload import parse_workload
 
 
@@ -38,9 +44,12 @@ class ReplayReport:
 class _LoggedExecutor:
     """Returns logged results in order; checks each belongs to the live plan."""
 
-    def __init__(self, lines: Iterator[dict[str, Any]]) -> None:
+    def __init__(self, lines: Iterator[dict[str, Any]], capacity: CapacityFacts) -> None:
         self._lines = lines
-        self.current: dict[str, Any] | None = None
+        self._capacity = capacity
+
+    def capacity(self) -> CapacityFacts:
+        return self._capacity
 
     def execute(self, plan: IterationPlan, state: SchedulerState) -> IterationResult:
         line = next(self._lines, None)
@@ -48,7 +57,6 @@ class _LoggedExecutor:
             raise ReplayDivergence(
                 f"decision {state.decision_id}: the policy scheduled work but the log has ended"
             )
-        self.current = line
         _compare(line, state, plan)
         return result_from_json(line["result"])
 
@@ -112,7 +120,7 @@ def replay(path: Path) -> ReplayReport:
             f"installed version is {policy.policy_version}"
         )
     manifest = parse_workload(header["workload"])
-    executor = _LoggedExecutor(iter(body))
+    executor = _LoggedExecutor(iter(body), capacity_from_json(header["initial_capacity"]))
     engine = Engine(manifest.online, policy, executor)
     engine.run()
     if engine.num_iterations != len(body):

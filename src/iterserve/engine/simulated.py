@@ -1,25 +1,30 @@
-"""SimulatedExecutor: completes every planned interval on a virtual clock.
+"""SimulatedExecutor: completes planned intervals on a virtual clock.
 
 It is the only online component allowed to hold :class:`HiddenTruth`: it
-stops each request when its realized output length is reached (0x01A, 0x02).
-Duration comes from an injected cost model; the default is one unit per
-iteration (the ``iteration`` clock of the 0x02 fixtures).
+stops each request when its realized output length is reached (0x01A, 0x02),
+or at max_output_tokens. Duration comes from an injected cost model; the
+default is one unit per iteration (the ``iteration`` clock of 0x02). With a
+KV residency it backs every interval with real block accounting, so
+allocation can fail as a fact, exactly as on the real executor.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-from iterserve.records.plan import IterationPlan
-from iterserve.records.result import CompletedInterval, IterationResult
-from iterserve.records.spec import HiddenTruth
-from iterserve.records.state import SchedulerState
-from iterserve.records.view import FinishReason, WorkKind
+from iterserve.engine.kv_residency import KvResidency
+from iterserve.records.plan import IterationPlan, WorkItem
+from iterserve.records.result import CompletedInterval, IterationResult, WorkFailure
+from iterserve.records.spec import HiddenTruth, OnlineWorkload
+from iterserve.records.state import CapacityFacts, SchedulerState
+from iterserve.records.view import FinishReason, RequestView, WorkKind
 
 
 class CostModel(Protocol):
+    name: str
+
     def iteration_duration(self, plan: IterationPlan, state: SchedulerState) -> float: ...
 
 
@@ -33,43 +38,93 @@ class UnitIterationCost:
 
 
 class SimulatedExecutor:
-    def __init__(self, hidden: HiddenTruth, cost_model: CostModel | None = None) -> None:
+    def __init__(
+        self,
+        hidden: HiddenTruth,
+        cost_model: CostModel | None = None,
+        kv: KvResidency | None = None,
+        workload: OnlineWorkload | None = None,
+    ) -> None:
         self._realized = dict(hidden.realized_output_tokens)
         self._cost = cost_model or UnitIterationCost()
+        self.kv = kv
+        self._prompts: dict[str, tuple[int, ...]] = {}
+        if workload is not None:
+            self._prompts = {r.request_id: r.prompt_token_ids for r in workload.requests
+                             if r.prompt_token_ids is not None}
+
+    def capacity(self) -> CapacityFacts:
+        return CapacityFacts() if self.kv is None else self.kv.facts()
 
     def execute(self, plan: IterationPlan, state: SchedulerState) -> IterationResult:
+        failures: list[WorkFailure] = []
+        failed_ids: set[str] = set()
+        if self.kv is not None:
+            for rid, reason in self.kv.apply_intents(plan):
+                failed_ids.add(rid)
+                failures.append(WorkFailure(rid, state.views[rid].generation, reason))
         completed = []
+        finished: list[str] = []
         service: Counter[str] = Counter()
         views = state.views
-        realized_of = self._realized
         for work in plan.work:
             view = views[work.request_id]
-            kind = work.kind
-            if kind is WorkKind.REBUILD:
-                completed.append(CompletedInterval(work.request_id, work.generation, work.start,
-                                                   work.end, False))
+            if work.request_id in failed_ids or not self._back(work, view):
+                failures.append(WorkFailure(work.request_id, work.generation, "kv_allocation"))
                 continue
-            service[view.client_id] += work.end - work.start
-            if kind is WorkKind.PREFILL_CHUNK and work.end != view.num_prompt_tokens:
-                completed.append(CompletedInterval(work.request_id, work.generation, work.start,
-                                                   work.end, False))
-                continue
-            num_emitted = view.num_emitted + 1
-            realized = realized_of.get(work.request_id)
-            reason = None
-            if realized is not None and realized <= num_emitted and (
-                realized < view.max_output_tokens
-            ):
-                reason = FinishReason.STOP
-            completed.append(CompletedInterval(work.request_id, work.generation, work.start,
-                                               work.end, True, num_emitted, reason))
+            item = self._complete(work, view)
+            completed.append(item)
+            if work.kind is not WorkKind.REBUILD:
+                service[view.client_id] += work.end - work.start
+            if item.finish_reason is not None:
+                finished.append(work.request_id)
+        if self.kv is not None:
+            self.kv.release(finished)
         return IterationResult(
             decision_id=plan.decision_id,
             input_state_version=plan.input_state_version,
             completed=tuple(completed),
+            failures=tuple(failures),
             service=dict(service),
             duration=self._cost.iteration_duration(plan, state),
+            capacity=None if self.kv is None else self.kv.facts(),
         )
 
+    def _back(self, work: WorkItem, view: RequestView) -> bool:
+        if self.kv is None:
+            return True
+        tokens = self._tokens(view, 0 if self.kv.key(work.request_id) is None else work.start,
+                              work.end)
+        if self.kv.prepare(work.request_id, work.generation, work.start, work.end, tokens) is None:
+            return False
+        self.kv.commit(work.request_id, work.end)
+        return True
+
+    def _tokens(self, view: RequestView, start: int, end: int) -> Sequence[int] | None:
+        """Token ids at positions [start, end): the prompt's, then synthetic
+        outputs (output k has id k), so prefix caching sees real identities."""
+        prompt = self._prompts.get(view.request_id)
+        if prompt is None:
+            return None
+        p = len(prompt)
+        return [prompt[i] if i < p else i - p + 1 for i in range(start, end)]
+
+    def _complete(self, work: WorkItem, view: RequestView) -> CompletedInterval:
+        kind = work.kind
+        if kind is WorkKind.REBUILD or (
+            kind is WorkKind.PREFILL_CHUNK and work.end != view.num_prompt_tokens
+        ):
+            return CompletedInterval(work.request_id, work.generation, work.start, work.end, False)
+        num_emitted = view.num_emitted + 1
+        realized = self._realized.get(work.request_id)
+        reason = None
+        if num_emitted >= view.max_output_tokens:
+            reason = FinishReason.LENGTH
+        elif realized is not None and num_emitted >= realized:
+            reason = FinishReason.STOP
+        return CompletedInterval(work.request_id, work.generation, work.start, work.end, True,
+                                 num_emitted, reason)
+
     def release(self, request_ids: Iterable[str]) -> None:
-        return None
+        if self.kv is not None:
+            self.kv.release(request_ids)

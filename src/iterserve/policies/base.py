@@ -8,6 +8,7 @@ emits the plan in key order. A policy never builds a ``WorkItem`` by hand.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -15,7 +16,7 @@ from iterserve.records.keys import key_function
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent, WorkItem
 from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
-from iterserve.records.view import RequestView, WorkKind
+from iterserve.records.view import Lifecycle, RequestView, WorkKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,31 +48,57 @@ class Policy(Protocol):
 
 
 class PlanBuilder:
-    """Accumulates legal work under both budgets for one state."""
+    """Accumulates legal work under the token, sequence and KV ledgers.
 
-    __slots__ = ("_state", "_policy", "_key", "_work", "_intents", "tokens_left", "seqs_left", "_chosen")
+    KV feasibility is logical (blocks from the published capacity facts);
+    the allocator still publishes the physical result (0x00D).
+    """
 
-    def __init__(self, policy: Policy, state: SchedulerState) -> None:
+    __slots__ = ("_state", "_policy", "_key", "_work", "_intents", "tokens_left", "seqs_left",
+                 "_facts", "blocks_free", "_token_budget")
+
+    def __init__(self, policy: Policy, state: SchedulerState,
+                 token_budget: int | None = None) -> None:
+        """``token_budget`` may only tighten the state's budget (e.g. tau)."""
         self._state = state
         self._policy = policy
         self._key = key_function(policy.tie_break_key, state)
-        self._work: list[WorkItem] = []
+        self._work: dict[str, tuple[WorkItem, int]] = {}  # id -> (item, blocks charged)
         self._intents: list[QueueIntent] = []
-        self._chosen: set[str] = set()
-        self.tokens_left = state.token_budget
+        self._facts = state.capacity
+        self._token_budget = state.token_budget
+        if token_budget is not None and token_budget < state.token_budget:
+            self._token_budget = token_budget
+        self.tokens_left = self._token_budget
         self.seqs_left = state.sequence_budget
+        self.blocks_free = state.capacity.num_blocks_free  # None: unbounded
 
     def can_add(self) -> bool:
         return self.tokens_left > 0 and self.seqs_left > 0
+
+    def legal_rows(self, view: RequestView) -> int:
+        """Width of the widest legal interval now: 1 for decode, else the
+        rows left to the target (prompt, or rebuild target, 0x0C)."""
+        remaining = view.target - view.num_computed
+        return remaining if remaining > 0 else 1
+
+    def blocks_needed(self, view: RequestView, num_rows: int) -> int:
+        facts = self._facts
+        c = view.num_computed
+        return facts.blocks_for(c + num_rows) - facts.blocks_for(c)
+
+    def fits_memory(self, view: RequestView, num_rows: int) -> bool:
+        return self.blocks_free is None or self.blocks_needed(view, num_rows) <= self.blocks_free
 
     def add(self, view: RequestView, max_rows: int | None = None) -> int:
         """Schedule up to ``max_rows`` of ``view``'s legal interval; rows granted.
 
         Decode is exactly one row; prefill and rebuild take
-        min(remaining, max_rows, tokens left). Zero when nothing fits.
+        min(remaining, max_rows, tokens left). Zero when nothing fits the
+        budgets or the KV ledger (the caller may then preempt).
         """
         rid = view.request_id
-        if rid in self._chosen or not view.is_ready or self.seqs_left == 0:
+        if rid in self._work or not view.is_ready or self.seqs_left == 0:
             return 0
         c = view.num_computed
         e = view.num_emitted
@@ -87,13 +114,27 @@ class PlanBuilder:
             rows = self.tokens_left
         if rows <= 0:
             return 0
+        blocks = 0
+        if self.blocks_free is not None:
+            blocks = self.blocks_needed(view, rows)
+            if blocks > self.blocks_free:
+                return 0
+            self.blocks_free -= blocks
         end = c + rows
-        self._work.append(WorkItem(rid, view.generation, view.snapshot_version, c, end, kind,
-                                   range(c, end), self._key(view)))
-        self._chosen.add(rid)
+        item = WorkItem(rid, view.generation, view.snapshot_version, c, end, kind,
+                        range(c, end), self._key(view))
+        self._work[rid] = (item, blocks)
         self.tokens_left -= rows
         self.seqs_left -= 1
         return rows
+
+    def unschedule(self, view: RequestView) -> None:
+        """Remove ``view``'s work from this plan, refunding every ledger."""
+        item, blocks = self._work.pop(view.request_id)
+        self.tokens_left += item.end - item.start
+        self.seqs_left += 1
+        if self.blocks_free is not None:
+            self.blocks_free += blocks
 
     def intend(self, kind: IntentKind, view: RequestView, reason: str = "") -> None:
         self._intents.append(QueueIntent(kind, view.request_id, view.generation, reason))
@@ -105,22 +146,32 @@ class PlanBuilder:
             self.intend(IntentKind.ADMIT, view)
         return rows
 
+    def preempt(self, view: RequestView, kind: IntentKind = IntentKind.PREEMPT_RECOMPUTE,
+                reason: str = "kv_exhausted") -> None:
+        """Preempt a running request: its scheduled work (if any) is removed
+        and its held blocks count as free for the rest of this plan."""
+        if view.request_id in self._work:
+            self.unschedule(view)
+        if self.blocks_free is not None:
+            self.blocks_free += self._facts.blocks_for(view.num_computed)
+        self.intend(kind, view, reason)
+
     def is_chosen(self, request_id: str) -> bool:
-        return request_id in self._chosen
+        return request_id in self._work
 
     @property
     def num_scheduled(self) -> int:
         return len(self._work)
 
     def build(self) -> IterationPlan:
-        work = sorted(self._work, key=lambda item: item.tie_break)
+        work = sorted((item for item, _ in self._work.values()), key=lambda item: item.tie_break)
         return IterationPlan(
             decision_id=self._state.decision_id,
             input_state_version=self._state.state_version,
             policy_id=self._policy.policy_id,
             policy_version=self._policy.policy_version,
             work=tuple(work),
-            tokens_used=self._state.token_budget - self.tokens_left,
+            tokens_used=self._token_budget - self.tokens_left,
             sequences_used=len(work),
             tie_break_key=self._policy.tie_break_key,
             intents=tuple(self._intents),
@@ -130,3 +181,62 @@ class PlanBuilder:
 def views_of(state: SchedulerState, request_ids: tuple[str, ...]) -> list[RequestView]:
     views = state.views
     return [views[rid] for rid in request_ids]
+
+
+class PolicyConfigError(ValueError):
+    """A policy needs a capacity knob the workload did not set."""
+
+
+def require_knob(workload: OnlineWorkload, policy_id: str, name: str) -> int:
+    value = getattr(workload.capacity, name)
+    if value is None:
+        raise PolicyConfigError(f"policy {policy_id!r} needs capacity.{name} in the workload")
+    return int(value)
+
+
+def schedule_in_key_order(builder: PlanBuilder, state: SchedulerState,
+                          key: tuple[str, ...]) -> None:
+    """Give every live request its legal interval in ``key`` order while the
+    budgets allow; waiting requests are admitted (shared by the baselines)."""
+    live = views_of(state, state.running) + views_of(state, state.waiting)
+    for view in sorted(live, key=key_function(key, state)):
+        if not builder.can_add():
+            break
+        if view.lifecycle is Lifecycle.WAITING:
+            builder.admit(view)
+        else:
+            builder.add(view)
+
+
+VictimChooser = Callable[[list[RequestView]], RequestView]
+
+
+def fcfs_victim(candidates: list[RequestView]) -> RequestView:
+    """vLLM FCFS: the tail of the running queue (0x0D)."""
+    return candidates[-1]
+
+
+def priority_victim(candidates: list[RequestView]) -> RequestView:
+    """vLLM PRIORITY: max of (priority, arrival): least favoured, later
+    arrival breaking ties (lower priority value = more urgent, 0x0D)."""
+    return max(candidates, key=lambda v: (v.priority, v.arrival, v.arrival_order))
+
+
+def add_or_preempt(builder: PlanBuilder, view: RequestView, num_rows: int,
+                   queue: list[RequestView], gone: set[str],
+                   choose_victim: VictimChooser) -> bool:
+    """Schedule ``num_rows`` of a running request, preempting victims from
+    ``queue`` (victims leave it and join ``gone``) until the KV ledger fits.
+
+    Returns False when ``view`` itself was chosen as the victim: the
+    running pass must stop (vLLM v0.23.0 ``can_schedule = False``, 0x0D).
+    """
+    while not builder.fits_memory(view, num_rows):
+        victim = choose_victim(queue)
+        queue.remove(victim)
+        gone.add(victim.request_id)
+        builder.preempt(victim)
+        if victim.request_id == view.request_id:
+            return False
+    builder.add(view, num_rows)
+    return True

@@ -1,25 +1,23 @@
 """Decode-first: ready decode rows before ready prefill (0x01A Loop 2, 0x09).
 
 Ordered by (phase_rank, priority_rank, arrival_order, request_id,
-request_generation). Under persistent decode pressure it starves prefill
-(0x09); see the bounded variant for the fix.
+request_generation). Under persistent decode pressure it gives waiting
+prefill zero rows (0x09 counterexample); see ``decode-first-bounded``.
 """
 
 from __future__ import annotations
 
-from iterserve.policies.base import PlanBuilder, PolicyContract, views_of
-from iterserve.records.keys import key_function
+from iterserve.policies.base import PlanBuilder, PolicyContract, schedule_in_key_order
 from iterserve.records.plan import IterationPlan
 from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
-from iterserve.records.view import Lifecycle
 
 
 class DecodeFirst:
     policy_id = "decode-first"
     policy_version = "1"
-    tie_break_key: tuple[str, ...] = ("phase_rank", "priority_rank", "arrival_order", "request_id",
-                     "request_generation")
+    tie_break_key: tuple[str, ...] = ("phase_rank", "priority_rank", "arrival_order",
+                                      "request_id", "request_generation")
     contract = PolicyContract(
         granularity="iteration, token interval",
         protected_identity="request_id + generation + snapshot_version",
@@ -27,7 +25,7 @@ class DecodeFirst:
         decision_output="decode rows first, then prefill chunks in key order",
         unknown_future="output lengths",
         objective="decode cadence (TBT)",
-        metric="TBT; prefill starvation is a known failure (0x09)",
+        metric="TBT; prefill starvation under persistent pressure (0x09)",
         assumptions="priority: lower value is more urgent",
         foreign_owners="readiness facts",
         source="spec 0x01A Loop 2 fixture policy; 0x09 counterexample",
@@ -35,12 +33,5 @@ class DecodeFirst:
 
     def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
         builder = PlanBuilder(self, state)
-        live = views_of(state, state.running) + views_of(state, state.waiting)
-        for view in sorted(live, key=key_function(self.tie_break_key, state)):
-            if not builder.can_add():
-                break
-            if view.lifecycle is Lifecycle.WAITING:
-                builder.admit(view)
-            else:
-                builder.add(view)
+        schedule_in_key_order(builder, state, self.tie_break_key)
         return builder.build()

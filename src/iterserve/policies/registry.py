@@ -5,14 +5,27 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from iterserve.policies.base import Policy
+from iterserve.policies.bounded import BoundedDecodeFirst
 from iterserve.policies.decode_first import DecodeFirst
+from iterserve.policies.orca import Orca
+from iterserve.policies.prefill_first import PrefillFirst
 from iterserve.policies.refill import IterationRefill
+from iterserve.policies.sarathi import Sarathi
+from iterserve.policies.sarathi_serve import SarathiServe
 from iterserve.policies.static import StaticBatching
+from iterserve.policies.vllm import VllmFrontier, VllmPriority
 
 POLICIES: dict[str, Callable[[], Policy]] = {
     "static": StaticBatching,
     "refill": IterationRefill,
+    "orca": Orca,
+    "vllm": VllmFrontier,
+    "vllm-priority": VllmPriority,
+    "sarathi": Sarathi,
+    "sarathi-serve": SarathiServe,
     "decode-first": DecodeFirst,
+    "prefill-first": PrefillFirst,
+    "decode-first-bounded": BoundedDecodeFirst,
 }
 
 

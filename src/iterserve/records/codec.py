@@ -16,7 +16,7 @@ from typing import Any
 from iterserve.records import errors as E
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent, WorkItem
 from iterserve.records.result import CompletedInterval, IterationResult, WorkFailure
-from iterserve.records.state import SchedulerState
+from iterserve.records.state import CapacityFacts, SchedulerState
 from iterserve.records.view import FinishReason, RequestView, WorkKind
 
 LEAK_FIELDS = frozenset(
@@ -41,10 +41,18 @@ def state_to_json(state: SchedulerState) -> dict[str, Any]:
         "views": [_view_to_json(state.views[rid]) for rid in sorted(state.views)],
         "token_budget": state.token_budget,
         "sequence_budget": state.sequence_budget,
-        "capacity": {"kv_rows_total": state.capacity.kv_rows_total,
-                     "kv_rows_free": state.capacity.kv_rows_free},
+        "capacity": capacity_to_json(state.capacity),
         "service": dict(sorted(state.service.items())),
     }
+
+
+def capacity_to_json(facts: CapacityFacts) -> dict[str, Any]:
+    return {"block_size": facts.block_size, "num_blocks_total": facts.num_blocks_total,
+            "num_blocks_free": facts.num_blocks_free}
+
+
+def capacity_from_json(obj: Mapping[str, Any]) -> CapacityFacts:
+    return CapacityFacts(int(obj["block_size"]), obj["num_blocks_total"], obj["num_blocks_free"])
 
 
 def _view_to_json(view: RequestView) -> list[Any]:
@@ -147,6 +155,7 @@ def result_to_json(result: IterationResult) -> dict[str, Any]:
         ],
         "service": dict(sorted(result.service.items())),
         "duration": result.duration,
+        "capacity": None if result.capacity is None else capacity_to_json(result.capacity),
     }
 
 
@@ -167,4 +176,5 @@ def result_from_json(obj: Mapping[str, Any]) -> IterationResult:
         decision_id=int(obj["decision_id"]), input_state_version=int(obj["input_state_version"]),
         completed=completed, failures=failures, service=dict(obj.get("service", {})),
         duration=float(obj.get("duration", 1.0)),
+        capacity=None if obj.get("capacity") is None else capacity_from_json(obj["capacity"]),
     )

@@ -80,6 +80,10 @@ class SequenceBudgetExceeded(ContractViolation):
     code = "sequence_budget_exceeded"
 
 
+class KvCapacityExceeded(ContractViolation):
+    code = "kv_capacity_exceeded"
+
+
 class LedgerDrift(ContractViolation):
     code = "ledger_drift"
 

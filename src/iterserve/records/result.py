@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from iterserve.records.state import CapacityFacts
 from iterserve.records.view import FinishReason
 
 
@@ -44,7 +45,8 @@ class IterationResult:
 
     ``service`` is completed service per client in token rows, excluding
     rebuild rows (0x0C: rebuild earns no service). ``duration`` is on the
-    run's clock (iterations or seconds).
+    run's clock (iterations or seconds). ``capacity`` is the memory owner's
+    capacity facts after this iteration (None: unchanged).
     """
 
     decision_id: int
@@ -53,3 +55,4 @@ class IterationResult:
     failures: tuple[WorkFailure, ...] = ()
     service: Mapping[str, int] = field(default_factory=dict)
     duration: float = 1.0
+    capacity: CapacityFacts | None = None

@@ -16,13 +16,24 @@ from iterserve.records.view import RequestView
 
 @dataclass(frozen=True, slots=True)
 class CapacityFacts:
-    """Capacity facts published by the memory owner, never by a policy (0x0A).
+    """KV capacity facts published by the memory owner, never by a policy (0x0A).
 
-    ``kv_rows_total``/``kv_rows_free`` are logical KV rows (None: unbounded).
+    Counts only, never block ids (a physical-layout leak, 0x01A). A request
+    holding ``c`` computed rows is accounted as ceil(c / block_size) blocks;
+    ``num_blocks_free is None`` means memory is unbounded in this run. With
+    ``block_size == 1`` the blocks are logical rows (the ``kv_rows`` knob).
     """
 
-    kv_rows_total: int | None = None
-    kv_rows_free: int | None = None
+    block_size: int = 1
+    num_blocks_total: int | None = None
+    num_blocks_free: int | None = None
+
+    @property
+    def is_bounded(self) -> bool:
+        return self.num_blocks_free is not None
+
+    def blocks_for(self, num_rows: int) -> int:
+        return -(-num_rows // self.block_size)
 
 
 @dataclass(frozen=True, slots=True)

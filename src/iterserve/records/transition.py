@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent
 from iterserve.records.result import CompletedInterval, IterationResult
 from iterserve.records.spec import RequestSpec
-from iterserve.records.state import SchedulerState
+from iterserve.records.state import CapacityFacts, SchedulerState
 from iterserve.records.view import FinishReason, Lifecycle, RequestView, check_transition
 
 
@@ -74,6 +74,7 @@ def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult)
     return _successor(
         state, views, tuple(queues.waiting), tuple(queues.running), tuple(queues.suspended),
         tuple(queues.finished), now=now, decision_id=state.decision_id + 1, service=service,
+        capacity=result.capacity,
     )
 
 
@@ -146,8 +147,6 @@ def _complete(view: RequestView, item: CompletedInterval, now: float) -> Request
         if first is None:
             first = now
         reason = item.finish_reason
-        if reason is None and emitted >= view.max_output_tokens:
-            reason = FinishReason.LENGTH
         if reason is not None:
             lifecycle = Lifecycle.FINISHED
     return RequestView(
@@ -174,6 +173,7 @@ def _successor(
     now: float,
     decision_id: int,
     service: dict[str, int] | None = None,
+    capacity: CapacityFacts | None = None,
 ) -> SchedulerState:
     return SchedulerState(
         decision_id=decision_id,
@@ -186,7 +186,7 @@ def _successor(
         views=views,
         token_budget=state.token_budget,
         sequence_budget=state.sequence_budget,
-        capacity=state.capacity,
+        capacity=state.capacity if capacity is None else capacity,
         service=state.service if service is None else service,
     )
 

@@ -63,15 +63,21 @@ def validate_plan(workload: OnlineWorkload, state: SchedulerState, plan: Iterati
             f"plan by {plan.policy_id}@{plan.policy_version}, run bound to "
             f"{identity.policy_id}@{identity.policy_version}"
         )
-    admitted = _validate_intents(state, plan)
-    _validate_work(state, plan, admitted)
+    admitted, leaving = _validate_intents(state, plan)
+    _validate_work(state, plan, admitted, leaving)
     _validate_ledger(state, plan)
+    _validate_kv(state, plan)
     _validate_tie_break(state, plan)
 
 
-def _validate_intents(state: SchedulerState, plan: IterationPlan) -> set[str]:
-    """Intents name current generations in queues they may leave; returns admitted ids."""
+def _validate_intents(state: SchedulerState, plan: IterationPlan) -> tuple[set[str], set[str]]:
+    """Intents name current generations in lifecycles they may leave.
+
+    Returns the ids the plan admits or resumes, and the ids it removes from
+    service (preempted, rejected, aborted), which may hold no work.
+    """
     admitted: set[str] = set()
+    leaving: set[str] = set()
     touched: set[str] = set()
     for intent in plan.intents:
         view = _resolve(state, intent.request_id, intent.generation)
@@ -85,7 +91,9 @@ def _validate_intents(state: SchedulerState, plan: IterationPlan) -> set[str]:
             )
         if intent.kind in (IntentKind.ADMIT, IntentKind.RESUME):
             admitted.add(intent.request_id)
-    return admitted
+        else:
+            leaving.add(intent.request_id)
+    return admitted, leaving
 
 
 _INTENT_SOURCES = {
@@ -112,7 +120,9 @@ def _resolve(state: SchedulerState, request_id: str, generation: int) -> Request
     return view
 
 
-def _validate_work(state: SchedulerState, plan: IterationPlan, admitted: set[str]) -> None:
+def _validate_work(
+    state: SchedulerState, plan: IterationPlan, admitted: set[str], leaving: set[str]
+) -> None:
     seen: set[str] = set()
     for work in plan.work:
         view = _resolve(state, work.request_id, work.generation)
@@ -127,6 +137,8 @@ def _validate_work(state: SchedulerState, plan: IterationPlan, admitted: set[str
             raise E.NotReady(f"{work.request_id}: a readiness fact is not READY")
         if view.lifecycle is not Lifecycle.RUNNING and work.request_id not in admitted:
             raise E.NotAdmitted(f"{work.request_id} is {view.lifecycle.value} and not admitted")
+        if work.request_id in leaving:
+            raise E.IllegalIntent(f"{work.request_id} has work and leaves service in one plan")
         _validate_interval(view, work)
 
 
@@ -167,6 +179,32 @@ def _validate_ledger(state: SchedulerState, plan: IterationPlan) -> None:
         raise E.SequenceBudgetExceeded(
             f"{len(plan.work)} sequences > budget {state.sequence_budget}"
         )
+
+
+def _validate_kv(state: SchedulerState, plan: IterationPlan) -> None:
+    """New blocks fit in free blocks plus blocks the plan's preemptions free.
+
+    Logical feasibility only: the allocator still publishes the physical
+    result (reservation is not allocation, 0x00D).
+    """
+    facts = state.capacity
+    if facts.num_blocks_free is None:
+        return
+    views = state.views
+    freed = sum(
+        facts.blocks_for(views[i.request_id].num_computed)
+        for i in plan.intents if i.kind in _RELEASING
+    )
+    needed = sum(
+        facts.blocks_for(w.end) - facts.blocks_for(w.start) for w in plan.work
+    )
+    if needed > facts.num_blocks_free + freed:
+        raise E.KvCapacityExceeded(
+            f"plan needs {needed} new KV blocks, {facts.num_blocks_free} free + {freed} released"
+        )
+
+
+_RELEASING = frozenset({IntentKind.PREEMPT_RECOMPUTE, IntentKind.PREEMPT_PRESERVE, IntentKind.ABORT})
 
 
 def _validate_tie_break(state: SchedulerState, plan: IterationPlan) -> None:
@@ -243,3 +281,8 @@ def _validate_output_clock(
         )
     if has_finish and not emitted:
         raise E.WrongOutputClock(f"{view.request_id}: finish reason on an interval that emitted nothing")
+    if emitted and not has_finish and view.num_emitted + 1 >= view.max_output_tokens:
+        raise E.WrongOutputClock(
+            f"{view.request_id}: output {view.num_emitted + 1} reaches max_output_tokens "
+            "without a length stop"
+        )
