@@ -9,10 +9,13 @@ from metrics_fixtures import (
     burst_accept_all,
     burst_four_live_cap,
     least_slack_tick_oracle,
+    merged,
     saturation_arrivals,
+    stream,
 )
 
 from iterserve.metrics import (
+    EventLog,
     IterationComposition,
     ObservationWindow,
     ResourceSample,
@@ -102,13 +105,18 @@ def test_plots_are_written(tmp_path: Path, reports) -> None:  # type: ignore[no-
         plot_latency_cdfs(reports, tmp_path / "cdf.png"),
         plot_batch_composition(iterations, tmp_path / "batch.png", max_rows_per_iteration=2),
         plot_queue_and_kv(samples, tmp_path / "queue_kv.png"),
-        plot_client_service(
-            burst_accept_all(), tmp_path / "service.png", weights=ServiceWeights(1, 2)
-        ),
+        plot_client_service(_two_clients(), tmp_path / "service.png", weights=ServiceWeights(1, 2)),
         plot_attainment_vs_rate(sweep, tmp_path / "attainment.png"),
     ]
     for path in paths:
         _assert_png(path)
+
+
+def _two_clients() -> EventLog:
+    """Client a: eight short requests served first; client b: four, served after."""
+    groups = [stream(f"a{i}", 0.0, [(i + 1) / 100], client_id="a") for i in range(8)]
+    groups += [stream(f"b{i}", 0.0, [(i + 9) / 100], client_id="b") for i in range(4)]
+    return merged(*groups)
 
 
 def _composition(index: int) -> IterationComposition:

@@ -84,6 +84,8 @@ def plot_batch_composition(
         color="tab:red",
     )
     title = "Batch composition per iteration"
+    tallest = max([item.num_rows for item in iterations] + [max_rows_per_iteration or 0, 1])
+    axis.set_ylim(0.0, 1.2 * tallest)
     if max_rows_per_iteration is not None:
         axis.axhline(max_rows_per_iteration, color="black", linestyle=":", label="row slots")
         occupancy = slot_occupancy(iterations, max_rows_per_iteration).occupancy
@@ -148,7 +150,7 @@ def plot_client_service(
 def plot_attainment_vs_rate(sweeps: Mapping[str, Sequence[Report]], path: str | Path) -> Path:
     """Offered-load attainment (solid) against offered rate for each policy;
     completion-conditioned attainment dashed and labelled diagnostic."""
-    figure, axes = _figure(1, 1, width_in=9.0)
+    figure, axes = _figure(1, 1, width_in=9.0, height_in=5.5)
     axis = axes[0]
     for label, reports in sweeps.items():
         ordered = sorted(reports, key=lambda report: report.rates.offered_rate_per_s)
@@ -168,7 +170,7 @@ def plot_attainment_vs_rate(sweeps: Mapping[str, Sequence[Report]], path: str | 
     axis.set_xlabel("offered rate (req/s)")
     axis.set_ylabel("SLO attainment")
     axis.set_title("SLO attainment vs offered rate")
-    axis.legend(fontsize="small")
+    figure.legend(loc="outside lower center", fontsize="small", ncols=2)
     return _save(figure, path)
 
 
