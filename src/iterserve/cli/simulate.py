@@ -26,6 +26,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     parser.add_argument("--decision-log", type=Path, help="write the JSONL decision log here")
     parser.add_argument("--max-iterations", type=int, default=None)
+    parser.add_argument("--bytes-per-row", type=int, default=None,
+                        help="logical KV bytes per row for the 0x09 exposure proxy")
     parser.set_defaults(run=run)
 
 
@@ -51,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
                                                executor.capacity()))
         engine = Engine(manifest.online, policy, executor, observers)
         engine.run(max_iterations=args.max_iterations)
-    report = simulate_report(manifest.online, policy.policy_id, trace)
+    report = simulate_report(manifest.online, policy.policy_id, trace, args.bytes_per_row)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     occupancy = report["slot_occupancy"]

@@ -44,6 +44,9 @@ class RequestRecord:
 class RunTrace:
     iterations: list[IterationRecord] = field(default_factory=list)
     requests: dict[str, RequestRecord] = field(default_factory=dict)
+    #: completed prefill chunk starts per request (a restart from 0 after a
+    #: preemption replaces the earlier pass), for the 0x09 chunk ledger
+    prefill_chunk_starts: dict[str, list[int]] = field(default_factory=dict)
 
     def on_step(
         self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
@@ -63,6 +66,13 @@ class RunTrace:
                 view = state.views[rid]
                 self.requests[rid] = RequestRecord(rid, view.client_id, view.arrival,
                                                    view.num_prompt_tokens)
+        kinds = {work.request_id: work.kind for work in plan.work}
+        for item in result.completed:
+            if kinds[item.request_id] is WorkKind.PREFILL_CHUNK:
+                starts = self.prefill_chunk_starts.setdefault(item.request_id, [])
+                if item.start == 0:
+                    starts.clear()
+                starts.append(item.start)
         touched = [c.request_id for c in result.completed] + [i.request_id for i in plan.intents]
         for rid in touched:
             after = successor.views.get(rid)
