@@ -9,7 +9,8 @@ from pathlib import Path
 
 from iterserve.engine.decision_log import DecisionLogWriter
 from iterserve.engine.kv_residency import KvResidency
-from iterserve.engine.loop import Engine, Observer, bind_policy
+from iterserve.engine.loop import Engine, bind_policy
+from iterserve.engine.observer import EngineObserver
 from iterserve.engine.simulated import SimulatedExecutor
 from iterserve.engine.trace import RunTrace
 from iterserve.kv.config import BlockManagerConfig
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     manifest = load_workload(args.workload)
     policy = make_policy(args.policy)
     trace = RunTrace()
-    observers: list[Observer] = [trace]
+    observers: list[EngineObserver] = [trace]
     executor = make_simulated_executor(manifest)
     with contextlib.ExitStack() as stack:
         if args.decision_log:

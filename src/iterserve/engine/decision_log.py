@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import IO, Any
 
+from iterserve.engine.observer import EngineObserver
 from iterserve.records.codec import (
     capacity_to_json,
     dumps,
@@ -51,7 +52,7 @@ def iteration_line(
     }
 
 
-class DecisionLogWriter:
+class DecisionLogWriter(EngineObserver):
     """An engine observer that streams the log to an open text file."""
 
     def __init__(self, stream: IO[str], workload: OnlineWorkload,

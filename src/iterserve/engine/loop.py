@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from iterserve.engine.executor import Executor
+from iterserve.engine.observer import EngineObserver
 from iterserve.policies.base import Policy
-from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import OnlineWorkload, PolicyIdentity, RequestSpec
 from iterserve.records.state import CapacityFacts, SchedulerState
-from iterserve.records.transition import advance, with_arrivals
+from iterserve.records.transition import advance, cancel, with_arrivals
 from iterserve.records.validate import validate_plan, validate_result, validate_state
 
 
@@ -26,11 +26,14 @@ class EngineStalled(RuntimeError):
     """Live requests exist, the policy chose nothing, and nothing can change."""
 
 
-class Observer(Protocol):
-    def on_step(
-        self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
-        successor: SchedulerState,
-    ) -> None: ...
+class ArrivalGate(Protocol):
+    """An overload contract applied at arrival (0x07): None admits the
+    request to the waiting queue, a reason string rejects it. Pure: the
+    decision depends only on the spec and the published state."""
+
+    gate_id: str
+
+    def screen(self, spec: RequestSpec, state: SchedulerState) -> str | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +64,9 @@ class Engine:
         workload: OnlineWorkload,
         policy: Policy,
         executor: Executor,
-        observers: Sequence[Observer] = (),
+        observers: Sequence[EngineObserver] = (),
         *,
+        gate: ArrivalGate | None = None,
         validate: bool = True,
     ) -> None:
         self.workload = bind_policy(workload, policy)
@@ -70,10 +74,12 @@ class Engine:
         self.executor = executor
         self.observers = list(observers)
         self.validate = validate
+        self.gate = gate
         order = sorted(range(len(workload.requests)), key=lambda i: (workload.requests[i].arrival, i))
         self._pending: list[tuple[RequestSpec, int]] = [(workload.requests[i], i) for i in order]
         self._next_arrival = 0
         self.state = initial_state(self.workload, executor.capacity())
+        self.rejected: dict[str, str] = {}
         self.num_iterations = 0
 
     @property
@@ -81,14 +87,46 @@ class Engine:
         return not self.state.has_live and self._next_arrival == len(self._pending)
 
     def _publish_arrivals(self, now: float | None = None) -> None:
+        """Publish arrivals due by the clock (or by ``now``, an idle jump).
+
+        With an arrival gate each arrival is screened against the state that
+        already holds the arrivals admitted before it.
+        """
         clock = self.state.now if now is None else now
-        start = self._next_arrival
-        end = start
+        start = end = self._next_arrival
         while end < len(self._pending) and self._pending[end][0].arrival <= clock:
             end += 1
-        if end > start or now is not None:
-            self.state = with_arrivals(self.state, self._pending[start:end], now=now)
-            self._next_arrival = end
+        if now is not None:
+            self.state = with_arrivals(self.state, (), now=now)
+        batch: list[tuple[RequestSpec, int]] = []
+        for spec, order in self._pending[start:end]:
+            if self.gate is not None:
+                self.state = with_arrivals(self.state, batch) if batch else self.state
+                batch = []
+                reason = self.gate.screen(spec, self.state)
+                if reason is not None:
+                    self.rejected[spec.request_id] = reason
+                    for observer in self.observers:
+                        observer.on_reject(spec, reason, spec.arrival)
+                    continue
+            batch.append((spec, order))
+            for observer in self.observers:
+                observer.on_arrival(spec, spec.arrival)
+        if batch:
+            self.state = with_arrivals(self.state, batch)
+        self._next_arrival = end
+
+    def cancel(self, request_id: str) -> None:
+        """Cancel a live request between iterations (0x0C): a successor
+        generation; the executor frees what it holds for it."""
+        state = self.state
+        successor = cancel(state, request_id)
+        if successor is state:
+            return
+        self.executor.release([request_id])
+        for observer in self.observers:
+            observer.on_cancel(request_id, state, successor)
+        self.state = successor
 
     def _jump_to_next_arrival(self) -> bool:
         if self._next_arrival == len(self._pending):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from iterserve.engine.observer import EngineObserver
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.state import SchedulerState
@@ -41,7 +42,7 @@ class RequestRecord:
 
 
 @dataclass(slots=True)
-class RunTrace:
+class RunTrace(EngineObserver):
     iterations: list[IterationRecord] = field(default_factory=list)
     requests: dict[str, RequestRecord] = field(default_factory=dict)
     #: completed prefill chunk starts per request (a restart from 0 after a
