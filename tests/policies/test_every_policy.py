@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from iterserve.cli.simulate import make_simulated_executor
 from iterserve.engine.loop import Engine
 from iterserve.engine.trace import RunTrace
 from iterserve.policies.registry import make_policy, policy_names
 from iterserve.records import Capacity
+from iterserve.sim.factory import make_simulated_executor
 from iterserve.sim.generators import RandomWorkloadConfig, random_workload
 
 KNOBS = dict(chunk_size=16, tau=48, max_num_seqs=8, long_prefill_token_threshold=24)

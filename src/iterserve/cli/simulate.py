@@ -8,14 +8,11 @@ import json
 from pathlib import Path
 
 from iterserve.engine.decision_log import DecisionLogWriter
-from iterserve.engine.kv_residency import KvResidency
 from iterserve.engine.loop import Engine, bind_policy
 from iterserve.engine.observer import EngineObserver
-from iterserve.engine.simulated import SimulatedExecutor
 from iterserve.engine.trace import RunTrace
-from iterserve.kv.config import BlockManagerConfig
 from iterserve.policies.registry import make_policy
-from iterserve.records.spec import WorkloadManifest
+from iterserve.sim.factory import make_simulated_executor
 from iterserve.sim.report import simulate_report
 from iterserve.sim.workload import load_workload
 
@@ -30,14 +27,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--bytes-per-row", type=int, default=None,
                         help="logical KV bytes per row for the 0x09 exposure proxy")
     parser.set_defaults(run=run)
-
-
-def make_simulated_executor(manifest: WorkloadManifest) -> SimulatedExecutor:
-    """The simulated executor for a workload: logical KV rows when
-    capacity.kv_rows is set (block size 1), else unbounded memory."""
-    kv_rows = manifest.online.capacity.kv_rows
-    kv = None if kv_rows is None else KvResidency(BlockManagerConfig(kv_rows, 1))
-    return SimulatedExecutor(manifest.hidden, kv=kv, workload=manifest.online)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,16 @@
+"""Builds the simulated executor a workload asks for."""
+
+from __future__ import annotations
+
+from iterserve.engine.kv_residency import KvResidency
+from iterserve.engine.simulated import SimulatedExecutor
+from iterserve.kv.config import BlockManagerConfig
+from iterserve.records.spec import WorkloadManifest
+
+
+def make_simulated_executor(manifest: WorkloadManifest) -> SimulatedExecutor:
+    """The simulated executor for a workload: logical KV rows when
+    capacity.kv_rows is set (block size 1), else unbounded memory."""
+    kv_rows = manifest.online.capacity.kv_rows
+    kv = None if kv_rows is None else KvResidency(BlockManagerConfig(kv_rows, 1))
+    return SimulatedExecutor(manifest.hidden, kv=kv, workload=manifest.online)
