@@ -168,7 +168,7 @@ class BlockManager:
         block_ids = list(match.block_ids)
         block_ids.extend(self._device.take_fresh() for _ in range(num_new_blocks))
         num_cached_rows = len(match.block_ids) * self._block_size
-        tokens = self._tracked_tokens(token_ids)
+        tokens = list(token_ids) if token_ids is not None else None
         self._resident[key] = _Resident(block_ids, rows, num_cached_rows, tokens,
                                         match.new_chain())
         return AllocationGranted(key, rows, num_cached_rows, num_new_blocks, len(block_ids))
@@ -194,7 +194,8 @@ class BlockManager:
         if needed > self._device.num_available_blocks:
             return AllocationFailed(key, FailureReason.DEVICE_BLOCKS_EXHAUSTED, needed,
                                     self._device.num_available_blocks)
-        resident.block_ids.extend(self._device.take_fresh() for _ in range(needed))
+        for _ in range(needed):
+            resident.block_ids.append(self._device.take_fresh())
         resident.num_rows += rows
         if resident.token_ids is not None and token_ids is not None:
             resident.token_ids.extend(token_ids)
@@ -298,11 +299,6 @@ class BlockManager:
     def _num_blocks_for(self, num_rows: int) -> int:
         return -(-num_rows // self._block_size)
 
-    def _tracked_tokens(self, token_ids: Sequence[int] | None) -> list[int] | None:
-        if token_ids is None or not self._config.enable_prefix_caching:
-            return None
-        return list(token_ids)
-
     def _match(self, token_ids: Sequence[int] | None, max_rows: int) -> _Match:
         """Verified cached chain over the full blocks of ``token_ids[:max_rows]``."""
         if token_ids is None or not self._config.enable_prefix_caching:
@@ -332,7 +328,7 @@ class BlockManager:
     def _advance_chain(self, resident: _Resident) -> int:
         """Give committed full blocks a cache identity; returns how many were registered."""
         chain = resident.chain
-        if resident.token_ids is None:
+        if resident.token_ids is None or not self._config.enable_prefix_caching:
             return 0
         size, num_registered = self._block_size, 0
         while chain.entry is not None and (chain.num_blocks + 1) * size <= resident.num_committed_rows:
