@@ -1,0 +1,34 @@
+"""Session fixtures for the model tests: one tiny checkpoint, built offline into a tmp dir."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Nothing in these tests may reach a model hub; transformers must read local files only.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from iterserve.model.make_model import make_model
+
+    return make_model(tmp_path_factory.mktemp("tiny"), preset="tiny", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_dir: Path):  # -> PackedCausalLM
+    from iterserve.model.loader import load_model
+
+    return load_model(tiny_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_reference(tiny_dir: Path):  # -> transformers LlamaForCausalLM, float32, eval
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).eval()

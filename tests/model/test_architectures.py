@@ -1,0 +1,74 @@
+"""Qwen2 (q/k/v bias, per-layer sliding window) and Mistral (sliding window,
+explicit head_dim, custom rope_theta) checkpoints built here load and match
+the transformers reference on random packed mixes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from model_helpers import assert_random_mix_matches
+
+from iterserve.model.loader import load_model
+
+pytestmark = pytest.mark.slow
+
+COMMON = {
+    "vocab_size": 320,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 256,
+    "rms_norm_eps": 1e-5,
+}
+
+
+def _save_random(model, out_dir: Path) -> Path:
+    """Perturb zero biases and unit norms so the loader must read them, then save."""
+    generator = torch.Generator().manual_seed(11)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("bias") or "norm" in name:
+                parameter.add_(0.1 * torch.randn(parameter.shape, generator=generator))
+    model.save_pretrained(out_dir)
+    return out_dir
+
+
+def _build(kind: str, out_dir: Path):
+    import transformers
+
+    torch.manual_seed(0)  # transformers initialises weights from the global RNG
+    if kind == "qwen2":
+        config = transformers.Qwen2Config(
+            **COMMON,
+            use_sliding_window=True,
+            sliding_window=3,
+            max_window_layers=1,
+            tie_word_embeddings=True,
+        )
+        model = transformers.Qwen2ForCausalLM(config)
+    else:
+        config = transformers.MistralConfig(
+            **COMMON, sliding_window=4, head_dim=24, rope_theta=50000.0
+        )
+        model = transformers.MistralForCausalLM(config)
+    model = _save_random(model.eval(), out_dir)
+    return transformers.AutoModelForCausalLM.from_pretrained(out_dir, dtype=torch.float32).eval()
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "mistral"])
+def test_family_matches_reference(kind: str, tmp_path: Path) -> None:
+    reference = _build(kind, tmp_path)
+    model = load_model(tmp_path)
+    if kind == "qwen2":
+        assert model.weights.layers[0].qkv_bias is not None
+        assert model.config.sliding_windows == (None, 3, 3)
+    else:
+        assert model.config.head_dim == 24
+        assert model.config.rope_theta == 50000.0
+        assert model.config.sliding_windows == (4, 4, 4)
+    for seed in range(3):
+        assert_random_mix_matches(model, reference, seed=seed, block_size=4)
