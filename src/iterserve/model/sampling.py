@@ -70,24 +70,23 @@ def sample(logits: torch.Tensor, rows: Sequence[SampleRow]) -> list[SampledToken
 
 
 def _sample_random(logits: torch.Tensor, rows: Sequence[SampleRow]) -> torch.Tensor:
-    """Temperature, then top-k, then top-p, then one seeded draw per row."""
+    """Temperature, then top-k, then top-p, then one seeded draw per row.
+
+    Draws always happen over vocabulary order, so a row's token does not
+    depend on whether other rows in the batch needed the sorted filter path.
+    """
     temperatures = torch.tensor([r.params.temperature for r in rows], device=logits.device)
     scaled = logits / temperatures[:, None]
     if any(r.params.top_k is not None or r.params.top_p < 1.0 for r in rows):
         sorted_logits, sorted_ids = scaled.sort(dim=-1, descending=True)
-        probs = torch.softmax(_filter_sorted(sorted_logits, rows), dim=-1)
-    else:
-        sorted_ids = None
-        probs = torch.softmax(scaled, dim=-1)
-    probs = probs.cpu()
+        filtered = _filter_sorted(sorted_logits, rows)
+        scaled = torch.empty_like(scaled).scatter_(1, sorted_ids, filtered)
+    probs = torch.softmax(scaled, dim=-1).cpu()
     picks = []
     for i, row in enumerate(rows):
         generator = torch.Generator().manual_seed(row_seed(row.seed, row.output_index))
         picks.append(int(torch.multinomial(probs[i], 1, generator=generator)))
-    picked = torch.tensor(picks, device=logits.device)
-    if sorted_ids is None:
-        return picked
-    return sorted_ids.gather(1, picked[:, None])[:, 0]
+    return torch.tensor(picks, device=logits.device)
 
 
 def _filter_sorted(sorted_logits: torch.Tensor, rows: Sequence[SampleRow]) -> torch.Tensor:
