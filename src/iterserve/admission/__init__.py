@@ -1,0 +1,100 @@
+"""Admission under output uncertainty, preemption intents and resume tickets (0x05, 0x06, 0x0C).
+
+Policy records only: nothing here claims physical memory. Estimates become
+allocation requests; the KV layer's facts answer them.
+"""
+
+from iterserve.admission.binding import (
+    BindingMismatchError,
+    ForeignBinding,
+    Staleness,
+    is_stale,
+    staleness,
+)
+from iterserve.admission.evaluator import (
+    LogicalAmount,
+    PolicyEvaluation,
+    PreemptionCandidate,
+    evaluate_plan,
+)
+from iterserve.admission.lifecycle import (
+    TRANSITIONS,
+    IllegalTransitionError,
+    Lifecycle,
+    can_transition,
+    check_transition,
+)
+from iterserve.admission.planner import (
+    IllegalWatermarkError,
+    estimate_reservation,
+    plan_admission,
+    soft_ceiling_rows,
+)
+from iterserve.admission.policies import (
+    AdmissionPolicy,
+    MaximumPolicy,
+    PointPolicy,
+    QuantilePolicy,
+    WatermarkPolicy,
+)
+from iterserve.admission.preemption import (
+    FallbackMode,
+    ForeignStatus,
+    PreemptionIntent,
+    PreemptionMode,
+    PreemptionReason,
+    PreservationResult,
+    ReleaseResult,
+    reclaimed_capacity_bytes,
+)
+from iterserve.admission.readiness import (
+    ReadinessFact,
+    ReadinessKind,
+    ReadinessRequirement,
+    ReadinessStatus,
+    is_runnable,
+    unmet_requirements,
+)
+from iterserve.admission.records import (
+    AdmissionCandidate,
+    AdmissionDecision,
+    AdmissionIntent,
+    AdmissionPlan,
+    AllocationRequest,
+    AllocationStatus,
+    OutputForecast,
+    PhysicalAllocationResult,
+    QuantileForecast,
+    ReservationBudget,
+    ReservationEstimate,
+    future_append_rows,
+)
+from iterserve.admission.registry import (
+    ADMISSION_POLICY_NAMES,
+    AdmissionPolicyConfig,
+    UnknownAdmissionPolicyError,
+    build_admission_policy,
+)
+from iterserve.admission.resume import (
+    ResumeBlocked,
+    ResumeBlocker,
+    ResumeTicket,
+    derive_resume_ticket,
+)
+
+__all__ = [
+    "ADMISSION_POLICY_NAMES", "AdmissionCandidate", "AdmissionDecision", "AdmissionIntent",
+    "AdmissionPlan", "AdmissionPolicy", "AdmissionPolicyConfig", "AllocationRequest",
+    "AllocationStatus", "BindingMismatchError", "FallbackMode", "ForeignBinding",
+    "ForeignStatus", "IllegalTransitionError", "IllegalWatermarkError", "Lifecycle",
+    "LogicalAmount", "MaximumPolicy", "OutputForecast", "PhysicalAllocationResult",
+    "PointPolicy", "PolicyEvaluation", "PreemptionCandidate", "PreemptionIntent",
+    "PreemptionMode", "PreemptionReason", "PreservationResult", "QuantileForecast",
+    "QuantilePolicy", "ReadinessFact", "ReadinessKind", "ReadinessRequirement",
+    "ReadinessStatus", "ReleaseResult", "ReservationBudget", "ReservationEstimate",
+    "ResumeBlocked", "ResumeBlocker", "ResumeTicket", "Staleness", "TRANSITIONS",
+    "UnknownAdmissionPolicyError", "WatermarkPolicy", "build_admission_policy",
+    "can_transition", "check_transition", "derive_resume_ticket", "estimate_reservation",
+    "evaluate_plan", "future_append_rows", "is_runnable", "is_stale", "plan_admission",
+    "reclaimed_capacity_bytes", "soft_ceiling_rows", "staleness", "unmet_requirements",
+]

@@ -1,0 +1,73 @@
+"""The four-part foreign binding and stale-receipt detection (0x0C).
+
+Generation and snapshot digest protect logical request state; the
+suspension epoch closes the ABA hole (preempted at epoch 10, resumed,
+preempted again at epoch 11: a delayed epoch-10 receipt must not satisfy
+epoch 11). A receipt is current only when all four fields match. A stale
+receipt may still drive idempotent physical cleanup, but it never makes a
+request runnable, creates a resume ticket or publishes capacity.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ForeignBinding:
+    """``(request_id, generation, snapshot_digest, suspension_epoch)``.
+
+    ``snapshot_digest`` is the M5.1 snapshot identity (the spec's
+    ``snapshot_sha256``); ``suspension_epoch`` is monotone per request attempt.
+    """
+
+    request_id: str
+    generation: int
+    snapshot_digest: str
+    suspension_epoch: int
+
+    def __post_init__(self) -> None:
+        if not self.request_id or not self.snapshot_digest:
+            raise ValueError("a binding needs a request id and a snapshot digest")
+        if self.generation < 0 or self.suspension_epoch < 0:
+            raise ValueError("generation and suspension_epoch must be >= 0")
+
+    def __str__(self) -> str:
+        return (f"{self.request_id}:{self.generation}@{self.snapshot_digest[:12]}"
+                f"#e{self.suspension_epoch}")
+
+
+class Staleness(enum.Enum):
+    """How a receipt's binding relates to the request's current binding."""
+
+    CURRENT = "current"
+    STALE_GENERATION = "stale_generation"  # e.g. cancellation published g + 1
+    STALE_EPOCH = "stale_epoch"  # an earlier suspension of the same generation
+    STALE_DIGEST = "stale_digest"  # same generation and epoch, other snapshot
+
+
+class BindingMismatchError(ValueError):
+    """The receipt names another request, or a generation/epoch not yet published."""
+
+
+def staleness(receipt: ForeignBinding, current: ForeignBinding) -> Staleness:
+    """Classify ``receipt`` against ``current``; raises on impossible (future) bindings."""
+    if receipt.request_id != current.request_id:
+        raise BindingMismatchError(f"receipt for {receipt} checked against {current}")
+    if receipt.generation != current.generation:
+        if receipt.generation > current.generation:
+            raise BindingMismatchError(f"receipt {receipt} is from a future generation")
+        return Staleness.STALE_GENERATION
+    if receipt.suspension_epoch != current.suspension_epoch:
+        if receipt.suspension_epoch > current.suspension_epoch:
+            raise BindingMismatchError(f"receipt {receipt} is from a future suspension epoch")
+        return Staleness.STALE_EPOCH
+    if receipt.snapshot_digest != current.snapshot_digest:
+        return Staleness.STALE_DIGEST
+    return Staleness.CURRENT
+
+
+def is_stale(receipt: ForeignBinding, current: ForeignBinding) -> bool:
+    """True when the receipt must not schedule work for ``current``."""
+    return staleness(receipt, current) is not Staleness.CURRENT

@@ -1,0 +1,119 @@
+"""Preemption intent and the foreign facts that answer it (0x0C).
+
+``PreemptionIntent`` is M5.2 policy output; ``ReleaseResult`` (M5.3) and
+``PreservationResult`` (M5.5) are foreign facts. All carry the same
+four-part :class:`ForeignBinding`. No record here holds block ids, copy
+streams, host addresses or placement: those stay foreign implementation state.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from iterserve.admission.binding import ForeignBinding, is_stale
+
+
+class PreemptionMode(enum.Enum):
+    PRESERVE_EXACT = "preserve_exact"  # keep exact K/V (e.g. host swap), restore on resume
+    RECOMPUTE = "recompute"  # drop K/V, rebuild [T_ready, T_target) from token history
+    ABORT = "abort"
+
+
+class FallbackMode(enum.Enum):
+    """What to do when the chosen mode's foreign transaction fails."""
+
+    RECOMPUTE = "recompute"
+    REMAIN_SUSPENDED = "remain_suspended"
+    ABORT = "abort"
+
+
+class PreemptionReason(enum.Enum):
+    KV_CAPACITY = "kv_capacity"  # an extension or allocation was denied
+    PRIORITY = "priority"
+    SLO_RISK = "slo_risk"
+    FAIRNESS = "fairness"
+    OPERATOR = "operator"
+
+
+class ForeignStatus(enum.Enum):
+    READY = "ready"
+    INFLIGHT = "inflight"
+    FAILED = "failed"
+
+
+_FALLBACKS: dict[PreemptionMode, frozenset[FallbackMode]] = {
+    PreemptionMode.PRESERVE_EXACT: frozenset(FallbackMode),
+    PreemptionMode.RECOMPUTE: frozenset({FallbackMode.REMAIN_SUSPENDED, FallbackMode.ABORT}),
+    PreemptionMode.ABORT: frozenset({FallbackMode.ABORT}),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionIntent:
+    """A policy's request to stop one request generation; not a release (0x0C).
+
+    ``semantic_target_tokens`` is T_target, the frozen semantic frontier
+    (``prompt + emitted - 1`` for a decoding request). Recompute, as mode or
+    fallback, is legal only with immutable token history.
+    """
+
+    intent_id: str
+    binding: ForeignBinding
+    mode: PreemptionMode
+    fallback: FallbackMode
+    semantic_target_tokens: int
+    reason: PreemptionReason
+    policy_id: str
+    decision_version: int
+    has_token_history: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.intent_id or not self.policy_id:
+            raise ValueError("intent_id and policy_id must be non-empty")
+        if self.semantic_target_tokens < 0 or self.decision_version < 0:
+            raise ValueError("semantic_target_tokens and decision_version must be >= 0")
+        if self.fallback not in _FALLBACKS[self.mode]:
+            raise ValueError(f"fallback {self.fallback.name} is illegal for {self.mode.name}")
+        uses_recompute = self.mode is PreemptionMode.RECOMPUTE or \
+            self.fallback is FallbackMode.RECOMPUTE
+        if uses_recompute and not self.has_token_history:
+            raise ValueError("recompute without immutable token history is invalid")
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseResult:
+    """M5.3 fact: the request's device blocks were (or were not yet) released.
+
+    ``reclaimed_bytes`` is meaningful only when READY and must be 0 otherwise.
+    """
+
+    binding: ForeignBinding
+    status: ForeignStatus
+    reclaimed_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        if self.reclaimed_bytes < 0 or (self.status is not ForeignStatus.READY
+                                        and self.reclaimed_bytes):
+            raise ValueError("only a READY release reclaims bytes")
+
+
+@dataclass(frozen=True, slots=True)
+class PreservationResult:
+    """M5.5 fact: how many leading tokens of exact K/V are preserved and ready."""
+
+    binding: ForeignBinding
+    status: ForeignStatus
+    exact_ready_prefix_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if self.exact_ready_prefix_tokens < 0 or (self.status is not ForeignStatus.READY
+                                                  and self.exact_ready_prefix_tokens):
+            raise ValueError("only a READY preservation reports a ready prefix")
+
+
+def reclaimed_capacity_bytes(release: ReleaseResult, current: ForeignBinding) -> int:
+    """Bytes the scheduler may count as freed: a current, READY release only (0x0C)."""
+    if release.status is not ForeignStatus.READY or is_stale(release.binding, current):
+        return 0
+    return release.reclaimed_bytes

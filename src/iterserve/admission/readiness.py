@@ -1,0 +1,88 @@
+"""Foreign readiness facts and the runnable conjunction (0x09B, 0x0C).
+
+A suspended request is runnable only when every required foreign fact for
+its *current* binding is READY: exact-but-not-resident, promoted-to-a-stale-
+worker or all-but-one-layer-ready are all "not runnable". The scheduler
+consumes these facts; it never performs the transfer, promotion or placement.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from iterserve.admission.binding import ForeignBinding, Staleness, staleness
+
+
+class ReadinessKind(enum.Enum):
+    REMOTE_KV = "remote_kv"  # connector-backed K/V arriving from elsewhere
+    PROMOTION = "promotion"  # M5.5 tier promotion of preserved K/V
+    LAYERS = "layers"  # one layer's cache resident (0x09B); carries layer_index
+    ALLOCATION = "allocation"  # M5.3 blocks allocated for the resumed rows
+    PLACEMENT = "placement"  # M5.6 worker placement
+
+
+class ReadinessStatus(enum.Enum):
+    PENDING = "pending"
+    READY = "ready"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class ReadinessRequirement:
+    """One fact a resume needs; LAYERS requirements name their layer."""
+
+    kind: ReadinessKind
+    layer_index: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_layer(self.kind, self.layer_index)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadinessFact:
+    """A foreign owner's report for one requirement under one binding."""
+
+    kind: ReadinessKind
+    binding: ForeignBinding
+    status: ReadinessStatus
+    layer_index: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_layer(self.kind, self.layer_index)
+
+    @property
+    def requirement(self) -> ReadinessRequirement:
+        return ReadinessRequirement(self.kind, self.layer_index)
+
+
+def current_facts(binding: ForeignBinding,
+                  facts: Iterable[ReadinessFact]) -> tuple[ReadinessFact, ...]:
+    """Facts bound to exactly ``binding``; other requests' and stale facts are dropped."""
+    return tuple(fact for fact in facts if fact.binding.request_id == binding.request_id
+                 and staleness(fact.binding, binding) is Staleness.CURRENT)
+
+
+def unmet_requirements(binding: ForeignBinding, facts: Iterable[ReadinessFact],
+                       required: Iterable[ReadinessRequirement] = ()
+                       ) -> tuple[ReadinessRequirement, ...]:
+    """Requirements without a current READY fact, plus any current fact not READY."""
+    current = current_facts(binding, facts)
+    ready = {f.requirement for f in current if f.status is ReadinessStatus.READY}
+    unmet = {f.requirement for f in current if f.status is not ReadinessStatus.READY}
+    unmet.update(r for r in required if r not in ready)
+    return tuple(sorted(unmet, key=lambda r: (r.kind.value, r.layer_index or 0)))
+
+
+def is_runnable(binding: ForeignBinding, facts: Iterable[ReadinessFact],
+                required: Iterable[ReadinessRequirement] = ()) -> bool:
+    """True only when every required fact for the current binding is READY (0x0C)."""
+    return not unmet_requirements(binding, facts, required)
+
+
+def _check_layer(kind: ReadinessKind, layer_index: int | None) -> None:
+    if (kind is ReadinessKind.LAYERS) != (layer_index is not None):
+        raise ValueError("layer_index is required for LAYERS facts and only for them")
+    if layer_index is not None and layer_index < 0:
+        raise ValueError(f"layer_index must be >= 0, got {layer_index}")
