@@ -7,22 +7,23 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from iterserve.cli import policies, replay, simulate
+from iterserve.cli import generate, make_model, policies, replay, simulate
 from iterserve.engine.loop import EngineStalled
 from iterserve.engine.replay import ReplayDivergence
+from iterserve.model.errors import CheckpointError
 from iterserve.policies.base import PolicyConfigError
 from iterserve.policies.registry import UnknownPolicy
 from iterserve.records.errors import ContractViolation
 from iterserve.sim.workload import WorkloadError
 
-EXPECTED_ERRORS = (WorkloadError, UnknownPolicy, PolicyConfigError, ReplayDivergence, ContractViolation,
+EXPECTED_ERRORS = (CheckpointError, WorkloadError, UnknownPolicy, PolicyConfigError, ReplayDivergence, ContractViolation,
                    EngineStalled, FileNotFoundError)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="iterserve", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for module in (simulate, replay, policies):
+    for module in (simulate, replay, policies, generate, make_model):
         module.add_parser(subparsers)
     return parser
 

@@ -11,12 +11,18 @@ sees block ids). Every shortfall is a fact, never an exception.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from iterserve.kv.block_manager import BlockManager
 from iterserve.kv.config import BlockManagerConfig
-from iterserve.kv.results import AllocationFailed, RequestKey, SwapFailed
+from iterserve.kv.results import (
+    AllocationFailed,
+    RequestKey,
+    SwapDirection,
+    SwapFailed,
+    SwapGranted,
+)
 from iterserve.records.plan import IntentKind, IterationPlan
 from iterserve.records.state import CapacityFacts
 
@@ -32,9 +38,16 @@ class KvStats:
     intents: dict[str, int]
 
 
+SwapCopier = Callable[[SwapDirection, tuple[tuple[int, int], ...]], None]
+
+
 class KvResidency:
-    def __init__(self, config: BlockManagerConfig) -> None:
+    """``on_swap`` receives (direction, (device_block, host_block) pairs) so an
+    executor holding real tensors can copy the rows (PRESERVE_EXACT, 0x0C)."""
+
+    def __init__(self, config: BlockManagerConfig, on_swap: SwapCopier | None = None) -> None:
         self.manager = BlockManager(config)
+        self._on_swap = on_swap
         self._keys: dict[str, RequestKey] = {}
         self._prefix_hit_tokens = 0
         self._swapped_out = 0
@@ -67,6 +80,7 @@ class KvResidency:
                 if isinstance(swapped, SwapFailed):
                     failures.append((rid, f"swap_out_failed:{swapped.reason.value}"))
                 else:
+                    self._copy(swapped)
                     self._swapped_out += len(swapped.copy_pairs)
             elif intent.kind is IntentKind.RESUME and rid in self._keys and (
                 self.manager.is_swapped(self._keys[rid])
@@ -75,8 +89,16 @@ class KvResidency:
                 if isinstance(swapped, SwapFailed):
                     failures.append((rid, f"swap_in_failed:{swapped.reason.value}"))
                 else:
+                    self._copy(swapped)
                     self._swapped_in += len(swapped.copy_pairs)
         return failures
+
+    def _copy(self, swapped: SwapGranted) -> None:
+        if self._on_swap is not None and swapped.copy_pairs:
+            self._on_swap(swapped.direction, swapped.copy_pairs)
+
+    def block_table(self, request_id: str) -> tuple[int, ...]:
+        return self.manager.block_table(self._keys[request_id])
 
     def prepare(self, request_id: str, generation: int, start: int, end: int,
                 token_ids: Sequence[int] | None) -> int | None:

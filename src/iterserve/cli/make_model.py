@@ -1,0 +1,22 @@
+"""``iterserve make-model DIR --preset tiny|small``: a random-weight local checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("make-model", help="write a random-weight Llama checkpoint")
+    parser.add_argument("dir", type=Path, help="output directory")
+    parser.add_argument("--preset", default="tiny", help="tiny (tests, demo) or small (benchmarks)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from iterserve.model.make_model import make_model
+
+    path = make_model(args.dir, args.preset, args.seed)
+    print(f"wrote {args.preset} checkpoint (seed {args.seed}) to {path}")
+    return 0

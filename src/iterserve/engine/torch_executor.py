@@ -1,0 +1,214 @@
+"""TorchExecutor: runs exactly the intervals of a validated plan on a real
+model (0x04), over one preallocated paged KV pool.
+
+Per iteration: apply the plan's memory intents (free, swap), back every
+interval with blocks (a prefix hit skips cached rows, never the sampling
+row), pack the segments into one PackedBatch, run one forward, sample only
+at sampling points (a decode row; the last row of a prefill reaching p),
+decide stops, commit rows and free finished requests. The packed layout
+never changes the plan's intervals; rebuild rows emit nothing (0x0C).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from iterserve.engine.kv_residency import KvResidency
+from iterserve.kv.config import BlockManagerConfig
+from iterserve.kv.results import SwapDirection
+from iterserve.model.kv_cache import PagedKVCache
+from iterserve.model.llama import PackedCausalLM
+from iterserve.model.packing import SegmentSpec, pack
+from iterserve.model.params import SamplingParams
+from iterserve.model.sampling import SampleRow, sample
+from iterserve.model.stopping import IncrementalDetokenizer, StopReason, token_stop_reason
+from iterserve.model.tokenizer import TextTokenizer
+from iterserve.records.plan import IterationPlan, WorkItem
+from iterserve.records.result import CompletedInterval, IterationResult, WorkFailure
+from iterserve.records.state import CapacityFacts, SchedulerState
+from iterserve.records.view import FinishReason, RequestView, WorkKind
+
+_FINISH = {
+    StopReason.EOS: FinishReason.STOP,
+    StopReason.STOP_TOKEN: FinishReason.STOP,
+    StopReason.STOP_STRING: FinishReason.STOP,
+    StopReason.MAX_TOKENS: FinishReason.LENGTH,
+}
+
+
+@dataclass(slots=True)
+class RequestStream:
+    """One request's token stream and output, owned by the executor."""
+
+    prompt_token_ids: tuple[int, ...]
+    params: SamplingParams
+    seed: int
+    detokenizer: IncrementalDetokenizer | None
+    token_ids: list[int] = field(default_factory=list)  # prompt + outputs (the logical stream)
+    output_token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    stop_reason: StopReason | None = None
+
+    @property
+    def text(self) -> str:
+        return "" if self.detokenizer is None else self.detokenizer.text
+
+
+class TorchExecutor:
+    def __init__(
+        self,
+        model: PackedCausalLM,
+        num_blocks: int,
+        block_size: int = 16,
+        tokenizer: TextTokenizer | None = None,
+        num_host_blocks: int = 0,
+        enable_prefix_caching: bool = True,
+        time_scale: float = 1000.0,
+    ) -> None:
+        """``time_scale`` converts wall seconds to the run's clock (ms by default)."""
+        self.model = model
+        self.tokenizer = tokenizer
+        self.cache = model.allocate_cache(num_blocks, block_size)
+        self.host_cache = None  # the host swap pool always lives in CPU memory
+        if num_host_blocks:
+            self.host_cache = PagedKVCache.allocate(model.config, num_host_blocks, block_size,
+                                                    model.dtype, "cpu")
+        config = BlockManagerConfig(num_blocks, block_size, num_host_blocks, enable_prefix_caching)
+        self.kv = KvResidency(config, on_swap=self._copy_blocks)
+        self.streams: dict[str, RequestStream] = {}
+        self._eos = tuple(tokenizer.eos_token_ids) if tokenizer is not None else ()
+        self._time_scale = time_scale
+        self.num_computed_rows = 0
+        self.num_cached_rows_skipped = 0
+
+    def add_request(self, request_id: str, prompt_token_ids: Sequence[int],
+                    params: SamplingParams, seed: int) -> None:
+        detok = None
+        if self.tokenizer is not None:
+            detok = IncrementalDetokenizer(self.tokenizer, params.stop, prompt_token_ids)
+        self.streams[request_id] = RequestStream(
+            tuple(prompt_token_ids), params, seed, detok, list(prompt_token_ids)
+        )
+
+    def capacity(self) -> CapacityFacts:
+        return self.kv.facts()
+
+    def release(self, request_ids: Iterable[str]) -> None:
+        self.kv.release(request_ids)
+
+    def execute(self, plan: IterationPlan, state: SchedulerState) -> IterationResult:
+        began = time.perf_counter()
+        failures = [WorkFailure(rid, state.views[rid].generation, reason)
+                    for rid, reason in self.kv.apply_intents(plan)]
+        failed = {f.request_id for f in failures}
+        segments: list[SegmentSpec] = []
+        backed: list[tuple[WorkItem, RequestView, bool]] = []
+        for work in plan.work:
+            view = state.views[work.request_id]
+            segment = None if work.request_id in failed else self._segment(work, view)
+            if segment is None:
+                failures.append(WorkFailure(work.request_id, work.generation, "kv_allocation"))
+                continue
+            segments.append(segment)
+            backed.append((work, view, segment.sample))
+        sampled = self._forward(segments, backed)
+        completed, service, finished = self._publish(backed, sampled)
+        self.kv.release(finished)
+        return IterationResult(
+            decision_id=plan.decision_id,
+            input_state_version=plan.input_state_version,
+            completed=tuple(completed),
+            failures=tuple(failures),
+            service=dict(service),
+            duration=(time.perf_counter() - began) * self._time_scale,
+            capacity=self.kv.facts(),
+        )
+
+    def _segment(self, work: WorkItem, view: RequestView) -> SegmentSpec | None:
+        stream = self.streams[work.request_id]
+        fresh = self.kv.key(work.request_id) is None
+        tokens = stream.token_ids[0 if fresh else work.start: work.end]
+        cached = self.kv.prepare(work.request_id, work.generation, work.start, work.end, tokens)
+        if cached is None:
+            return None
+        first = max(work.start, cached) if fresh else work.start
+        self.num_cached_rows_skipped += first - work.start
+        sample_here = work.kind is WorkKind.DECODE_ROW or (
+            work.kind is WorkKind.PREFILL_CHUNK and work.end == view.num_prompt_tokens
+        )
+        return SegmentSpec(tuple(stream.token_ids[first: work.end]), first,
+                           self.kv.block_table(work.request_id), sample_here)
+
+    def _forward(self, segments: list[SegmentSpec],
+                 backed: list[tuple[WorkItem, RequestView, bool]]) -> list[tuple[int, float]]:
+        if not segments:
+            return []
+        batch = pack(segments, self.cache.block_size, self.model.device)
+        self.num_computed_rows += batch.num_rows
+        logits = self.model.forward(batch, self.cache)
+        rows = []
+        for work, _, sample_here in backed:
+            if sample_here:
+                stream = self.streams[work.request_id]
+                rows.append(SampleRow(stream.params, stream.seed, len(stream.output_token_ids)))
+        return [(t.token_id, t.logprob) for t in sample(logits, rows)]
+
+    def _publish(
+        self, backed: list[tuple[WorkItem, RequestView, bool]], sampled: list[tuple[int, float]]
+    ) -> tuple[list[CompletedInterval], Counter[str], list[str]]:
+        completed = []
+        service: Counter[str] = Counter()
+        finished = []
+        tokens = iter(sampled)
+        for work, view, sample_here in backed:
+            self.kv.commit(work.request_id, work.end)
+            if work.kind is not WorkKind.REBUILD:
+                service[view.client_id] += work.end - work.start
+            if not sample_here:
+                completed.append(CompletedInterval(work.request_id, work.generation,
+                                                   work.start, work.end, False))
+                continue
+            token_id, logprob = next(tokens)
+            reason = self._emit(self.streams[work.request_id], token_id, logprob)
+            if reason is None and view.num_emitted + 1 >= view.max_output_tokens:
+                reason = FinishReason.LENGTH
+            if reason is not None:
+                finished.append(work.request_id)
+            completed.append(CompletedInterval(work.request_id, work.generation, work.start,
+                                               work.end, True, token_id, reason))
+        return completed, service, finished
+
+    def _emit(self, stream: RequestStream, token_id: int, logprob: float) -> FinishReason | None:
+        stream.token_ids.append(token_id)
+        stream.output_token_ids.append(token_id)
+        stream.logprobs.append(logprob)
+        reason = token_stop_reason(token_id, len(stream.output_token_ids), stream.params, self._eos)
+        if stream.detokenizer is not None:
+            stream.detokenizer.push(token_id)
+            if reason is None and stream.detokenizer.is_stopped:
+                reason = StopReason.STOP_STRING
+            if reason is not None:
+                stream.detokenizer.finish()
+        stream.stop_reason = reason
+        return None if reason is None else _FINISH[reason]
+
+    def _copy_blocks(self, direction: SwapDirection, pairs: tuple[tuple[int, int], ...]) -> None:
+        """Copy K/V rows between device and host pools (PRESERVE_EXACT)."""
+        host = self.host_cache
+        assert host is not None, "swap requested without a host pool"
+        device_ids = torch.tensor([d for d, _ in pairs], device=self.model.device)
+        host_ids = torch.tensor([h for _, h in pairs])
+        with torch.inference_mode():
+            for layer in range(len(self.cache.key_pools)):
+                for dev_pool, host_pool in ((self.cache.key_pools[layer], host.key_pools[layer]),
+                                            (self.cache.value_pools[layer],
+                                             host.value_pools[layer])):
+                    if direction is SwapDirection.OUT:
+                        host_pool[host_ids] = dev_pool[device_ids].to("cpu")
+                    else:
+                        dev_pool[device_ids] = host_pool[host_ids].to(dev_pool.device)
