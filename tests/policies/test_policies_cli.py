@@ -1,0 +1,96 @@
+"""``iterserve policies`` and the registry's loud failures (STYLE habit 7,
+0x0E contract records)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from policy_helpers import write_workload
+
+from iterserve.cli.main import main
+from iterserve.policies.base import PolicyContract
+from iterserve.policies.registry import POLICIES, make_policy, policy_names
+
+CONTRACT_FIELDS = [field.name for field in dataclasses.fields(PolicyContract)]
+
+
+def listing_blocks(text: str) -> dict[str, list[str]]:
+    """policy header -> its indented contract lines."""
+    blocks: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if line.startswith(" "):
+            assert current is not None, f"contract line before any policy: {line!r}"
+            blocks[current].append(line.strip())
+        elif line:
+            current = line.split()[0]
+            blocks[current] = []
+    return blocks
+
+
+def test_listing_names_every_registered_policy_with_its_full_contract(capsys) -> None:
+    assert main(["policies"]) == 0
+    blocks = listing_blocks(capsys.readouterr().out)
+    expected = {}
+    for name in policy_names():
+        policy = make_policy(name)
+        assert policy.policy_id == name
+        expected[f"{policy.policy_id}@{policy.policy_version}"] = [
+            f"{field}: {getattr(policy.contract, field)}" for field in CONTRACT_FIELDS]
+    assert blocks == expected
+    assert set(POLICIES) == {header.split("@")[0] for header in blocks}
+    for header, lines in blocks.items():
+        assert "exact_runtime_reproduction: False" in lines, header
+
+
+@pytest.mark.parametrize("name", policy_names())
+def test_no_policy_claims_exact_runtime_reproduction(name: str) -> None:
+    contract = make_policy(name).contract
+    assert contract.exact_runtime_reproduction is False
+    assert all(getattr(contract, field) != "" for field in CONTRACT_FIELDS)
+
+
+def test_listing_one_policy(capsys) -> None:
+    assert main(["policies", "vllm-priority"]) == 0
+    assert list(listing_blocks(capsys.readouterr().out)) == ["vllm-priority@1"]
+
+
+def tiny_workload(tmp_path, **knobs: int):
+    return write_workload(
+        tmp_path / "tiny.json",
+        [{"request_id": "a", "arrival": 0, "prompt_tokens": 3, "max_output_tokens": 2}],
+        {"token_budget": 8, "sequence_budget": 2, **knobs},
+    )
+
+
+@pytest.mark.parametrize("argv_tail", [["policies", "fcfs"], ["simulate", "--policy", "fcfs"]])
+def test_unknown_policy_exits_2_listing_the_valid_ones(tmp_path, capsys, argv_tail) -> None:
+    argv = list(argv_tail)
+    if argv[0] == "simulate":
+        argv += ["--workload", str(tiny_workload(tmp_path)), "--out", str(tmp_path / "out")]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "unknown policy 'fcfs'" in err
+    for name in policy_names():
+        assert name in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_policy_missing_its_knob_exits_2_naming_it(tmp_path, capsys) -> None:
+    argv = ["simulate", "--workload", str(tiny_workload(tmp_path)), "--policy", "sarathi",
+            "--out", str(tmp_path / "out")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "capacity.chunk_size" in err and "sarathi" in err
+    assert "Traceback" not in err
+
+
+def test_the_same_workload_runs_once_the_knob_is_set(tmp_path, capsys) -> None:
+    argv = ["simulate", "--workload", str(tiny_workload(tmp_path, chunk_size=2)),
+            "--policy", "sarathi", "--out", str(tmp_path / "out")]
+    assert main(argv) == 0
+    assert (tmp_path / "out" / "report.json").exists()
