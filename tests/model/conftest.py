@@ -20,10 +20,17 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tiny_dir: Path):  # -> PackedCausalLM
+def test_device() -> str:
+    """Where the packed model under test runs; set ITERSERVE_TEST_DEVICE=cuda on a GPU host.
+    The transformers reference always runs on CPU in float32."""
+    return os.environ.get("ITERSERVE_TEST_DEVICE", "cpu")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_dir: Path, test_device: str):  # -> PackedCausalLM
     from iterserve.model.loader import load_model
 
-    return load_model(tiny_dir)
+    return load_model(tiny_dir, device=test_device)
 
 
 @pytest.fixture(scope="session")

@@ -49,12 +49,12 @@ def run_segments(
     handout: BlockHandout,
     segments: Sequence[tuple[str, Sequence[int], int, bool]],
 ) -> torch.Tensor:
-    """Pack (request, tokens, start, sample) segments, run one forward, return logits."""
+    """Pack (request, tokens, start, sample) segments, run one forward, return CPU logits."""
     specs = [
         SegmentSpec(tokens, start, handout.table(request, start + len(tokens)), sample)
         for request, tokens, start, sample in segments
     ]
-    return model.forward(pack(specs, cache.block_size), cache)
+    return model.forward(pack(specs, cache.block_size, model.device), cache).cpu()
 
 
 def random_tokens(rng: random.Random, length: int, vocab_size: int) -> list[int]:

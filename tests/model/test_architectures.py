@@ -60,9 +60,9 @@ def _build(kind: str, out_dir: Path):
 
 
 @pytest.mark.parametrize("kind", ["qwen2", "mistral"])
-def test_family_matches_reference(kind: str, tmp_path: Path) -> None:
+def test_family_matches_reference(kind: str, tmp_path: Path, test_device: str) -> None:
     reference = _build(kind, tmp_path)
-    model = load_model(tmp_path)
+    model = load_model(tmp_path, device=test_device)
     if kind == "qwen2":
         assert model.weights.layers[0].qkv_bias is not None
         assert model.config.sliding_windows == (None, 3, 3)

@@ -110,6 +110,7 @@ def test_only_sample_rows_get_logits(tiny_model) -> None:
             SegmentSpec([6], 0, [2], sample=False),
         ],
         BLOCK_SIZE,
+        tiny_model.device,
     )
     logits = tiny_model.forward(batch, cache)
     assert logits.shape == (1, tiny_model.config.vocab_size)
