@@ -7,23 +7,26 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from iterserve.cli import generate, make_model, policies, replay, simulate
+from iterserve.admission.overload import OverloadConfigError
+from iterserve.cli import generate, make_model, policies, replay, simulate, sweep
+from iterserve.cli.simulate import FlagError
 from iterserve.engine.loop import EngineStalled
 from iterserve.engine.replay import ReplayDivergence
 from iterserve.model.errors import CheckpointError
 from iterserve.policies.base import PolicyConfigError
 from iterserve.policies.registry import UnknownPolicy
 from iterserve.records.errors import ContractViolation
+from iterserve.sim.cost import CostModelError
 from iterserve.sim.workload import WorkloadError
 
 EXPECTED_ERRORS = (CheckpointError, WorkloadError, UnknownPolicy, PolicyConfigError, ReplayDivergence, ContractViolation,
-                   EngineStalled, FileNotFoundError)
+                   EngineStalled, FileNotFoundError, FlagError, OverloadConfigError, CostModelError)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="iterserve", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for module in (simulate, replay, policies, generate, make_model):
+    for module in (simulate, sweep, replay, policies, generate, make_model):
         module.add_parser(subparsers)
     return parser
 

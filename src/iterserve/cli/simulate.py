@@ -1,55 +1,179 @@
-"""``iterserve simulate``: run a workload file on the simulated executor."""
+"""``iterserve simulate``: run a workload file on the simulated executor.
+
+Writes DIR/report.json (slot occupancy, per-request cuts, chunk ledger, and
+``metrics`` (0x07) when an SLO is declared), DIR/events.jsonl, DIR/report.md
+and PNG plots. See docs/metrics.md section 7.
+"""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from iterserve.engine.decision_log import DecisionLogWriter
-from iterserve.engine.loop import Engine, bind_policy
-from iterserve.engine.observer import EngineObserver
-from iterserve.engine.trace import RunTrace
+from iterserve.admission.overload import OverloadGate, make_gate
+from iterserve.metrics import ObservationWindow, SloConfig
+from iterserve.policies.edf import bind_cost_model
 from iterserve.policies.registry import make_policy
-from iterserve.sim.factory import make_simulated_executor
-from iterserve.sim.report import simulate_report
+from iterserve.records.spec import WorkloadManifest
+from iterserve.sim.cost import (
+    NamedCostModel,
+    default_cost_model,
+    parse_cost_model,
+    seconds_per_clock_unit,
+)
+from iterserve.sim.report import (
+    RunConfig,
+    resolve_slo,
+    run_simulation,
+    simulate_report,
+    with_default_slo,
+    write_metric_outputs,
+)
 from iterserve.sim.workload import load_workload
+
+
+class FlagError(ValueError):
+    """A command-line flag is malformed or does not fit the workload."""
+
+
+def add_run_flags(parser: argparse.ArgumentParser) -> None:
+    """Flags shared by ``simulate`` and ``sweep``."""
+    parser.add_argument("--workload", type=Path, required=True, help="workload JSON file")
+    parser.add_argument("--cost-model", metavar="NAME[:params]",
+                        help="iteration cost: fixed:MS or linear:BASE_MS,PREFILL_ROW_MS,"
+                             "DECODE_ROW_MS (default: 1 s per iteration on the iteration "
+                             "clock, 1 ms on the ms clock)")
+    parser.add_argument("--overload", default="accept-all",
+                        help="overload contract: accept-all, bounded, slo-feasible")
+    parser.add_argument("--max-live", type=int, default=None,
+                        help="live-request cap for --overload bounded")
+    parser.add_argument("--slo-ttft-ms", type=float, default=None,
+                        help="TTFT limit (default: the workload's per-request slo)")
+    parser.add_argument("--slo-tbt-ms", type=float, default=None,
+                        help="TBT limit (default: the workload's per-request slo)")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("simulate", help="run a workload on the simulated executor")
-    parser.add_argument("--workload", type=Path, required=True, help="workload JSON file")
+    add_run_flags(parser)
     parser.add_argument("--policy", required=True, help="policy name (see `iterserve policies`)")
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     parser.add_argument("--decision-log", type=Path, help="write the JSONL decision log here")
     parser.add_argument("--max-iterations", type=int, default=None)
+    parser.add_argument("--window", type=float, nargs=2, metavar=("START_S", "END_S"),
+                        help="observation window in seconds (default: first arrival to the "
+                             "last event)")
     parser.add_argument("--bytes-per-row", type=int, default=None,
                         help="logical KV bytes per row for the 0x09 exposure proxy")
     parser.set_defaults(run=run)
 
 
+@dataclass(frozen=True, slots=True)
+class RunFlags:
+    """The flags :func:`add_run_flags` declares, as a picklable value."""
+
+    workload: Path
+    cost_model: str | None = None
+    overload: str = "accept-all"
+    max_live: int | None = None
+    slo_ttft_ms: float | None = None
+    slo_tbt_ms: float | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RunFlags:
+        return cls(args.workload, args.cost_model, args.overload, args.max_live,
+                   args.slo_ttft_ms, args.slo_tbt_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class RunSetup:
+    """The run the flags describe: the workload (with the run SLO filled in),
+    the SLO the evaluator judges, the cost model and the overload gate."""
+
+    manifest: WorkloadManifest
+    slo: SloConfig | None
+    cost_model: NamedCostModel
+    gate: OverloadGate
+
+
+def setup_from_flags(flags: RunFlags) -> RunSetup:
+    manifest = load_workload(flags.workload)
+    online = manifest.online
+    try:
+        model = (default_cost_model(online.clock) if flags.cost_model is None
+                 else parse_cost_model(flags.cost_model))
+        seconds_per_clock_unit(online.clock, model)
+        slo = resolve_slo(online, flags.slo_ttft_ms, flags.slo_tbt_ms)
+    except ValueError as exc:
+        raise FlagError(str(exc)) from None
+    if slo is not None:
+        manifest = WorkloadManifest(with_default_slo(online, slo), manifest.hidden)
+    return RunSetup(manifest, slo, model, gate_from_flags(flags, model, online.clock))
+
+
+def gate_from_flags(flags: RunFlags, model: NamedCostModel, clock: str) -> OverloadGate:
+    params: dict[str, Any] = {}
+    if flags.overload == "bounded":
+        if flags.max_live is None:
+            raise FlagError("--overload bounded needs --max-live N")
+        params = {"max_live": flags.max_live}
+    elif flags.max_live is not None:
+        raise FlagError("--max-live applies only to --overload bounded")
+    elif flags.overload == "slo-feasible":
+        params = {"cost_model": model.spec, "clock": clock}
+    try:
+        return make_gate(flags.overload, params)
+    except ValueError as exc:
+        raise FlagError(str(exc)) from None
+
+
+def window_from_flags(args: argparse.Namespace) -> ObservationWindow | None:
+    if args.window is None:
+        return None
+    try:
+        return ObservationWindow(*args.window)
+    except ValueError as exc:
+        raise FlagError(f"--window: {exc}") from None
+
+
 def run(args: argparse.Namespace) -> int:
-    manifest = load_workload(args.workload)
-    policy = make_policy(args.policy)
-    trace = RunTrace()
-    observers: list[EngineObserver] = [trace]
-    executor = make_simulated_executor(manifest)
+    setup = setup_from_flags(RunFlags.from_args(args))
+    window = window_from_flags(args)
+    online = setup.manifest.online
+    policy = bind_cost_model(make_policy(args.policy), setup.cost_model)
+    config = RunConfig(policy, setup.cost_model, setup.gate, args.max_iterations)
     with contextlib.ExitStack() as stack:
+        stream = None
         if args.decision_log:
             args.decision_log.parent.mkdir(parents=True, exist_ok=True)
             stream = stack.enter_context(args.decision_log.open("w"))
-            observers.append(DecisionLogWriter(stream, bind_policy(manifest.online, policy),
-                                               executor.capacity()))
-        engine = Engine(manifest.online, policy, executor, observers)
-        engine.run(max_iterations=args.max_iterations)
-    report = simulate_report(manifest.online, policy.policy_id, trace, args.bytes_per_row)
+        result = run_simulation(setup.manifest, config, stream)
+    report = simulate_report(online, policy.policy_id, result.trace, args.bytes_per_row)
+    report["cost_model"] = {"spec": setup.cost_model.spec, "model_id": setup.cost_model.model_id}
+    report["overload"] = {"contract": setup.gate.gate_id, "params": setup.gate.params(),
+                          "num_rejected": len(result.engine.rejected)}
     args.out.mkdir(parents=True, exist_ok=True)
+    label = f"{policy.policy_id} + {setup.gate.gate_id}"
+    metrics = write_metric_outputs(args.out, result, online, setup.slo, window, label)
+    if metrics is not None:
+        report["metrics"] = metrics.to_dict()
     (args.out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-    occupancy = report["slot_occupancy"]
-    print(
-        f"{policy.policy_id}: {report['iterations']} iterations, "
-        f"slot occupancy {report['useful_slot_iterations']}/{report['available_slot_iterations']}"
-        f" = {occupancy} ({report['slot_occupancy_label']}) -> {args.out / 'report.json'}"
-    )
+    print(_summary_line(policy.policy_id, report, args.out))
     return 0
+
+
+def _summary_line(policy_id: str, report: dict[str, Any], out: Path) -> str:
+    text = (f"{policy_id}: {report['iterations']} iterations, slot occupancy "
+            f"{report['useful_slot_iterations']}/{report['available_slot_iterations']} = "
+            f"{report['slot_occupancy']} ({report['slot_occupancy_label']})")
+    metrics = report.get("metrics")
+    if metrics is not None:
+        outcomes = metrics["outcomes"]
+        text += (f"; offered {outcomes['num_offered']}, SLO-valid {outcomes['num_slo_valid']}, "
+                 f"rejected {outcomes['num_rejected']}, offered-load attainment "
+                 f"{metrics['attainment']['offered_load']}")
+    return f"{text} -> {out / 'report.json'}"

@@ -1,13 +1,28 @@
 """Decision log: one canonical JSON line per iteration (DESIGN rule 6).
 
-Line 1 is a header with the online workload (never hidden truth) and the
-policy identity; every later line holds the decision id, the input state's
-version and digest, the plan and the result. ``iterserve replay`` re-derives
+Line 1 is a header with the online workload (never hidden truth), the
+policy identity, the run's cost model (``NAME:params``, which a deadline
+policy plans with) and its overload contract (``gate``: id and params, or
+null). Later lines, in the order the facts happened:
+
+- ``iteration``: decision id, the input state's version and digest, the plan
+  and the result, and ``rejected`` ([[request_id, reason], ...], present when
+  the arrival gate rejected requests since the previous line);
+- ``cancel``: a client cancellation between iterations, with the decision id
+  and state version it was applied at (and ``rejected`` likewise);
+- ``summary`` (written by :meth:`DecisionLogWriter.close` only when the run
+  stopped before it was done, or rejections happened after the last line):
+  the state version the run ended at and the trailing ``rejected``.
+
+Rejections are not replayed from the log: replay re-derives them from the
+gate and checks they match these lists. ``iterserve replay`` re-derives
 every plan and state from this file alone.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 from iterserve.engine.observer import EngineObserver
@@ -20,20 +35,32 @@ from iterserve.records.codec import (
 )
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
-from iterserve.records.spec import OnlineWorkload
+from iterserve.records.spec import OnlineWorkload, RequestSpec
 from iterserve.records.state import CapacityFacts, SchedulerState
 from iterserve.sim.workload import online_to_json
 
-LOG_FORMAT = 1
+LOG_FORMAT = 2
+READABLE_FORMATS = (1, 2)  # format 1: no cost model, gate or cancel lines
 
 
-def header_line(workload: OnlineWorkload, capacity: CapacityFacts) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class GateRecord:
+    """An overload contract as the header records it (``make_gate`` input)."""
+
+    gate_id: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+def header_line(workload: OnlineWorkload, capacity: CapacityFacts, *,
+                cost_model: str | None = None, gate: GateRecord | None = None) -> dict[str, Any]:
     assert workload.policy is not None, "bind the policy before logging"
     return {
         "type": "header",
         "format": LOG_FORMAT,
         "initial_capacity": capacity_to_json(capacity),
         "policy": {"id": workload.policy.policy_id, "version": workload.policy.policy_version},
+        "cost_model": cost_model,
+        "gate": None if gate is None else {"id": gate.gate_id, "params": dict(gate.params)},
         "workload": online_to_json(workload),
     }
 
@@ -52,18 +79,41 @@ def iteration_line(
     }
 
 
+def cancel_line(request_id: str, state: SchedulerState) -> dict[str, Any]:
+    return {"type": "cancel", "decision_id": state.decision_id,
+            "state_version": state.state_version, "request_id": request_id}
+
+
 class DecisionLogWriter(EngineObserver):
     """An engine observer that streams the log to an open text file."""
 
-    def __init__(self, stream: IO[str], workload: OnlineWorkload,
-                 capacity: CapacityFacts) -> None:
+    def __init__(self, stream: IO[str], workload: OnlineWorkload, capacity: CapacityFacts, *,
+                 cost_model: str | None = None, gate: GateRecord | None = None) -> None:
         self._stream = stream
-        stream.write(dumps(header_line(workload, capacity)) + "\n")
+        self._rejected: list[list[str]] = []  # since the last line
+        self._write(header_line(workload, capacity, cost_model=cost_model, gate=gate))
+
+    def _write(self, line: dict[str, Any]) -> None:
+        if self._rejected:
+            line["rejected"] = self._rejected
+            self._rejected = []
+        self._stream.write(dumps(line) + "\n")
+
+    def on_reject(self, spec: RequestSpec, reason: str, now: float) -> None:
+        self._rejected.append([spec.request_id, reason])
+
+    def on_cancel(self, request_id: str, state: SchedulerState, successor: SchedulerState) -> None:
+        self._write(cancel_line(request_id, state))
 
     def on_step(
         self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
         successor: SchedulerState,
     ) -> None:
-        if not plan.work:  # a pure queue decision is no iteration; replay re-derives it
-            return
-        self._stream.write(dumps(iteration_line(state, plan, result)) + "\n")
+        self._write(iteration_line(state, plan, result))
+
+    def close(self, state: SchedulerState, *, is_done: bool = True) -> None:
+        """End the log. A run that stopped early (``is_done`` False) or left
+        rejections unwritten gets a ``summary`` line saying where it ended."""
+        if self._rejected or not is_done:
+            self._write({"type": "summary", "decision_id": state.decision_id,
+                         "state_version": state.state_version, "is_done": is_done})

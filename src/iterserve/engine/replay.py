@@ -1,21 +1,28 @@
 """Replay: re-derive every plan and state of a decision log (DESIGN rule 6).
 
-The engine loop runs again with the logged policy; a replay executor returns
-the logged results instead of executing. Each step compares the input state's
-digest and the re-derived plan with the log and stops at the first
-divergence, naming it.
+The engine runs again with the logged policy (bound to the logged cost
+model) and the logged overload contract, one step at a time; a replay
+executor returns the logged results instead of executing. Logged
+cancellations are applied at the state version they were made at;
+rejections are re-derived by the gate and must match the logged lists.
+Each step compares the input state's digest and the re-derived plan with the
+log and stops at the first divergence, naming it; a logged result that fails
+validation is a divergence at its decision too.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from iterserve.engine.decision_log import LOG_FORMAT
-from iterserve.engine.loop import Engine
+from iterserve.admission.overload import OverloadConfigError, engine_gate, make_gate
+from iterserve.engine.decision_log import READABLE_FORMATS
+from iterserve.engine.loop import ArrivalGate, Engine
+from iterserve.policies.base import Policy
+from iterserve.policies.edf import bind_cost_model
 from iterserve.policies.registry import make_policy
 from iterserve.records.codec import (
     capacity_from_json,
@@ -24,9 +31,11 @@ from iterserve.records.codec import (
     result_from_json,
     state_digest,
 )
+from iterserve.records.errors import ContractViolation
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.state import CapacityFacts, SchedulerState
+from iterserve.sim.cost import CostModelError, parse_cost_model
 from iterserve.sim.workload import parse_workload
 
 
@@ -41,23 +50,46 @@ class ReplayReport:
     policy_version: str
 
 
-class _LoggedExecutor:
-    """Returns logged results in order; checks each belongs to the live plan."""
+class _LogCursor:
+    """The body lines in order; replay consumes them as it re-derives the run."""
 
-    def __init__(self, lines: Iterator[dict[str, Any]], capacity: CapacityFacts) -> None:
+    def __init__(self, lines: list[dict[str, Any]]) -> None:
         self._lines = lines
+        self.index = 0
+
+    def peek(self) -> dict[str, Any] | None:
+        return self._lines[self.index] if self.index < len(self._lines) else None
+
+    def take(self) -> dict[str, Any]:
+        line = self._lines[self.index]
+        self.index += 1
+        return line
+
+
+class _LoggedExecutor:
+    """Answers each plan with the next logged iteration line; checks that
+    line belongs to the live plan and that the rejections re-derived since
+    the previous line match its ``rejected`` list."""
+
+    def __init__(self, cursor: _LogCursor, capacity: CapacityFacts,
+                 check_rejections: Callable[[dict[str, Any]], None]) -> None:
+        self._cursor = cursor
         self._capacity = capacity
+        self._check_rejections = check_rejections
 
     def capacity(self) -> CapacityFacts:
         return self._capacity
 
     def execute(self, plan: IterationPlan, state: SchedulerState) -> IterationResult:
-        line = next(self._lines, None)
-        if line is None:
+        line = self._cursor.peek()
+        if line is None or line.get("type") != "iteration":
+            what = "the log has ended" if line is None else f"the log has a {line.get('type')} line"
             raise ReplayDivergence(
-                f"decision {state.decision_id}: the policy scheduled work but the log has ended"
+                f"decision {state.decision_id}: the policy scheduled work but {what}"
             )
+        self._cursor.take()
         _compare(line, state, plan)
+        self._check_rejections(line)
         return result_from_json(line["result"])
 
     def release(self, request_ids: Iterable[str]) -> None:
@@ -106,26 +138,100 @@ def read_log(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
                     raise ReplayDivergence(f"line {number}: not valid JSON ({exc.msg})") from None
     if not lines or lines[0].get("type") != "header":
         raise ReplayDivergence("line 1: missing decision-log header")
-    if lines[0].get("format") != LOG_FORMAT:
+    if lines[0].get("format") not in READABLE_FORMATS:
         raise ReplayDivergence(f"line 1: unsupported log format {lines[0].get('format')}")
     return lines[0], lines[1:]
 
 
-def replay(path: Path) -> ReplayReport:
-    header, body = read_log(path)
+def _policy(header: dict[str, Any]) -> Policy:
     policy = make_policy(header["policy"]["id"])
     if policy.policy_version != header["policy"]["version"]:
         raise ReplayDivergence(
             f"header: log policy {header['policy']['id']}@{header['policy']['version']}, "
             f"installed version is {policy.policy_version}"
         )
-    manifest = parse_workload(header["workload"])
-    executor = _LoggedExecutor(iter(body), capacity_from_json(header["initial_capacity"]))
-    engine = Engine(manifest.online, policy, executor)
-    engine.run()
-    if engine.num_iterations != len(body):
-        raise ReplayDivergence(
-            f"decision {body[engine.num_iterations]['decision_id']}: the log continues "
-            f"but the replayed run finished after {engine.num_iterations} iterations"
-        )
-    return ReplayReport(engine.num_iterations, policy.policy_id, policy.policy_version)
+    spec = header.get("cost_model")
+    return policy if spec is None else bind_cost_model(policy, parse_cost_model(spec))
+
+
+def _gate(header: dict[str, Any]) -> ArrivalGate | None:
+    record = header.get("gate")
+    if record is None:
+        return None
+    try:
+        return engine_gate(make_gate(record["id"], record.get("params")))
+    except (OverloadConfigError, CostModelError) as exc:
+        raise ReplayDivergence(f"header: gate {record.get('id')!r} cannot be rebuilt ({exc})") \
+            from None
+
+
+class _Replay:
+    """Drives the engine step by step, applying logged cancellations at the
+    state version they were made at and checking every rejection list."""
+
+    def __init__(self, header: dict[str, Any], body: list[dict[str, Any]]) -> None:
+        self.policy = _policy(header)
+        manifest = parse_workload(header["workload"])
+        self.cursor = _LogCursor(body)
+        executor = _LoggedExecutor(self.cursor, capacity_from_json(header["initial_capacity"]),
+                                   self._check_rejections)
+        self.engine = Engine(manifest.online, self.policy, executor, gate=_gate(header))
+        self._num_rejected_checked = 0
+
+    def _check_rejections(self, line: dict[str, Any]) -> None:
+        derived = [[rid, reason] for rid, reason in self.engine.rejected.items()]
+        new = derived[self._num_rejected_checked:]
+        self._num_rejected_checked = len(derived)
+        logged = line.get("rejected", [])
+        if dumps(logged) != dumps(new):
+            raise ReplayDivergence(
+                f"decision {line.get('decision_id')}: rejections differ: logged {dumps(logged)}, "
+                f"re-derived {dumps(new)}"
+            )
+
+    def _apply_due_lines(self) -> bool:
+        """Apply the cancel lines logged at the engine's current cut; True
+        when the summary line that ends the original run is reached."""
+        state = self.engine.state
+        while (line := self.cursor.peek()) is not None and line.get("type") != "iteration":
+            logged_version = line.get("state_version", -1)
+            if logged_version > state.state_version:
+                return False
+            if logged_version < state.state_version:
+                raise ReplayDivergence(
+                    f"decision {line.get('decision_id')}: the log has a {line.get('type')} line "
+                    f"at state_version {logged_version}, replay is at {state.state_version}"
+                )
+            self.cursor.take()
+            self._check_rejections(line)
+            if line.get("type") == "summary":
+                return True
+            self.engine.cancel(str(line.get("request_id")))
+            state = self.engine.state
+        return False
+
+    def run(self) -> None:
+        engine = self.engine
+        while not self._apply_due_lines() and not engine.is_done:
+            try:
+                engine.step()
+            except ContractViolation as exc:
+                raise ReplayDivergence(
+                    f"decision {engine.state.decision_id}: logged result rejected "
+                    f"({exc.code}): {exc}"
+                ) from None
+        line = self.cursor.peek()
+        if line is not None:
+            raise ReplayDivergence(
+                f"decision {line.get('decision_id')}: the log continues but the replayed run "
+                f"ended after {engine.num_iterations} iterations"
+            )
+        self._check_rejections({"decision_id": engine.state.decision_id, "rejected": []})
+
+
+def replay(path: Path) -> ReplayReport:
+    header, body = read_log(path)
+    run = _Replay(header, body)
+    run.run()
+    policy = run.policy
+    return ReplayReport(run.engine.num_iterations, policy.policy_id, policy.policy_version)

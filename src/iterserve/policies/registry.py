@@ -7,6 +7,8 @@ from collections.abc import Callable
 from iterserve.policies.base import Policy
 from iterserve.policies.bounded import BoundedDecodeFirst
 from iterserve.policies.decode_first import DecodeFirst
+from iterserve.policies.edf import EarliestDeadlineFirst
+from iterserve.policies.least_slack import LeastSlack
 from iterserve.policies.orca import Orca
 from iterserve.policies.prefill_first import PrefillFirst
 from iterserve.policies.refill import IterationRefill
@@ -26,6 +28,8 @@ POLICIES: dict[str, Callable[[], Policy]] = {
     "decode-first": DecodeFirst,
     "prefill-first": PrefillFirst,
     "decode-first-bounded": BoundedDecodeFirst,
+    "edf": EarliestDeadlineFirst,
+    "least-slack": LeastSlack,
 }
 
 

@@ -1,17 +1,50 @@
-"""report.json for ``iterserve simulate`` (0x02 logical slot occupancy).
+"""``iterserve simulate`` runs and their reports (0x02, 0x07).
 
-Slot occupancy counts (request, iteration) pairs that held work against
-sequence_budget slots per iteration. It is a scheduling abstraction and is
-labelled "not measured GPU utilization" wherever it appears (0x02).
+report.json: slot occupancy counts (request, iteration) pairs that held work
+against sequence_budget slots per iteration. It is a scheduling abstraction
+and is labelled "not measured GPU utilization" wherever it appears (0x02).
+
+:func:`run_simulation` wires one run: the workload's simulated executor timed
+by a named cost model, the overload gate, the run trace, the metric event
+recorder and optionally the decision log. :func:`write_metric_outputs` turns
+its events into events.jsonl, report.md and PNG plots (0x07).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
 
+from iterserve.admission.overload import OverloadGate, engine_gate
+from iterserve.engine.decision_log import DecisionLogWriter, GateRecord
+from iterserve.engine.events import EventRecorder
+from iterserve.engine.loop import Engine, bind_policy
+from iterserve.engine.observer import EngineObserver
+from iterserve.engine.simulated import SimulatedExecutor
 from iterserve.engine.trace import RunTrace
+from iterserve.metrics import (
+    EventLog,
+    ObservationWindow,
+    Report,
+    SloConfig,
+    evaluate,
+    render_markdown,
+    slot_occupancy,
+)
 from iterserve.metrics.chunk_ledger import PROXY_LABEL, ledger_from_starts
-from iterserve.records.spec import OnlineWorkload
+from iterserve.metrics.plots import (
+    plot_batch_composition,
+    plot_client_service,
+    plot_latency_cdfs,
+    plot_queue_and_kv,
+)
+from iterserve.policies.base import Policy
+from iterserve.records.spec import OnlineWorkload, SloTargets, WorkloadManifest
+from iterserve.sim.cost import ClockedCost, NamedCostModel, seconds_per_clock_unit
+from iterserve.sim.factory import make_simulated_executor
 
 OCCUPANCY_LABEL = "logical slot occupancy; not measured GPU utilization"
 
@@ -79,3 +112,121 @@ def simulate_report(workload: OnlineWorkload, policy_id: str, trace: RunTrace,
         "requests": requests,
         "chunk_ledger": chunk_ledger_report(workload, trace, bytes_per_row),
     }
+
+
+# --- a simulated run with its metric facts (0x07) ------------------------------------------
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    """What one simulated run uses besides the workload. ``policy`` should
+    already be bound to ``cost_model`` (``policies.edf.bind_cost_model``)."""
+
+    policy: Policy
+    cost_model: NamedCostModel
+    gate: OverloadGate | None = None
+    max_iterations: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationRun:
+    engine: Engine
+    trace: RunTrace
+    recorder: EventRecorder
+
+
+def costed_executor(manifest: WorkloadManifest, model: NamedCostModel) -> SimulatedExecutor:
+    """The workload's simulated executor (its KV residency) timed by ``model``."""
+    kv = make_simulated_executor(manifest).kv
+    return SimulatedExecutor(manifest.hidden, ClockedCost(model, manifest.online.clock), kv=kv,
+                             workload=manifest.online)
+
+
+def run_simulation(manifest: WorkloadManifest, config: RunConfig,
+                   decision_log: IO[str] | None = None) -> SimulationRun:
+    """Run to completion (or ``max_iterations``), recording the run trace,
+    the metric events and, when a stream is given, the decision log."""
+    online = manifest.online
+    executor = costed_executor(manifest, config.cost_model)
+    trace = RunTrace()
+    recorder = EventRecorder(seconds_per_clock_unit(online.clock, config.cost_model))
+    observers: list[EngineObserver] = [trace, recorder]
+    writer = None
+    if decision_log is not None:
+        gate = config.gate
+        record = None if gate is None else GateRecord(gate.gate_id, gate.params())
+        writer = DecisionLogWriter(decision_log, bind_policy(online, config.policy),
+                                   executor.capacity(), cost_model=config.cost_model.spec,
+                                   gate=record)
+        observers.append(writer)
+    engine = Engine(online, config.policy, executor, observers, gate=engine_gate(config.gate))
+    engine.run(max_iterations=config.max_iterations)
+    if writer is not None:
+        writer.close(engine.state, is_done=engine.is_done)
+    return SimulationRun(engine, trace, recorder)
+
+
+class SloResolutionError(ValueError):
+    """The workload's per-request SLOs differ and no run-wide SLO was given."""
+
+
+def resolve_slo(workload: OnlineWorkload, ttft_ms: float | None = None,
+                tbt_ms: float | None = None) -> SloConfig | None:
+    """The run-wide SLO the evaluator judges: each flag, else the workload's
+    per-request value (which must then be the same for every request that
+    declares one). None when nothing is declared."""
+    declared = {(r.slo.ttft_ms, r.slo.tbt_ms) for r in workload.requests if r.slo is not None}
+    if len(declared) > 1 and (ttft_ms is None or tbt_ms is None):
+        raise SloResolutionError(
+            "requests declare different SLOs; pass --slo-ttft-ms and --slo-tbt-ms")
+    workload_ttft, workload_tbt = declared.pop() if declared else (None, None)
+    ttft = workload_ttft if ttft_ms is None else ttft_ms
+    tbt = workload_tbt if tbt_ms is None else tbt_ms
+    if ttft is None and tbt is None:
+        return None
+    return SloConfig(ttft_ms=ttft, tbt_ms=tbt)
+
+
+def with_default_slo(workload: OnlineWorkload, slo: SloConfig) -> OnlineWorkload:
+    """Requests that declare no SLO get the run's, so the deadline policies
+    and gates plan against the contract the evaluator judges."""
+    targets = SloTargets(slo.ttft_ms, slo.tbt_ms)
+    requests = tuple(r if r.slo is not None else dataclasses.replace(r, slo=targets)
+                     for r in workload.requests)
+    return dataclasses.replace(workload, requests=requests)
+
+
+def default_window(log: EventLog) -> ObservationWindow:
+    """From the first arrival to just after the last fact: the window is
+    half-open, so its end is the next float after the last event's time."""
+    times = [event.time_s for event in log]
+    if not times:
+        raise ValueError("no events: nothing arrived")
+    return ObservationWindow(times[0], math.nextafter(times[-1], math.inf))
+
+
+def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWorkload,
+                         slo: SloConfig | None, window: ObservationWindow | None,
+                         label: str) -> Report | None:
+    """events.jsonl, report.md and the PNG plots; returns the metrics report
+    (None without an SLO: no outcome ledger can be judged)."""
+    log = run.recorder.log()
+    log.write_jsonl(out_dir / "events.jsonl")
+    recorder = run.recorder
+    occupancy = slot_occupancy(recorder.iterations, workload.capacity.token_budget)
+    report = None if slo is None or not len(log) else evaluate(
+        log, slo, window or default_window(log), label=label)
+    if report is None:
+        (out_dir / "report.md").write_text(
+            f"# {label}\n\nNo SLO declared (workload `slo`, or --slo-ttft-ms/--slo-tbt-ms): "
+            f"no outcome ledger. {occupancy.label}: {occupancy.occupancy}\n")
+    else:
+        (out_dir / "report.md").write_text(render_markdown(
+            [report], title=f"{workload.workload_id}: {label}", occupancy={label: occupancy}))
+        plot_latency_cdfs([report], out_dir / "latency_cdfs.png")
+    if recorder.iterations:
+        plot_batch_composition(recorder.iterations, out_dir / "batch_composition.png",
+                               max_rows_per_iteration=workload.capacity.token_budget)
+        plot_queue_and_kv(recorder.samples, out_dir / "queue_and_kv.png")
+    if len(log):
+        plot_client_service(log, out_dir / "client_service.png",
+                            window=None if report is None else report.window)
+    return report

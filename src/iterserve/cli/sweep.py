@@ -1,0 +1,236 @@
+"""``iterserve sweep``: goodput capacity over offered rates (0x07, DistServe).
+
+    G* = max { lambda : Pr_lambda[request SLO-valid] >= alpha }
+
+For every policy, offered rate lambda (requests/s) and trial, the workload's
+requests keep their prompt, output cap and hidden lengths and get new
+Poisson arrival times: trial t draws unit-rate exponential gaps from
+``random.Random(f"{seed}/{t}")`` and divides them by lambda, so every rate
+and policy sees the same random numbers (common random numbers). Each trial
+runs to completion and is evaluated over [first arrival, last event], so
+every offered request is resolved; its offered-load attainment is
+N_valid / N_off. A rate qualifies when the MEAN of its trials' offered-load
+attainments is >= alpha (each trial offers every request, so this equals the
+pooled N_valid / N_off); the capacity is the highest qualifying tested rate
+(null when none). This is a synthetic-model estimate: no warmup, the named
+(uncalibrated) cost model, one workload distribution.
+
+Trials run on local processes (``--workers``, default ``os.cpu_count()``).
+Outputs: DIR/sweep.json and DIR/attainment_vs_rate.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import random
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from rich.console import Console
+from rich.progress import Progress
+
+from iterserve.cli.simulate import FlagError, RunFlags, RunSetup, add_run_flags, setup_from_flags
+from iterserve.metrics import evaluate
+from iterserve.policies.edf import bind_cost_model
+from iterserve.policies.registry import make_policy
+from iterserve.records.spec import WorkloadManifest
+from iterserve.sim.cost import seconds_per_clock_unit
+from iterserve.sim.report import RunConfig, default_window, run_simulation
+
+SCHEMA = "iterserve.sweep/v1"
+CAPACITY_RULE = ("highest tested rate whose mean over trials of offered-load attainment "
+                 "(N_valid / N_off, every request resolved) is >= alpha")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("sweep", help="goodput capacity: SLO attainment vs offered rate")
+    add_run_flags(parser)
+    parser.add_argument("--policy", nargs="+", required=True, help="policy names")
+    parser.add_argument("--rates", type=float, nargs="+", required=True,
+                        help="offered rates, requests per second")
+    parser.add_argument("--alpha", type=float, default=0.9, help="required attainment")
+    parser.add_argument("--trials", type=int, default=3, help="seeded trials per rate")
+    parser.add_argument("--seed", type=int, default=0, help="base seed")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="worker processes (default: os.cpu_count())")
+    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    parser.set_defaults(run=run)
+
+
+@dataclass(frozen=True, slots=True)
+class TrialJob:
+    flags: RunFlags
+    policy: str
+    rate_per_s: float
+    trial: int
+    seed: int
+
+    @property
+    def trial_seed(self) -> str:
+        return f"{self.seed}/{self.trial}"
+
+
+@dataclass(frozen=True, slots=True)
+class TrialResult:
+    job: TrialJob
+    offered_load: float | None
+    completion_conditioned: float | None
+    num_offered: int
+    num_rejected: int
+    observed_offered_rate_per_s: float
+
+
+def poisson_arrivals(manifest: WorkloadManifest, rate_per_s: float, trial_seed: str,
+                     seconds_per_unit: float) -> WorkloadManifest:
+    """The workload with Poisson arrivals at ``rate_per_s``, in file order."""
+    rng = random.Random(trial_seed)
+    now_s = 0.0
+    requests = []
+    for spec in manifest.online.requests:
+        now_s += rng.expovariate(1.0) / rate_per_s
+        requests.append(dataclasses.replace(spec, arrival=now_s / seconds_per_unit))
+    online = dataclasses.replace(manifest.online, requests=tuple(requests))
+    return WorkloadManifest(online, manifest.hidden)
+
+
+def run_trial(job: TrialJob) -> TrialResult:
+    """One simulated run at one rate; a top-level function for the pool."""
+    setup = setup_from_flags(job.flags)
+    assert setup.slo is not None, "checked before the sweep starts"
+    seconds = seconds_per_clock_unit(setup.manifest.online.clock, setup.cost_model)
+    manifest = poisson_arrivals(setup.manifest, job.rate_per_s, job.trial_seed, seconds)
+    policy = bind_cost_model(make_policy(job.policy), setup.cost_model)
+    result = run_simulation(manifest, RunConfig(policy, setup.cost_model, setup.gate))
+    log = result.recorder.log()
+    report = evaluate(log, setup.slo, default_window(log), label=job.policy)
+    return TrialResult(job, report.attainment.offered_load,
+                       report.attainment.completion_conditioned, report.outcomes.num_offered,
+                       report.outcomes.num_rejected, report.rates.offered_rate_per_s)
+
+
+def completed_trials(jobs: Sequence[TrialJob], pool: Executor | None) -> Iterator[TrialResult]:
+    """Results as they complete: on ``pool``, or lazily in this process when
+    None. Jobs go to the pool now, before the caller awaits anything, so the
+    pool forks its workers before any progress-display thread exists."""
+    if pool is None:
+        return map(run_trial, jobs)
+    futures = [pool.submit(run_trial, job) for job in jobs]
+    return (future.result() for future in as_completed(futures))
+
+
+def summarize_policy(results: Iterable[TrialResult], alpha: float) -> dict[str, Any]:
+    by_rate: dict[float, list[TrialResult]] = {}
+    for result in sorted(results, key=lambda r: (r.job.rate_per_s, r.job.trial)):
+        by_rate.setdefault(result.job.rate_per_s, []).append(result)
+    rates = [_rate_entry(rate, trials, alpha) for rate, trials in by_rate.items()]
+    qualifying = [entry["rate_per_s"] for entry in rates if entry["meets_alpha"]]
+    return {"capacity_rate_per_s": max(qualifying) if qualifying else None, "rates": rates}
+
+
+def _rate_entry(rate: float, trials: list[TrialResult], alpha: float) -> dict[str, Any]:
+    attained = [r.offered_load if r.offered_load is not None else 0.0 for r in trials]
+    conditioned = [r.completion_conditioned for r in trials if r.completion_conditioned is not None]
+    mean = fmean(attained)
+    return {
+        "rate_per_s": rate,
+        "offered_load_attainment": attained,
+        "mean_offered_load_attainment": mean,
+        "meets_alpha": mean >= alpha,
+        "completion_conditioned_mean": fmean(conditioned) if conditioned else None,
+        "completion_conditioned_label": "diagnostic: conditioned on completion",
+        "num_offered": [r.num_offered for r in trials],
+        "num_rejected": [r.num_rejected for r in trials],
+        "observed_offered_rate_per_s": [r.observed_offered_rate_per_s for r in trials],
+    }
+
+
+def plot_sweep(policies: dict[str, dict[str, Any]], alpha: float, path: Path) -> Path:
+    """Mean offered-load attainment per nominal rate (solid, min-max band over
+    trials); completion-conditioned mean dashed, labelled diagnostic."""
+    figure = Figure(figsize=(9.0, 5.5), dpi=110, layout="constrained")
+    FigureCanvasAgg(figure)
+    axis = figure.subplots()
+    for name, summary in policies.items():
+        rates = [entry["rate_per_s"] for entry in summary["rates"]]
+        means = [entry["mean_offered_load_attainment"] for entry in summary["rates"]]
+        (line,) = axis.plot(rates, means, marker="o", label=f"{name}: offered-load attainment")
+        axis.fill_between(rates, [min(e["offered_load_attainment"]) for e in summary["rates"]],
+                          [max(e["offered_load_attainment"]) for e in summary["rates"]],
+                          color=line.get_color(), alpha=0.15)
+        conditioned = [entry["completion_conditioned_mean"] for entry in summary["rates"]]
+        axis.plot(rates, [float("nan") if c is None else c for c in conditioned], linestyle="--",
+                  color=line.get_color(), label=f"{name}: completion-conditioned (diagnostic)")
+        if summary["capacity_rate_per_s"] is not None:
+            axis.axvline(summary["capacity_rate_per_s"], color=line.get_color(), linestyle=":")
+    axis.axhline(alpha, color="black", linestyle=":", label=f"alpha = {alpha:g}")
+    axis.set_ylim(0.0, 1.05)
+    axis.set_xlabel("offered rate (requests/s, nominal Poisson rate)")
+    axis.set_ylabel("SLO attainment (mean over trials)")
+    axis.set_title("SLO attainment vs offered rate; dotted verticals: goodput capacity")
+    axis.legend(fontsize="small")
+    figure.savefig(path, format="png")
+    return path
+
+
+def _check(args: argparse.Namespace, setup: RunSetup) -> None:
+    if setup.slo is None:
+        raise FlagError("sweep needs an SLO: the workload's slo or --slo-ttft-ms/--slo-tbt-ms")
+    if not 0.0 < args.alpha <= 1.0:
+        raise FlagError(f"--alpha must be in (0, 1], got {args.alpha}")
+    if args.trials < 1:
+        raise FlagError(f"--trials must be >= 1, got {args.trials}")
+    if any(not rate > 0 for rate in args.rates):
+        raise FlagError("--rates must all be > 0")
+    if args.workers is not None and args.workers < 1:
+        raise FlagError(f"--workers must be >= 1, got {args.workers}")
+    for name in args.policy:
+        make_policy(name)  # an unknown name fails before any work starts
+
+
+def run(args: argparse.Namespace) -> int:
+    flags = RunFlags.from_args(args)
+    setup = setup_from_flags(flags)
+    _check(args, setup)
+    jobs = [TrialJob(flags, policy, rate, trial, args.seed)
+            for policy in args.policy for rate in args.rates for trial in range(args.trials)]
+    workers = min(args.workers or os.cpu_count() or 1, len(jobs))
+    results: list[TrialResult] = []
+    with contextlib.ExitStack() as stack:
+        pool = None if workers == 1 else stack.enter_context(ProcessPoolExecutor(workers))
+        trials = completed_trials(jobs, pool)
+        progress = stack.enter_context(Progress(console=Console(stderr=True)))
+        task = progress.add_task(f"sweep: {len(jobs)} runs on {workers} processes",
+                                 total=len(jobs))
+        for result in trials:
+            results.append(result)
+            progress.advance(task)
+    policies = {name: summarize_policy([r for r in results if r.job.policy == name], args.alpha)
+                for name in args.policy}
+    args.out.mkdir(parents=True, exist_ok=True)
+    document = {
+        "schema": SCHEMA, "workload": str(args.workload),
+        "workload_id": setup.manifest.online.workload_id, "alpha": args.alpha,
+        "trials": args.trials, "seed": args.seed,
+        "trial_seeds": [f"{args.seed}/{trial}" for trial in range(args.trials)],
+        "arrivals": "Poisson; unit exponential gaps from random.Random(trial_seed) / rate",
+        "cost_model": setup.cost_model.spec, "overload": {"contract": setup.gate.gate_id,
+                                                          "params": setup.gate.params()},
+        "slo": setup.slo.to_dict() if setup.slo else None, "capacity_rule": CAPACITY_RULE,
+        "policies": policies,
+    }
+    (args.out / "sweep.json").write_text(json.dumps(document, indent=2) + "\n")
+    plot_sweep(policies, args.alpha, args.out / "attainment_vs_rate.png")
+    for name, summary in policies.items():
+        print(f"{name}: goodput capacity {summary['capacity_rate_per_s']} req/s "
+              f"(alpha {args.alpha}, {args.trials} trials) -> {args.out / 'sweep.json'}")
+    return 0

@@ -1,0 +1,158 @@
+"""EventRecorder: engine facts -> the metrics event log (0x07, docs/metrics.md).
+
+An engine observer; it changes nothing. Mapping:
+
+    on_arrival              ArrivalEvent at the ORIGINAL arrival (TTFT origin)
+    on_reject (arrival gate) ArrivalEvent + RejectEvent(reason), at arrival
+    ADMIT intent            AdmitEvent at the decision's ``now`` (ResumeEvent
+                            when a recompute-preempted request is re-admitted)
+    PREEMPT_* intents       PreemptEvent(mode "recompute" | "swap")
+    RESUME intent           ResumeEvent
+    REJECT / ABORT intents  RejectEvent / CancelEvent(reason "abort")
+    completed prefill or    ComputeEvent(num_rows, is_rebuild), at the
+      rebuild rows            successor's ``now`` (the result's publication)
+    emissions               FirstTokenEvent / TokenEvent(token_index=j), then
+                            FinishEvent(reason, num_output_tokens) on a stop
+    on_cancel               CancelEvent(reason "client") at the cut
+
+Clock: every time is ``clock value * seconds_per_clock_unit`` (see
+:func:`iterserve.sim.cost.seconds_per_clock_unit`: 1/1000 on the ``ms``
+clock; on the ``iteration`` clock one iteration is 1 s unless a fixed cost
+model says otherwise). The engine publishes an arrival at the first cut at
+or after it, so an arrival can be recorded after facts stamped later than
+it; :meth:`EventRecorder.log` therefore orders the facts by time with a
+stable sort, which keeps each request's causal order.
+
+Per executed iteration the recorder also keeps its row composition and a
+resource sample at the decision (waiting requests, suspended ones included;
+running requests; KV blocks used of the total, both 0 when memory is
+unbounded) for plots.
+"""
+
+from __future__ import annotations
+
+from iterserve.engine.observer import EngineObserver
+from iterserve.metrics.capacity import IterationComposition
+from iterserve.metrics.events import (
+    AdmitEvent,
+    ArrivalEvent,
+    CancelEvent,
+    ComputeEvent,
+    Event,
+    EventLog,
+    FinishEvent,
+    FirstTokenEvent,
+    PreemptEvent,
+    RejectEvent,
+    ResumeEvent,
+    TokenEvent,
+)
+from iterserve.metrics.series import ResourceSample
+from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent
+from iterserve.records.result import CompletedInterval, IterationResult
+from iterserve.records.spec import RequestSpec
+from iterserve.records.state import SchedulerState
+from iterserve.records.view import FinishReason, WorkKind
+
+
+class EventRecorder(EngineObserver):
+    """Collects the run's metric facts; read them with :meth:`log`."""
+
+    def __init__(self, seconds_per_clock_unit: float = 1.0) -> None:
+        if not seconds_per_clock_unit > 0:
+            raise ValueError("seconds_per_clock_unit must be > 0")
+        self.seconds_per_clock_unit = seconds_per_clock_unit
+        self.iterations: list[IterationComposition] = []
+        self.samples: list[ResourceSample] = []
+        self._events: list[Event] = []
+        self._admitted: set[str] = set()
+        self._preempted: set[str] = set()
+
+    def to_s(self, clock_value: float) -> float:
+        return clock_value * self.seconds_per_clock_unit
+
+    def log(self) -> EventLog:
+        """The facts in time order (stable: equal times keep causal order)."""
+        return EventLog(sorted(self._events, key=lambda event: event.time_s))
+
+    def on_arrival(self, spec: RequestSpec, now: float) -> None:
+        self._events.append(self._arrival(spec))
+
+    def on_reject(self, spec: RequestSpec, reason: str, now: float) -> None:
+        self._events.append(self._arrival(spec))
+        self._events.append(RejectEvent(self.to_s(spec.arrival), spec.request_id, reason=reason))
+
+    def on_cancel(self, request_id: str, state: SchedulerState, successor: SchedulerState) -> None:
+        self._events.append(CancelEvent(self.to_s(state.now), request_id, reason="client"))
+
+    def on_step(
+        self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
+        successor: SchedulerState,
+    ) -> None:
+        decided_s = self.to_s(state.now)
+        for intent in plan.intents:
+            self._intent(intent, decided_s)
+        if plan.work:
+            self._composition(state, plan, decided_s)
+        published_s = self.to_s(successor.now)
+        kinds = {item.request_id: item.kind for item in plan.work}
+        for completed in result.completed:
+            before = state.views[completed.request_id].num_emitted
+            self._completion(completed, kinds[completed.request_id], before, published_s)
+
+    def _arrival(self, spec: RequestSpec) -> ArrivalEvent:
+        return ArrivalEvent(self.to_s(spec.arrival), spec.request_id, client_id=spec.client_id,
+                            num_prompt_tokens=spec.num_prompt_tokens)
+
+    def _intent(self, intent: QueueIntent, time_s: float) -> None:
+        rid = intent.request_id
+        kind = intent.kind
+        event: Event
+        if kind is IntentKind.ADMIT or kind is IntentKind.RESUME:
+            if rid in self._preempted:
+                self._preempted.discard(rid)
+                event = ResumeEvent(time_s, rid)
+            else:
+                self._admitted.add(rid)
+                event = AdmitEvent(time_s, rid)
+        elif kind is IntentKind.PREEMPT_RECOMPUTE or kind is IntentKind.PREEMPT_PRESERVE:
+            self._preempted.add(rid)
+            mode = "recompute" if kind is IntentKind.PREEMPT_RECOMPUTE else "swap"
+            event = PreemptEvent(time_s, rid, mode=mode)
+        elif kind is IntentKind.REJECT and rid not in self._admitted:
+            event = RejectEvent(time_s, rid, reason=intent.reason or "rejected")
+        else:  # ABORT, or a REJECT after admission: ended without success
+            event = CancelEvent(time_s, rid, reason=intent.reason or kind.value)
+        self._events.append(event)
+
+    def _completion(self, item: CompletedInterval, kind: WorkKind, num_emitted_before: int,
+                    time_s: float) -> None:
+        rid = item.request_id
+        if kind is not WorkKind.DECODE_ROW:
+            self._events.append(ComputeEvent(time_s, rid, num_rows=item.end - item.start,
+                                             is_rebuild=kind is WorkKind.REBUILD))
+        if not item.emitted:
+            return
+        if num_emitted_before == 0:
+            self._events.append(FirstTokenEvent(time_s, rid))
+        else:
+            self._events.append(TokenEvent(time_s, rid, token_index=num_emitted_before))
+        reason = item.finish_reason
+        if reason is FinishReason.STOP or reason is FinishReason.LENGTH:
+            self._events.append(FinishEvent(time_s, rid, reason=reason.value,
+                                            num_output_tokens=num_emitted_before + 1))
+        elif reason is not None:
+            self._events.append(CancelEvent(time_s, rid, reason=reason.value))
+
+    def _composition(self, state: SchedulerState, plan: IterationPlan, time_s: float) -> None:
+        rows = {WorkKind.PREFILL_CHUNK: 0, WorkKind.DECODE_ROW: 0, WorkKind.REBUILD: 0}
+        for item in plan.work:
+            rows[item.kind] += item.end - item.start
+        self.iterations.append(IterationComposition(
+            time_s, rows[WorkKind.PREFILL_CHUNK], rows[WorkKind.DECODE_ROW],
+            rows[WorkKind.REBUILD]))
+        facts = state.capacity
+        total = facts.num_blocks_total or 0
+        used = 0 if facts.num_blocks_free is None else total - facts.num_blocks_free
+        self.samples.append(ResourceSample(
+            time_s, len(state.waiting) + len(state.suspended), len(state.running), used, total))
