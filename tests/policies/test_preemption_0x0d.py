@@ -135,11 +135,6 @@ def test_a_victim_already_placed_in_this_plan_is_unscheduled(policy_name, victim
     assert (plan.tokens_used, plan.sequences_used) == (1, 1)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: Engine.step (src/iterserve/engine/loop.py, `if plan.work: ... else:`) never hands a "
-    "work-less plan to the executor, so a self-preemption's PREEMPT_RECOMPUTE is not applied to "
-    "KV residency: the victim's rows are never freed, capacity facts stay stale, and the run "
-    "stalls (EngineStalled) with blocks leaked"))
 def test_engine_releases_the_rows_of_a_request_that_preempts_itself() -> None:
     """The priority shape inside a real run: A (priority 10) is admitted
     alone at t=0, B (priority 1) at t=1, filling all five KV rows. At t=2 A

@@ -15,7 +15,6 @@ from typing import Protocol
 from iterserve.engine.executor import Executor
 from iterserve.engine.observer import EngineObserver
 from iterserve.policies.base import Policy
-from iterserve.records.result import IterationResult
 from iterserve.records.spec import OnlineWorkload, PolicyIdentity, RequestSpec
 from iterserve.records.state import CapacityFacts, SchedulerState
 from iterserve.records.transition import advance, cancel, with_arrivals
@@ -151,10 +150,8 @@ class Engine:
                 f"{self.policy.policy_id} chose nothing at decision {state.decision_id} with "
                 f"{state.num_live} live request(s) and no future arrivals"
             )
-        if plan.work:
-            result = self.executor.execute(plan, state)
-        else:  # a pure queue decision (e.g. rejections) takes no model time
-            result = IterationResult(plan.decision_id, plan.input_state_version, (), duration=0.0)
+        # the executor sees intent-only plans too: preemptions free memory
+        result = self.executor.execute(plan, state)
         if self.validate:
             validate_result(plan, state, result)
         successor = advance(state, plan, result)

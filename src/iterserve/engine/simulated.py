@@ -86,7 +86,7 @@ class SimulatedExecutor:
             completed=tuple(completed),
             failures=tuple(failures),
             service=dict(service),
-            duration=self._cost.iteration_duration(plan, state),
+            duration=self._cost.iteration_duration(plan, state) if plan.work else 0.0,
             capacity=None if self.kv is None else self.kv.facts(),
         )
 

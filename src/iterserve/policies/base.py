@@ -156,6 +156,21 @@ class PlanBuilder:
             self.blocks_free += self._facts.blocks_for(view.num_computed)
         self.intend(kind, view, reason)
 
+    def resume(self, view: RequestView, max_rows: int | None = None) -> int:
+        """Resume a suspended (preserved) request: its rows come back onto
+        device blocks, then its next interval is scheduled. Rows granted."""
+        held = self._facts.blocks_for(view.num_computed)
+        if self.blocks_free is not None:
+            if held > self.blocks_free:
+                return 0
+            self.blocks_free -= held
+        rows = self.add(view, max_rows)
+        if rows:
+            self.intend(IntentKind.RESUME, view)
+        elif self.blocks_free is not None:
+            self.blocks_free += held
+        return rows
+
     def is_chosen(self, request_id: str) -> bool:
         return request_id in self._work
 
@@ -222,9 +237,31 @@ def priority_victim(candidates: list[RequestView]) -> RequestView:
     return max(candidates, key=lambda v: (v.priority, v.arrival, v.arrival_order))
 
 
+def preemption_kind(workload: OnlineWorkload) -> IntentKind:
+    """The run's preemption mode (workload ``kv.preemption_mode``, 0x0C)."""
+    if workload.kv is not None and workload.kv.preemption_mode == "preserve":
+        return IntentKind.PREEMPT_PRESERVE
+    return IntentKind.PREEMPT_RECOMPUTE
+
+
+def resume_suspended(builder: PlanBuilder, state: SchedulerState,
+                     max_rows: int | None = None) -> int:
+    """Resume preserved requests in suspension order while memory allows;
+    the first that does not fit stops the pass. Returns how many resumed."""
+    resumed = 0
+    for view in views_of(state, state.suspended):
+        if not builder.can_add() or not view.is_ready:
+            break
+        if not builder.resume(view, max_rows):
+            break
+        resumed += 1
+    return resumed
+
+
 def add_or_preempt(builder: PlanBuilder, view: RequestView, num_rows: int,
                    queue: list[RequestView], gone: set[str],
-                   choose_victim: VictimChooser) -> bool:
+                   choose_victim: VictimChooser,
+                   kind: IntentKind = IntentKind.PREEMPT_RECOMPUTE) -> bool:
     """Schedule ``num_rows`` of a running request, preempting victims from
     ``queue`` (victims leave it and join ``gone``) until the KV ledger fits.
 
@@ -235,7 +272,7 @@ def add_or_preempt(builder: PlanBuilder, view: RequestView, num_rows: int,
         victim = choose_victim(queue)
         queue.remove(victim)
         gone.add(victim.request_id)
-        builder.preempt(victim)
+        builder.preempt(victim, kind)
         if victim.request_id == view.request_id:
             return False
     builder.add(view, num_rows)

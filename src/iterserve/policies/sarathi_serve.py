@@ -16,6 +16,8 @@ from iterserve.policies.base import (
     PolicyContract,
     add_or_preempt,
     fcfs_victim,
+    preemption_kind,
+    resume_suspended,
     views_of,
 )
 from iterserve.records.plan import IterationPlan
@@ -51,13 +53,19 @@ class SarathiServe:
                 continue
             if not builder.can_add():
                 break
-            if not add_or_preempt(builder, view, 1, queue, gone, fcfs_victim):
+            if not add_or_preempt(builder, view, 1, queue, gone, fcfs_victim,
+                                  preemption_kind(workload)):
                 break
         for view in queue:
             if not view.is_decoding and builder.can_add():
                 builder.add(view)
+        if gone:
+            return builder.build()
+        resumed = resume_suspended(builder, state)
+        if resumed < len(state.suspended):
+            return builder.build()
         max_seqs = workload.capacity.max_num_seqs or state.sequence_budget
-        free_seqs = max_seqs - len(queue)
+        free_seqs = max_seqs - len(queue) - resumed
         for view in sorted(views_of(state, state.waiting), key=lambda v: v.arrival_order):
             if free_seqs <= 0 or not builder.can_add():
                 break

@@ -7,7 +7,8 @@ computed, long_prefill_token_threshold when set, remaining token budget).
 On KV shortfall, preempt (FCFS: tail of running; PRIORITY: max of
 (priority, arrival)) and recompute; if the request preempts itself the
 running pass stops. After any running-path preemption there is no waiting
-pass. Then waiting requests (preempted ones at the front) in queue order,
+pass. Preserved (swapped-out) requests resume next, oldest suspension first;
+then waiting requests (recomputing ones at the front) in queue order,
 while max_num_seqs, the budget and KV allow; the first that does not fit
 stops the pass.
 """
@@ -20,10 +21,12 @@ from iterserve.policies.base import (
     VictimChooser,
     add_or_preempt,
     fcfs_victim,
+    preemption_kind,
     priority_victim,
+    resume_suspended,
     views_of,
 )
-from iterserve.records.plan import IterationPlan
+from iterserve.records.plan import IntentKind, IterationPlan
 from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import RequestView
@@ -57,11 +60,14 @@ class VllmFrontier:
         builder = PlanBuilder(self, state)
         threshold = workload.capacity.long_prefill_token_threshold
         running = views_of(state, state.running)
-        preempted = self._running_pass(builder, running, threshold)
+        preempted = self._running_pass(builder, running, threshold, preemption_kind(workload))
         if not preempted:
             max_seqs = workload.capacity.max_num_seqs or state.sequence_budget
-            waiting = self.waiting_order(views_of(state, state.waiting))
-            self._waiting_pass(builder, waiting, threshold, max_seqs - len(running))
+            resumed = resume_suspended(builder, state, threshold)
+            if resumed == len(state.suspended):  # preserved requests go before new work
+                waiting = self.waiting_order(views_of(state, state.waiting))
+                free_seqs = max_seqs - len(running) - resumed
+                self._waiting_pass(builder, waiting, threshold, free_seqs)
         return builder.build()
 
     def _rows(self, builder: PlanBuilder, view: RequestView, threshold: int | None) -> int:
@@ -69,7 +75,7 @@ class VllmFrontier:
         return rows if threshold is None else min(rows, threshold)
 
     def _running_pass(self, builder: PlanBuilder, running: list[RequestView],
-                      threshold: int | None) -> bool:
+                      threshold: int | None, kind: IntentKind) -> bool:
         queue = list(running)
         gone: set[str] = set()  # victims preempted earlier in this pass
         for view in running:
@@ -78,7 +84,7 @@ class VllmFrontier:
             rows = self._rows(builder, view, threshold)
             if rows <= 0 or builder.seqs_left == 0:
                 break
-            if not add_or_preempt(builder, view, rows, queue, gone, self.choose_victim):
+            if not add_or_preempt(builder, view, rows, queue, gone, self.choose_victim, kind):
                 break
         return bool(gone)
 

@@ -88,6 +88,32 @@ class PolicyIdentity:
     policy_version: str
 
 
+PREEMPTION_MODES = ("recompute", "preserve")
+
+
+@dataclass(frozen=True, slots=True)
+class KvSpec:
+    """The workload's ``kv`` section (0x05, 0x06, 0x0C): a paged pool of
+    ``num_blocks`` blocks of ``block_size`` rows, an optional host swap pool,
+    the logical bytes per row (for byte reports), the admission estimate and
+    the preemption mode (``recompute`` or ``preserve`` = PRESERVE_EXACT)."""
+
+    num_blocks: int
+    block_size: int = 16
+    num_host_blocks: int = 0
+    bytes_per_row: int | None = None
+    admission: str = "none"
+    preemption_mode: str = "recompute"
+
+    def __post_init__(self) -> None:
+        if self.num_blocks < 1 or self.block_size < 1 or self.num_host_blocks < 0:
+            raise ValueError("kv: num_blocks and block_size must be >= 1, num_host_blocks >= 0")
+        if self.preemption_mode not in PREEMPTION_MODES:
+            raise ValueError(f"kv.preemption_mode must be one of {list(PREEMPTION_MODES)}")
+        if self.bytes_per_row is not None and self.bytes_per_row < 1:
+            raise ValueError("kv.bytes_per_row must be >= 1")
+
+
 @dataclass(frozen=True, slots=True)
 class OnlineWorkload:
     """The online projection of a workload manifest: no hidden truth."""
@@ -97,6 +123,7 @@ class OnlineWorkload:
     capacity: Capacity
     requests: tuple[RequestSpec, ...]
     policy: PolicyIdentity | None = None
+    kv: KvSpec | None = None
 
     def spec(self, request_id: str) -> RequestSpec:
         for request in self.requests:

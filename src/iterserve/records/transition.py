@@ -56,8 +56,9 @@ def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult)
         rid: view for rid, view in state.views.items() if not view.lifecycle.is_terminal
     }
     queues = _Queues(state)
+    failed = {failure.request_id for failure in result.failures} if result.failures else set()
     for intent in plan.intents:
-        _apply_intent(views, queues, intent)
+        _apply_intent(views, queues, intent, intent.request_id in failed)
     newly_finished: list[str] = []
     for item in result.completed:
         view = _complete(views[item.request_id], item, now)
@@ -88,7 +89,15 @@ class _Queues:
         self.finished: list[str] = []
 
 
-def _apply_intent(views: dict[str, RequestView], queues: _Queues, intent: QueueIntent) -> None:
+def _apply_intent(
+    views: dict[str, RequestView], queues: _Queues, intent: QueueIntent, failed: bool
+) -> None:
+    """Apply one queue intent through the lifecycle table (0x0C).
+
+    ``failed`` is the executor's fact that the intent's memory action failed:
+    a failed preservation falls back to recompute; a failed resume leaves the
+    request suspended.
+    """
     rid = intent.request_id
     view = views[rid]
     kind = intent.kind
@@ -97,17 +106,20 @@ def _apply_intent(views: dict[str, RequestView], queues: _Queues, intent: QueueI
         queues.running.append(rid)
         views[rid] = _relabel(view, Lifecycle.RUNNING)
     elif kind is IntentKind.RESUME:
+        if failed:
+            return
         queues.suspended.remove(rid)
         queues.running.append(rid)
-        views[rid] = _relabel(view, Lifecycle.RUNNING)
-    elif kind is IntentKind.PREEMPT_RECOMPUTE:
+        views[rid] = _relabel(view, Lifecycle.RESUME_PENDING, Lifecycle.RUNNING)
+    elif kind is IntentKind.PREEMPT_PRESERVE and not failed:
+        queues.running.remove(rid)
+        queues.suspended.append(rid)
+        views[rid] = _relabel(view, Lifecycle.PREEMPT_PENDING, Lifecycle.SUSPENDED_PRESERVED,
+                              epoch_step=1)
+    elif kind in (IntentKind.PREEMPT_RECOMPUTE, IntentKind.PREEMPT_PRESERVE):
         queues.running.remove(rid)
         queues.waiting.insert(0, rid)  # preempted requests resume first (0x0D)
         views[rid] = _recompute_reset(view)
-    elif kind is IntentKind.PREEMPT_PRESERVE:
-        queues.running.remove(rid)
-        queues.suspended.append(rid)
-        views[rid] = _relabel(view, Lifecycle.SUSPENDED_PRESERVED, epoch_step=1)
     else:  # REJECT or ABORT: terminal
         for queue in (queues.waiting, queues.running, queues.suspended):
             if rid in queue:
@@ -118,17 +130,21 @@ def _apply_intent(views: dict[str, RequestView], queues: _Queues, intent: QueueI
         queues.finished.append(rid)
 
 
-def _relabel(view: RequestView, lifecycle: Lifecycle, epoch_step: int = 0) -> RequestView:
-    check_transition(view.lifecycle, lifecycle)
-    return _replace(view, lifecycle=lifecycle, suspension_epoch=view.suspension_epoch + epoch_step)
+def _relabel(view: RequestView, *path: Lifecycle, epoch_step: int = 0) -> RequestView:
+    """Walk ``path`` through the transition table; the view ends at its last state."""
+    current = view.lifecycle
+    for lifecycle in path:
+        check_transition(current, lifecycle)
+        current = lifecycle
+    return _replace(view, lifecycle=current, suspension_epoch=view.suspension_epoch + epoch_step)
 
 
 def _recompute_reset(view: RequestView) -> RequestView:
-    """RECOMPUTE drops computed rows; emitted output stays (rebuild follows, 0x0C)."""
-    return _replace(
-        view, lifecycle=Lifecycle.WAITING, num_computed=0, num_committed=0,
-        suspension_epoch=view.suspension_epoch + 1,
-    )
+    """RECOMPUTE drops computed rows; emitted output stays, so a rebuild
+    [0, p + e - 1) that emits nothing comes next (0x0C)."""
+    relabelled = _relabel(view, Lifecycle.PREEMPT_PENDING, Lifecycle.SUSPENDED_RECOMPUTE,
+                          Lifecycle.WAITING, epoch_step=1)
+    return relabelled._replace(num_computed=0, num_committed=0)
 
 
 def _terminal(view: RequestView, lifecycle: Lifecycle, reason: FinishReason) -> RequestView:

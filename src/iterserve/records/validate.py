@@ -191,11 +191,14 @@ def _validate_kv(state: SchedulerState, plan: IterationPlan) -> None:
     if facts.num_blocks_free is None:
         return
     views = state.views
-    freed = sum(
-        facts.blocks_for(views[i.request_id].num_computed)
-        for i in plan.intents if i.kind in _RELEASING
-    )
-    needed = sum(
+    freed = resumed = 0
+    for intent in plan.intents:
+        held = facts.blocks_for(views[intent.request_id].num_computed)
+        if intent.kind in _RELEASING:
+            freed += held
+        elif intent.kind is IntentKind.RESUME:
+            resumed += held  # swapped-in rows need device blocks again
+    needed = resumed + sum(
         facts.blocks_for(w.end) - facts.blocks_for(w.start) for w in plan.work
     )
     if needed > facts.num_blocks_free + freed:

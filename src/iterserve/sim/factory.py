@@ -9,8 +9,15 @@ from iterserve.records.spec import WorkloadManifest
 
 
 def make_simulated_executor(manifest: WorkloadManifest) -> SimulatedExecutor:
-    """The simulated executor for a workload: logical KV rows when
-    capacity.kv_rows is set (block size 1), else unbounded memory."""
+    """The simulated executor for a workload: the paged pool of its ``kv``
+    section; else logical KV rows when capacity.kv_rows is set (block size
+    1); else unbounded memory."""
+    spec = manifest.online.kv
     kv_rows = manifest.online.capacity.kv_rows
-    kv = None if kv_rows is None else KvResidency(BlockManagerConfig(kv_rows, 1))
+    kv = None
+    if spec is not None:
+        kv = KvResidency(BlockManagerConfig(spec.num_blocks, spec.block_size,
+                                            spec.num_host_blocks))
+    elif kv_rows is not None:
+        kv = KvResidency(BlockManagerConfig(kv_rows, 1))
     return SimulatedExecutor(manifest.hidden, kv=kv, workload=manifest.online)

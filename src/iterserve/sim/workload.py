@@ -24,6 +24,7 @@ from typing import Any
 from iterserve.records.spec import (
     Capacity,
     HiddenTruth,
+    KvSpec,
     OnlineWorkload,
     RequestSpec,
     SloTargets,
@@ -37,6 +38,8 @@ _REQUEST_FIELDS = {"request_id", "arrival", "prompt_tokens", "max_output_tokens"
                    "priority", "slo", "output_forecast", "output_forecast_p90"}
 _TOP_FIELDS = {"workload_id", "clock", "capacity", "requests", "fixture_only_hidden_truth",
                "description", "kv"}
+_KV_FIELDS = ("num_blocks", "block_size", "num_host_blocks", "bytes_per_row", "admission",
+              "preemption_mode")
 
 
 class WorkloadError(ValueError):
@@ -72,8 +75,27 @@ def parse_workload(raw: Any) -> WorkloadManifest:
         clock=clock,
         capacity=_capacity(_mapping(obj.get("capacity"), "capacity")),
         requests=requests,
+        kv=None if obj.get("kv") is None else _kv(_mapping(obj["kv"], "kv")),
     )
     return WorkloadManifest(online, _hidden(obj.get("fixture_only_hidden_truth"), set(ids)))
+
+
+def _kv(obj: Mapping[str, Any]) -> KvSpec:
+    unknown = set(obj) - set(_KV_FIELDS)
+    if unknown:
+        raise WorkloadError(f"kv: unknown field(s) {sorted(unknown)}")
+    values = {
+        "num_blocks": _field(obj, "num_blocks", "kv", int),
+        "block_size": _field(obj, "block_size", "kv", int, 16),
+        "num_host_blocks": _field(obj, "num_host_blocks", "kv", int, 0),
+        "bytes_per_row": _field(obj, "bytes_per_row", "kv", int, None),
+        "admission": _field(obj, "admission", "kv", str, "none"),
+        "preemption_mode": _field(obj, "preemption_mode", "kv", str, "recompute"),
+    }
+    try:
+        return KvSpec(**values)
+    except ValueError as exc:
+        raise WorkloadError(str(exc)) from None
 
 
 def _mapping(raw: Any, where: str) -> Mapping[str, Any]:
@@ -171,7 +193,12 @@ def online_to_json(workload: OnlineWorkload) -> dict[str, Any]:
         "clock": workload.clock,
         "capacity": {n: getattr(cap, n) for n in _CAPACITY_FIELDS if getattr(cap, n) is not None},
         "requests": [_request_to_json(r) for r in workload.requests],
+        **({} if workload.kv is None else {"kv": _kv_to_json(workload.kv)}),
     }
+
+
+def _kv_to_json(kv: KvSpec) -> dict[str, Any]:
+    return {name: getattr(kv, name) for name in _KV_FIELDS if getattr(kv, name) is not None}
 
 
 def _request_to_json(r: RequestSpec) -> dict[str, Any]:
