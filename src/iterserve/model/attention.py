@@ -151,8 +151,13 @@ def _attend_chunk(
 
 
 def _gather_rows(pool: torch.Tensor, block_ids: torch.Tensor) -> torch.Tensor:
-    """[n, block_size, KV, D] copy of the named blocks (index_select beats fancy indexing on CPU)."""
-    return torch.index_select(pool, 0, block_ids)
+    """[n, block_size, KV, D] copy of the named blocks.
+
+    index_select on a 2-D view is a plain row memcpy on CPU, several times
+    faster than fancy indexing or index_select on the 4-D pool.
+    """
+    rows = torch.index_select(pool.view(pool.shape[0], -1), 0, block_ids)
+    return rows.view(-1, *pool.shape[1:])
 
 
 def _decode_rows(batch: PackedBatch, segments: list[int], windows: frozenset[Window]) -> DecodeRows:

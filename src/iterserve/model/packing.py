@@ -29,9 +29,9 @@ class SegmentSpec:
         reaching the prompt end, or a decode row); only those rows get logits.
     """
 
-    token_ids: tuple[int, ...]
+    token_ids: Sequence[int]  # stored as a tuple
     start: int
-    block_ids: tuple[int, ...]
+    block_ids: Sequence[int]  # stored as a tuple
     sample: bool
 
     def __post_init__(self) -> None:
