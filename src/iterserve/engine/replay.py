@@ -194,6 +194,9 @@ class _Replay:
         when the summary line that ends the original run is reached."""
         state = self.engine.state
         while (line := self.cursor.peek()) is not None and line.get("type") != "iteration":
+            if line.get("type") not in ("cancel", "summary"):
+                raise ReplayDivergence(f"decision {line.get('decision_id')}: unknown line type "
+                                       f"{line.get('type')!r}")
             logged_version = line.get("state_version", -1)
             if logged_version > state.state_version:
                 return False
@@ -206,9 +209,20 @@ class _Replay:
             self._check_rejections(line)
             if line.get("type") == "summary":
                 return True
-            self.engine.cancel(str(line.get("request_id")))
+            self._cancel(line)
             state = self.engine.state
         return False
+
+    def _cancel(self, line: dict[str, Any]) -> None:
+        """A logged cancellation; only a live request's is ever logged."""
+        request_id = str(line.get("request_id"))
+        view = self.engine.state.views.get(request_id)
+        if view is None or view.is_terminal:
+            raise ReplayDivergence(
+                f"decision {line.get('decision_id')}: the log cancels {request_id!r}, "
+                f"which is not live in the replayed state"
+            )
+        self.engine.cancel(request_id)
 
     def run(self) -> None:
         engine = self.engine
