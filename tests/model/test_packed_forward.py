@@ -116,3 +116,15 @@ def test_only_sample_rows_get_logits(tiny_model) -> None:
     assert logits.shape == (1, tiny_model.config.vocab_size)
     assert logits.dtype == torch.float32
     assert batch.sample_segments == (1,)
+
+
+def test_forward_rejects_out_of_range_batches(tiny_model) -> None:
+    cache = tiny_model.allocate_cache(num_blocks=2, block_size=BLOCK_SIZE)
+    device = tiny_model.device
+    with pytest.raises(ValueError, match="block id 2"):
+        tiny_model.forward(pack([SegmentSpec([1], 0, [2], True)], BLOCK_SIZE, device), cache)
+    vocab = tiny_model.config.vocab_size
+    with pytest.raises(ValueError, match="vocab_size"):
+        tiny_model.forward(pack([SegmentSpec([vocab], 0, [0], True)], BLOCK_SIZE, device), cache)
+    with pytest.raises(ValueError, match="block_size"):
+        tiny_model.forward(pack([SegmentSpec([1], 0, [0], True)], 2, device), cache)

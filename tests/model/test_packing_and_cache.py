@@ -98,3 +98,19 @@ def test_cache_write_lands_at_slots() -> None:
     assert torch.equal(cache.key_pools[1][0, 0], keys[1])
     assert torch.equal(cache.value_pools[1][1, 0], -keys[2])
     assert cache.key_pools[0].abs().sum() == 0
+
+
+def test_copy_blocks_copies_every_layer() -> None:
+    cache = PagedKVCache.allocate(CONFIG, num_blocks=4, block_size=2)
+    cache.write(0, torch.tensor([0, 1]), torch.ones(2, 2, 8), torch.full((2, 2, 8), 2.0))
+    cache.write(1, torch.tensor([1]), torch.full((1, 2, 8), 3.0), torch.full((1, 2, 8), 4.0))
+    cache.copy_blocks(torch.tensor([0]), torch.tensor([3]))
+    for layer in range(2):
+        assert torch.equal(cache.key_pools[layer][3], cache.key_pools[layer][0])
+        assert torch.equal(cache.value_pools[layer][3], cache.value_pools[layer][0])
+    assert cache.value_pools[1][3, 1].unique().tolist() == [4.0]
+
+
+def test_pack_records_host_bounds() -> None:
+    batch = pack([SegmentSpec([5, 9], 0, [3], True), SegmentSpec([2], 4, [0, 7], False)], 4)
+    assert (batch.max_block_id, batch.max_token_id) == (7, 9)

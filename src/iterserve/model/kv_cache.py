@@ -87,6 +87,11 @@ class PagedKVCache:
         key_pool.view(flat_shape).index_copy_(0, slot_mapping, keys)
         value_pool.view(flat_shape).index_copy_(0, slot_mapping, values)
 
+    def copy_blocks(self, source_ids: torch.Tensor, target_ids: torch.Tensor) -> None:
+        """Copy whole blocks source_ids[i] -> target_ids[i] in every layer (copy-on-write)."""
+        for pool in (*self.key_pools, *self.value_pools):
+            pool.index_copy_(0, target_ids, pool.index_select(0, source_ids))
+
 
 def bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
     """All-layer K plus V bytes of one block."""

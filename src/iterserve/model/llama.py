@@ -51,8 +51,7 @@ class PackedCausalLM:
     def forward(self, batch: PackedBatch, cache: PagedKVCache) -> torch.Tensor:
         """Run all layers over the packed rows; returns logits [S, V] (float32) for
         `batch.sample_rows`, in that order. Writes the batch's K/V rows into `cache`."""
-        if batch.block_size != cache.block_size:
-            raise ValueError(f"batch block_size {batch.block_size} != cache {cache.block_size}")
+        self._check_batch(batch, cache)
         with torch.inference_mode():
             metadata = AttentionMetadata.build(batch, self.config.sliding_windows)
             tables = rotary_tables(batch.positions, self._inv_freq, self.dtype)
@@ -64,6 +63,21 @@ class PackedCausalLM:
             return F.linear(sampled, self.weights.lm_head).float()
 
     __call__ = forward
+
+    def _check_batch(self, batch: PackedBatch, cache: PagedKVCache) -> None:
+        """Bounds checks on host metadata; an out-of-range index on CUDA would be a device assert."""
+        if batch.block_size != cache.block_size:
+            raise ValueError(f"batch block_size {batch.block_size} != cache {cache.block_size}")
+        if batch.max_block_id >= cache.num_blocks:
+            raise ValueError(
+                f"block id {batch.max_block_id} >= cache num_blocks {cache.num_blocks}"
+            )
+        if batch.max_token_id >= self.config.vocab_size:
+            raise ValueError(
+                f"token id {batch.max_token_id} >= vocab_size {self.config.vocab_size}"
+            )
+        if batch.token_ids.device != self.device:
+            raise ValueError(f"batch on {batch.token_ids.device}, model on {self.device}")
 
     def _layer(
         self,

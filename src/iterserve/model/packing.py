@@ -60,8 +60,9 @@ class PackedBatch:
             entries past `num_blocks[i]` are 0 and never read unmasked.
         context_lens [N]: committed cache rows before each segment (= start).
         sample_rows [S]: packed rows that produce logits, in segment order.
-    Host copies (`query_lens`, `starts`, `num_blocks`) let the forward plan
-    attention without reading device tensors back.
+    Host copies (`query_lens`, `starts`, `num_blocks`, `sample_segments`,
+    `max_block_id`, `max_token_id`) let the forward plan attention and check
+    bounds without reading device tensors back.
     """
 
     token_ids: torch.Tensor
@@ -76,6 +77,8 @@ class PackedBatch:
     num_blocks: tuple[int, ...]
     sample_segments: tuple[int, ...]
     block_size: int
+    max_block_id: int
+    max_token_id: int
 
     @property
     def num_segments(self) -> int:
@@ -133,6 +136,8 @@ def pack(
         num_blocks=tuple(len(s.block_ids) for s in segments),
         sample_segments=tuple(i for i, s in enumerate(segments) if s.sample),
         block_size=block_size,
+        max_block_id=max(max(s.block_ids) for s in segments),
+        max_token_id=max(token_ids),
     )
 
 
