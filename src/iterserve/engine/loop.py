@@ -75,7 +75,10 @@ class Engine:
         self.validate = validate
         self.gate = gate
         order = sorted(range(len(workload.requests)), key=lambda i: (workload.requests[i].arrival, i))
-        self._pending: list[tuple[RequestSpec, int]] = [(workload.requests[i], i) for i in order]
+        # arrival_order is the rank by (arrival, file index): FCFS keys follow time
+        self._pending: list[tuple[RequestSpec, int]] = [
+            (workload.requests[i], rank) for rank, i in enumerate(order)
+        ]
         self._next_arrival = 0
         self.state = initial_state(self.workload, executor.capacity())
         self.rejected: dict[str, str] = {}

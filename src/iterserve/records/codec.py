@@ -103,6 +103,7 @@ def _check_fields(obj: Mapping[str, Any], allowed: set[str], where: str) -> None
 
 _WORK_FIELDS = {"request_id", "generation", "snapshot_version", "start", "end", "kind",
                 "tie_break", "positions"}
+_INTENT_FIELDS = {"kind", "request_id", "generation", "reason"}
 _PLAN_FIELDS = {"decision_id", "input_state_version", "policy", "work", "tokens_used",
                 "sequences_used", "tie_break_key", "intents"}
 
@@ -117,6 +118,9 @@ def plan_from_json(obj: Mapping[str, Any]) -> IterationPlan:
         work.append(WorkItem(w["request_id"], int(w["generation"]), int(w["snapshot_version"]),
                              start, end, WorkKind(w["kind"]), positions,
                              tuple(w.get("tie_break", ()))))
+    for i in obj.get("intents", ()):
+        _check_fields(i, _INTENT_FIELDS, f"intent {i.get('request_id')}")
+    _check_fields(obj["policy"], {"id", "version"}, "plan.policy")
     intents = tuple(
         QueueIntent(IntentKind(i["kind"]), i["request_id"], int(i["generation"]), i.get("reason", ""))
         for i in obj.get("intents", ())

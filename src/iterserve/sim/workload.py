@@ -17,6 +17,7 @@ Schema (documented in the README):
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,8 @@ def _field(obj: Mapping[str, Any], name: str, where: str, kind: type, default: A
     ok = isinstance(value, kind) and not (kind in (int, float) and isinstance(value, bool))
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         ok, value = True, float(value)
+    if ok and kind is float and not math.isfinite(value):
+        raise WorkloadError(f"{where}.{name}: must be a finite number, got {value!r}")
     if not ok:
         raise WorkloadError(f"{where}.{name}: must be {kind.__name__}, got {value!r}")
     return value
@@ -149,6 +152,9 @@ def _request(raw: Any, where: str) -> RequestSpec:
     slo = None
     if "slo" in obj:
         slo_obj = _mapping(obj["slo"], f"{where}.slo")
+        unknown_slo = set(slo_obj) - {"ttft_ms", "tbt_ms"}
+        if unknown_slo:
+            raise WorkloadError(f"{where}.slo: unknown field(s) {sorted(unknown_slo)}")
         slo = SloTargets(_field(slo_obj, "ttft_ms", f"{where}.slo", float, None),
                          _field(slo_obj, "tbt_ms", f"{where}.slo", float, None))
     try:
@@ -172,6 +178,9 @@ def _hidden(raw: Any, ids: set[str]) -> HiddenTruth:
     if raw is None:
         return HiddenTruth({})
     obj = _mapping(raw, "fixture_only_hidden_truth")
+    unknown = set(obj) - {"realized_output_tokens"}
+    if unknown:
+        raise WorkloadError(f"fixture_only_hidden_truth: unknown field(s) {sorted(unknown)}")
     lengths = _mapping(obj.get("realized_output_tokens", {}),
                        "fixture_only_hidden_truth.realized_output_tokens")
     out: dict[str, int] = {}
