@@ -10,8 +10,9 @@ current rows, which is the chunked-prefill union of 0x09.
 
 Launch structure (one valid realisation; 0x04 leaves it free):
 - every single-row segment (decode rows, one-token chunks) is attended in one
-  padded SDPA call per layer: block tables are gathered to [B, L, kv, d] and a
-  boolean mask hides padding and rows past each position;
+  padded SDPA call per layer: block tables are gathered to [B, L, kv, d], the
+  query heads of each kv head form one group, and a boolean mask hides padding
+  and rows past each position;
 - each multi-row segment gets its own SDPA call; a chunk starting at 0 with no
   binding window uses the current rows directly with `is_causal`.
 The pools are zero-initialised and only ever receive finite rows, so masked
@@ -110,17 +111,26 @@ def _attend_decode(
     decode: DecodeRows,
     window: Window,
 ) -> torch.Tensor:
-    num_rows = query.shape[0]
-    keys = _gather_rows(key_pool, decode.flat_block_ids).view(num_rows, -1, *key_pool.shape[2:])
-    values = _gather_rows(value_pool, decode.flat_block_ids).view(num_rows, -1, *key_pool.shape[2:])
+    """One SDPA call for all single-row segments.
+
+    The G = H / KV query heads that share a kv head are presented to SDPA as G
+    query rows of that kv head ([B, KV, G, D]), so each cached key is read once
+    per kv head rather than once per query head. Query head h uses kv head
+    h // G, the Hugging Face repeat_kv convention.
+    """
+    num_rows, num_heads, head_dim = query.shape
+    num_kv_heads = key_pool.shape[2]
+    keys = _gather_rows(key_pool, decode.flat_block_ids).view(num_rows, -1, num_kv_heads, head_dim)
+    values = _gather_rows(value_pool, decode.flat_block_ids).view(
+        num_rows, -1, num_kv_heads, head_dim
+    )
     out = F.scaled_dot_product_attention(
-        query.unsqueeze(2),  # [B, H, 1, D]
+        query.reshape(num_rows, num_kv_heads, num_heads // num_kv_heads, head_dim),
         keys.transpose(1, 2),  # [B, KV, L, D]
         values.transpose(1, 2),
-        attn_mask=decode.masks[window],
-        enable_gqa=True,
+        attn_mask=decode.masks[window],  # [B, 1, 1, L], broadcast over kv heads and G rows
     )
-    return out.squeeze(2)  # [B, H, D]
+    return out.reshape(num_rows, num_heads, head_dim)
 
 
 def _attend_chunk(
