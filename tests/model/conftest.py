@@ -39,3 +39,15 @@ def tiny_reference(tiny_dir: Path):  # -> transformers LlamaForCausalLM, float32
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread():
+    """The tiny model's matmuls are too small to gain from intra-op threads, and on a
+    busy 2-core host OpenMP threads waiting on each other cost several times more."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
