@@ -64,9 +64,15 @@ class IllegalTransition(ValueError):
     """A lifecycle change that the transition table does not allow."""
 
 
-def check_transition(before: Lifecycle, after: Lifecycle) -> None:
-    if before is not after and after not in TRANSITIONS[before]:
-        raise IllegalTransition(f"lifecycle {before.value} -> {after.value} is not allowed")
+def check_transition(before: Lifecycle, after: Lifecycle) -> Lifecycle:
+    """Return ``after`` when the table allows ``before -> after``, else raise."""
+    if after not in TRANSITIONS[before]:
+        allowed = ", ".join(sorted(s.name for s in TRANSITIONS[before])) or "none (terminal)"
+        raise IllegalTransition(
+            f"illegal lifecycle transition {before.name} -> {after.name}; "
+            f"allowed from {before.name}: {allowed}"
+        )
+    return after
 
 
 class WorkKind(enum.Enum):
