@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from iterserve.policies.admission_screen import ReservationScreen
 from iterserve.records.keys import key_function
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent, WorkItem
 from iterserve.records.spec import OnlineWorkload
@@ -55,11 +56,13 @@ class PlanBuilder:
     """
 
     __slots__ = ("_state", "_policy", "_key", "_work", "_intents", "tokens_left", "seqs_left",
-                 "_facts", "blocks_free", "_token_budget")
+                 "_facts", "blocks_free", "_token_budget", "_screen", "_preempt_kind")
 
     def __init__(self, policy: Policy, state: SchedulerState,
-                 token_budget: int | None = None) -> None:
-        """``token_budget`` may only tighten the state's budget (e.g. tau)."""
+                 token_budget: int | None = None, *,
+                 workload: OnlineWorkload | None = None) -> None:
+        """``token_budget`` may only tighten the state's budget (e.g. tau).
+        ``workload`` brings the run's admission screen and preemption mode."""
         self._state = state
         self._policy = policy
         self._key = key_function(policy.tie_break_key, state)
@@ -72,6 +75,9 @@ class PlanBuilder:
         self.tokens_left = self._token_budget
         self.seqs_left = state.sequence_budget
         self.blocks_free = state.capacity.num_blocks_free  # None: unbounded
+        self._screen = ReservationScreen.for_run(workload, state)
+        self._preempt_kind = (IntentKind.PREEMPT_RECOMPUTE if workload is None
+                              else preemption_kind(workload))
 
     def can_add(self) -> bool:
         return self.tokens_left > 0 and self.seqs_left > 0
@@ -140,13 +146,19 @@ class PlanBuilder:
         self._intents.append(QueueIntent(kind, view.request_id, view.generation, reason))
 
     def admit(self, view: RequestView, max_rows: int | None = None) -> int:
-        """Admit a waiting request and schedule its first interval."""
+        """Admit a waiting request and schedule its first interval, if the
+        run's admission screen (0x06) reserves room for it."""
+        screen = self._screen
+        if screen is not None and not screen.fits(view):
+            return 0
         rows = self.add(view, max_rows)
         if rows:
             self.intend(IntentKind.ADMIT, view)
+            if screen is not None:
+                screen.reserve(view)
         return rows
 
-    def preempt(self, view: RequestView, kind: IntentKind = IntentKind.PREEMPT_RECOMPUTE,
+    def preempt(self, view: RequestView, kind: IntentKind | None = None,
                 reason: str = "kv_exhausted") -> None:
         """Preempt a running request: its scheduled work (if any) is removed
         and its held blocks count as free for the rest of this plan."""
@@ -154,7 +166,7 @@ class PlanBuilder:
             self.unschedule(view)
         if self.blocks_free is not None:
             self.blocks_free += self._facts.blocks_for(view.num_computed)
-        self.intend(kind, view, reason)
+        self.intend(self._preempt_kind if kind is None else kind, view, reason)
 
     def resume(self, view: RequestView, max_rows: int | None = None) -> int:
         """Resume a suspended (preserved) request: its rows come back onto
@@ -260,11 +272,11 @@ def resume_suspended(builder: PlanBuilder, state: SchedulerState,
 
 def add_or_preempt(builder: PlanBuilder, view: RequestView, num_rows: int,
                    queue: list[RequestView], gone: set[str],
-                   choose_victim: VictimChooser,
-                   kind: IntentKind = IntentKind.PREEMPT_RECOMPUTE) -> bool:
+                   choose_victim: VictimChooser, kind: IntentKind | None = None) -> bool:
     """Schedule ``num_rows`` of a running request, preempting victims from
     ``queue`` (victims leave it and join ``gone``) until the KV ledger fits.
 
+    ``kind`` overrides the run's preemption mode (default: the workload's).
     Returns False when ``view`` itself was chosen as the victim: the
     running pass must stop (vLLM v0.23.0 ``can_schedule = False``, 0x0D).
     """

@@ -34,7 +34,7 @@ class BoundedDecodeFirst:
     )
 
     def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state)
+        builder = PlanBuilder(self, state, workload=workload)
         live = views_of(state, state.running) + views_of(state, state.waiting)
         live.sort(key=lambda v: v.arrival_order)
         decodes = [v for v in live if v.is_decoding and v.is_ready]

@@ -32,6 +32,6 @@ class DecodeFirst:
     )
 
     def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state)
+        builder = PlanBuilder(self, state, workload=workload)
         schedule_in_key_order(builder, state, self.tie_break_key)
         return builder.build()

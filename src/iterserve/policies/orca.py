@@ -52,7 +52,7 @@ class Orca:
     )
 
     def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state)
+        builder = PlanBuilder(self, state, workload=workload)
         slots = num_slots(workload, state)
         max_bs = min(state.sequence_budget, workload.capacity.max_num_seqs or state.sequence_budget)
         n_rsrv = sum(max_tokens(v) for v in views_of(state, state.running))

@@ -31,6 +31,6 @@ class PrefillFirst:
     )
 
     def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state)
+        builder = PlanBuilder(self, state, workload=workload)
         schedule_in_key_order(builder, state, self.tie_break_key)
         return builder.build()

@@ -31,7 +31,7 @@ class IterationRefill:
     )
 
     def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state)
+        builder = PlanBuilder(self, state, workload=workload)
         for view in sorted(views_of(state, state.running), key=lambda v: v.arrival_order):
             if not builder.can_add():
                 break

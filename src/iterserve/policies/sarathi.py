@@ -34,7 +34,7 @@ class Sarathi:
 
     def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
         chunk = require_knob(workload, self.policy_id, "chunk_size")
-        builder = PlanBuilder(self, state)
+        builder = PlanBuilder(self, state, workload=workload)
         running = sorted(views_of(state, state.running), key=lambda v: v.arrival_order)
         anchor = next((v for v in running if not v.is_decoding and v.is_ready), None)
         if anchor is not None:

@@ -16,7 +16,6 @@ from iterserve.policies.base import (
     PolicyContract,
     add_or_preempt,
     fcfs_victim,
-    preemption_kind,
     resume_suspended,
     views_of,
 )
@@ -44,7 +43,7 @@ class SarathiServe:
     )
 
     def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state, token_budget=workload.capacity.tau)
+        builder = PlanBuilder(self, state, token_budget=workload.capacity.tau, workload=workload)
         running = sorted(views_of(state, state.running), key=lambda v: v.arrival_order)
         queue = list(running)
         gone: set[str] = set()
@@ -53,8 +52,7 @@ class SarathiServe:
                 continue
             if not builder.can_add():
                 break
-            if not add_or_preempt(builder, view, 1, queue, gone, fcfs_victim,
-                                  preemption_kind(workload)):
+            if not add_or_preempt(builder, view, 1, queue, gone, fcfs_victim):
                 break
         for view in queue:
             if not view.is_decoding and builder.can_add():

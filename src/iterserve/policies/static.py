@@ -31,7 +31,7 @@ class StaticBatching:
     )
 
     def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state)
+        builder = PlanBuilder(self, state, workload=workload)
         if state.running:
             for view in views_of(state, state.running):
                 builder.add(view)

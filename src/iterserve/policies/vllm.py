@@ -21,12 +21,11 @@ from iterserve.policies.base import (
     VictimChooser,
     add_or_preempt,
     fcfs_victim,
-    preemption_kind,
     priority_victim,
     resume_suspended,
     views_of,
 )
-from iterserve.records.plan import IntentKind, IterationPlan
+from iterserve.records.plan import IterationPlan
 from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import RequestView
@@ -57,10 +56,10 @@ class VllmFrontier:
         return waiting
 
     def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state)
+        builder = PlanBuilder(self, state, workload=workload)
         threshold = workload.capacity.long_prefill_token_threshold
         running = views_of(state, state.running)
-        preempted = self._running_pass(builder, running, threshold, preemption_kind(workload))
+        preempted = self._running_pass(builder, running, threshold)
         if not preempted:
             max_seqs = workload.capacity.max_num_seqs or state.sequence_budget
             resumed = resume_suspended(builder, state, threshold)
@@ -75,7 +74,7 @@ class VllmFrontier:
         return rows if threshold is None else min(rows, threshold)
 
     def _running_pass(self, builder: PlanBuilder, running: list[RequestView],
-                      threshold: int | None, kind: IntentKind) -> bool:
+                      threshold: int | None) -> bool:
         queue = list(running)
         gone: set[str] = set()  # victims preempted earlier in this pass
         for view in running:
@@ -84,7 +83,7 @@ class VllmFrontier:
             rows = self._rows(builder, view, threshold)
             if rows <= 0 or builder.seqs_left == 0:
                 break
-            if not add_or_preempt(builder, view, rows, queue, gone, self.choose_victim, kind):
+            if not add_or_preempt(builder, view, rows, queue, gone, self.choose_victim):
                 break
         return bool(gone)
 

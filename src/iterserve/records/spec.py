@@ -124,12 +124,13 @@ class OnlineWorkload:
     requests: tuple[RequestSpec, ...]
     policy: PolicyIdentity | None = None
     kv: KvSpec | None = None
+    _by_id: dict[str, RequestSpec] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_id", {r.request_id: r for r in self.requests})
 
     def spec(self, request_id: str) -> RequestSpec:
-        for request in self.requests:
-            if request.request_id == request_id:
-                return request
-        raise KeyError(request_id)
+        return self._by_id[request_id]
 
 
 @dataclass(frozen=True, slots=True)

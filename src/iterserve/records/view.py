@@ -63,15 +63,21 @@ for _state in Lifecycle:
 class IllegalTransition(ValueError):
     """A lifecycle change that the transition table does not allow."""
 
+    def __init__(self, source: Lifecycle, target: Lifecycle) -> None:
+        allowed = ", ".join(sorted(s.name for s in TRANSITIONS[source])) or "none (terminal)"
+        super().__init__(
+            f"illegal lifecycle transition {source.name} -> {target.name} "
+            f"({source.value} -> {target.value}); allowed from {source.name}: {allowed}"
+        )
+        self.source = source
+        self.target = target
+
 
 def check_transition(before: Lifecycle, after: Lifecycle) -> Lifecycle:
-    """Return ``after`` when the table allows ``before -> after``, else raise."""
-    if after not in TRANSITIONS[before]:
-        allowed = ", ".join(sorted(s.name for s in TRANSITIONS[before])) or "none (terminal)"
-        raise IllegalTransition(
-            f"illegal lifecycle transition {before.name} -> {after.name}; "
-            f"allowed from {before.name}: {allowed}"
-        )
+    """Return ``after`` when the table allows ``before -> after`` (staying put
+    is always allowed), else raise :class:`IllegalTransition`."""
+    if before is not after and after not in TRANSITIONS[before]:
+        raise IllegalTransition(before, after)
     return after
 
 
