@@ -20,6 +20,7 @@ from iterserve.policies.registry import make_policy
 from iterserve.records.spec import (
     Capacity,
     HiddenTruth,
+    KvSpec,
     OnlineWorkload,
     RequestSpec,
     SloTargets,
@@ -55,17 +56,21 @@ def manifests(draw) -> WorkloadManifest:
                     slo=targets)
         for i in range(num))
     need = max(r.num_prompt_tokens + r.max_output_tokens for r in requests)
+    memory = draw(st.sampled_from(["unbounded", "kv_rows", "preserve"]))
     capacity = Capacity(draw(st.integers(2, 6)), draw(st.integers(1, 3)),
-                        kv_rows=draw(st.none() | st.integers(need, need + 6)))
+                        kv_rows=draw(st.integers(need, need + 6)) if memory == "kv_rows" else None)
+    kv = None if memory != "preserve" else KvSpec(
+        draw(st.integers(need, need + 6)), block_size=1,
+        num_host_blocks=draw(st.integers(0, 2 * need)), preemption_mode="preserve")
     hidden = HiddenTruth({r.request_id: draw(st.integers(1, 6)) for r in requests})
-    return WorkloadManifest(OnlineWorkload("prop", "ms", capacity, requests), hidden)
+    return WorkloadManifest(OnlineWorkload("prop", "ms", capacity, requests, kv=kv), hidden)
 
 
 GATES = st.sampled_from([("accept-all", {}), ("bounded", {"max_live": 1}),
                          ("bounded", {"max_live": 3}), ("slo-feasible", None)])
 
 
-@settings(max_examples=40, deadline=None, database=None,
+@settings(max_examples=50, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(manifest=manifests(), policy_name=st.sampled_from(["least-slack", "edf", "vllm"]),
        cost_spec=st.sampled_from(["fixed:10", "linear:2,3,1"]), gate_choice=GATES,

@@ -109,6 +109,8 @@ class DecisionLogWriter(EngineObserver):
         self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
         successor: SchedulerState,
     ) -> None:
+        # every plan reaches the executor, intent-only ones too (their result
+        # carries capacity facts: a preemption frees memory), so each is logged
         self._write(iteration_line(state, plan, result))
 
     def close(self, state: SchedulerState, *, is_done: bool = True) -> None:

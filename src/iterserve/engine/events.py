@@ -6,8 +6,9 @@ An engine observer; it changes nothing. Mapping:
     on_reject (arrival gate) ArrivalEvent + RejectEvent(reason), at arrival
     ADMIT intent            AdmitEvent at the decision's ``now`` (ResumeEvent
                             when a recompute-preempted request is re-admitted)
-    PREEMPT_* intents       PreemptEvent(mode "recompute" | "swap")
-    RESUME intent           ResumeEvent
+    PREEMPT_* intents       PreemptEvent(mode "swap" when the request ended
+                            suspended-preserved, else "recompute")
+    RESUME intent           ResumeEvent (none when the resume failed)
     REJECT / ABORT intents  RejectEvent / CancelEvent(reason "abort")
     completed prefill or    ComputeEvent(num_rows, is_rebuild), at the
       rebuild rows            successor's ``now`` (the result's publication)
@@ -52,7 +53,7 @@ from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent
 from iterserve.records.result import CompletedInterval, IterationResult
 from iterserve.records.spec import RequestSpec
 from iterserve.records.state import SchedulerState
-from iterserve.records.view import FinishReason, WorkKind
+from iterserve.records.view import FinishReason, Lifecycle, RequestView, WorkKind
 
 
 class EventRecorder(EngineObserver):
@@ -91,7 +92,7 @@ class EventRecorder(EngineObserver):
     ) -> None:
         decided_s = self.to_s(state.now)
         for intent in plan.intents:
-            self._intent(intent, decided_s)
+            self._intent(intent, successor.views[intent.request_id], decided_s)
         if plan.work:
             self._composition(state, plan, decided_s)
         published_s = self.to_s(successor.now)
@@ -104,11 +105,16 @@ class EventRecorder(EngineObserver):
         return ArrivalEvent(self.to_s(spec.arrival), spec.request_id, client_id=spec.client_id,
                             num_prompt_tokens=spec.num_prompt_tokens)
 
-    def _intent(self, intent: QueueIntent, time_s: float) -> None:
+    def _intent(self, intent: QueueIntent, after: RequestView, time_s: float) -> None:
+        """One applied intent, read from the successor's lifecycle (a failed
+        resume leaves the request suspended; a failed preservation falls
+        back to recompute, 0x0C)."""
         rid = intent.request_id
         kind = intent.kind
         event: Event
         if kind is IntentKind.ADMIT or kind is IntentKind.RESUME:
+            if after.lifecycle is Lifecycle.SUSPENDED_PRESERVED:
+                return  # the resume failed: still suspended
             if rid in self._preempted:
                 self._preempted.discard(rid)
                 event = ResumeEvent(time_s, rid)
@@ -117,7 +123,7 @@ class EventRecorder(EngineObserver):
                 event = AdmitEvent(time_s, rid)
         elif kind is IntentKind.PREEMPT_RECOMPUTE or kind is IntentKind.PREEMPT_PRESERVE:
             self._preempted.add(rid)
-            mode = "recompute" if kind is IntentKind.PREEMPT_RECOMPUTE else "swap"
+            mode = "swap" if after.lifecycle is Lifecycle.SUSPENDED_PRESERVED else "recompute"
             event = PreemptEvent(time_s, rid, mode=mode)
         elif kind is IntentKind.REJECT and rid not in self._admitted:
             event = RejectEvent(time_s, rid, reason=intent.reason or "rejected")

@@ -17,8 +17,10 @@ cannot break a declared tie, and gives each its legal interval while the
 budgets allow. The urgency decides WHICH requests run; the plan records the
 tie-break key ``(phase_rank, arrival, request_id, request_generation)`` and
 lists its items in that order. A running request that does not fit the KV
-ledger preempts (recompute) the least urgent running requests, itself
-included. Deadline order proves no fairness property (0x09A owns that).
+ledger preempts the least urgent running requests, itself included, in the
+run's preemption mode (workload ``kv.preemption_mode``); preserved requests
+resume in rank order when their rows fit. Deadline order proves no
+fairness property (0x09A owns that).
 """
 
 from __future__ import annotations
@@ -36,10 +38,11 @@ from iterserve.policies.base import (
     PolicyConfigError,
     PolicyContract,
     add_or_preempt,
+    preemption_kind,
     views_of,
 )
 from iterserve.records.keys import key_function
-from iterserve.records.plan import IterationPlan
+from iterserve.records.plan import IntentKind, IterationPlan
 from iterserve.records.spec import OnlineWorkload, SloTargets
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import Lifecycle, RequestView
@@ -97,8 +100,8 @@ class DeadlineOrderedPolicy:
                               self.cost_model or FixedIterationModel(seconds), state.token_budget)
         slos = declared_slos(workload)
         key_of = key_function(self.tie_break_key, state)
-        live = [view for view in views_of(state, state.running) + views_of(state, state.waiting)
-                if view.is_ready]
+        queued = state.running + state.suspended + state.waiting
+        live = [view for view in views_of(state, queued) if view.is_ready]
         ranks = {
             view.request_id: (
                 round(self.urgency(view, slos.get(view.request_id), clock), _QUANTUM_DIGITS),
@@ -108,7 +111,7 @@ class DeadlineOrderedPolicy:
         }
         live.sort(key=lambda view: ranks[view.request_id])
         builder = PlanBuilder(self, state)
-        schedule_ranked(builder, live)
+        schedule_ranked(builder, live, preemption_kind(workload))
         return builder.build()
 
 
@@ -143,11 +146,13 @@ def deadline_s(view: RequestView, slo: SloTargets | None, seconds: float) -> flo
     return math.inf if deadline is None else deadline
 
 
-def schedule_ranked(builder: PlanBuilder, ranked: list[RequestView]) -> None:
-    """Legal intervals in rank order; waiting requests are admitted when they
-    fit; running ones preempt the least urgent running requests on a KV
+def schedule_ranked(builder: PlanBuilder, ranked: list[RequestView],
+                    preempt: IntentKind = IntentKind.PREEMPT_RECOMPUTE) -> None:
+    """Legal intervals in rank order: waiting requests are admitted and
+    suspended ones resumed when they fit; running ones preempt the least
+    urgent running requests (``preempt``: the run's mode, 0x0C) on a KV
     shortfall, and the pass stops when one preempts itself (as vLLM's)."""
-    victims = [view for view in ranked if view.lifecycle is not Lifecycle.WAITING]
+    victims = [view for view in ranked if view.lifecycle is Lifecycle.RUNNING]
     gone: set[str] = set()
     for view in ranked:
         if not builder.can_add():
@@ -156,10 +161,12 @@ def schedule_ranked(builder: PlanBuilder, ranked: list[RequestView]) -> None:
             continue
         if view.lifecycle is Lifecycle.WAITING:
             builder.admit(view)
-            continue
-        rows = min(builder.legal_rows(view), builder.tokens_left)
-        if not add_or_preempt(builder, view, rows, victims, gone, _least_urgent):
-            break
+        elif view.lifecycle is not Lifecycle.RUNNING:
+            builder.resume(view)
+        else:
+            rows = min(builder.legal_rows(view), builder.tokens_left)
+            if not add_or_preempt(builder, view, rows, victims, gone, _least_urgent, preempt):
+                break
 
 
 def _least_urgent(candidates: list[RequestView]) -> RequestView:
