@@ -12,12 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from iterserve.admission.readiness import ReadinessFact, ReadinessRequirement
 from iterserve.engine.executor import Executor
 from iterserve.engine.observer import EngineObserver
+from iterserve.engine.readiness import ReadinessBoard
 from iterserve.policies.base import Policy
 from iterserve.records.spec import OnlineWorkload, PolicyIdentity, RequestSpec
 from iterserve.records.state import CapacityFacts, SchedulerState
-from iterserve.records.transition import advance, cancel, with_arrivals
+from iterserve.records.transition import advance, cancel, with_arrivals, with_readiness
 from iterserve.records.validate import validate_plan, validate_result, validate_state
 
 
@@ -74,6 +76,7 @@ class Engine:
         self.observers = list(observers)
         self.validate = validate
         self.gate = gate
+        self.readiness = ReadinessBoard()
         order = sorted(range(len(workload.requests)), key=lambda i: (workload.requests[i].arrival, i))
         # arrival_order is the rank by (arrival, file index): FCFS keys follow time
         self._pending: list[tuple[RequestSpec, int]] = [
@@ -136,9 +139,18 @@ class Engine:
         self._publish_arrivals(now=max(self.state.now, self._pending[self._next_arrival][0].arrival))
         return True
 
+    def publish_fact(self, fact: ReadinessFact) -> None:
+        """A foreign owner reports readiness (remote K/V, promotion, layers)."""
+        self.readiness.publish(fact)
+
+    def require(self, request_id: str, requirements: Sequence[ReadinessRequirement]) -> None:
+        """Make ``request_id`` wait for READY facts of these kinds (0x0C)."""
+        self.readiness.require(request_id, requirements)
+
     def step(self) -> bool:
         """Run one iteration (or cross one idle gap). False once the run is done."""
         self._publish_arrivals()
+        self.state = with_readiness(self.state, self.readiness.readiness(self.state))
         if not self.state.has_live:
             return self._jump_to_next_arrival()
         state = self.state

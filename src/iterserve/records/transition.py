@@ -221,3 +221,15 @@ def cancel(state: SchedulerState, request_id: str) -> SchedulerState:
     queues = [tuple(r for r in q if r != request_id) for q in (state.waiting, state.running, state.suspended)]
     return _successor(state, views, queues[0], queues[1], queues[2], state.finished + (request_id,),
                       now=state.now, decision_id=state.decision_id)
+
+
+def with_readiness(state: SchedulerState, ready: dict[str, bool]) -> SchedulerState:
+    """Publish readiness flags from foreign facts (0x0C); a new snapshot for
+    every view whose flag changes, so plans bound to the old one are stale."""
+    if not ready:
+        return state
+    views = dict(state.views)
+    for rid, is_ready in ready.items():
+        views[rid] = _replace(views[rid], is_ready=is_ready)
+    return _successor(state, views, state.waiting, state.running, state.suspended,
+                      state.finished, now=state.now, decision_id=state.decision_id)
