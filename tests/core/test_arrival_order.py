@@ -10,17 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-from iterserve.engine.loop import Engine, EngineStalled
+from iterserve.engine.loop import Engine
 from iterserve.policies.registry import make_policy
 from iterserve.sim.factory import make_simulated_executor
 from iterserve.sim.workload import parse_workload
 
 from .helpers import Recorder
-
-BUG = ("BUG: engine/loop.py Engine.__init__ publishes each request with arrival_order = "
-       "its index in the workload file (`(workload.requests[i], i) for i in order`), not its "
-       "rank by (arrival, index); FCFS keys then follow file order. Fix: "
-       "`[(workload.requests[i], rank) for rank, i in enumerate(order)]`")
 
 
 def _manifest(requests, **capacity):
@@ -67,7 +62,6 @@ def test_in_order_file_admits_in_arrival_order():
     assert _admission_order(_run(manifest, "refill")) == ["Y", "Z", "X"]
 
 
-@pytest.mark.xfail(strict=True, reason=BUG)
 def test_arrival_order_ranks_by_arrival_time():
     recorder = _run(_out_of_order(), "refill")
     ranks = {}
@@ -76,18 +70,16 @@ def test_arrival_order_ranks_by_arrival_time():
     assert ranks == {"Y": 0, "Z": 1, "X": 2}
 
 
-@pytest.mark.xfail(strict=True, reason=BUG)
 @pytest.mark.parametrize("policy_name", ["refill", "static", "orca"])
 def test_fcfs_policies_admit_by_arrival_time(policy_name):
     """Z waited since cut 3, X since cut 5: FCFS admits Z first."""
     assert _admission_order(_run(_out_of_order(), policy_name)) == ["Y", "Z", "X"]
 
 
-@pytest.mark.xfail(strict=True, raises=EngineStalled, reason=BUG + (
-    "; with bounded KV, ORCA's scan then meets the later-arriving waiting R (file index "
-    "0) before the running S, cannot reserve R, breaks, schedules nothing and the engine "
-    "stalls"))
 def test_orca_with_bounded_kv_does_not_stall_on_file_order():
+    """With file-order ranks, ORCA's scan met the later-arriving waiting R
+    (file index 0) before the running S, could not reserve R, broke, planned
+    nothing and the engine stalled (EngineStalled)."""
     manifest = _manifest([
         {"request_id": "R", "arrival": 1, "prompt_tokens": 2, "max_output_tokens": 8, "realized": 3},
         {"request_id": "S", "arrival": 0, "prompt_tokens": 1, "max_output_tokens": 4, "realized": 4},

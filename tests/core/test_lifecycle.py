@@ -55,13 +55,15 @@ def test_table_is_the_spec_table():
     assert {s for s in L if s.is_terminal} == {L.FINISHED, L.CANCELLED, L.REJECTED, L.ABORTED}
 
 
-@pytest.mark.parametrize(("before", "after"), list(itertools.product(L, L)),
+@pytest.mark.parametrize(("before", "after"),
+                         [(b, a) for b, a in itertools.product(L, L) if b is not a],
                          ids=lambda s: s.value)
 def test_check_transition_follows_the_table(before, after):
-    if before is after or after in SPEC_TABLE[before]:
+    """Every ordered pair of distinct states (staying put is not a transition)."""
+    if after in SPEC_TABLE[before]:
         check_transition(before, after)
     else:
-        with pytest.raises(IllegalTransition, match=f"{before.value} -> {after.value}"):
+        with pytest.raises(IllegalTransition, match=f"(?i){before.value} -> {after.value}"):
             check_transition(before, after)
 
 

@@ -280,13 +280,9 @@ def test_error_codes_are_unique():
     assert len(codes) == len(set(codes))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: records/codec.py plan_from_json runs _check_fields on the plan and each work "
-    "item but never on intents (or the policy object): a leaked block_ids / "
-    "realized_output_tokens field there is silently dropped instead of raising "
-    "InformationLeak"))
 @pytest.mark.parametrize("where", ["intent", "policy"])
 def test_leak_through_intent_or_policy_is_rejected(where):
+    """Every object of the plan's wire form is strict, not only plan and work."""
     b = _base()
     obj = codec.plan_to_json(b.plan)
     target = obj["intents"][0] if where == "intent" else obj["policy"]
