@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
 from typing import NamedTuple, Protocol, runtime_checkable
 
 from iterserve.metrics.clocks import endpoint_deadline_s
@@ -38,11 +37,10 @@ from iterserve.policies.base import (
     PolicyConfigError,
     PolicyContract,
     add_or_preempt,
-    preemption_kind,
     views_of,
 )
 from iterserve.records.keys import key_function
-from iterserve.records.plan import IntentKind, IterationPlan
+from iterserve.records.plan import IterationPlan
 from iterserve.records.spec import OnlineWorkload, SloTargets
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import Lifecycle, RequestView
@@ -98,20 +96,20 @@ class DeadlineOrderedPolicy:
         seconds = seconds_per_unit(workload.clock, self.cost_model, self.policy_id)
         clock = DecisionClock(state.now * seconds, seconds,
                               self.cost_model or FixedIterationModel(seconds), state.token_budget)
-        slos = declared_slos(workload)
         key_of = key_function(self.tie_break_key, state)
         queued = state.running + state.suspended + state.waiting
         live = [view for view in views_of(state, queued) if view.is_ready]
         ranks = {
             view.request_id: (
-                round(self.urgency(view, slos.get(view.request_id), clock), _QUANTUM_DIGITS),
+                round(self.urgency(view, workload.spec(view.request_id).slo, clock),
+                      _QUANTUM_DIGITS),
                 *key_of(view),
             )
             for view in live
         }
         live.sort(key=lambda view: ranks[view.request_id])
-        builder = PlanBuilder(self, state)
-        schedule_ranked(builder, live, preemption_kind(workload))
+        builder = PlanBuilder(self, state, workload=workload)
+        schedule_ranked(builder, live)
         return builder.build()
 
 
@@ -125,11 +123,6 @@ def seconds_per_unit(clock: str, cost_model: object | None, policy_id: str) -> f
         return cost_model.iteration_s
     raise PolicyConfigError(
         f"policy {policy_id!r} on the iteration clock needs a fixed-iteration cost model")
-
-
-def declared_slos(workload: OnlineWorkload) -> Mapping[str, SloTargets]:
-    """Request id -> declared SLO, built once per decision."""
-    return {spec.request_id: spec.slo for spec in workload.requests if spec.slo is not None}
 
 
 def deadline_s(view: RequestView, slo: SloTargets | None, seconds: float) -> float:
@@ -146,12 +139,11 @@ def deadline_s(view: RequestView, slo: SloTargets | None, seconds: float) -> flo
     return math.inf if deadline is None else deadline
 
 
-def schedule_ranked(builder: PlanBuilder, ranked: list[RequestView],
-                    preempt: IntentKind = IntentKind.PREEMPT_RECOMPUTE) -> None:
+def schedule_ranked(builder: PlanBuilder, ranked: list[RequestView]) -> None:
     """Legal intervals in rank order: waiting requests are admitted and
     suspended ones resumed when they fit; running ones preempt the least
-    urgent running requests (``preempt``: the run's mode, 0x0C) on a KV
-    shortfall, and the pass stops when one preempts itself (as vLLM's)."""
+    urgent running requests (in the run's mode, 0x0C) on a KV shortfall,
+    and the pass stops when one preempts itself (as vLLM's)."""
     victims = [view for view in ranked if view.lifecycle is Lifecycle.RUNNING]
     gone: set[str] = set()
     for view in ranked:
@@ -165,7 +157,7 @@ def schedule_ranked(builder: PlanBuilder, ranked: list[RequestView],
             builder.resume(view)
         else:
             rows = min(builder.legal_rows(view), builder.tokens_left)
-            if not add_or_preempt(builder, view, rows, victims, gone, _least_urgent, preempt):
+            if not add_or_preempt(builder, view, rows, victims, gone, _least_urgent):
                 break
 
 
