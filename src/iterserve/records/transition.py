@@ -52,9 +52,9 @@ def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult)
     The caller validates both first; this function trusts them.
     """
     now = state.now + result.duration
-    views = {
-        rid: view for rid, view in state.views.items() if not view.lifecycle.is_terminal
-    }
+    views = dict(state.views)
+    for rid in state.finished:  # terminal at the last cut: retired now
+        del views[rid]
     queues = _Queues(state)
     failed = {failure.request_id for failure in result.failures} if result.failures else set()
     for intent in plan.intents:

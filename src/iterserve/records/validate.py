@@ -123,23 +123,62 @@ def _resolve(state: SchedulerState, request_id: str, generation: int) -> Request
 def _validate_work(
     state: SchedulerState, plan: IterationPlan, admitted: set[str], leaving: set[str]
 ) -> None:
+    """Each item binds a current, ready, admitted view and its only legal
+    interval. The loop is the hot path: a cheap check of every invariant
+    per item, and on any doubt the detailed checks raise the named error."""
     seen: set[str] = set()
+    views = state.views
+    running = Lifecycle.RUNNING
+    prefill, decode, rebuild = WorkKind.PREFILL_CHUNK, WorkKind.DECODE_ROW, WorkKind.REBUILD
     for work in plan.work:
-        view = _resolve(state, work.request_id, work.generation)
-        if work.request_id in seen:
-            raise E.DuplicateWork(f"{work.request_id} has more than one interval")
-        seen.add(work.request_id)
-        if work.snapshot_version != view.snapshot_version:
-            raise E.StaleSnapshot(
-                f"{work.request_id}: snapshot {work.snapshot_version}, state has {view.snapshot_version}"
-            )
-        if not view.is_ready:
-            raise E.NotReady(f"{work.request_id}: a readiness fact is not READY")
-        if view.lifecycle is not Lifecycle.RUNNING and work.request_id not in admitted:
-            raise E.NotAdmitted(f"{work.request_id} is {view.lifecycle.value} and not admitted")
-        if work.request_id in leaving:
-            raise E.IllegalIntent(f"{work.request_id} has work and leaves service in one plan")
-        _validate_interval(view, work)
+        rid = work.request_id
+        view = views.get(rid)
+        start, end = work.start, work.end
+        ok = (
+            view is not None
+            and view.generation == work.generation
+            and view.snapshot_version == work.snapshot_version
+            and view.is_ready
+            and rid not in seen
+            and rid not in leaving
+            and (view.lifecycle is running or rid in admitted)
+            and start == view.num_computed
+            and work.positions == range(start, end)
+        )
+        if ok:
+            assert view is not None
+            e = view.num_emitted
+            if e == 0:
+                ok = work.kind is prefill and start < end <= view.num_prompt_tokens
+            else:
+                target = view.num_prompt_tokens + e - 1
+                if start == target:
+                    ok = work.kind is decode and end == start + 1
+                else:
+                    ok = work.kind is rebuild and start < end <= target
+        if not ok:
+            _explain_work(state, work, seen, admitted, leaving)
+        seen.add(rid)
+
+
+def _explain_work(state: SchedulerState, work: WorkItem, seen: set[str], admitted: set[str],
+                  leaving: set[str]) -> None:
+    """Raise the named error for an item the fast check refused."""
+    view = _resolve(state, work.request_id, work.generation)
+    if work.request_id in seen:
+        raise E.DuplicateWork(f"{work.request_id} has more than one interval")
+    if work.snapshot_version != view.snapshot_version:
+        raise E.StaleSnapshot(
+            f"{work.request_id}: snapshot {work.snapshot_version}, state has {view.snapshot_version}"
+        )
+    if not view.is_ready:
+        raise E.NotReady(f"{work.request_id}: a readiness fact is not READY")
+    if view.lifecycle is not Lifecycle.RUNNING and work.request_id not in admitted:
+        raise E.NotAdmitted(f"{work.request_id} is {view.lifecycle.value} and not admitted")
+    if work.request_id in leaving:
+        raise E.IllegalIntent(f"{work.request_id} has work and leaves service in one plan")
+    _validate_interval(view, work)
+    raise E.ContractViolation(f"{work.request_id}: work item refused")  # unreachable by design
 
 
 def _validate_interval(view: RequestView, work: WorkItem) -> None:
@@ -242,24 +281,38 @@ def validate_result(plan: IterationPlan, state: SchedulerState, result: Iteratio
     planned = {work.request_id: work for work in plan.work}
     service: Counter[str] = Counter()
     done: set[str] = set()
+    views = state.views
+    decode, prefill, rebuild = WorkKind.DECODE_ROW, WorkKind.PREFILL_CHUNK, WorkKind.REBUILD
     for item in result.completed:
-        work = planned.get(item.request_id)
+        rid = item.request_id
+        work = planned.get(rid)
         if work is None:
-            raise E.UnplannedCompletion(f"{item.request_id} completed without planned work")
+            raise E.UnplannedCompletion(f"{rid} completed without planned work")
         if item.generation != work.generation:
-            raise E.StaleGeneration(f"{item.request_id}: completion for generation {item.generation}")
-        if item.request_id in done:
-            raise E.DuplicateCompletion(f"{item.request_id} completed twice")
-        done.add(item.request_id)
-        if item.start != work.start or not work.start < item.end <= work.end:
+            raise E.StaleGeneration(f"{rid}: completion for generation {item.generation}")
+        if rid in done:
+            raise E.DuplicateCompletion(f"{rid} completed twice")
+        done.add(rid)
+        end = item.end
+        if item.start != work.start or not work.start < end <= work.end:
             raise E.CompletionBeyondPlan(
-                f"{item.request_id}: completed [{item.start},{item.end}) "
+                f"{rid}: completed [{item.start},{end}) "
                 f"outside planned [{work.start},{work.end})"
             )
-        view = state.views[item.request_id]
-        _validate_output_clock(view, work, item.end, item.emitted, item.finish_reason is not None)
-        if work.kind is not WorkKind.REBUILD:
-            service[view.client_id] += item.end - item.start
+        view = views[rid]
+        kind = work.kind
+        emitted = item.emitted
+        if kind is decode:
+            fast = emitted and (item.finish_reason is not None
+                                or view.num_emitted + 1 < view.max_output_tokens)
+        elif kind is prefill:
+            fast = not emitted and item.finish_reason is None and end < view.num_prompt_tokens
+        else:
+            fast = False
+        if not fast:
+            _validate_output_clock(view, work, end, emitted, item.finish_reason is not None)
+        if kind is not rebuild:
+            service[view.client_id] += end - item.start
     for failure in result.failures:
         if failure.request_id not in planned or failure.request_id in done:
             raise E.UnplannedCompletion(f"{failure.request_id}: failure for no open planned work")
