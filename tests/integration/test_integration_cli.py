@@ -44,7 +44,9 @@ def test_simulate_writes_events_report_markdown_and_plots(burst_file, tmp_path) 
 
 def test_flags_override_the_workload_slo_and_default_window(burst_file, tmp_path) -> None:
     out = tmp_path / "out"
-    assert _simulate(burst_file, out, "--slo-ttft-ms", "50", "--slo-tbt-ms", "20") == 0
+    assert _simulate(burst_file, out, "--slo-ttft-ms", "50", "--slo-tbt-ms", "20",
+                     "--no-plots") == 0
+    assert not list(out.glob("*.png"))
     metrics = json.loads((out / "report.json").read_text())["metrics"]
     assert metrics["slo"]["ttft_ms"] == 50.0
     assert metrics["outcomes"]["num_slo_valid"] == 6  # E,F's 40 ms TTFT now meets 50 ms
@@ -57,7 +59,7 @@ def test_no_slo_means_no_metrics_section(tmp_path) -> None:
     for request in raw["requests"]:
         del request["slo"]
     (tmp_path / "w.json").write_text(json.dumps(raw))
-    assert _simulate(tmp_path / "w.json", tmp_path / "out") == 0
+    assert _simulate(tmp_path / "w.json", tmp_path / "out", "--no-plots") == 0
     assert "metrics" not in json.loads((tmp_path / "out" / "report.json").read_text())
     assert (tmp_path / "out" / "events.jsonl").exists()
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from iterserve.admission.overload import engine_gate, make_gate
 from iterserve.engine.events import EventRecorder
-from iterserve.engine.loop import Engine
+from iterserve.engine.loop import Engine, EngineStalled
 from iterserve.engine.observer import EngineObserver
 from iterserve.metrics import ObservationWindow, SloConfig, evaluate
 from iterserve.policies.edf import bind_cost_model
@@ -59,9 +59,12 @@ def manifests(draw) -> WorkloadManifest:
     memory = draw(st.sampled_from(["unbounded", "kv_rows", "preserve"]))
     capacity = Capacity(draw(st.integers(2, 6)), draw(st.integers(1, 3)),
                         kv_rows=draw(st.integers(need, need + 6)) if memory == "kv_rows" else None)
+    # a host pool that holds every request: a FAILED preservation is pinned in
+    # test_integration_findings (the executor's failure does not validate)
     kv = None if memory != "preserve" else KvSpec(
         draw(st.integers(need, need + 6)), block_size=1,
-        num_host_blocks=draw(st.integers(0, 2 * need)), preemption_mode="preserve")
+        num_host_blocks=sum(r.num_prompt_tokens + r.max_output_tokens for r in requests),
+        preemption_mode="preserve")
     hidden = HiddenTruth({r.request_id: draw(st.integers(1, 6)) for r in requests})
     return WorkloadManifest(OnlineWorkload("prop", "ms", capacity, requests, kv=kv), hidden)
 
@@ -87,7 +90,14 @@ def test_partition_closes_and_tokens_reconcile(manifest, policy_name, cost_spec,
     for _ in range(400):
         if engine.is_done:
             break
-        engine.step()
+        try:
+            engine.step()
+        except EngineStalled:
+            # test_integration_findings: a cancel does not publish the freed
+            # memory, so a bounded-memory run can stall after one; the cut it
+            # stalled on is still a published state and its facts still count
+            assert counter.num_cancels and engine.state.capacity.is_bounded
+            break
         live = sorted(engine.state.waiting + engine.state.running)
         if live and data.draw(st.integers(0, 5)) == 0:
             engine.cancel(data.draw(st.sampled_from(live)))

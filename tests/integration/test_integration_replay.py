@@ -134,7 +134,8 @@ def test_cli_gated_run_replays_and_stops_where_the_run_stopped(tmp_path, capsys)
         out = tmp_path / f"out{len(extra)}"
         assert main(["simulate", "--workload", str(workload), "--policy", "least-slack",
                      "--cost-model", "fixed:10", "--overload", "bounded", "--max-live", "3",
-                     "--out", str(out), "--decision-log", str(out / "log.jsonl"), *extra]) == 0
+                     "--out", str(out), "--decision-log", str(out / "log.jsonl"), "--no-plots",
+                     *extra]) == 0
         assert main(["replay", str(out / "log.jsonl")]) == 0
     summary = _lines(tmp_path / "out2" / "log.jsonl")[-1]
     assert summary["type"] == "summary" and summary["is_done"] is False

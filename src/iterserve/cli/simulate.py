@@ -67,6 +67,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--window", type=float, nargs=2, metavar=("START_S", "END_S"),
                         help="observation window in seconds (default: first arrival to the "
                              "last event)")
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument("--bytes-per-row", type=int, default=None,
                         help="logical KV bytes per row for the 0x09 exposure proxy")
     parser.set_defaults(run=run)
@@ -158,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
                           "num_rejected": len(result.engine.rejected)}
     args.out.mkdir(parents=True, exist_ok=True)
     label = f"{policy.policy_id} + {setup.gate.gate_id}"
-    metrics = write_metric_outputs(args.out, result, online, setup.slo, window, label)
+    metrics = write_metric_outputs(args.out, result, online, setup.slo, window, label,
+                                   plots=not args.no_plots)
     if metrics is not None:
         report["metrics"] = metrics.to_dict()
     (args.out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")

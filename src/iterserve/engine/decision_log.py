@@ -9,7 +9,8 @@ null). Later lines, in the order the facts happened:
   and the result, and ``rejected`` ([[request_id, reason], ...], present when
   the arrival gate rejected requests since the previous line);
 - ``cancel``: a client cancellation between iterations, with the decision id
-  and state version it was applied at (and ``rejected`` likewise);
+  and state version it was applied at and the capacity facts after it (and
+  ``rejected`` likewise);
 - ``summary`` (written by :meth:`DecisionLogWriter.close` only when the run
   stopped before it was done, or rejections happened after the last line):
   the state version the run ended at and the trailing ``rejected``.
@@ -79,9 +80,13 @@ def iteration_line(
     }
 
 
-def cancel_line(request_id: str, state: SchedulerState) -> dict[str, Any]:
+def cancel_line(request_id: str, state: SchedulerState,
+                successor: SchedulerState) -> dict[str, Any]:
+    """A cancellation at ``state``; ``capacity`` is the successor's facts
+    (the executor freed the request's memory)."""
     return {"type": "cancel", "decision_id": state.decision_id,
-            "state_version": state.state_version, "request_id": request_id}
+            "state_version": state.state_version, "request_id": request_id,
+            "capacity": capacity_to_json(successor.capacity)}
 
 
 class DecisionLogWriter(EngineObserver):
@@ -103,7 +108,7 @@ class DecisionLogWriter(EngineObserver):
         self._rejected.append([spec.request_id, reason])
 
     def on_cancel(self, request_id: str, state: SchedulerState, successor: SchedulerState) -> None:
-        self._write(cancel_line(request_id, state))
+        self._write(cancel_line(request_id, state, successor))
 
     def on_step(
         self, state: SchedulerState, plan: IterationPlan, result: IterationResult,

@@ -80,6 +80,11 @@ class _LoggedExecutor:
     def capacity(self) -> CapacityFacts:
         return self._capacity
 
+    def released(self, capacity: CapacityFacts) -> None:
+        """A logged cancellation's capacity facts: what the real executor
+        reported after freeing the request's memory."""
+        self._capacity = capacity
+
     def execute(self, plan: IterationPlan, state: SchedulerState) -> IterationResult:
         line = self._cursor.peek()
         if line is None or line.get("type") != "iteration":
@@ -173,9 +178,9 @@ class _Replay:
         self.policy = _policy(header)
         manifest = parse_workload(header["workload"])
         self.cursor = _LogCursor(body)
-        executor = _LoggedExecutor(self.cursor, capacity_from_json(header["initial_capacity"]),
-                                   self._check_rejections)
-        self.engine = Engine(manifest.online, self.policy, executor, gate=_gate(header))
+        self.executor = _LoggedExecutor(
+            self.cursor, capacity_from_json(header["initial_capacity"]), self._check_rejections)
+        self.engine = Engine(manifest.online, self.policy, self.executor, gate=_gate(header))
         self._num_rejected_checked = 0
 
     def _check_rejections(self, line: dict[str, Any]) -> None:
@@ -222,6 +227,8 @@ class _Replay:
                 f"decision {line.get('decision_id')}: the log cancels {request_id!r}, "
                 f"which is not live in the replayed state"
             )
+        if "capacity" in line:
+            self.executor.released(capacity_from_json(line["capacity"]))
         self.engine.cancel(request_id)
 
     def run(self) -> None:

@@ -205,9 +205,10 @@ def default_window(log: EventLog) -> ObservationWindow:
 
 def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWorkload,
                          slo: SloConfig | None, window: ObservationWindow | None,
-                         label: str) -> Report | None:
-    """events.jsonl, report.md and the PNG plots; returns the metrics report
-    (None without an SLO: no outcome ledger can be judged)."""
+                         label: str, *, plots: bool = True) -> Report | None:
+    """events.jsonl, report.md and (unless ``plots`` is False) the PNG plots;
+    returns the metrics report (None without an SLO: no outcome ledger can
+    be judged)."""
     log = run.recorder.log()
     log.write_jsonl(out_dir / "events.jsonl")
     recorder = run.recorder
@@ -221,12 +222,19 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
     else:
         (out_dir / "report.md").write_text(render_markdown(
             [report], title=f"{workload.workload_id}: {label}", occupancy={label: occupancy}))
+    if plots:
+        _plot_run(out_dir, recorder, log, report, workload.capacity.token_budget)
+    return report
+
+
+def _plot_run(out_dir: Path, recorder: EventRecorder, log: EventLog, report: Report | None,
+              max_rows_per_iteration: int) -> None:
+    if report is not None:
         plot_latency_cdfs([report], out_dir / "latency_cdfs.png")
     if recorder.iterations:
         plot_batch_composition(recorder.iterations, out_dir / "batch_composition.png",
-                               max_rows_per_iteration=workload.capacity.token_budget)
+                               max_rows_per_iteration=max_rows_per_iteration)
         plot_queue_and_kv(recorder.samples, out_dir / "queue_and_kv.png")
     if len(log):
         plot_client_service(log, out_dir / "client_service.png",
                             window=None if report is None else report.window)
-    return report
