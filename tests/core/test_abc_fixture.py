@@ -103,7 +103,7 @@ def test_cut_2_refill_admits_c():
 
 @pytest.mark.parametrize("policy_name", sorted(EXPECTED))
 def test_cli_writes_the_same_report(policy_name, tmp_path, capsys):
-    rc = main(["simulate", "--workload", str(ABC_FIXTURE), "--policy", policy_name,
+    rc = main(["simulate", "--no-plots", "--workload", str(ABC_FIXTURE), "--policy", policy_name,
                "--out", str(tmp_path)])
     assert rc == 0
     report = json.loads((tmp_path / "report.json").read_text())
