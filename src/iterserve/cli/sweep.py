@@ -69,7 +69,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 @dataclass(frozen=True, slots=True)
 class TrialJob:
-    flags: RunFlags
+    setup: RunSetup  # parsed once, pickled to the workers
     policy: str
     rate_per_s: float
     trial: int
@@ -105,7 +105,7 @@ def poisson_arrivals(manifest: WorkloadManifest, rate_per_s: float, trial_seed: 
 
 def run_trial(job: TrialJob) -> TrialResult:
     """One simulated run at one rate; a top-level function for the pool."""
-    setup = setup_from_flags(job.flags)
+    setup = job.setup
     assert setup.slo is not None, "checked before the sweep starts"
     seconds = seconds_per_clock_unit(setup.manifest.online.clock, setup.cost_model)
     manifest = poisson_arrivals(setup.manifest, job.rate_per_s, job.trial_seed, seconds)
@@ -198,10 +198,9 @@ def _check(args: argparse.Namespace, setup: RunSetup) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    flags = RunFlags.from_args(args)
-    setup = setup_from_flags(flags)
+    setup = setup_from_flags(RunFlags.from_args(args))
     _check(args, setup)
-    jobs = [TrialJob(flags, policy, rate, trial, args.seed)
+    jobs = [TrialJob(setup, policy, rate, trial, args.seed)
             for policy in args.policy for rate in args.rates for trial in range(args.trials)]
     workers = min(args.workers or os.cpu_count() or 1, len(jobs))
     results: list[TrialResult] = []

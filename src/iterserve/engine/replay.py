@@ -156,7 +156,12 @@ def _policy(header: dict[str, Any]) -> Policy:
             f"installed version is {policy.policy_version}"
         )
     spec = header.get("cost_model")
-    return policy if spec is None else bind_cost_model(policy, parse_cost_model(spec))
+    if spec is None:
+        return policy
+    try:
+        return bind_cost_model(policy, parse_cost_model(str(spec)))
+    except CostModelError as exc:
+        raise ReplayDivergence(f"header: cost model cannot be rebuilt ({exc})") from None
 
 
 def _gate(header: dict[str, Any]) -> ArrivalGate | None:
@@ -164,7 +169,7 @@ def _gate(header: dict[str, Any]) -> ArrivalGate | None:
     if record is None:
         return None
     try:
-        return engine_gate(make_gate(record["id"], record.get("params")))
+        return engine_gate(make_gate(str(record.get("id")), record.get("params")))
     except (OverloadConfigError, CostModelError) as exc:
         raise ReplayDivergence(f"header: gate {record.get('id')!r} cannot be rebuilt ({exc})") \
             from None

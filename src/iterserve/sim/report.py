@@ -134,7 +134,8 @@ class SimulationRun:
 
 
 def costed_executor(manifest: WorkloadManifest, model: NamedCostModel) -> SimulatedExecutor:
-    """The workload's simulated executor (its KV residency) timed by ``model``."""
+    """The workload's simulated executor (its KV residency) timed by ``model``.
+    (``make_simulated_executor`` takes no cost model, so its KV is reused.)"""
     kv = make_simulated_executor(manifest).kv
     return SimulatedExecutor(manifest.hidden, ClockedCost(model, manifest.online.clock), kv=kv,
                              workload=manifest.online)
