@@ -16,7 +16,7 @@ from iterserve.policies.registry import make_policy
 from iterserve.records import codec
 from iterserve.records import errors as E
 from iterserve.records.plan import IntentKind, QueueIntent
-from iterserve.records.result import CompletedInterval
+from iterserve.records.result import CompletedInterval, WorkFailure
 from iterserve.records.spec import HiddenTruth
 from iterserve.records.validate import validate_plan, validate_result, validate_state
 from iterserve.records.view import WorkKind
@@ -289,3 +289,29 @@ def test_leak_through_intent_or_policy_is_rejected(where):
     target["block_ids"] = [3, 4]
     with pytest.raises(E.InformationLeak):
         codec.plan_from_json(obj)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BUG: records/validate.py validate_result checks a WorkFailure's request_id against the "
+    "plan (line ~316) but never its generation, so a failure fact for a stale generation is "
+    "accepted (DESIGN rule 4: stale results are rejected; advance() uses failures to turn a "
+    "PREEMPT_PRESERVE into recompute). Fix: `if failure.generation != "
+    "planned[failure.request_id].generation: raise E.StaleGeneration(...)`"))
+def test_stale_generation_failure_is_rejected():
+    b = _base()
+    completed = tuple(c for c in b.result.completed if c.request_id != "req-A")
+    result = replace(b.result, completed=completed,
+                     failures=(WorkFailure("req-A", 7, "kv_allocation"),),
+                     service={"client-alpha": 1, "client-beta": 1})
+    with pytest.raises(E.StaleGeneration):
+        validate_result(b.plan, b.state, result)
+
+
+def test_failure_of_the_planned_generation_is_a_fact():
+    """The same failure with the planned generation is accepted and advances nothing."""
+    b = _base()
+    completed = tuple(c for c in b.result.completed if c.request_id != "req-A")
+    result = replace(b.result, completed=completed,
+                     failures=(WorkFailure("req-A", 0, "kv_allocation"),),
+                     service={"client-alpha": 1, "client-beta": 1})
+    validate_result(b.plan, b.state, result)
