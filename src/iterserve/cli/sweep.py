@@ -177,7 +177,7 @@ def plot_sweep(policies: dict[str, dict[str, Any]], alpha: float, path: Path) ->
     axis.set_xlabel("offered rate (requests/s, nominal Poisson rate)")
     axis.set_ylabel("SLO attainment (mean over trials)")
     axis.set_title("SLO attainment vs offered rate; dotted verticals: goodput capacity")
-    axis.legend(fontsize="small")
+    axis.legend(fontsize="small", loc="lower left")
     figure.savefig(path, format="png")
     return path
 
