@@ -291,12 +291,6 @@ def test_leak_through_intent_or_policy_is_rejected(where):
         codec.plan_from_json(obj)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: records/validate.py validate_result checks a WorkFailure's request_id against the "
-    "plan (line ~316) but never its generation, so a failure fact for a stale generation is "
-    "accepted (DESIGN rule 4: stale results are rejected; advance() uses failures to turn a "
-    "PREEMPT_PRESERVE into recompute). Fix: `if failure.generation != "
-    "planned[failure.request_id].generation: raise E.StaleGeneration(...)`"))
 def test_stale_generation_failure_is_rejected():
     b = _base()
     completed = tuple(c for c in b.result.completed if c.request_id != "req-A")

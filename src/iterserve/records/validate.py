@@ -313,9 +313,15 @@ def validate_result(plan: IterationPlan, state: SchedulerState, result: Iteratio
             _validate_output_clock(view, work, end, emitted, item.finish_reason is not None)
         if kind is not rebuild:
             service[view.client_id] += end - item.start
+    intents = {intent.request_id: intent.generation for intent in plan.intents}
     for failure in result.failures:
-        if failure.request_id not in planned or failure.request_id in done:
-            raise E.UnplannedCompletion(f"{failure.request_id}: failure for no open planned work")
+        rid = failure.request_id
+        work = planned.get(rid)
+        expected = work.generation if work is not None else intents.get(rid)
+        if expected is None or rid in done:
+            raise E.UnplannedCompletion(f"{rid}: failure for no open planned work")
+        if failure.generation != expected:
+            raise E.StaleGeneration(f"{rid}: failure for generation {failure.generation}")
     claimed = {client: rows for client, rows in result.service.items() if rows}
     if claimed != dict(service):
         raise E.ServiceDebitMismatch(f"result debits {claimed}, completed rows give {dict(service)}")
