@@ -25,6 +25,7 @@ from iterserve.sim.cost import (
     parse_cost_model,
     seconds_per_clock_unit,
 )
+from iterserve.sim.kv_report import kv_report
 from iterserve.sim.report import (
     RunConfig,
     resolve_slo,
@@ -153,7 +154,11 @@ def run(args: argparse.Namespace) -> int:
             args.decision_log.parent.mkdir(parents=True, exist_ok=True)
             stream = stack.enter_context(args.decision_log.open("w"))
         result = run_simulation(setup.manifest, config, stream)
-    report = simulate_report(online, policy.policy_id, result.trace, args.bytes_per_row)
+    bytes_per_row = args.bytes_per_row
+    if bytes_per_row is None and online.kv is not None:
+        bytes_per_row = online.kv.bytes_per_row
+    report = simulate_report(online, policy.policy_id, result.trace, bytes_per_row)
+    report["kv"] = kv_report(result.executor.kv, result.trace, bytes_per_row)
     report["cost_model"] = {"spec": setup.cost_model.spec, "model_id": setup.cost_model.model_id}
     report["overload"] = {"contract": setup.gate.gate_id, "params": setup.gate.params(),
                           "num_rejected": len(result.engine.rejected)}

@@ -77,7 +77,9 @@ class KvResidency:
                 self.release([rid])
             elif intent.kind is IntentKind.PREEMPT_PRESERVE and rid in self._keys:
                 swapped = self.manager.swap_out(self._keys[rid])
-                if isinstance(swapped, SwapFailed):
+                if isinstance(swapped, SwapFailed):  # falls back to recompute: free (0x0C)
+                    self.release([rid])
+                    self._intents["preserve_fallback_recompute"] += 1
                     failures.append((rid, f"swap_out_failed:{swapped.reason.value}"))
                 else:
                     self._copy(swapped)

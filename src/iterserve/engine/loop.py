@@ -110,9 +110,7 @@ class Engine:
                 batch = []
                 reason = self.gate.screen(spec, self.state)
                 if reason is not None:
-                    self.rejected[spec.request_id] = reason
-                    for observer in self.observers:
-                        observer.on_reject(spec, reason, spec.arrival)
+                    self._reject(spec, reason)
                     continue
             batch.append((spec, order))
             for observer in self.observers:
@@ -120,6 +118,11 @@ class Engine:
         if batch:
             self.state = with_arrivals(self.state, batch)
         self._next_arrival = end
+
+    def _reject(self, spec: RequestSpec, reason: str) -> None:
+        self.rejected[spec.request_id] = reason
+        for observer in self.observers:
+            observer.on_reject(spec, reason, spec.arrival)
 
     def cancel(self, request_id: str) -> None:
         """Cancel a live request between iterations (0x0C): a successor
@@ -129,6 +132,8 @@ class Engine:
         if successor is state:
             return
         self.executor.release([request_id])
+        # the freed blocks are a capacity fact the next plan must see
+        successor = dataclasses.replace(successor, capacity=self.executor.capacity())
         for observer in self.observers:
             observer.on_cancel(request_id, state, successor)
         self.state = successor

@@ -148,6 +148,9 @@ class PlanBuilder:
     def admit(self, view: RequestView, max_rows: int | None = None) -> int:
         """Admit a waiting request and schedule its first interval, if the
         run's admission screen (0x06) reserves room for it."""
+        if self._can_never_fit(view):
+            self.intend(IntentKind.ABORT, view, "exceeds_kv_capacity")
+            return 0
         screen = self._screen
         if screen is not None and not screen.fits(view):
             return 0
@@ -157,6 +160,15 @@ class PlanBuilder:
             if screen is not None:
                 screen.reserve(view)
         return rows
+
+    def _can_never_fit(self, view: RequestView) -> bool:
+        """The rows needed for this request's next emission (p + e; p before
+        its first) exceed the whole pool: waiting cannot help, so the
+        mechanism aborts it with a reason rather than stall (nothing lost)."""
+        total = self._facts.num_blocks_total
+        if total is None:
+            return False
+        return self._facts.blocks_for(view.num_prompt_tokens + view.num_emitted) > total
 
     def preempt(self, view: RequestView, kind: IntentKind | None = None,
                 reason: str = "kv_exhausted") -> None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from iterserve.engine.kv_residency import KvResidency
-from iterserve.engine.simulated import SimulatedExecutor
+from iterserve.engine.simulated import CostModel, SimulatedExecutor
 from iterserve.kv.config import BlockManagerConfig
 from iterserve.records.spec import WorkloadManifest
 
 
-def make_simulated_executor(manifest: WorkloadManifest) -> SimulatedExecutor:
+def make_simulated_executor(manifest: WorkloadManifest,
+                            cost_model: CostModel | None = None) -> SimulatedExecutor:
     """The simulated executor for a workload: the paged pool of its ``kv``
     section; else logical KV rows when capacity.kv_rows is set (block size
     1); else unbounded memory."""
@@ -20,4 +21,4 @@ def make_simulated_executor(manifest: WorkloadManifest) -> SimulatedExecutor:
                                             spec.num_host_blocks))
     elif kv_rows is not None:
         kv = KvResidency(BlockManagerConfig(kv_rows, 1))
-    return SimulatedExecutor(manifest.hidden, kv=kv, workload=manifest.online)
+    return SimulatedExecutor(manifest.hidden, cost_model, kv=kv, workload=manifest.online)

@@ -35,12 +35,6 @@ from iterserve.metrics import (
     slot_occupancy,
 )
 from iterserve.metrics.chunk_ledger import PROXY_LABEL, ledger_from_starts
-from iterserve.metrics.plots import (
-    plot_batch_composition,
-    plot_client_service,
-    plot_latency_cdfs,
-    plot_queue_and_kv,
-)
 from iterserve.policies.base import Policy
 from iterserve.records.spec import OnlineWorkload, SloTargets, WorkloadManifest
 from iterserve.sim.cost import ClockedCost, NamedCostModel, seconds_per_clock_unit
@@ -131,14 +125,12 @@ class SimulationRun:
     engine: Engine
     trace: RunTrace
     recorder: EventRecorder
+    executor: SimulatedExecutor
 
 
 def costed_executor(manifest: WorkloadManifest, model: NamedCostModel) -> SimulatedExecutor:
-    """The workload's simulated executor (its KV residency) timed by ``model``.
-    (``make_simulated_executor`` takes no cost model, so its KV is reused.)"""
-    kv = make_simulated_executor(manifest).kv
-    return SimulatedExecutor(manifest.hidden, ClockedCost(model, manifest.online.clock), kv=kv,
-                             workload=manifest.online)
+    """The workload's simulated executor (its KV residency) timed by ``model``."""
+    return make_simulated_executor(manifest, ClockedCost(model, manifest.online.clock))
 
 
 def run_simulation(manifest: WorkloadManifest, config: RunConfig,
@@ -162,7 +154,7 @@ def run_simulation(manifest: WorkloadManifest, config: RunConfig,
     engine.run(max_iterations=config.max_iterations)
     if writer is not None:
         writer.close(engine.state, is_done=engine.is_done)
-    return SimulationRun(engine, trace, recorder)
+    return SimulationRun(engine, trace, recorder, executor)
 
 
 class SloResolutionError(ValueError):
@@ -230,6 +222,14 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
 
 def _plot_run(out_dir: Path, recorder: EventRecorder, log: EventLog, report: Report | None,
               max_rows_per_iteration: int) -> None:
+    # imported here: matplotlib costs ~2 s of start-up that other commands should not pay
+    from iterserve.metrics.plots import (
+        plot_batch_composition,
+        plot_client_service,
+        plot_latency_cdfs,
+        plot_queue_and_kv,
+    )
+
     if report is not None:
         plot_latency_cdfs([report], out_dir / "latency_cdfs.png")
     if recorder.iterations:
