@@ -19,6 +19,10 @@ from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import Lifecycle, RequestView, WorkKind
 
+# hot-path constants: enum attribute access and NamedTuple.__new__ are slow
+_DECODE, _PREFILL, _REBUILD = WorkKind.DECODE_ROW, WorkKind.PREFILL_CHUNK, WorkKind.REBUILD
+_new_tuple = tuple.__new__
+
 
 @dataclass(frozen=True, slots=True)
 class PolicyContract:
@@ -110,10 +114,10 @@ class PlanBuilder:
         e = view.num_emitted
         remaining = view.num_prompt_tokens - c if e == 0 else view.num_prompt_tokens + e - 1 - c
         if remaining == 0:  # decoding: the only legal interval is [c, c+1)
-            rows, kind = 1, WorkKind.DECODE_ROW
+            rows, kind = 1, _DECODE
         else:
             rows = remaining
-            kind = WorkKind.PREFILL_CHUNK if e == 0 else WorkKind.REBUILD
+            kind = _PREFILL if e == 0 else _REBUILD
         if max_rows is not None and max_rows < rows:
             rows = max_rows
         if rows > self.tokens_left:
@@ -127,8 +131,8 @@ class PlanBuilder:
                 return 0
             self.blocks_free -= blocks
         end = c + rows
-        item = WorkItem(rid, view.generation, view.snapshot_version, c, end, kind,
-                        range(c, end), self._key(view))
+        item = _new_tuple(WorkItem, (rid, view.generation, view.snapshot_version, c, end, kind,
+                                     range(c, end), self._key(view)))
         self._work[rid] = (item, blocks)
         self.tokens_left -= rows
         self.seqs_left -= 1

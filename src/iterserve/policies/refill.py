@@ -1,7 +1,8 @@
 """Iteration-level refill: FCFS continuous batching (0x02, 0x03).
 
 Finished requests leave at the cut; waiting requests join at the next cut in
-arrival order while both budgets allow. No reservation (see ``orca`` for the
+arrival order while both budgets allow (the waiting queue is kept in arrival
+order, so only the admitted head is read). No reservation (see ``orca`` for the
 paper's max_tokens reservation).
 """
 
@@ -36,8 +37,9 @@ class IterationRefill:
             if not builder.can_add():
                 break
             builder.add(view)
-        for view in sorted(views_of(state, state.waiting), key=lambda v: v.arrival_order):
+        views = state.views
+        for rid in state.waiting:  # FIFO: the waiting queue is in arrival order
             if not builder.can_add():
                 break
-            builder.admit(view)
+            builder.admit(views[rid])
         return builder.build()
