@@ -14,7 +14,7 @@ ARGS = ["--max-tokens", "4", "--ignore-eos", "--block-size", "4"]
 
 
 def _output_lines(out: str) -> list[str]:
-    """stdout lines, minus the blank line the progress bar leaves (see the xfail below)."""
+    """stdout lines, minus blank ones."""
     return [line for line in out.splitlines() if line.strip()]
 
 
@@ -46,10 +46,6 @@ def test_generate_prompts_file_json_matches_the_api(tiny_dir, tmp_path, capsys) 
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: src/iterserve/cli/generate.py draws the rich progress bar on stdout; with stdout "
-    "not a terminal the transient bar leaves an empty first line, so --json output is not "
-    "clean JSON lines. Fix: Progress(console=Console(stderr=True), transient=True)."))
 def test_generate_json_stdout_is_only_json_lines(tiny_dir, capsys) -> None:
     code = main(["generate", str(tiny_dir), "--prompt", "Hello", "--json", *ARGS])
     lines = capsys.readouterr().out.splitlines()

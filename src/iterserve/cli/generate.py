@@ -33,6 +33,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
     from rich.progress import Progress
 
     from iterserve.llm import LLM, EngineConfig
@@ -51,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
         top_p=args.top_p, seed=args.seed, stop=tuple(args.stop), ignore_eos=args.ignore_eos,
     )
     llm = LLM(args.model_dir, config)
-    with Progress(transient=True) as progress:
+    # the bar goes to stderr: stdout carries only the outputs (JSON lines with --json)
+    with Progress(console=Console(stderr=True), transient=True) as progress:
         task = progress.add_task("generating", total=len(prompts))
         outputs = llm.generate(prompts, params,
                                on_step=lambda done, total: progress.update(task, completed=done))
