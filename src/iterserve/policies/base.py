@@ -174,6 +174,12 @@ class PlanBuilder:
             return False
         return self._facts.blocks_for(view.num_prompt_tokens + view.num_emitted) > total
 
+    def take(self, view: RequestView, max_rows: int | None = None) -> int:
+        """Schedule a live request's next interval, admitting it if it waits."""
+        if view.lifecycle is Lifecycle.WAITING:
+            return self.admit(view, max_rows)
+        return self.add(view, max_rows)
+
     def preempt(self, view: RequestView, kind: IntentKind | None = None,
                 reason: str = "kv_exhausted") -> None:
         """Preempt a running request: its scheduled work (if any) is removed
@@ -245,10 +251,7 @@ def schedule_in_key_order(builder: PlanBuilder, state: SchedulerState,
     for view in sorted(live, key=key_function(key, state)):
         if not builder.can_add():
             break
-        if view.lifecycle is Lifecycle.WAITING:
-            builder.admit(view)
-        else:
-            builder.add(view)
+        builder.take(view)
 
 
 VictimChooser = Callable[[list[RequestView]], RequestView]

@@ -12,7 +12,6 @@ from iterserve.policies.base import PlanBuilder, PolicyContract, views_of
 from iterserve.records.plan import IterationPlan
 from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
-from iterserve.records.view import Lifecycle
 
 
 class BoundedDecodeFirst:
@@ -50,8 +49,5 @@ class BoundedDecodeFirst:
         for view in prefills:
             if not builder.can_add():
                 break
-            if view.lifecycle is Lifecycle.WAITING:
-                builder.admit(view)
-            else:
-                builder.add(view)
+            builder.take(view)
         return builder.build()

@@ -68,7 +68,7 @@ class Orca:
             legal = builder.legal_rows(view)
             if legal > builder.tokens_left:
                 break  # whole-prompt prefill does not fit this iteration
-            granted = builder.admit(view) if initiation else builder.add(view)
+            granted = builder.take(view)
             if granted == 0:
                 break
             if initiation:
