@@ -106,6 +106,7 @@ class LLM:
         specs = [self._register(prompt, p) for prompt, p in zip(prompts, params_list, strict=True)]
         workload = OnlineWorkload("offline", "ms", self.config.capacity(), tuple(specs))
         trace = RunTrace()
+        self.executor.reset_clock()
         engine = Engine(workload, make_policy(self.config.policy), self.executor, [trace])
         while not engine.is_done:
             engine.step()
