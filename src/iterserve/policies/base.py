@@ -301,9 +301,14 @@ def add_or_preempt(builder: PlanBuilder, view: RequestView, num_rows: int,
     """
     while not builder.fits_memory(view, num_rows):
         victim = choose_victim(queue)
+        reason = (  # the score inputs, so the log shows why this victim (0x0C)
+            f"kv_exhausted; victim by {getattr(choose_victim, '__name__', 'policy')}: "
+            f"queue_position={queue.index(victim)}/{len(queue)}, priority={victim.priority}, "
+            f"arrival={victim.arrival}, held_rows={victim.num_computed}"
+        )
         queue.remove(victim)
         gone.add(victim.request_id)
-        builder.preempt(victim, kind)
+        builder.preempt(victim, kind, reason)
         if victim.request_id == view.request_id:
             return False
     builder.add(view, num_rows)
