@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from iterserve.kv.abi import kv_row_abi_from_hf_config
 from iterserve.records.spec import (
     Capacity,
     HiddenTruth,
@@ -82,9 +83,11 @@ def parse_workload(raw: Any) -> WorkloadManifest:
 
 
 def _kv(obj: Mapping[str, Any]) -> KvSpec:
-    unknown = set(obj) - set(_KV_FIELDS)
+    unknown = set(obj) - set(_KV_FIELDS) - {"model_config"}
     if unknown:
         raise WorkloadError(f"kv: unknown field(s) {sorted(unknown)}")
+    if "model_config" in obj:
+        obj = {**obj, "bytes_per_row": _bytes_per_row_from(obj)}
     values = {
         "num_blocks": _field(obj, "num_blocks", "kv", int),
         "block_size": _field(obj, "block_size", "kv", int, 16),
@@ -204,6 +207,22 @@ def online_to_json(workload: OnlineWorkload) -> dict[str, Any]:
         "requests": [_request_to_json(r) for r in workload.requests],
         **({} if workload.kv is None else {"kv": _kv_to_json(workload.kv)}),
     }
+
+
+def _bytes_per_row_from(obj: Mapping[str, Any]) -> int:
+    """delta_KV_row = 2 x layers x kv_heads x head_dim x dtype bytes (0x05),
+    from an inline Hugging Face config object; it must agree with an explicit
+    bytes_per_row when both are given."""
+    config = _mapping(obj["model_config"], "kv.model_config")
+    try:
+        derived = kv_row_abi_from_hf_config(config, profile_id="workload").bytes_per_row
+    except (ValueError, KeyError) as exc:
+        raise WorkloadError(f"kv.model_config: {exc}") from None
+    declared = obj.get("bytes_per_row")
+    if declared is not None and declared != derived:
+        raise WorkloadError(
+            f"kv.bytes_per_row: {declared} disagrees with kv.model_config ({derived})")
+    return derived
 
 
 def _kv_to_json(kv: KvSpec) -> dict[str, Any]:
