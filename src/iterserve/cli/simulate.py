@@ -19,6 +19,7 @@ from iterserve.metrics import ObservationWindow, SloConfig
 from iterserve.policies.edf import bind_cost_model
 from iterserve.policies.registry import make_policy
 from iterserve.records.spec import WorkloadManifest
+from iterserve.sim.admission_report import admission_report
 from iterserve.sim.cost import (
     NamedCostModel,
     default_cost_model,
@@ -159,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
         bytes_per_row = online.kv.bytes_per_row
     report = simulate_report(online, policy.policy_id, result.trace, bytes_per_row)
     report["kv"] = kv_report(result.executor.kv, result.trace, bytes_per_row)
+    report["admission_evaluation"] = admission_report(online, setup.manifest.hidden, bytes_per_row)
     report["cost_model"] = {"spec": setup.cost_model.spec, "model_id": setup.cost_model.model_id}
     report["overload"] = {"contract": setup.gate.gate_id, "params": setup.gate.params(),
                           "num_rejected": len(result.engine.rejected)}

@@ -62,7 +62,13 @@ class ReservationScreen:
         return cls(workload, state, policy, facts.num_blocks_total * facts.block_size)
 
     def candidate(self, view: RequestView) -> AdmissionCandidate:
-        spec = self._workload.spec(view.request_id)
+        return self.candidate_of(self._workload, view)
+
+    @staticmethod
+    def candidate_of(workload: OnlineWorkload, view: RequestView) -> AdmissionCandidate:
+        """The admission candidate for a view: declared forecasts, capped at
+        max_output_tokens (which stands in when none is declared)."""
+        spec = workload.spec(view.request_id)
         cap = view.max_output_tokens
         point = min(cap, max(1, round(spec.output_forecast or cap)))
         p90 = min(cap, max(point, round(spec.output_forecast_p90 or cap)))
