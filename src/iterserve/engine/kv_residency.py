@@ -103,37 +103,54 @@ class KvResidency:
         return self.manager.block_table(self._keys[request_id])
 
     def prepare(self, request_id: str, generation: int, start: int, end: int,
-                token_ids: Sequence[int] | None) -> int | None:
-        """Back rows [start, end) with blocks. Returns the number of leading
-        rows already cached (prefix hit) or None when blocks are short.
+                token_ids: Sequence[int] | None,
+                lookahead: Sequence[int] | None = None) -> int | None:
+        """Back rows [start, end) with blocks. Returns how many leading rows of
+        the request are already committed (a prefix hit; the caller computes
+        from max(start, that)), or None when blocks are short.
+
         ``token_ids`` are the tokens at positions [0, end) for a fresh
-        allocation, or [start, end) for growth; None: anonymous rows."""
+        allocation, or [start, end) for growth; None: anonymous rows. On a
+        fresh allocation ``lookahead`` (the tokens up to the request's
+        target) lets a hit reach past this chunk, so later chunks of a
+        chunked prefill skip cached rows too.
+        """
         key = self._keys.get(request_id)
         if key is not None and key.generation != generation:
             self.release([request_id])
             key = None
         if key is None:
-            key = RequestKey(request_id, generation)
-            result = self.manager.allocate(key, token_ids, num_rows=None if token_ids else end)
-            if isinstance(result, AllocationFailed):
-                self._failed += 1
-                return None
-            self._keys[request_id] = key
-            self._prefix_hit_tokens += min(result.num_cached_rows, end)
-            return result.num_cached_rows
+            return self._allocate(request_id, generation, end, token_ids, lookahead)
         grow = end - self.manager.num_rows(key)
         if grow <= 0:
-            return end - start
+            return self.manager.num_committed_rows(key)
         tail = None if token_ids is None else token_ids[len(token_ids) - grow:]
         result = self.manager.append_rows(key, tail, num_rows=None if tail else grow)
         if isinstance(result, AllocationFailed):
             self._failed += 1
             return None
-        return 0
+        return self.manager.num_committed_rows(key)
+
+    def _allocate(self, request_id: str, generation: int, end: int,
+                  token_ids: Sequence[int] | None,
+                  lookahead: Sequence[int] | None) -> int | None:
+        key = RequestKey(request_id, generation)
+        if token_ids is not None and lookahead is not None and len(lookahead) > end:
+            hit = self.manager.lookup_prefix(lookahead).num_cached_rows
+            if hit >= end:  # back the hit and the next row: its blocks are already written
+                token_ids = lookahead[: hit + 1]
+        result = self.manager.allocate(key, token_ids, num_rows=None if token_ids else end)
+        if isinstance(result, AllocationFailed):
+            self._failed += 1
+            return None
+        self._keys[request_id] = key
+        self._prefix_hit_tokens += result.num_cached_rows
+        return result.num_cached_rows
 
     def commit(self, request_id: str, end: int) -> None:
+        """Record rows [0, end) as written (never below a prefix hit's rows)."""
         key = self._keys.get(request_id)
-        if key is not None:
+        if key is not None and end > self.manager.num_committed_rows(key):
             self.manager.commit(key, end)
 
     def release(self, request_ids: Iterable[str]) -> None:

@@ -41,6 +41,19 @@ _FINISH = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class _Segment:
+    """A planned interval's rows to compute (maybe none: all cached)."""
+
+    token_ids: tuple[int, ...]
+    start: int
+    block_ids: tuple[int, ...]
+    sample: bool
+
+    def spec(self) -> SegmentSpec:
+        return SegmentSpec(self.token_ids, self.start, self.block_ids, self.sample)
+
+
 @dataclass(slots=True)
 class RequestStream:
     """One request's token stream and output, owned by the executor."""
@@ -111,7 +124,7 @@ class TorchExecutor:
         failures = [WorkFailure(rid, state.views[rid].generation, reason)
                     for rid, reason in self.kv.apply_intents(plan)]
         failed = {f.request_id for f in failures}
-        segments: list[SegmentSpec] = []
+        segments: list[_Segment] = []
         backed: list[tuple[WorkItem, RequestView, bool]] = []
         for work in plan.work:
             view = state.views[work.request_id]
@@ -119,7 +132,8 @@ class TorchExecutor:
             if segment is None:
                 failures.append(WorkFailure(work.request_id, work.generation, "kv_allocation"))
                 continue
-            segments.append(segment)
+            if segment.token_ids:  # an interval wholly inside a prefix hit computes nothing
+                segments.append(segment)
             backed.append((work, view, segment.sample))
         sampled = self._forward(segments, backed)
         completed, service, finished = self._publish(backed, sampled)
@@ -137,26 +151,30 @@ class TorchExecutor:
             capacity=self.kv.facts(),
         )
 
-    def _segment(self, work: WorkItem, view: RequestView) -> SegmentSpec | None:
+    def _segment(self, work: WorkItem, view: RequestView) -> _Segment | None:
+        """The rows of ``work`` that must be computed; cached rows are skipped,
+        the sampling row never is. None when blocks are short."""
         stream = self.streams[work.request_id]
         fresh = self.kv.key(work.request_id) is None
         tokens = stream.token_ids[0 if fresh else work.start: work.end]
-        cached = self.kv.prepare(work.request_id, work.generation, work.start, work.end, tokens)
-        if cached is None:
+        lookahead = stream.token_ids[: view.target] if fresh else None
+        ready = self.kv.prepare(work.request_id, work.generation, work.start, work.end, tokens,
+                                lookahead)
+        if ready is None:
             return None
-        first = max(work.start, cached) if fresh else work.start
+        first = min(max(work.start, ready), work.end)
         self.num_cached_rows_skipped += first - work.start
         sample_here = work.kind is WorkKind.DECODE_ROW or (
             work.kind is WorkKind.PREFILL_CHUNK and work.end == view.num_prompt_tokens
         )
-        return SegmentSpec(tuple(stream.token_ids[first: work.end]), first,
-                           self.kv.block_table(work.request_id), sample_here)
+        return _Segment(tuple(stream.token_ids[first: work.end]), first,
+                        self.kv.block_table(work.request_id), sample_here)
 
-    def _forward(self, segments: list[SegmentSpec],
+    def _forward(self, segments: list[_Segment],
                  backed: list[tuple[WorkItem, RequestView, bool]]) -> list[tuple[int, float]]:
         if not segments:
             return []
-        batch = pack(segments, self.cache.block_size, self.model.device)
+        batch = pack([s.spec() for s in segments], self.cache.block_size, self.model.device)
         self.num_computed_rows += batch.num_rows
         logits = self.model.forward(batch, self.cache)
         rows = []
