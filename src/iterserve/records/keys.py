@@ -45,17 +45,17 @@ VIEW_ATTRIBUTES: dict[str, str] = {
     "client_id": "client_id",
 }
 
+def _view_attribute(attribute: str) -> KeyField:
+    getter = operator.attrgetter(attribute)
+    return lambda state, view: getter(view)
+
+
 KEY_FIELDS: dict[str, KeyField] = {
     "phase_rank": _phase_rank,
     "prefill_first_rank": lambda s, v: 2 - _phase_rank(s, v),
     "queue_rank": _queue_rank,
-    "priority_rank": lambda s, v: v.priority,
-    "arrival": lambda s, v: v.arrival,
-    "arrival_order": lambda s, v: v.arrival_order,
-    "request_id": lambda s, v: v.request_id,
-    "request_generation": lambda s, v: v.generation,
     "client_service": _client_service,
-    "client_id": lambda s, v: v.client_id,
+    **{name: _view_attribute(attribute) for name, attribute in VIEW_ATTRIBUTES.items()},
 }
 
 
