@@ -7,8 +7,8 @@ if [ ! -x .venv/bin/python ]; then
     python3.11 -m venv .venv 2>/dev/null || python3 -m venv .venv
 fi
 stamp=.venv/.iterserve-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-    .venv/bin/python -m pip install -q -e ".[dev]"
+    .venv/bin/python -m pip install -q -c constraints.txt -e ".[dev]"
     touch "$stamp"
 fi
