@@ -15,7 +15,7 @@ from typing import Any
 from iterserve.engine.loop import Engine, bind_policy
 from iterserve.engine.observer import EngineObserver
 from iterserve.engine.simulated import SimulatedExecutor
-from iterserve.policies.base import Policy
+from iterserve.plan import Policy
 from iterserve.policies.registry import make_policy
 from iterserve.records.plan import IterationPlan, WorkItem
 from iterserve.records.result import IterationResult

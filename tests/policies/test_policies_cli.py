@@ -9,7 +9,7 @@ import pytest
 from policy_helpers import write_workload
 
 from iterserve.cli.main import main
-from iterserve.policies.base import PolicyContract
+from iterserve.plan import PolicyContract
 from iterserve.policies.registry import POLICIES, make_policy, policy_names
 
 CONTRACT_FIELDS = [field.name for field in dataclasses.fields(PolicyContract)]

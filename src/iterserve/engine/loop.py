@@ -16,7 +16,7 @@ from iterserve.admission.readiness import ReadinessFact, ReadinessRequirement
 from iterserve.engine.executor import Executor
 from iterserve.engine.observer import EngineObserver
 from iterserve.engine.readiness import ReadinessBoard
-from iterserve.policies.base import Policy
+from iterserve.plan import Policy
 from iterserve.records.spec import OnlineWorkload, PolicyIdentity, RequestSpec
 from iterserve.records.state import CapacityFacts, SchedulerState
 from iterserve.records.transition import advance, cancel, with_arrivals, with_readiness

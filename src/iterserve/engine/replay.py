@@ -21,7 +21,7 @@ from typing import Any
 from iterserve.admission.overload import OverloadConfigError, engine_gate, make_gate
 from iterserve.engine.decision_log import READABLE_FORMATS
 from iterserve.engine.loop import ArrivalGate, Engine
-from iterserve.policies.base import Policy
+from iterserve.plan import Policy
 from iterserve.policies.edf import bind_cost_model
 from iterserve.policies.registry import make_policy
 from iterserve.records.codec import (

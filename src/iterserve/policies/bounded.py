@@ -8,7 +8,7 @@ counterexample fix, not a production policy: it proves no latency bound.
 
 from __future__ import annotations
 
-from iterserve.policies.base import PlanBuilder, PolicyContract, views_of
+from iterserve.plan import PlanBuilder, PolicyContract, views_of
 from iterserve.records.plan import IterationPlan
 from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState

@@ -7,7 +7,8 @@ prefill zero rows (0x09 counterexample); see ``decode-first-bounded``.
 
 from __future__ import annotations
 
-from iterserve.policies.base import PlanBuilder, PolicyContract, schedule_in_key_order
+from iterserve.plan import PlanBuilder, PolicyContract
+from iterserve.plan.passes import schedule_in_key_order
 from iterserve.records.plan import IterationPlan
 from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState

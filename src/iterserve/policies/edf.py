@@ -31,19 +31,14 @@ from typing import NamedTuple, Protocol, runtime_checkable
 
 from iterserve.metrics.clocks import endpoint_deadline_s
 from iterserve.metrics.slack import FixedIterationModel, IterationCostModel
-from iterserve.policies.base import (
-    PlanBuilder,
-    Policy,
-    PolicyConfigError,
-    PolicyContract,
-    add_or_preempt,
-    views_of,
-)
+from iterserve.plan import PlanBuilder, Policy, PolicyContract, views_of
+from iterserve.plan.passes import schedule_ranked
+from iterserve.policies.settings import PolicyConfigError
 from iterserve.records.keys import key_function
 from iterserve.records.plan import IterationPlan
 from iterserve.records.spec import OnlineWorkload, SloTargets
 from iterserve.records.state import SchedulerState
-from iterserve.records.view import Lifecycle, RequestView
+from iterserve.records.view import RequestView
 
 TIE_BREAK_KEY: tuple[str, ...] = ("phase_rank", "arrival", "request_id", "request_generation")
 _MS_PER_S = 1000.0
@@ -137,32 +132,6 @@ def deadline_s(view: RequestView, slo: SloTargets | None, seconds: float) -> flo
         tbt_limit_s=None if slo.tbt_ms is None else slo.tbt_ms / _MS_PER_S,
     )
     return math.inf if deadline is None else deadline
-
-
-def schedule_ranked(builder: PlanBuilder, ranked: list[RequestView]) -> None:
-    """Legal intervals in rank order: waiting requests are admitted and
-    suspended ones resumed when they fit; running ones preempt the least
-    urgent running requests (in the run's mode, 0x0C) on a KV shortfall,
-    and the pass stops when one preempts itself (as vLLM's)."""
-    victims = [view for view in ranked if view.lifecycle is Lifecycle.RUNNING]
-    gone: set[str] = set()
-    for view in ranked:
-        if not builder.can_add():
-            break
-        if view.request_id in gone:
-            continue
-        if view.lifecycle is Lifecycle.WAITING:
-            builder.admit(view)
-        elif view.lifecycle is not Lifecycle.RUNNING:
-            builder.resume(view)
-        else:
-            rows = min(builder.legal_rows(view), builder.tokens_left)
-            if not add_or_preempt(builder, view, rows, victims, gone, _least_urgent):
-                break
-
-
-def _least_urgent(candidates: list[RequestView]) -> RequestView:
-    return candidates[-1]
 
 
 def bind_cost_model(policy: Policy, cost_model: IterationCostModel) -> Policy:

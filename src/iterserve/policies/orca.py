@@ -12,7 +12,7 @@ iteration's token budget also stops the scan.
 
 from __future__ import annotations
 
-from iterserve.policies.base import PlanBuilder, PolicyContract, views_of
+from iterserve.plan import PlanBuilder, PolicyContract, views_of
 from iterserve.records.plan import IterationPlan
 from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
@@ -52,13 +52,13 @@ class Orca:
     )
 
     def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state, workload=workload)
+        builder = PlanBuilder(self, state, sequence_budget=workload.capacity.max_num_seqs,
+                              workload=workload)  # max_bs
         slots = num_slots(workload, state)
-        max_bs = min(state.sequence_budget, workload.capacity.max_num_seqs or state.sequence_budget)
         n_rsrv = sum(max_tokens(v) for v in views_of(state, state.running))
         pool = views_of(state, state.running) + views_of(state, state.waiting)
         for view in sorted(pool, key=lambda v: v.arrival_order):
-            if builder.num_scheduled == max_bs:
+            if builder.seqs_left == 0:
                 break
             initiation = view.lifecycle is Lifecycle.WAITING
             if initiation:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from iterserve.policies.base import Policy
+from iterserve.plan import Policy
 from iterserve.policies.bounded import BoundedDecodeFirst
 from iterserve.policies.decode_first import DecodeFirst
 from iterserve.policies.edf import EarliestDeadlineFirst

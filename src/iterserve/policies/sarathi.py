@@ -8,7 +8,8 @@ and token rows, oldest first. With no prefill work the batch is decode-only.
 
 from __future__ import annotations
 
-from iterserve.policies.base import PlanBuilder, PolicyContract, require_knob, views_of
+from iterserve.plan import PlanBuilder, PolicyContract, views_of
+from iterserve.policies.settings import require_knob
 from iterserve.records.plan import IterationPlan
 from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState

@@ -11,17 +11,13 @@ Decodes are never paused behind a long prefill while tau covers them.
 
 from __future__ import annotations
 
-from iterserve.policies.base import (
-    PlanBuilder,
-    PolicyContract,
-    add_or_preempt,
-    fcfs_victim,
-    resume_suspended,
-    views_of,
-)
+from iterserve.plan import PlanBuilder, PolicyContract, views_of
+from iterserve.plan.passes import resume_then_admit, running_pass
+from iterserve.plan.victims import fcfs_victim
 from iterserve.records.plan import IterationPlan
 from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
+from iterserve.records.view import RequestView
 
 
 class SarathiServe:
@@ -43,33 +39,23 @@ class SarathiServe:
     )
 
     def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state, token_budget=workload.capacity.tau, workload=workload)
+        capacity = workload.capacity
+        builder = PlanBuilder(self, state, token_budget=capacity.tau,
+                              max_num_seqs=capacity.max_num_seqs, workload=workload)
         running = sorted(views_of(state, state.running), key=lambda v: v.arrival_order)
-        queue = list(running)
-        gone: set[str] = set()
-        for view in running:
-            if not view.is_decoding or view.request_id in gone:
-                continue
-            if not builder.can_add():
-                break
-            if not add_or_preempt(builder, view, 1, queue, gone, fcfs_victim):
-                break
-        for view in queue:
+        done = running_pass(builder, running, _one_row, fcfs_victim, skip=_is_prefilling)
+        for view in done.queue:  # ongoing partial prefills get what tau leaves
             if not view.is_decoding and builder.can_add():
                 builder.add(view)
-        if gone:
-            return builder.build()
-        resumed = resume_suspended(builder, state)
-        if resumed < len(state.suspended):
-            return builder.build()
-        max_seqs = workload.capacity.max_num_seqs or state.sequence_budget
-        free_seqs = max_seqs - len(queue) - resumed
-        for view in sorted(views_of(state, state.waiting), key=lambda v: v.arrival_order):
-            if free_seqs <= 0 or not builder.can_add():
-                break
-            if not view.is_ready:
-                continue
-            if not builder.admit(view):
-                break
-            free_seqs -= 1
+        if not done.gone:
+            waiting = sorted(views_of(state, state.waiting), key=lambda v: v.arrival_order)
+            resume_then_admit(builder, state, waiting)
         return builder.build()
+
+
+def _one_row(view: RequestView) -> int:
+    return 1
+
+
+def _is_prefilling(view: RequestView) -> bool:
+    return not view.is_decoding

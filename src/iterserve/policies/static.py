@@ -7,7 +7,7 @@ waiting requests in arrival order only when the running set is empty.
 
 from __future__ import annotations
 
-from iterserve.policies.base import PlanBuilder, PolicyContract, views_of
+from iterserve.plan import PlanBuilder, PolicyContract, views_of
 from iterserve.records.plan import IterationPlan
 from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from iterserve.admission.records import future_append_rows
-from iterserve.policies.admission_screen import ReservationScreen, parse_admission
+from iterserve.admission.screen import ReservationScreen, parse_admission
 from iterserve.records.spec import HiddenTruth, OnlineWorkload
 from iterserve.records.view import RequestView
 

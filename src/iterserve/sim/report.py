@@ -35,7 +35,7 @@ from iterserve.metrics import (
     slot_occupancy,
 )
 from iterserve.metrics.chunk_ledger import PROXY_LABEL, ledger_from_starts
-from iterserve.policies.base import Policy
+from iterserve.plan import Policy
 from iterserve.records.spec import OnlineWorkload, SloTargets, WorkloadManifest
 from iterserve.sim.cost import ClockedCost, NamedCostModel, seconds_per_clock_unit
 from iterserve.sim.factory import make_simulated_executor
