@@ -13,8 +13,7 @@ from iterserve.admission.screen import ReservationScreen
 from iterserve.plan.contract import Policy
 from iterserve.records.keys import key_function
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent, WorkItem
-from iterserve.records.spec import OnlineWorkload
-from iterserve.records.state import SchedulerState
+from iterserve.records.state import RunRules, SchedulerState
 from iterserve.records.view import Lifecycle, RequestView, WorkKind
 
 # hot-path constants: enum attribute access and NamedTuple.__new__ are slow
@@ -35,13 +34,12 @@ class PlanBuilder:
 
     def __init__(self, policy: Policy, state: SchedulerState,
                  token_budget: int | None = None, *, sequence_budget: int | None = None,
-                 max_num_seqs: int | None = None,
-                 workload: OnlineWorkload | None = None) -> None:
+                 max_num_seqs: int | None = None) -> None:
         """``token_budget`` and ``sequence_budget`` may only tighten the
         state's budgets (e.g. tau, ORCA's max batch size). ``max_num_seqs``
         caps the running set (running + resumed + admitted; vLLM's
-        ``max_num_seqs``), the state's sequence budget when None.
-        ``workload`` brings the run's admission screen and preemption mode."""
+        ``max_num_seqs``), the state's sequence budget when None. The
+        state's run rules bring the admission screen and preemption mode."""
         self._state = state
         self._policy = policy
         self._key = key_function(policy.tie_break_key, state)
@@ -54,9 +52,8 @@ class PlanBuilder:
         self.blocks_free = state.capacity.num_blocks_free  # None: unbounded
         self._max_running = state.sequence_budget if max_num_seqs is None else max_num_seqs
         self._num_joined = 0  # requests resumed or admitted into the running set
-        self._screen = ReservationScreen.for_run(workload, state)
-        self._preempt_kind = (IntentKind.PREEMPT_RECOMPUTE if workload is None
-                              else preemption_kind(workload))
+        self._screen = ReservationScreen.for_state(state)
+        self._preempt_kind = preemption_kind(state.rules)
 
     def can_add(self) -> bool:
         return self.tokens_left > 0 and self.seqs_left > 0
@@ -220,8 +217,8 @@ def _tightened(budget: int, limit: int | None) -> int:
     return budget if limit is None or limit >= budget else limit
 
 
-def preemption_kind(workload: OnlineWorkload) -> IntentKind:
+def preemption_kind(rules: RunRules) -> IntentKind:
     """The run's preemption mode (workload ``kv.preemption_mode``, 0x0C)."""
-    if workload.kv is not None and workload.kv.preemption_mode == "preserve":
+    if rules.preemption_mode == "preserve":
         return IntentKind.PREEMPT_PRESERVE
     return IntentKind.PREEMPT_RECOMPUTE

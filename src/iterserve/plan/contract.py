@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from iterserve.records.plan import IterationPlan
-from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
 
 
@@ -38,5 +37,5 @@ class Policy(Protocol):
     tie_break_key: tuple[str, ...]
     contract: PolicyContract
 
-    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan: ...
+    def choose(self, state: SchedulerState) -> IterationPlan: ...
 

@@ -9,12 +9,12 @@ counterexample fix, not a production policy: it proves no latency bound.
 from __future__ import annotations
 
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
+from iterserve.policies.settings import Configured
 from iterserve.records.plan import IterationPlan
-from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
 
 
-class BoundedDecodeFirst:
+class BoundedDecodeFirst(Configured):
     policy_id = "decode-first-bounded"
     policy_version = "1"
     tie_break_key: tuple[str, ...] = ("phase_rank", "arrival_order", "request_id",
@@ -32,8 +32,8 @@ class BoundedDecodeFirst:
         source="spec 0x09 bounded variant",
     )
 
-    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state, workload=workload)
+    def choose(self, state: SchedulerState) -> IterationPlan:
+        builder = PlanBuilder(self, state)
         live = views_of(state, state.running) + views_of(state, state.waiting)
         live.sort(key=lambda v: v.arrival_order)
         decodes = [v for v in live if v.is_decoding and v.is_ready]

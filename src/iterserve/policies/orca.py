@@ -1,6 +1,7 @@
 """ORCA Algorithm 1 (0x03): iteration-level FCFS with max_tokens reservation.
 
-Eligible requests are scanned in arrival order. An INITIATION request
+Settings (:class:`OrcaConfig`): ``kv_rows`` (n_slots) and ``max_num_seqs``
+(max_bs). Eligible requests are scanned in arrival order. An INITIATION request
 (never scheduled: waiting) must reserve max_tokens = prompt +
 max_output_tokens slots against n_slots; if that would overflow, the scan
 ``break``s: an older initiation request is never skipped to admit a younger
@@ -12,9 +13,11 @@ iteration's token budget also stops the scan.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
+from iterserve.policies.settings import Configured, check_count
 from iterserve.records.plan import IterationPlan
-from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import Lifecycle, RequestView
 
@@ -24,19 +27,34 @@ def max_tokens(view: RequestView) -> int:
     return view.num_prompt_tokens + view.max_output_tokens
 
 
-def num_slots(workload: OnlineWorkload, state: SchedulerState) -> int | None:
-    """n_slots: the workload's kv_rows knob, else the published KV rows."""
-    if workload.capacity.kv_rows is not None:
-        return workload.capacity.kv_rows
+@dataclass(frozen=True, slots=True)
+class OrcaConfig:
+    """``kv_rows``: n_slots (else the published KV rows); ``max_num_seqs``:
+    max_bs (else the sequence budget)."""
+
+    kv_rows: int | None = None
+    max_num_seqs: int | None = None
+
+    def __post_init__(self) -> None:
+        check_count("kv_rows", self.kv_rows, optional=True)
+        check_count("max_num_seqs", self.max_num_seqs, optional=True)
+
+
+def num_slots(config: OrcaConfig, state: SchedulerState) -> int | None:
+    """n_slots: the kv_rows setting, else the published KV rows."""
+    if config.kv_rows is not None:
+        return config.kv_rows
     facts = state.capacity
     if facts.num_blocks_total is None:
         return None
     return facts.num_blocks_total * facts.block_size
 
 
-class Orca:
+class Orca(Configured):
     policy_id = "orca"
     policy_version = "1"
+    config_type = OrcaConfig
+    config: OrcaConfig
     tie_break_key: tuple[str, ...] = ("arrival_order", "request_id", "request_generation")
     contract = PolicyContract(
         granularity="iteration",
@@ -51,10 +69,9 @@ class Orca:
         source="Yu et al., ORCA (OSDI 2022), Algorithm 1; spec 0x03",
     )
 
-    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state, sequence_budget=workload.capacity.max_num_seqs,
-                              workload=workload)  # max_bs
-        slots = num_slots(workload, state)
+    def choose(self, state: SchedulerState) -> IterationPlan:
+        builder = PlanBuilder(self, state, sequence_budget=self.config.max_num_seqs)  # max_bs
+        slots = num_slots(self.config, state)
         n_rsrv = sum(max_tokens(v) for v in views_of(state, state.running))
         pool = views_of(state, state.running) + views_of(state, state.waiting)
         for view in sorted(pool, key=lambda v: v.arrival_order):

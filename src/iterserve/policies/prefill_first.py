@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from iterserve.plan import PlanBuilder, PolicyContract
 from iterserve.plan.passes import schedule_in_key_order
+from iterserve.policies.settings import Configured
 from iterserve.records.plan import IterationPlan
-from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
 
 
-class PrefillFirst:
+class PrefillFirst(Configured):
     policy_id = "prefill-first"
     policy_version = "1"
     tie_break_key: tuple[str, ...] = ("prefill_first_rank", "priority_rank", "arrival_order",
@@ -31,7 +31,7 @@ class PrefillFirst:
         source="spec 0x09 starvation counterexample",
     )
 
-    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state, workload=workload)
+    def choose(self, state: SchedulerState) -> IterationPlan:
+        builder = PlanBuilder(self, state)
         schedule_in_key_order(builder, state, self.tie_break_key)
         return builder.build()

@@ -9,12 +9,12 @@ paper's max_tokens reservation).
 from __future__ import annotations
 
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
+from iterserve.policies.settings import Configured
 from iterserve.records.plan import IterationPlan
-from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
 
 
-class IterationRefill:
+class IterationRefill(Configured):
     policy_id = "refill"
     policy_version = "1"
     tie_break_key: tuple[str, ...] = ("arrival_order", "request_id", "request_generation")
@@ -31,8 +31,8 @@ class IterationRefill:
         source="spec 0x02 iteration refill; ORCA iteration-level scheduling",
     )
 
-    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state, workload=workload)
+    def choose(self, state: SchedulerState) -> IterationPlan:
+        builder = PlanBuilder(self, state)
         for view in sorted(views_of(state, state.running), key=lambda v: v.arrival_order):
             if not builder.can_add():
                 break

@@ -1,6 +1,6 @@
 """SARATHI decode-maximal batching (0x09; Agrawal et al. 2023).
 
-One prefill chunk of size C (``capacity.chunk_size``) anchors the iteration:
+One prefill chunk of size C (setting ``chunk_size``) anchors the iteration:
 the oldest request with prefill (or rebuild) work left, running first, else
 the oldest waiting request. Decodes piggyback in the remaining request slots
 and token rows, oldest first. With no prefill work the batch is decode-only.
@@ -8,16 +8,29 @@ and token rows, oldest first. With no prefill work the batch is decode-only.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
-from iterserve.policies.settings import require_knob
+from iterserve.policies.settings import Configured, check_count
 from iterserve.records.plan import IterationPlan
-from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
 
 
-class Sarathi:
+@dataclass(frozen=True, slots=True)
+class SarathiConfig:
+    """``chunk_size``: C, the prefill rows of the anchoring chunk (required)."""
+
+    chunk_size: int
+
+    def __post_init__(self) -> None:
+        check_count("chunk_size", self.chunk_size)
+
+
+class Sarathi(Configured):
     policy_id = "sarathi"
     policy_version = "1"
+    config_type = SarathiConfig
+    config: SarathiConfig
     tie_break_key: tuple[str, ...] = ("phase_rank", "arrival_order", "request_id",
                                       "request_generation")
     contract = PolicyContract(
@@ -33,9 +46,9 @@ class Sarathi:
         source="Agrawal et al., SARATHI (2023): chunked-prefills + decode-maximal batching",
     )
 
-    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        chunk = require_knob(workload, self.policy_id, "chunk_size")
-        builder = PlanBuilder(self, state, workload=workload)
+    def choose(self, state: SchedulerState) -> IterationPlan:
+        chunk = self.config.chunk_size
+        builder = PlanBuilder(self, state)
         running = sorted(views_of(state, state.running), key=lambda v: v.arrival_order)
         anchor = next((v for v in running if not v.is_decoding and v.is_ready), None)
         if anchor is not None:

@@ -1,6 +1,6 @@
 """Sarathi-Serve stall-free scheduling (Algorithm 3; Agrawal et al. 2024).
 
-With token budget tau (``capacity.tau``, else the iteration token budget):
+With token budget tau (setting ``tau``, else the iteration token budget):
 1. every running decode gets its row (KV shortfall preempts the latest
    arrival, as the vLLM base it is built on does);
 2. ongoing partial prefills get min(remaining, tau - n_t);
@@ -11,18 +11,35 @@ Decodes are never paused behind a long prefill while tau covers them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
 from iterserve.plan.passes import resume_then_admit, running_pass
 from iterserve.plan.victims import fcfs_victim
+from iterserve.policies.settings import Configured, check_count
 from iterserve.records.plan import IterationPlan
-from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import RequestView
 
 
-class SarathiServe:
+@dataclass(frozen=True, slots=True)
+class SarathiServeConfig:
+    """``tau``: the token budget (else the iteration's); ``max_num_seqs``:
+    the running cap (else the sequence budget)."""
+
+    tau: int | None = None
+    max_num_seqs: int | None = None
+
+    def __post_init__(self) -> None:
+        check_count("tau", self.tau, optional=True)
+        check_count("max_num_seqs", self.max_num_seqs, optional=True)
+
+
+class SarathiServe(Configured):
     policy_id = "sarathi-serve"
     policy_version = "1"
+    config_type = SarathiServeConfig
+    config: SarathiServeConfig
     tie_break_key: tuple[str, ...] = ("phase_rank", "queue_rank", "arrival_order",
                                       "request_id", "request_generation")
     contract = PolicyContract(
@@ -38,10 +55,10 @@ class SarathiServe:
         source="Agrawal et al., Sarathi-Serve (OSDI 2024), Algorithm 3",
     )
 
-    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        capacity = workload.capacity
-        builder = PlanBuilder(self, state, token_budget=capacity.tau,
-                              max_num_seqs=capacity.max_num_seqs, workload=workload)
+    def choose(self, state: SchedulerState) -> IterationPlan:
+        config = self.config
+        builder = PlanBuilder(self, state, token_budget=config.tau,
+                              max_num_seqs=config.max_num_seqs)
         running = sorted(views_of(state, state.running), key=lambda v: v.arrival_order)
         done = running_pass(builder, running, _one_row, fcfs_victim, skip=_is_prefilling)
         for view in done.queue:  # ongoing partial prefills get what tau leaves

@@ -8,12 +8,12 @@ waiting requests in arrival order only when the running set is empty.
 from __future__ import annotations
 
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
+from iterserve.policies.settings import Configured
 from iterserve.records.plan import IterationPlan
-from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
 
 
-class StaticBatching:
+class StaticBatching(Configured):
     policy_id = "static"
     policy_version = "1"
     tie_break_key: tuple[str, ...] = ("arrival_order", "request_id", "request_generation")
@@ -30,8 +30,8 @@ class StaticBatching:
         source="spec 0x02; ORCA paper Figure 3 (the baseline it replaces)",
     )
 
-    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state, workload=workload)
+    def choose(self, state: SchedulerState) -> IterationPlan:
+        builder = PlanBuilder(self, state)
         if state.running:
             for view in views_of(state, state.running):
                 builder.add(view)

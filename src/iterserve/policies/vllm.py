@@ -15,11 +15,13 @@ stops the pass.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
 from iterserve.plan.passes import resume_then_admit, running_pass
 from iterserve.plan.victims import VictimChooser, fcfs_victim, priority_victim
+from iterserve.policies.settings import Configured, check_count
 from iterserve.records.plan import IterationPlan
-from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import RequestView
 
@@ -37,9 +39,25 @@ _CONTRACT = PolicyContract(
 )
 
 
-class VllmFrontier:
+@dataclass(frozen=True, slots=True)
+class VllmConfig:
+    """``long_prefill_token_threshold``: most rows per request per iteration;
+    ``max_num_seqs``: the running cap (else the sequence budget)."""
+
+    long_prefill_token_threshold: int | None = None
+    max_num_seqs: int | None = None
+
+    def __post_init__(self) -> None:
+        check_count("long_prefill_token_threshold", self.long_prefill_token_threshold,
+                    optional=True)
+        check_count("max_num_seqs", self.max_num_seqs, optional=True)
+
+
+class VllmFrontier(Configured):
     policy_id = "vllm"
     policy_version = "1"
+    config_type = VllmConfig
+    config: VllmConfig
     tie_break_key: tuple[str, ...] = ("queue_rank", "arrival_order", "request_id",
                                       "request_generation")
     contract = _CONTRACT
@@ -48,10 +66,9 @@ class VllmFrontier:
     def waiting_order(self, waiting: list[RequestView]) -> list[RequestView]:
         return waiting
 
-    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state, max_num_seqs=workload.capacity.max_num_seqs,
-                              workload=workload)
-        threshold = workload.capacity.long_prefill_token_threshold
+    def choose(self, state: SchedulerState) -> IterationPlan:
+        builder = PlanBuilder(self, state, max_num_seqs=self.config.max_num_seqs)
+        threshold = self.config.long_prefill_token_threshold
 
         def rows_of(view: RequestView) -> int:
             rows = min(builder.legal_rows(view), builder.tokens_left)
