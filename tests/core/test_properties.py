@@ -124,9 +124,9 @@ def test_every_policy_plans_legally_on_every_reachable_state(case):
     for name in policy_names():
         policy = make_policy(name)
         bound = bind_policy(online, policy)
-        plan = policy.choose(bound, state)
+        plan = policy.choose(state)
         validate_plan(bound, state, plan)
-        assert _plan_bytes(policy.choose(bound, state)) == _plan_bytes(plan), name
+        assert _plan_bytes(policy.choose(state)) == _plan_bytes(plan), name
         assert plan.tokens_used <= state.token_budget
         assert plan.sequences_used <= state.sequence_budget
         chosen = {w.request_id for w in plan.work}
@@ -191,7 +191,7 @@ def test_a_single_mutation_of_a_valid_plan_is_rejected(case, policy_name, mutati
     online, _, state = case
     policy = make_policy(policy_name)
     bound = bind_policy(online, policy)
-    plan = policy.choose(bound, state)
+    plan = policy.choose(state)
     if not plan.work:
         return  # nothing to mutate; the legality property covers empty plans
     validate_plan(bound, state, plan)

@@ -16,7 +16,7 @@ from iterserve.engine.loop import Engine, bind_policy
 from iterserve.engine.observer import EngineObserver
 from iterserve.engine.simulated import SimulatedExecutor
 from iterserve.plan import Policy
-from iterserve.policies.registry import make_policy
+from iterserve.policies.registry import policy_for
 from iterserve.records.plan import IterationPlan, WorkItem
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import (
@@ -69,7 +69,7 @@ def manifest_of(requests: Iterable[RequestSpec], capacity: Capacity,
 def run_engine(manifest: WorkloadManifest, policy_name: str,
                max_iterations: int | None = None) -> tuple[Engine, Recorder]:
     """Run ``manifest`` under a registered policy with a recording observer."""
-    policy = make_policy(policy_name)
+    policy = policy_for(policy_name, manifest.online)
     recorder = Recorder(bind_policy(manifest.online, policy))
     engine = Engine(manifest.online, policy, make_simulated_executor(manifest), [recorder])
     engine.run(max_iterations=max_iterations)
@@ -81,7 +81,7 @@ def choose_validated(policy: Policy, workload: OnlineWorkload,
     """One plan from ``policy`` on a hand-built state, validated."""
     bound = bind_policy(workload, policy)
     validate_state(state)
-    plan = policy.choose(bound, state)
+    plan = policy.choose(state)
     validate_plan(bound, state, plan)
     return bound, plan
 

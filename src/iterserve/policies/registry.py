@@ -67,6 +67,16 @@ def make_policy(name: str, **settings: Any) -> Policy:
     return policy
 
 
+def describe_policy(name: str) -> Policy:
+    """The policy with its default settings, for listing its identity and
+    contract; a policy with a required setting is described by its class."""
+    cls = _policy_class(name)
+    try:
+        return make_policy(name)
+    except PolicyConfigError:
+        return cls  # type: ignore[return-value]  # class attributes carry the identity
+
+
 def all_setting_names() -> frozenset[str]:
     return frozenset(n for cls in POLICIES.values() for n in setting_names(cls.config_type))
 
