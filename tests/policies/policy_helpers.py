@@ -7,6 +7,7 @@ is validated against the run's workload bound to the policy identity.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -26,7 +27,7 @@ from iterserve.records.spec import (
     RequestSpec,
     WorkloadManifest,
 )
-from iterserve.records.state import CapacityFacts, SchedulerState
+from iterserve.records.state import CapacityFacts, RunRules, SchedulerState
 from iterserve.records.transition import advance
 from iterserve.records.validate import validate_plan, validate_result, validate_state
 from iterserve.records.view import Lifecycle, RequestView, WorkKind
@@ -61,8 +62,10 @@ class Recorder(EngineObserver):
 
 def manifest_of(requests: Iterable[RequestSpec], capacity: Capacity,
                 realized: Mapping[str, int] | None = None,
-                workload_id: str = "policy-test") -> WorkloadManifest:
-    online = OnlineWorkload(workload_id, "iteration", capacity, tuple(requests))
+                workload_id: str = "policy-test",
+                policy_settings: Mapping[str, int] | None = None) -> WorkloadManifest:
+    online = OnlineWorkload(workload_id, "iteration", capacity, tuple(requests),
+                            policy_settings=dict(policy_settings or {}))
     return WorkloadManifest(online, HiddenTruth(dict(realized or {})))
 
 
@@ -80,6 +83,7 @@ def choose_validated(policy: Policy, workload: OnlineWorkload,
                      state: SchedulerState) -> tuple[OnlineWorkload, IterationPlan]:
     """One plan from ``policy`` on a hand-built state, validated."""
     bound = bind_policy(workload, policy)
+    state = dataclasses.replace(state, rules=RunRules.of(workload))  # as the engine publishes it
     validate_state(state)
     plan = policy.choose(state)
     validate_plan(bound, state, plan)
