@@ -30,9 +30,9 @@ from iterserve.metrics.clocks import endpoint_deadline_s
 from iterserve.metrics.slack import FixedIterationModel, IterationCostModel
 from iterserve.plan import PlanBuilder, Policy, PolicyContract, views_of
 from iterserve.plan.passes import schedule_ranked
-from iterserve.policies.settings import Configured, PolicyConfigError
+from iterserve.policies.policy import PolicyBase
+from iterserve.policies.settings import PolicyConfigError
 from iterserve.records.keys import key_function
-from iterserve.records.plan import IterationPlan
 from iterserve.records.spec import SloTargets
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import RequestView
@@ -73,19 +73,16 @@ class DeadlineConfig:
             raise PolicyConfigError(f"setting cost_model: not an iteration cost model: {model!r}")
 
 
-class DeadlineOrderedPolicy(Configured):
+class DeadlineOrderedPolicy(PolicyBase[DeadlineConfig]):
     """Ranks ready work by :meth:`urgency` (smaller runs first); subclasses
     say what urgency is. ``cost_model`` is the named model of 0x07; None
     means one clock unit per iteration (1 ms on the ``ms`` clock, 1 s on
     the ``iteration`` clock). ``contract_template``'s assumptions name it."""
 
     policy_id = "deadline"
-    policy_version = "1"
     tie_break_key: tuple[str, ...] = TIE_BREAK_KEY
     contract_template: PolicyContract
 
-    config_type = DeadlineConfig
-    config: DeadlineConfig
 
     def __init__(self, config: DeadlineConfig | None = None) -> None:
         self.config = DeadlineConfig() if config is None else config
@@ -101,7 +98,7 @@ class DeadlineOrderedPolicy(Configured):
     def urgency(self, view: RequestView, slo: SloTargets | None, clock: DecisionClock) -> float:
         raise NotImplementedError
 
-    def choose(self, state: SchedulerState) -> IterationPlan:
+    def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         seconds = seconds_per_unit(state.rules.clock, self.cost_model, self.policy_id)
         clock = DecisionClock(state.now * seconds, seconds,
                               self.cost_model or FixedIterationModel(seconds), state.token_budget)
@@ -116,9 +113,7 @@ class DeadlineOrderedPolicy(Configured):
             for view in live
         }
         live.sort(key=lambda view: ranks[view.request_id])
-        builder = PlanBuilder(self, state)
         schedule_ranked(builder, live)
-        return builder.build()
 
 
 def seconds_per_unit(clock: str, cost_model: object | None, policy_id: str) -> float:

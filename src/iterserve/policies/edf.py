@@ -21,19 +21,19 @@ class EarliestDeadlineFirst(DeadlineOrderedPolicy):
     fixes the iteration clock's length; EDF predicts nothing."""
 
     policy_id = "edf"
-    contract_template = PolicyContract(
-        granularity="iteration, token interval",
-        protected_identity="request_id + generation + snapshot_version",
-        visible_state="arrival, last output time, declared SLO limits, frontiers, KV facts",
-        decision_output="ready work by earliest deadline; admissions; recompute preemption",
-        unknown_future="output lengths",
-        objective="meet first-token and next-token deadlines",
-        metric="offered-load SLO attainment (0x07)",
-        assumptions="deadlines from original arrival / previous output, never reset; "
-                    "clock scale: {model}; no fairness property",
-        foreign_owners="KV allocator (capacity facts); client SLO declarations",
-        source="spec 0x07 deadline ordering (SCORPIO-style); not a runtime reproduction",
-    )
+    contract_template = PolicyContract.parse("""
+        granularity: iteration, token interval
+        protected_identity: request_id + generation + snapshot_version
+        visible_state: arrival, last output time, declared SLO limits, frontiers, KV facts
+        decision_output: ready work by earliest deadline; admissions; recompute preemption
+        unknown_future: output lengths
+        objective: meet first-token and next-token deadlines
+        metric: offered-load SLO attainment (0x07)
+        assumptions: deadlines from original arrival / previous output, never reset; clock scale:
+            {model}; no fairness property
+        foreign_owners: KV allocator (capacity facts); client SLO declarations
+        source: spec 0x07 deadline ordering (SCORPIO-style); not a runtime reproduction
+    """)
 
     def urgency(self, view: RequestView, slo: SloTargets | None, clock: DecisionClock) -> float:
         return deadline_s(view, slo, clock.seconds_per_unit)

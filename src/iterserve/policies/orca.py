@@ -13,11 +13,9 @@ iteration's token budget also stops the scan.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
-from iterserve.policies.settings import Configured, check_count
-from iterserve.records.plan import IterationPlan
+from iterserve.policies.policy import PolicyBase
+from iterserve.policies.settings import count_settings
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import Lifecycle, RequestView
 
@@ -27,17 +25,13 @@ def max_tokens(view: RequestView) -> int:
     return view.num_prompt_tokens + view.max_output_tokens
 
 
-@dataclass(frozen=True, slots=True)
+@count_settings
 class OrcaConfig:
     """``kv_rows``: n_slots (else the published KV rows); ``max_num_seqs``:
     max_bs (else the sequence budget)."""
 
     kv_rows: int | None = None
     max_num_seqs: int | None = None
-
-    def __post_init__(self) -> None:
-        check_count("kv_rows", self.kv_rows, optional=True)
-        check_count("max_num_seqs", self.max_num_seqs, optional=True)
 
 
 def num_slots(config: OrcaConfig, state: SchedulerState) -> int | None:
@@ -50,27 +44,26 @@ def num_slots(config: OrcaConfig, state: SchedulerState) -> int | None:
     return facts.num_blocks_total * facts.block_size
 
 
-class Orca(Configured):
+class Orca(PolicyBase[OrcaConfig]):
     policy_id = "orca"
-    policy_version = "1"
-    config_type = OrcaConfig
-    config: OrcaConfig
     tie_break_key: tuple[str, ...] = ("arrival_order", "request_id", "request_generation")
-    contract = PolicyContract(
-        granularity="iteration",
-        protected_identity="request_id + generation",
-        visible_state="pool in arrival order, phase (INITIATION/INCREMENT), max_tokens",
-        decision_output="batch of at most max_bs requests; n_rsrv reservation",
-        unknown_future="output length (bounded by max_tokens)",
-        objective="iteration-level FCFS without KV exhaustion",
-        metric="throughput and latency under FCFS",
-        assumptions="reserve max_tokens at initiation; whole-prompt prefill; break on overflow",
-        foreign_owners="KV allocator (n_slots)",
-        source="Yu et al., ORCA (OSDI 2022), Algorithm 1; spec 0x03",
-    )
+    contract = PolicyContract.parse("""
+        granularity: iteration
+        protected_identity: request_id + generation
+        visible_state: pool in arrival order, phase (INITIATION/INCREMENT), max_tokens
+        decision_output: batch of at most max_bs requests; n_rsrv reservation
+        unknown_future: output length (bounded by max_tokens)
+        objective: iteration-level FCFS without KV exhaustion
+        metric: throughput and latency under FCFS
+        assumptions: reserve max_tokens at initiation; whole-prompt prefill; break on overflow
+        foreign_owners: KV allocator (n_slots)
+        source: Yu et al., ORCA (OSDI 2022), Algorithm 1; spec 0x03
+    """)
 
-    def choose(self, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state, sequence_budget=self.config.max_num_seqs)  # max_bs
+    def ledgers(self) -> dict[str, int | None]:
+        return {"sequence_budget": self.config.max_num_seqs}  # max_bs
+
+    def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         slots = num_slots(self.config, state)
         n_rsrv = sum(max_tokens(v) for v in views_of(state, state.running))
         pool = views_of(state, state.running) + views_of(state, state.waiting)
@@ -90,4 +83,3 @@ class Orca(Configured):
                 break
             if initiation:
                 n_rsrv = reserved
-        return builder.build()

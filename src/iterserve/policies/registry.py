@@ -13,12 +13,12 @@ from iterserve.policies.decode_first import DecodeFirst
 from iterserve.policies.edf import EarliestDeadlineFirst
 from iterserve.policies.least_slack import LeastSlack
 from iterserve.policies.orca import Orca
+from iterserve.policies.policy import PolicyBase
 from iterserve.policies.prefill_first import PrefillFirst
 from iterserve.policies.refill import IterationRefill
 from iterserve.policies.sarathi import Sarathi
 from iterserve.policies.sarathi_serve import SarathiServe
 from iterserve.policies.settings import (
-    Configured,
     PolicyConfigError,
     build_config,
     setting_names,
@@ -27,7 +27,7 @@ from iterserve.policies.static import StaticBatching
 from iterserve.policies.vllm import VllmFrontier, VllmPriority
 from iterserve.records.spec import OnlineWorkload
 
-POLICIES: dict[str, type[Configured]] = {
+POLICIES: dict[str, type[PolicyBase]] = {
     "static": StaticBatching,
     "refill": IterationRefill,
     "orca": Orca,
@@ -52,7 +52,7 @@ def policy_names() -> list[str]:
     return sorted(POLICIES)
 
 
-def _policy_class(name: str) -> type[Configured]:
+def _policy_class(name: str) -> type[PolicyBase]:
     cls = POLICIES.get(name)
     if cls is None:
         raise UnknownPolicy(f"unknown policy {name!r}; valid policies: {', '.join(policy_names())}")
@@ -63,7 +63,7 @@ def make_policy(name: str, **settings: Any) -> Policy:
     """The policy ``name`` with ``settings``; raises :class:`UnknownPolicy` or
     :class:`PolicyConfigError` (one line naming the field) before any run."""
     cls = _policy_class(name)
-    policy: Policy = cls(build_config(name, cls.config_type, settings))  # type: ignore[assignment]
+    policy: Policy = cls(build_config(name, cls.config_type, settings))
     return policy
 
 

@@ -8,47 +8,38 @@ and token rows, oldest first. With no prefill work the batch is decode-only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
-from iterserve.policies.settings import Configured, check_count
-from iterserve.records.plan import IterationPlan
+from iterserve.policies.policy import PolicyBase
+from iterserve.policies.settings import count_settings
 from iterserve.records.state import SchedulerState
 
 
-@dataclass(frozen=True, slots=True)
+@count_settings
 class SarathiConfig:
     """``chunk_size``: C, the prefill rows of the anchoring chunk (required)."""
 
     chunk_size: int
 
-    def __post_init__(self) -> None:
-        check_count("chunk_size", self.chunk_size)
 
-
-class Sarathi(Configured):
+class Sarathi(PolicyBase[SarathiConfig]):
     policy_id = "sarathi"
-    policy_version = "1"
-    config_type = SarathiConfig
-    config: SarathiConfig
     tie_break_key: tuple[str, ...] = ("phase_rank", "arrival_order", "request_id",
                                       "request_generation")
-    contract = PolicyContract(
-        granularity="iteration; one prefill chunk per hybrid batch",
-        protected_identity="request_id + generation + snapshot_version",
-        visible_state="frontiers, arrival order, request slots",
-        decision_output="one chunk of C prefill rows + piggybacked decode rows",
-        unknown_future="output lengths",
-        objective="decode-maximal hybrid batches (throughput, fewer pipeline bubbles)",
-        metric="throughput; P:D = C / (B - 1)",
-        assumptions="C profiled offline for the model and hardware",
-        foreign_owners="KV capacity (B_paper is a paper approximation)",
-        source="Agrawal et al., SARATHI (2023): chunked-prefills + decode-maximal batching",
-    )
+    contract = PolicyContract.parse("""
+        granularity: iteration; one prefill chunk per hybrid batch
+        protected_identity: request_id + generation + snapshot_version
+        visible_state: frontiers, arrival order, request slots
+        decision_output: one chunk of C prefill rows + piggybacked decode rows
+        unknown_future: output lengths
+        objective: decode-maximal hybrid batches (throughput, fewer pipeline bubbles)
+        metric: throughput; P:D = C / (B - 1)
+        assumptions: C profiled offline for the model and hardware
+        foreign_owners: KV capacity (B_paper is a paper approximation)
+        source: Agrawal et al., SARATHI (2023): chunked-prefills + decode-maximal batching
+    """)
 
-    def choose(self, state: SchedulerState) -> IterationPlan:
+    def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         chunk = self.config.chunk_size
-        builder = PlanBuilder(self, state)
         running = sorted(views_of(state, state.running), key=lambda v: v.arrival_order)
         anchor = next((v for v in running if not v.is_decoding and v.is_ready), None)
         if anchor is not None:
@@ -64,4 +55,3 @@ class Sarathi(Configured):
                 break
             if view.is_decoding:
                 builder.add(view)
-        return builder.build()

@@ -11,18 +11,16 @@ Decodes are never paused behind a long prefill while tau covers them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
 from iterserve.plan.passes import resume_then_admit, running_pass
 from iterserve.plan.victims import fcfs_victim
-from iterserve.policies.settings import Configured, check_count
-from iterserve.records.plan import IterationPlan
+from iterserve.policies.policy import PolicyBase
+from iterserve.policies.settings import count_settings
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import RequestView
 
 
-@dataclass(frozen=True, slots=True)
+@count_settings
 class SarathiServeConfig:
     """``tau``: the token budget (else the iteration's); ``max_num_seqs``:
     the running cap (else the sequence budget)."""
@@ -30,35 +28,28 @@ class SarathiServeConfig:
     tau: int | None = None
     max_num_seqs: int | None = None
 
-    def __post_init__(self) -> None:
-        check_count("tau", self.tau, optional=True)
-        check_count("max_num_seqs", self.max_num_seqs, optional=True)
 
-
-class SarathiServe(Configured):
+class SarathiServe(PolicyBase[SarathiServeConfig]):
     policy_id = "sarathi-serve"
-    policy_version = "1"
-    config_type = SarathiServeConfig
-    config: SarathiServeConfig
     tie_break_key: tuple[str, ...] = ("phase_rank", "queue_rank", "arrival_order",
                                       "request_id", "request_generation")
-    contract = PolicyContract(
-        granularity="iteration, token interval",
-        protected_identity="request_id + generation + snapshot_version",
-        visible_state="running decodes, partial prefills, waiting queue, KV capacity facts",
-        decision_output="all decodes, then partial prefill, then admissions under tau",
-        unknown_future="output lengths",
-        objective="stall-free decodes under a TBT-derived token budget tau",
-        metric="TBT/TPOT and capacity under SLO",
-        assumptions="tau profiled offline for the TBT SLO",
-        foreign_owners="KV allocator (capacity facts)",
-        source="Agrawal et al., Sarathi-Serve (OSDI 2024), Algorithm 3",
-    )
+    contract = PolicyContract.parse("""
+        granularity: iteration, token interval
+        protected_identity: request_id + generation + snapshot_version
+        visible_state: running decodes, partial prefills, waiting queue, KV capacity facts
+        decision_output: all decodes, then partial prefill, then admissions under tau
+        unknown_future: output lengths
+        objective: stall-free decodes under a TBT-derived token budget tau
+        metric: TBT/TPOT and capacity under SLO
+        assumptions: tau profiled offline for the TBT SLO
+        foreign_owners: KV allocator (capacity facts)
+        source: Agrawal et al., Sarathi-Serve (OSDI 2024), Algorithm 3
+    """)
 
-    def choose(self, state: SchedulerState) -> IterationPlan:
-        config = self.config
-        builder = PlanBuilder(self, state, token_budget=config.tau,
-                              max_num_seqs=config.max_num_seqs)
+    def ledgers(self) -> dict[str, int | None]:
+        return {"token_budget": self.config.tau, "max_num_seqs": self.config.max_num_seqs}
+
+    def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         running = sorted(views_of(state, state.running), key=lambda v: v.arrival_order)
         done = running_pass(builder, running, _one_row, fcfs_victim, skip=_is_prefilling)
         for view in done.queue:  # ongoing partial prefills get what tau leaves
@@ -67,7 +58,6 @@ class SarathiServe(Configured):
         if not done.gone:
             waiting = sorted(views_of(state, state.waiting), key=lambda v: v.arrival_order)
             resume_then_admit(builder, state, waiting)
-        return builder.build()
 
 
 def _one_row(view: RequestView) -> int:

@@ -16,7 +16,9 @@ import argparse
 import dataclasses
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar, dataclass_transform
+
+T = TypeVar("T")
 
 
 class PolicyConfigError(ValueError):
@@ -28,13 +30,17 @@ class NoSettings:
     """The config of a policy that takes no settings."""
 
 
-class Configured:
-    """A policy made from its validated config (``config_type``)."""
+@dataclass_transform(frozen_default=True)
+def count_settings(cls: type[T]) -> type[T]:
+    """``cls`` as a frozen slotted config whose fields are counts: integers
+    >= 1 (None allowed where the default is None), checked on construction."""
 
-    config_type: type = NoSettings
+    def __post_init__(self: object) -> None:
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            check_count(f.name, getattr(self, f.name), optional=f.default is None)
 
-    def __init__(self, config: Any = None) -> None:
-        self.config = self.config_type() if config is None else config
+    cls.__post_init__ = __post_init__  # type: ignore[attr-defined]
+    return dataclasses.dataclass(frozen=True, slots=True)(cls)
 
 
 def check_count(name: str, value: object, *, optional: bool = False) -> None:

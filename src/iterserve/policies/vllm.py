@@ -15,31 +15,29 @@ stops the pass.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
 from iterserve.plan.passes import resume_then_admit, running_pass
 from iterserve.plan.victims import VictimChooser, fcfs_victim, priority_victim
-from iterserve.policies.settings import Configured, check_count
-from iterserve.records.plan import IterationPlan
+from iterserve.policies.policy import PolicyBase
+from iterserve.policies.settings import count_settings
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import RequestView
 
-_CONTRACT = PolicyContract(
-    granularity="iteration, token interval (frontier catch-up)",
-    protected_identity="request_id + generation + snapshot_version",
-    visible_state="running and waiting queues, computed/target frontiers, KV capacity facts",
-    decision_output="per-request rows; preemption (recompute) intents; admissions",
-    unknown_future="output lengths",
-    objective="throughput with bounded per-iteration tokens",
-    metric="throughput, TTFT, TBT",
-    assumptions="recompute preemption; no waiting pass after a running-path preemption",
-    foreign_owners="KV allocator (capacity facts), prefix cache",
-    source="vLLM v0.23.0 Scheduler.schedule (0fc695f); spec 0x09, 0x0D",
-)
+_CONTRACT = PolicyContract.parse("""
+    granularity: iteration, token interval (frontier catch-up)
+    protected_identity: request_id + generation + snapshot_version
+    visible_state: running and waiting queues, computed/target frontiers, KV capacity facts
+    decision_output: per-request rows; preemption (recompute) intents; admissions
+    unknown_future: output lengths
+    objective: throughput with bounded per-iteration tokens
+    metric: throughput, TTFT, TBT
+    assumptions: recompute preemption; no waiting pass after a running-path preemption
+    foreign_owners: KV allocator (capacity facts), prefix cache
+    source: vLLM v0.23.0 Scheduler.schedule (0fc695f); spec 0x09, 0x0D
+""")
 
 
-@dataclass(frozen=True, slots=True)
+@count_settings
 class VllmConfig:
     """``long_prefill_token_threshold``: most rows per request per iteration;
     ``max_num_seqs``: the running cap (else the sequence budget)."""
@@ -47,17 +45,9 @@ class VllmConfig:
     long_prefill_token_threshold: int | None = None
     max_num_seqs: int | None = None
 
-    def __post_init__(self) -> None:
-        check_count("long_prefill_token_threshold", self.long_prefill_token_threshold,
-                    optional=True)
-        check_count("max_num_seqs", self.max_num_seqs, optional=True)
 
-
-class VllmFrontier(Configured):
+class VllmFrontier(PolicyBase[VllmConfig]):
     policy_id = "vllm"
-    policy_version = "1"
-    config_type = VllmConfig
-    config: VllmConfig
     tie_break_key: tuple[str, ...] = ("queue_rank", "arrival_order", "request_id",
                                       "request_generation")
     contract = _CONTRACT
@@ -66,8 +56,10 @@ class VllmFrontier(Configured):
     def waiting_order(self, waiting: list[RequestView]) -> list[RequestView]:
         return waiting
 
-    def choose(self, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state, max_num_seqs=self.config.max_num_seqs)
+    def ledgers(self) -> dict[str, int | None]:
+        return {"max_num_seqs": self.config.max_num_seqs}
+
+    def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         threshold = self.config.long_prefill_token_threshold
 
         def rows_of(view: RequestView) -> int:
@@ -78,7 +70,6 @@ class VllmFrontier(Configured):
         if not done.gone:  # no waiting pass after a running-path preemption
             waiting = self.waiting_order(views_of(state, state.waiting))
             resume_then_admit(builder, state, waiting, rows_of, threshold)
-        return builder.build()
 
 
 class VllmPriority(VllmFrontier):
