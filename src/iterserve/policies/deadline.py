@@ -1,35 +1,25 @@
-"""The mechanism the deadline policies share (0x07): deadlines, the clock
-scale, the cost-model binding and ranked selection.
+"""The mechanism the deadline policies share (0x07): the config binding the
+run's cost model, and selection by urgency.
 
-Deadlines are factual and never restart (0x07 "Consume M5.1 clocks"):
-
-    first-token deadline = original arrival + TTFT limit     (nothing emitted)
-    next-token deadline  = previous output emission + TBT limit  (a stream)
-
-Limits come from each request's declared SLO (on its view); a request
-without a limit for its current clock has an infinite deadline. Times are
-put on seconds with the run's clock (``state.rules.clock``): 1/1000 s per
-unit on the ``ms`` clock; on the ``iteration`` clock one iteration is 1 s
-unless a fixed-iteration cost model gives its length.
-
-Selection ranks ready requests by (urgency, then the tie-break key),
-urgency quantized to 1 ns so float noise cannot break a declared tie, and
-gives each its legal interval while the budgets allow
-(:func:`iterserve.plan.passes.schedule_ranked`). The plan records the
-tie-break key ``(phase_rank, arrival, request_id, request_generation)``.
+A subclass says what urgency is (:meth:`DeadlineOrderedPolicy.urgency`,
+smaller runs first); deadlines and the clock scale come from
+:mod:`iterserve.policies.deadline_clock`, the SLO limits from each view.
+Ready requests rank by (urgency, then the tie-break key), urgency quantized
+to 1 ns so float noise cannot break a declared tie, and each gets its legal
+interval while the budgets allow (:func:`iterserve.plan.passes.schedule_ranked`).
+The plan records the tie-break key ``(phase_rank, arrival, request_id,
+request_generation)``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, runtime_checkable
 
-from iterserve.metrics.clocks import endpoint_deadline_s
 from iterserve.metrics.slack import FixedIterationModel, IterationCostModel
 from iterserve.plan import PlanBuilder, Policy, PolicyContract, views_of
 from iterserve.plan.passes import schedule_ranked
+from iterserve.policies.deadline_clock import DecisionClock, seconds_per_unit
 from iterserve.policies.policy import PolicyBase
 from iterserve.policies.settings import PolicyConfigError
 from iterserve.records.keys import key_function
@@ -38,26 +28,7 @@ from iterserve.records.state import SchedulerState
 from iterserve.records.view import RequestView
 
 TIE_BREAK_KEY: tuple[str, ...] = ("phase_rank", "arrival", "request_id", "request_generation")
-_MS_PER_S = 1000.0
 _QUANTUM_DIGITS = 9  # urgency rounded to 1 ns
-
-
-@runtime_checkable
-class FixedIteration(Protocol):
-    """A cost model whose every iteration lasts ``iteration_s``."""
-
-    @property
-    def iteration_s(self) -> float: ...
-
-
-class DecisionClock(NamedTuple):
-    """One decision's time facts: ``now_s``, seconds per clock unit, the
-    named cost model and the most prefill rows one iteration can carry."""
-
-    now_s: float
-    seconds_per_unit: float
-    cost_model: IterationCostModel
-    max_prefill_rows: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,32 +85,6 @@ class DeadlineOrderedPolicy(PolicyBase[DeadlineConfig]):
         }
         live.sort(key=lambda view: ranks[view.request_id])
         schedule_ranked(builder, live)
-
-
-def seconds_per_unit(clock: str, cost_model: object | None, policy_id: str) -> float:
-    """Seconds in one unit of the workload's clock, as the module docstring says."""
-    if clock == "ms":
-        return 1.0 / _MS_PER_S
-    if cost_model is None:
-        return 1.0
-    if isinstance(cost_model, FixedIteration):
-        return cost_model.iteration_s
-    raise PolicyConfigError(
-        f"policy {policy_id!r} on the iteration clock needs a fixed-iteration cost model")
-
-
-def deadline_s(view: RequestView, slo: SloTargets | None, seconds: float) -> float:
-    """The request's current deadline in seconds; ``inf`` without a limit."""
-    if slo is None:
-        return math.inf
-    last = view.last_output_time
-    deadline = endpoint_deadline_s(
-        view.arrival * seconds,
-        None if view.num_emitted == 0 or last is None else last * seconds,
-        ttft_limit_s=None if slo.ttft_ms is None else slo.ttft_ms / _MS_PER_S,
-        tbt_limit_s=None if slo.tbt_ms is None else slo.tbt_ms / _MS_PER_S,
-    )
-    return math.inf if deadline is None else deadline
 
 
 def bind_cost_model(policy: Policy, cost_model: IterationCostModel) -> Policy:

@@ -11,7 +11,8 @@ their rows fit. Deadline order proves no fairness property (0x09A owns that).
 from __future__ import annotations
 
 from iterserve.plan import PolicyContract
-from iterserve.policies.deadline import DeadlineOrderedPolicy, DecisionClock, deadline_s
+from iterserve.policies.deadline import DeadlineOrderedPolicy
+from iterserve.policies.deadline_clock import DecisionClock, deadline_s
 from iterserve.records.spec import SloTargets
 from iterserve.records.view import RequestView
 

@@ -23,7 +23,8 @@ import math
 from iterserve.metrics.slack import exclusive_endpoint_cost_s, predicted_slack
 from iterserve.metrics.slo import SloConfig
 from iterserve.plan import PolicyContract
-from iterserve.policies.deadline import DeadlineOrderedPolicy, DecisionClock
+from iterserve.policies.deadline import DeadlineOrderedPolicy
+from iterserve.policies.deadline_clock import DecisionClock
 from iterserve.records.spec import SloTargets
 from iterserve.records.view import RequestView
 
