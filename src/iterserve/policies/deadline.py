@@ -24,7 +24,7 @@ from iterserve.policies.policy import PolicyBase
 from iterserve.policies.settings import PolicyConfigError
 from iterserve.records.keys import key_function
 from iterserve.records.spec import SloTargets
-from iterserve.records.state import SchedulerState
+from iterserve.records.state import RunRules, SchedulerState
 from iterserve.records.view import RequestView
 
 TIE_BREAK_KEY: tuple[str, ...] = ("phase_rank", "arrival", "request_id", "request_generation")
@@ -65,6 +65,9 @@ class DeadlineOrderedPolicy(PolicyBase[DeadlineConfig]):
 
     def with_cost_model(self, cost_model: IterationCostModel) -> DeadlineOrderedPolicy:
         return type(self)(DeadlineConfig(cost_model))
+
+    def check_rules(self, rules: RunRules) -> None:
+        seconds_per_unit(rules.clock, self.cost_model, self.policy_id)
 
     def urgency(self, view: RequestView, slo: SloTargets | None, clock: DecisionClock) -> float:
         raise NotImplementedError

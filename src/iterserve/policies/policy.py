@@ -11,7 +11,7 @@ from iterserve.plan import PlanBuilder, PolicyContract
 from iterserve.plan.passes import schedule_in_key_order
 from iterserve.policies.settings import NoSettings
 from iterserve.records.plan import IterationPlan
-from iterserve.records.state import SchedulerState
+from iterserve.records.state import RunRules, SchedulerState
 
 C = TypeVar("C")
 
@@ -62,6 +62,10 @@ class PolicyBase(Generic[C]):
         """Builder limits from the config: ``token_budget``,
         ``sequence_budget`` (tighten the state's), ``max_num_seqs``."""
         return {}
+
+    def check_rules(self, rules: RunRules) -> None:
+        """Raise ``PolicyConfigError`` if this policy cannot run under the
+        run's rules (checked when the policy is made for a workload)."""
 
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         schedule_in_key_order(builder, state, self.tie_break_key)

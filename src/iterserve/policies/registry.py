@@ -26,6 +26,7 @@ from iterserve.policies.settings import (
 from iterserve.policies.static import StaticBatching
 from iterserve.policies.vllm import VllmFrontier, VllmPriority
 from iterserve.records.spec import OnlineWorkload
+from iterserve.records.state import RunRules
 
 POLICIES: dict[str, type[PolicyBase]] = {
     "static": StaticBatching,
@@ -112,8 +113,13 @@ def policy_for(name: str, workload: OnlineWorkload | None = None,
                overrides: Mapping[str, Any] | None = None, *, strict: bool = True,
                **bound: Any) -> Policy:
     """:func:`make_policy` with :func:`settings_for`; ``bound`` are run-level
-    objects a policy takes when its config has them (a cost model)."""
+    objects a policy takes when its config has them (a cost model). With a
+    workload, the policy also checks the run's rules now, not mid-run."""
+    cls = _policy_class(name)
     settings = settings_for(name, workload, overrides, strict=strict)
-    takes = setting_names(_policy_class(name).config_type)
+    takes = setting_names(cls.config_type)
     settings.update({key: value for key, value in bound.items() if key in takes})
-    return make_policy(name, **settings)
+    policy = cls(build_config(name, cls.config_type, settings))
+    if workload is not None:
+        policy.check_rules(RunRules.of(workload))
+    return policy
