@@ -8,14 +8,22 @@ max_output_tokens slots against n_slots; if that would overflow, the scan
 one. n_rsrv is derived from the state (the admitted, unfinished requests'
 max_tokens), so the reservation is released exactly when a request leaves.
 Prefill is whole-prompt, as in the paper: a prompt that does not fit the
-iteration's token budget also stops the scan.
+iteration's token budget also stops the scan. A request whose max_tokens
+exceed n_slots can never be reserved: it is aborted (``exceeds_kv_capacity``).
+The row reservation rounds to blocks on a paged pool and may outgrow it:
+then the youngest running request is preempted by recompute (never on a
+pool of block size 1, where n_slots is the pool) and no request is
+initiated in that iteration.
 """
 
 from __future__ import annotations
 
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
+from iterserve.plan.feasibility import RunningSet
+from iterserve.plan.victims import add_or_preempt, fcfs_victim
 from iterserve.policies.policy import PolicyBase
 from iterserve.policies.settings import count_settings
+from iterserve.records.plan import IntentKind
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import Lifecycle, RequestView
 
@@ -46,6 +54,8 @@ def num_slots(config: OrcaConfig, state: SchedulerState) -> int | None:
 
 class Orca(PolicyBase[OrcaConfig]):
     policy_id = "orca"
+    running_set = RunningSet.PREEMPTS
+    whole_prompt_prefill = True  # a prompt over the token budget is refused before the run
     tie_break_key: tuple[str, ...] = ("arrival_order", "request_id", "request_generation")
     contract = PolicyContract.parse("""
         granularity: iteration
@@ -65,21 +75,41 @@ class Orca(PolicyBase[OrcaConfig]):
 
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         slots = num_slots(self.config, state)
-        n_rsrv = sum(max_tokens(v) for v in views_of(state, state.running))
-        pool = views_of(state, state.running) + views_of(state, state.waiting)
-        for view in sorted(pool, key=lambda v: v.arrival_order):
+        running = views_of(state, state.running)
+        n_rsrv = sum(max_tokens(v) for v in running)
+        queue = sorted((v for v in running if not builder.is_aborted(v)),
+                       key=lambda v: v.arrival_order)
+        gone: set[str] = set()
+        for view in sorted(running + views_of(state, state.waiting), key=lambda v: v.arrival_order):
             if builder.seqs_left == 0:
                 break
+            if view.request_id in gone or builder.is_aborted(view):
+                continue
             initiation = view.lifecycle is Lifecycle.WAITING
             if initiation:
+                if slots is not None and max_tokens(view) > slots:
+                    builder.abort(view)  # its reservation can never be granted
+                    continue
                 reserved = n_rsrv + max_tokens(view)
-                if slots is not None and reserved > slots:
+                if gone or (slots is not None and reserved > slots):
                     break
             legal = builder.legal_rows(view)
-            if legal > builder.tokens_left:
+            if view.num_emitted == 0 and legal > builder.tokens_left:
                 break  # whole-prompt prefill does not fit this iteration
-            granted = builder.take(view)
-            if granted == 0:
-                break
             if initiation:
+                if builder.take(view) == 0:
+                    break
                 n_rsrv = reserved
+            elif not _add_or_preempt(builder, view, legal, queue, gone):
+                break
+
+
+def _add_or_preempt(builder: PlanBuilder, view: RequestView, num_rows: int,
+                    queue: list[RequestView], gone: set[str]) -> bool:
+    """A running request's rows; when block rounding outgrows the row
+    reservation the youngest running request is preempted (recompute: it
+    is initiated again in arrival order). False: stop the scan."""
+    if not add_or_preempt(builder, view, num_rows, queue, gone, fcfs_victim,
+                          IntentKind.PREEMPT_RECOMPUTE):
+        return False
+    return builder.is_chosen(view.request_id)
