@@ -106,7 +106,9 @@ class LLM:
         """Generate for every prompt (text, or token ids); outputs in prompt order.
 
         ``on_step(num_finished, num_total)`` is called after every iteration
-        (progress bars).
+        (progress bars). Raises :class:`iterserve.plan.feasibility.InfeasibleRun`
+        before the first decision when the policy has no preemption path and
+        the KV pool cannot hold its worst running set.
         """
         params_list = _expand(params, len(prompts))
         specs = [self._register(prompt, p) for prompt, p in zip(prompts, params_list, strict=True)]

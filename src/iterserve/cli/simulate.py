@@ -16,6 +16,7 @@ from typing import Any
 
 from iterserve.admission.overload import OverloadGate, make_gate
 from iterserve.metrics import ObservationWindow, SloConfig
+from iterserve.plan.feasibility import check_run
 from iterserve.policies.registry import policy_for
 from iterserve.policies.settings import add_policy_setting_flag, parse_settings
 from iterserve.records.spec import WorkloadManifest
@@ -26,6 +27,7 @@ from iterserve.sim.cost import (
     parse_cost_model,
     seconds_per_clock_unit,
 )
+from iterserve.sim.factory import make_simulated_executor
 from iterserve.sim.kv_report import kv_report
 from iterserve.sim.report import (
     RunConfig,
@@ -151,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
     policy = policy_for(args.policy, online, parse_settings(args.policy_setting),
                         cost_model=setup.cost_model)
     config = RunConfig(policy, setup.cost_model, setup.gate, args.max_iterations)
+    # refused before anything is written (the engine checks again when made)
+    check_run(policy, online, make_simulated_executor(setup.manifest).capacity())
     with contextlib.ExitStack() as stack:
         stream = None
         if args.decision_log:

@@ -10,10 +10,11 @@ max_tokens), so the reservation is released exactly when a request leaves.
 Prefill is whole-prompt, as in the paper: a prompt that does not fit the
 iteration's token budget also stops the scan. A request whose max_tokens
 exceed n_slots can never be reserved: it is aborted (``exceeds_kv_capacity``).
-The row reservation rounds to blocks on a paged pool and may outgrow it:
-then the youngest running request is preempted by recompute (never on a
-pool of block size 1, where n_slots is the pool) and no request is
-initiated in that iteration.
+With n_slots at most the pool's rows the reservation can never run the
+pool dry (running rows stay below the reserved total). When the ``kv_rows``
+setting exceeds the pool it can: then the youngest running request is
+preempted by recompute (it is initiated again in arrival order) and no
+request is initiated in that iteration, rather than a stall.
 """
 
 from __future__ import annotations
@@ -106,9 +107,9 @@ class Orca(PolicyBase[OrcaConfig]):
 
 def _add_or_preempt(builder: PlanBuilder, view: RequestView, num_rows: int,
                     queue: list[RequestView], gone: set[str]) -> bool:
-    """A running request's rows; when block rounding outgrows the row
-    reservation the youngest running request is preempted (recompute: it
-    is initiated again in arrival order). False: stop the scan."""
+    """A running request's rows; when the pool runs short (n_slots above
+    the pool) the youngest running request is preempted by recompute.
+    False: stop the scan."""
     if not add_or_preempt(builder, view, num_rows, queue, gone, fcfs_victim,
                           IntentKind.PREEMPT_RECOMPUTE):
         return False
