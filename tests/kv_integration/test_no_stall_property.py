@@ -80,8 +80,12 @@ def manifests(draw, mode: str) -> WorkloadManifest:
 def test_every_run_finishes_accounted_or_is_refused_before_decision_0(data, name, mode) -> None:
     manifest = data.draw(manifests(mode))
     online = manifest.online
-    chunk = {"chunk_size": data.draw(st.integers(1, 8))} if name == "sarathi" else {}
-    policy = make_policy(name, **chunk)
+    settings_ = {}
+    if name == "sarathi":
+        settings_["chunk_size"] = data.draw(st.integers(1, 8))
+    if name == "orca":  # n_slots below, at or above the pool's rows
+        settings_["kv_rows"] = data.draw(st.none() | st.integers(1, 200))
+    policy = make_policy(name, **settings_)
     executor = make_simulated_executor(manifest)
     outcomes = Outcomes()
     try:

@@ -20,6 +20,7 @@ from iterserve.records.spec import (
 )
 from iterserve.sim.factory import make_simulated_executor
 
+ROOMY = Capacity(32, 4)
 PREEMPTING = ["vllm", "vllm-priority", "sarathi-serve", "edf", "least-slack"]
 
 
@@ -40,7 +41,7 @@ class Ends(EngineObserver):
 
 
 def _run(policy: str, requests: tuple[RequestSpec, ...], kv: KvSpec,
-         capacity: Capacity = Capacity(32, 4), realized: dict[str, int] | None = None):
+         capacity: Capacity = ROOMY, realized: dict[str, int] | None = None):
     hidden = HiddenTruth(realized or {r.request_id: r.max_output_tokens for r in requests})
     manifest = WorkloadManifest(OnlineWorkload("stall", "iteration", capacity, requests, kv=kv),
                                 hidden)

@@ -10,11 +10,12 @@ max_tokens), so the reservation is released exactly when a request leaves.
 Prefill is whole-prompt, as in the paper: a prompt that does not fit the
 iteration's token budget also stops the scan. A request whose max_tokens
 exceed n_slots can never be reserved: it is aborted (``exceeds_kv_capacity``).
-With n_slots at most the pool's rows the reservation can never run the
-pool dry (running rows stay below the reserved total). When the ``kv_rows``
-setting exceeds the pool it can: then the youngest running request is
-preempted by recompute (it is initiated again in arrival order) and no
-request is initiated in that iteration, rather than a stall.
+With n_slots at most the pool's rows the running requests can never all
+wait for a block (their rows stay below the reserved total), so the scan
+is the paper's. When the ``kv_rows`` setting exceeds the pool they can:
+then a running request short of blocks preempts the youngest running one by
+recompute (initiated again in arrival order) and no request is initiated in
+that iteration, rather than a stall.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class Orca(PolicyBase[OrcaConfig]):
         queue = sorted((v for v in running if not builder.is_aborted(v)),
                        key=lambda v: v.arrival_order)
         gone: set[str] = set()
+        overbooked = _is_overbooked(slots, state)
         for view in sorted(running + views_of(state, state.waiting), key=lambda v: v.arrival_order):
             if builder.seqs_left == 0:
                 break
@@ -97,20 +99,20 @@ class Orca(PolicyBase[OrcaConfig]):
             legal = builder.legal_rows(view)
             if view.num_emitted == 0 and legal > builder.tokens_left:
                 break  # whole-prompt prefill does not fit this iteration
-            if initiation:
+            if not overbooked or initiation:
                 if builder.take(view) == 0:
                     break
-                n_rsrv = reserved
-            elif not _add_or_preempt(builder, view, legal, queue, gone):
-                break
+                if initiation:
+                    n_rsrv = reserved
+            else:  # short of blocks: preempt the youngest running request (recompute)
+                add_or_preempt(builder, view, min(legal, builder.tokens_left), queue, gone,
+                               fcfs_victim, IntentKind.PREEMPT_RECOMPUTE)
+                if not builder.is_chosen(view.request_id):
+                    break
 
 
-def _add_or_preempt(builder: PlanBuilder, view: RequestView, num_rows: int,
-                    queue: list[RequestView], gone: set[str]) -> bool:
-    """A running request's rows; when the pool runs short (n_slots above
-    the pool) the youngest running request is preempted by recompute.
-    False: stop the scan."""
-    if not add_or_preempt(builder, view, num_rows, queue, gone, fcfs_victim,
-                          IntentKind.PREEMPT_RECOMPUTE):
-        return False
-    return builder.is_chosen(view.request_id)
+def _is_overbooked(slots: int | None, state: SchedulerState) -> bool:
+    """n_slots above the pool's rows: the reservation no longer keeps the
+    running requests from all waiting for a block."""
+    total = state.capacity.num_blocks_total
+    return slots is not None and total is not None and slots > total * state.capacity.block_size
