@@ -148,7 +148,7 @@ def run_simulation(manifest: WorkloadManifest, config: RunConfig,
         record = None if gate is None else GateRecord(gate.gate_id, gate.params())
         writer = DecisionLogWriter(decision_log, bind_policy(online, config.policy),
                                    executor.capacity(), cost_model=config.cost_model.spec,
-                                   gate=record)
+                                   gate=record, hidden=manifest.hidden)
         observers.append(writer)
     engine = Engine(online, config.policy, executor, observers, gate=engine_gate(config.gate))
     engine.run(max_iterations=config.max_iterations)
