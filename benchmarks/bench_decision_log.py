@@ -11,6 +11,12 @@ and times each encoder on both, taking the best of ``--repeats`` per object
 checks every encoding is byte-identical to the stdlib's.
 
     .venv/bin/python benchmarks/bench_decision_log.py [--num-requests 2000] [--repeats 3]
+    .venv/bin/python benchmarks/bench_decision_log.py --end-to-end [--repeats 3]
+
+``--end-to-end`` times whole simulated runs writing the decision log to a
+file, alternating the stdlib encoder and the adopted one (the benchmark
+swaps ``records.codec``'s encoder; the library never does), best of
+``--repeats`` each, and checks both logs are byte-identical.
     .venv/bin/python benchmarks/bench_decision_log.py --write-workload w.json  # for simulate
 """
 
@@ -28,13 +34,18 @@ import msgspec
 import orjson
 
 from iterserve.engine.decision_log import iteration_line
+from iterserve.engine.loop import Engine
 from iterserve.engine.observer import EngineObserver
+from iterserve.policies.edf import bind_cost_model
+from iterserve.policies.registry import make_policy
 from iterserve.records.codec import state_to_json
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import Capacity, KvSpec, WorkloadManifest
 from iterserve.records.state import SchedulerState
+from iterserve.sim.cost import parse_cost_model
 from iterserve.sim.generators import RandomWorkloadConfig, random_workload
+from iterserve.sim.report import costed_executor
 from iterserve.sim.workload import online_to_json
 
 COST_MODEL = "linear:5,0.02,0.5"
@@ -103,23 +114,54 @@ def main() -> None:
     parser.add_argument("--num-requests", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--write-workload", type=Path, help="write the workload JSON and stop")
+    parser.add_argument("--end-to-end", action="store_true",
+                        help="time whole logged runs, stdlib encoder vs adopted")
     args = parser.parse_args()
     manifest = make_manifest(args.num_requests)
     if args.write_workload:
         write_workload(args.write_workload, manifest)
-        return
-    from iterserve.engine.loop import Engine
-    from iterserve.policies.edf import bind_cost_model
-    from iterserve.policies.registry import make_policy
-    from iterserve.sim.cost import parse_cost_model
-    from iterserve.sim.report import costed_executor
+    elif args.end_to_end:
+        end_to_end(manifest, args.repeats)
+    else:
+        encoders(manifest, args.num_requests, args.repeats)
+
+
+def end_to_end(manifest: WorkloadManifest, repeats: int) -> None:
+    import tempfile
+
+    from iterserve.records import codec
+    from iterserve.records.canonical_json import canonical_json, stdlib_canonical_json
+    from iterserve.sim.report import RunConfig, run_simulation
 
     model = parse_cost_model(COST_MODEL)
-    timer = EncoderTimer(args.repeats)
+    config = RunConfig(bind_cost_model(make_policy("vllm"), model), model)
+    best: dict[str, float] = {}
+    logs: dict[str, bytes] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(repeats):
+            for name, encode in (("json", stdlib_canonical_json), ("orjson", canonical_json)):
+                codec.canonical_json = encode  # type: ignore[attr-defined]
+                path = Path(tmp) / f"{name}.jsonl"
+                began = time.perf_counter()
+                with path.open("w") as stream:
+                    run = run_simulation(manifest, config, stream)
+                best[name] = min(best.get(name, float("inf")), time.perf_counter() - began)
+                logs[name] = path.read_bytes()
+    codec.canonical_json = canonical_json  # type: ignore[attr-defined]
+    assert logs["json"] == logs["orjson"], "the logs differ"
+    print(f"{len(manifest.online.requests)} requests, vllm, {run.engine.num_iterations} "
+          f"iterations, log {len(logs['json']) / 1e6:.1f} MB byte-identical; best of {repeats}:")
+    for name, seconds in best.items():
+        print(f"  {name:8s} {seconds:6.2f} s  ({best['json'] / seconds:4.2f}x)")
+
+
+def encoders(manifest: WorkloadManifest, num_requests: int, repeats: int) -> None:
+    model = parse_cost_model(COST_MODEL)
+    timer = EncoderTimer(repeats)
     engine = Engine(manifest.online, bind_cost_model(make_policy("vllm"), model),
                     costed_executor(manifest, model), [timer])
     engine.run()
-    print(f"{args.num_requests} requests, vllm, {engine.num_iterations} iterations: "
+    print(f"{num_requests} requests, vllm, {engine.num_iterations} iterations: "
           f"{timer.num_objects} log lines ({timer.num_bytes['line'] / 1e6:.1f} MB) and "
           f"states ({timer.num_bytes['state'] / 1e6:.1f} MB); every encoding byte-identical")
     base = sum(timer.seconds["json (sort_keys)"].values())
