@@ -160,11 +160,18 @@ def test_a_path_that_is_no_log_is_one_line(tmp_path, target, capsys):
     assert err.count("\n") == 1 and "Traceback" not in err and str(path) in err, err
 
 
-def test_replay_with_a_bad_workload_file_is_one_line(base_lines, tmp_path, capsys):
+@pytest.mark.parametrize(("target", "words"), [("not-json", "not valid JSON"),
+                                               ("directory", "Is a directory"),
+                                               ("missing", "no such file")])
+def test_replay_with_a_bad_workload_file_is_one_line(base_lines, target, words, tmp_path,
+                                                     capsys):
     log = tmp_path / "log.jsonl"
     log.write_text("\n".join(base_lines) + "\n")
-    workload = tmp_path / "w.json"
-    workload.write_text("{not json")
+    workload = tmp_path / target
+    if target == "not-json":
+        workload.write_text("{not json")
+    elif target == "directory":
+        workload.mkdir()
     assert main(["replay", str(log), "--workload", str(workload)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "not valid JSON" in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err and words in err, err

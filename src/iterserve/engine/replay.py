@@ -25,8 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from iterserve.admission.overload import OverloadConfigError, engine_gate, make_gate
-from iterserve.engine.decision_log import CHAIN_KEY, chain_digest, hidden_truth_digest
+from iterserve.engine.decision_log import CHAIN_KEY, chain_digest
 from iterserve.engine.log_reader import (
     DecisionLogFile,
     LogLine,
@@ -34,11 +33,14 @@ from iterserve.engine.log_reader import (
     ReplayDivergence,
     read_log,
 )
-from iterserve.engine.loop import ArrivalGate, Engine
+from iterserve.engine.loop import Engine
+from iterserve.engine.replay_header import (
+    header_manifest,
+    rebuild_gate,
+    rebuild_policy,
+    rebuild_simulated_executor,
+)
 from iterserve.engine.simulated import SimulatedExecutor
-from iterserve.policies.base import Policy
-from iterserve.policies.edf import bind_cost_model
-from iterserve.policies.registry import make_policy
 from iterserve.records.codec import (
     capacity_from_json,
     capacity_to_json,
@@ -51,11 +53,7 @@ from iterserve.records.codec import (
 from iterserve.records.errors import ContractViolation
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
-from iterserve.records.spec import WorkloadManifest
 from iterserve.records.state import CapacityFacts, SchedulerState
-from iterserve.sim.cost import ClockedCost, CostModelError, parse_cost_model
-from iterserve.sim.factory import make_simulated_executor
-from iterserve.sim.workload import WorkloadError, load_workload, parse_workload
 
 __all__ = ["MalformedLog", "ReplayDivergence", "ReplayReport", "read_log", "replay"]
 
@@ -203,70 +201,6 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-# --- the header ------------------------------------------------------------------------
-def _policy(header: LogLine) -> Policy:
-    logged = header.fields["policy"]
-    policy = make_policy(logged["id"])
-    if policy.policy_version != logged["version"]:
-        raise ReplayDivergence(
-            f"{header.where}: log policy {logged['id']}@{logged['version']}, "
-            f"installed version is {policy.policy_version}"
-        )
-    spec = header.fields.get("cost_model")
-    if spec is None:
-        return policy
-    try:
-        return bind_cost_model(policy, parse_cost_model(spec))
-    except CostModelError as exc:
-        raise ReplayDivergence(f"{header.where}: cost_model cannot be rebuilt ({exc})") from None
-
-
-def _gate(header: LogLine) -> ArrivalGate | None:
-    record = header.fields.get("gate")
-    if record is None:
-        return None
-    try:
-        return engine_gate(make_gate(record["id"], record["params"]))
-    except (OverloadConfigError, CostModelError) as exc:
-        raise ReplayDivergence(f"{header.where}: gate {record['id']!r} cannot be rebuilt "
-                               f"({exc})") from None
-
-
-def _simulated_executor(log: DecisionLogFile, manifest: WorkloadManifest,
-                        workload_path: Path) -> SimulatedExecutor:
-    """The run's simulated executor: the header's online workload and cost
-    model with the workload file's hidden truth (checked by its digest)."""
-    header = log.header
-    if header.fields.get("executor", "simulated") != "simulated":
-        raise ReplayDivergence(f"{header.where}: a {header.fields['executor']} run's results "
-                               f"cannot be re-derived from a workload file; replay without "
-                               f"--workload to check its digest chain")
-    hidden = load_workload(workload_path).hidden
-    logged_digest = header.fields.get("hidden_truth_digest")
-    if logged_digest is not None and logged_digest != hidden_truth_digest(hidden):
-        raise ReplayDivergence(f"{header.where}: hidden_truth_digest does not match the hidden "
-                               f"truth in {workload_path}")
-    spec = header.fields.get("cost_model")
-    try:
-        cost = None if spec is None else ClockedCost(parse_cost_model(spec),
-                                                      manifest.online.clock)
-    except CostModelError as exc:
-        raise ReplayDivergence(f"{header.where}: cost_model cannot be rebuilt ({exc})") from None
-    executor = make_simulated_executor(WorkloadManifest(manifest.online, hidden), cost)
-    logged, derived = header.fields["initial_capacity"], capacity_to_json(executor.capacity())
-    if dumps(logged) != dumps(derived):
-        raise ReplayDivergence(f"{header.where}: initial_capacity logged {dumps(logged)}, "
-                               f"the simulated executor has {dumps(derived)}")
-    return executor
-
-
-def _header_manifest(header: LogLine) -> WorkloadManifest:
-    try:
-        return parse_workload(header.fields["workload"])
-    except WorkloadError as exc:
-        raise MalformedLog(f"{header.where}: workload: {exc}") from None
-
-
 # --- the run ---------------------------------------------------------------------------
 class _Replay:
     """Drives the engine step by step, applying logged cancellations at the
@@ -274,11 +208,11 @@ class _Replay:
 
     def __init__(self, log: DecisionLogFile, workload_path: Path | None) -> None:
         header = log.header
-        self.policy = _policy(header)
-        manifest = _header_manifest(header)
-        gate = _gate(header)
+        self.policy = rebuild_policy(header)
+        manifest = header_manifest(header)
+        gate = rebuild_gate(header)
         simulated = (None if workload_path is None
-                     else _simulated_executor(log, manifest, workload_path))
+                     else rebuild_simulated_executor(header, manifest, workload_path))
         chain = _Chain(log.has_chain)
         chain.verify(header)
         self.cursor = _LogCursor(log.body, chain)
