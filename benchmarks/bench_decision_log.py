@@ -38,6 +38,7 @@ from iterserve.engine.loop import Engine
 from iterserve.engine.observer import EngineObserver
 from iterserve.policies.edf import bind_cost_model
 from iterserve.policies.registry import make_policy
+from iterserve.records.canonical_json import canonical_json
 from iterserve.records.codec import state_to_json
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
@@ -63,6 +64,7 @@ _MSGSPEC = msgspec.json.Encoder(order="sorted")
 ENCODERS: dict[str, Callable[[Any], bytes]] = {
     "json (sort_keys)": _stdlib, "orjson (OPT_SORT_KEYS)": _orjson,
     "msgspec (order=sorted)": _MSGSPEC.encode,
+    "adopted (orjson + guard)": lambda obj: canonical_json(obj).encode(),
 }
 
 
@@ -130,7 +132,7 @@ def end_to_end(manifest: WorkloadManifest, repeats: int) -> None:
     import tempfile
 
     from iterserve.records import codec
-    from iterserve.records.canonical_json import canonical_json, stdlib_canonical_json
+    from iterserve.records.canonical_json import stdlib_canonical_json
     from iterserve.sim.report import RunConfig, run_simulation
 
     model = parse_cost_model(COST_MODEL)
@@ -167,7 +169,7 @@ def encoders(manifest: WorkloadManifest, num_requests: int, repeats: int) -> Non
     base = sum(timer.seconds["json (sort_keys)"].values())
     for name, seconds in timer.seconds.items():
         total = sum(seconds.values())
-        print(f"  {name:24s} lines {seconds['line']:6.2f} s  states {seconds['state']:6.2f} s  "
+        print(f"  {name:26s} lines {seconds['line']:6.2f} s  states {seconds['state']:6.2f} s  "
               f"total {total:6.2f} s  ({base / total:4.1f}x)")
 
 

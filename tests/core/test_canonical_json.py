@@ -30,7 +30,7 @@ def test_canonical_json_is_the_stdlib_encoding(value):
 
 
 @pytest.mark.parametrize("value", [
-    1e-05, -9.999e-05, 1e16, 2.5e22, 1e-300, 5e-324, 2**64, -(2**63) - 1, "é", "\x7f", "\u2028",
+    1e-05, 1e-06, -1.5e-07, 3.3e-09, 1e-10, -9.999e-05, 1e16, 2.5e22, 1e-300, 5e-324, 2**64, -(2**63) - 1, "é", "\x7f", "\u2028",
     "\x00\x1f", {"b": 1, "a": [1.5, (2, 3)]}, {"z": {"é": 1}}, "0.00001",
 ])
 def test_the_values_orjson_writes_differently_fall_back(value):

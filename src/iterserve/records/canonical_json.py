@@ -6,8 +6,9 @@ line is defined by. orjson writes it about ten times faster
 (``benchmarks/bench_decision_log.py``); where its bytes can differ from the
 stdlib's the stdlib writes instead: output holding a byte outside
 printable ASCII (orjson writes non-ASCII text and DEL raw), a float below
-1e-4 (orjson writes ``0.00001`` where the stdlib writes ``1e-05``: its
-output then holds ``0.0000``), or anything orjson refuses (integers beyond
+1e-4 (orjson writes ``0.00001`` or ``1e-6`` where the stdlib writes
+``1e-05`` and ``1e-06``: its output then holds ``0.0000`` or a one-digit
+negative exponent), or anything orjson refuses (integers beyond
 64 bits, non-string keys) or would encode where the stdlib raises
 (dataclasses, datetimes, subclasses: passed through to raise). Non-finite
 floats are the one difference left (orjson ``null``, the stdlib ``NaN``);
@@ -23,7 +24,7 @@ import orjson
 
 _OPTIONS = (orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS
             | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS)
-_NEEDS_STDLIB = re.compile(rb"[^\x20-\x7e]|0\.0000")
+_NEEDS_STDLIB = re.compile(rb"[^\x20-\x7e]|0\.0000|\de-\d(?!\d)")
 
 
 def canonical_json(obj: object) -> str:
