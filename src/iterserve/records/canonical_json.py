@@ -24,7 +24,9 @@ import orjson
 
 _OPTIONS = (orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS
             | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS)
-_NEEDS_STDLIB = re.compile(rb"[^\x20-\x7e]|0\.0000|\de-\d(?!\d)")
+# a number token that starts "0.0000" (not "10.0000"), a one-digit negative exponent
+_SMALL_FIXED = re.compile(rb"(?<![0-9.])0\.0000")
+_SHORT_EXPONENT = re.compile(rb"[0-9]e-[0-9](?![0-9])")
 
 
 def canonical_json(obj: object) -> str:
@@ -33,9 +35,19 @@ def canonical_json(obj: object) -> str:
         data = orjson.dumps(obj, option=_OPTIONS)
     except TypeError:  # orjson.JSONEncodeError: refused, or passed through
         return stdlib_canonical_json(obj)
-    if _NEEDS_STDLIB.search(data) is not None:
+    if _may_differ(data):
         return stdlib_canonical_json(obj)
     return data.decode("ascii")
+
+
+def _may_differ(data: bytes) -> bool:
+    """True where orjson's bytes may not be the stdlib's. Substring tests
+    first (a memchr-speed scan); the regexes only run when one hits."""
+    if not data.isascii() or b"\x7f" in data:
+        return True
+    if b"0.0000" in data and _SMALL_FIXED.search(data):
+        return True
+    return b"e-" in data and _SHORT_EXPONENT.search(data) is not None
 
 
 def stdlib_canonical_json(obj: object) -> str:
