@@ -92,7 +92,7 @@ CASES: dict[str, tuple[Edit, int, str]] = {
     "header-chain-missing": (_set(0, "chain", _DELETE), 1, "chain missing"),
     "header-gate-params": (_set(0, "gate.params", [3]), 1, "params must be an object"),
     "header-cost-model-type": (_set(0, "cost_model", 10), 1, "cost_model must be"),
-    "header-digest": (_set(0, "hidden_truth_digest", "abc"), 1, "hidden_truth_digest"),
+    "header-digest": (_set(0, "output_lengths_sha256", "abc"), 1, "output_lengths_sha256"),
     "unknown-type": (_set(2, "type", "bogus"), 3, "unknown line type"),
     "type-missing": (_set(2, "type", _DELETE), 3, "unknown line type"),
     "decision-id-string": (_set(2, "decision_id", "1"), 3, "decision_id must be an integer"),

@@ -128,13 +128,13 @@ def _flip_cost_model(header: Line) -> None:
 
 
 def _flip_digest(header: Line) -> None:
-    digest = header["hidden_truth_digest"]
-    header["hidden_truth_digest"] = ("0" if digest[0] != "0" else "1") + digest[1:]
+    digest = header["output_lengths_sha256"]
+    header["output_lengths_sha256"] = ("0" if digest[0] != "0" else "1") + digest[1:]
 
 
 HEADER_FLIPS = {
     "cost-model": (_flip_cost_model, "chain does not match: a header field", "cost_model"),
-    "hidden-truth-digest": (_flip_digest, "hidden_truth_digest does not match", None),
+    "hidden-truth-digest": (_flip_digest, "output_lengths_sha256 does not match", None),
     "header-chain": (_flip_chain, "chain does not match: a header field", None),
 }
 
@@ -159,7 +159,7 @@ def test_another_workloads_hidden_truth_is_refused(log_path, workload_path, tmp_
     lengths = other["fixture_only_hidden_truth"]["realized_output_tokens"]
     lengths["r00"] += 1
     rc, err = _replay(log_path, write_json(tmp_path / "other.json", other), capsys)
-    assert rc == 2 and "line 1, header: hidden_truth_digest does not match" in err, err
+    assert rc == 2 and "line 1, header: output_lengths_sha256 does not match" in err, err
 
 
 def test_a_dropped_line_is_named_at_the_next_line(log_path, tmp_path, capsys):

@@ -19,13 +19,13 @@ from .golden_cases import POLICIES, fixture_path, run_case, workload_paths
 HEADER_KEYS_ADDED_SINCE: dict[str, str] = {
     "executor": "issue 14: what produced the results (simulated or torch), so replay knows "
                 "whether they can be re-derived",
-    "hidden_truth_digest": "issue 14: sha256 of the realized output lengths, so replay "
+    "output_lengths_sha256": "issue 14: sha256 of the realized output lengths, so replay "
                            "--workload checks it re-runs the hidden truth the run used",
     "chain": "issue 14: the header's link of the digest chain (log format 3)",
 }
 # header values a later change altered on purpose: key -> (committed, now, which change)
 HEADER_VALUES_CHANGED_SINCE: dict[str, tuple[object, object, str]] = {
-    "format": (2, 3, "issue 14: format 3 adds executor, hidden_truth_digest and the chain"),
+    "format": (2, 3, "issue 14: format 3 adds executor, output_lengths_sha256 and the chain"),
 }
 # per-line fields a later change appended to every decision line. The writer
 # appends each as the line's last key (after the canonical text), so exactly

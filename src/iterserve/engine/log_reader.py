@@ -192,8 +192,8 @@ def _check_header(line: LogLine) -> None:
         if _require(obj, "executor", "str", where) not in EXECUTORS:
             raise MalformedLog(f"{where}: executor must be one of {list(EXECUTORS)}, "
                                f"got {_brief(obj['executor'])}")
-        if obj.get("hidden_truth_digest") is not None:
-            _require(obj, "hidden_truth_digest", "sha256", where)
+        if obj.get("output_lengths_sha256") is not None:
+            _require(obj, "output_lengths_sha256", "sha256", where)
         _require(obj, CHAIN_KEY, "sha256", where)
 
 

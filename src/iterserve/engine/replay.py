@@ -80,7 +80,7 @@ class _Chain:
         logged = fields.pop(CHAIN_KEY)
         if logged != chain_digest(self._previous, dumps(fields)):
             what = ("a header field (policy, cost_model, gate, workload, executor, "
-                    "hidden_truth_digest, ...) was edited" if line.kind == "header" else
+                    "output_lengths_sha256, ...) was edited" if line.kind == "header" else
                     "the line was edited after it was written, or one before it was "
                     "dropped or moved")
             raise ReplayDivergence(f"{line.where}: chain does not match: {what}")
@@ -309,7 +309,7 @@ def _results_check(log: DecisionLogFile, workload: Path | None) -> str:
     if workload is not None:
         return ("results and durations re-derived on the simulated executor "
                 "(hidden-truth digest " + ("matches" if log.header.fields.get(
-                    "hidden_truth_digest") else "not logged") + ")")
+                    "output_lengths_sha256") else "not logged") + ")")
     if not log.has_chain:
         return f"results NOT checked (a format-{log.format} log has no digest chain)"
     if log.header.fields["executor"] == "simulated":

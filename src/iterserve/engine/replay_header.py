@@ -59,9 +59,9 @@ def rebuild_simulated_executor(header: LogLine, manifest: WorkloadManifest,
                                f"cannot be re-derived from a workload file; replay without "
                                f"--workload to check its digest chain")
     hidden = _hidden_truth(workload_path)
-    logged_digest = header.fields.get("hidden_truth_digest")
+    logged_digest = header.fields.get("output_lengths_sha256")
     if logged_digest is not None and logged_digest != hidden_truth_digest(hidden):
-        raise ReplayDivergence(f"{header.where}: hidden_truth_digest does not match the hidden "
+        raise ReplayDivergence(f"{header.where}: output_lengths_sha256 does not match the hidden "
                                f"truth in {workload_path}")
     spec = header.fields.get("cost_model")
     try:
