@@ -3,14 +3,19 @@ on stderr naming the line (and field), exit 2, never a traceback."""
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from iterserve.cli.main import main
 
-from .helpers import random_workload_json, write_json
+from .helpers import REPO_ROOT, random_workload_json, write_json
+
+BURST = REPO_ROOT / "examples" / "burst_0x07.json"
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +89,8 @@ CASES: dict[str, tuple[Edit, int, str]] = {
     "format-missing": (_set(0, "format", _DELETE), 1, "unsupported log format"),
     "header-policy-missing": (_set(0, "policy", _DELETE), 1, "policy missing"),
     "header-policy-id-int": (_set(0, "policy.id", 7), 1, "id must be a string"),
+    "header-policy-unknown": (_set(0, "policy.id", "fifo"), 1, "unknown policy"),
+    "header-policy-version": (_set(0, "policy.version", "9"), 1, "installed version is"),
     "header-capacity-type": (_set(0, "initial_capacity", [1]), 1, "initial_capacity must be"),
     "header-capacity-field": (_set(0, "initial_capacity.block_size", "16"), 1, "block_size"),
     "header-workload-type": (_set(0, "workload", "w.json"), 1, "workload must be an object"),
@@ -175,3 +182,54 @@ def test_replay_with_a_bad_workload_file_is_one_line(base_lines, target, words, 
     assert main(["replay", str(log), "--workload", str(workload)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err and words in err, err
+
+
+# --- any one-field edit is refused in one line ----------------------------------------
+FUZZ_VALUES = [None, True, -1, 0, 1.5, "x", [], {}, [1], {"a": 1}, 10**30, "fixed:10"]
+
+
+def _field_paths(obj: object, prefix: tuple = ()) -> list[tuple]:
+    out = [prefix] if prefix else []
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            out += _field_paths(value, prefix + (key,))
+    elif isinstance(obj, list):
+        for i, value in enumerate(obj[:2]):
+            out += _field_paths(value, prefix + (i,))
+    return out
+
+
+@pytest.fixture(scope="module")
+def gated_log(tmp_path_factory) -> list[dict]:
+    tmp = tmp_path_factory.mktemp("fuzz")
+    log = tmp / "log.jsonl"
+    assert main(["simulate", "--no-plots", "--workload", str(BURST),
+                 "--policy", "least-slack", "--cost-model", "fixed:10", "--overload", "bounded",
+                 "--max-live", "4", "--out", str(tmp / "out"), "--decision-log", str(log)]) == 0
+    return [json.loads(text) for text in log.read_text().splitlines()]
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), with_workload=st.booleans())
+def test_any_one_field_edit_is_refused_in_one_line(gated_log, data, with_workload, tmp_path,
+                                                   capsys):
+    """Every field of every line except the header's workload (the workload
+    loader's own validation covers it): any other value is exit 2, one line."""
+    lines = copy.deepcopy(gated_log)
+    index = data.draw(st.integers(0, len(lines) - 1), label="line")
+    paths = [p for p in _field_paths(lines[index]) if p[0] != "workload"]
+    path = data.draw(st.sampled_from(paths), label="field")
+    value = data.draw(st.sampled_from(FUZZ_VALUES), label="value")
+    parent = lines[index]
+    for key in path[:-1]:
+        parent = parent[key]
+    assume(json.dumps(parent[path[-1]]) != json.dumps(value))
+    parent[path[-1]] = value
+    edited = tmp_path / "edited.jsonl"
+    edited.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    extra = ["--workload", str(BURST)] if with_workload else []
+    capsys.readouterr()
+    assert main(["replay", str(edited), *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and "line " in err, err

@@ -222,7 +222,7 @@ _BODY_KEYS = {
 def _check_body_line(line: LogLine, chained: bool) -> None:
     obj = line.fields
     kind = obj.get("type")
-    if kind not in _BODY_KEYS:
+    if not isinstance(kind, str) or kind not in _BODY_KEYS:
         raise MalformedLog(f"line {line.number}: unknown line type {_brief(kind)} "
                            f"(expected one of {sorted(_BODY_KEYS)})")
     where = f"line {line.number} ({kind})"

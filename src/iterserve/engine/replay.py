@@ -174,6 +174,8 @@ def _compare(line: LogLine, state: SchedulerState, plan: IterationPlan) -> None:
     if fields["state_digest"] != state_digest(state):
         raise ReplayDivergence(f"{line.where}: state_digest differs from the replayed state")
     _compare_json(line, "plan", fields["plan"], plan_to_json(plan))
+    _compare_json(line, "policy", fields["policy"],
+                  {"id": plan.policy_id, "version": plan.policy_version})
 
 
 def _compare_json(line: LogLine, name: str, logged: Any, derived: Any) -> None:

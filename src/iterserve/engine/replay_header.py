@@ -14,7 +14,7 @@ from iterserve.engine.loop import ArrivalGate
 from iterserve.engine.simulated import SimulatedExecutor
 from iterserve.policies.base import Policy
 from iterserve.policies.edf import bind_cost_model
-from iterserve.policies.registry import make_policy
+from iterserve.policies.registry import UnknownPolicy, make_policy
 from iterserve.records.codec import capacity_to_json, dumps
 from iterserve.records.spec import HiddenTruth, WorkloadManifest
 from iterserve.sim.cost import ClockedCost, CostModelError, parse_cost_model
@@ -24,7 +24,10 @@ from iterserve.sim.workload import WorkloadError, load_workload, parse_workload
 
 def rebuild_policy(header: LogLine) -> Policy:
     logged = header.fields["policy"]
-    policy = make_policy(logged["id"])
+    try:
+        policy = make_policy(logged["id"])
+    except UnknownPolicy as exc:
+        raise ReplayDivergence(f"{header.where}: policy: {exc}") from None
     if policy.policy_version != logged["version"]:
         raise ReplayDivergence(
             f"{header.where}: log policy {logged['id']}@{logged['version']}, "
