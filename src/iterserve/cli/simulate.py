@@ -16,6 +16,7 @@ from typing import Any
 
 from iterserve.admission.overload import OverloadGate, make_gate
 from iterserve.metrics import ObservationWindow, SloConfig
+from iterserve.metrics.capacity import token_budget_utilisation
 from iterserve.policies.edf import bind_cost_model
 from iterserve.policies.registry import make_policy
 from iterserve.records.spec import WorkloadManifest
@@ -166,10 +167,14 @@ def run(args: argparse.Namespace) -> int:
                           "num_rejected": len(result.engine.rejected)}
     args.out.mkdir(parents=True, exist_ok=True)
     label = f"{policy.policy_id} + {setup.gate.gate_id}"
-    metrics = write_metric_outputs(args.out, result, online, setup.slo, window, label,
+    outputs = write_metric_outputs(args.out, result, online, setup.slo, window, label,
                                    plots=not args.no_plots)
-    if metrics is not None:
-        report["metrics"] = metrics.to_dict()
+    report["token_budget_utilisation"] = token_budget_utilisation(
+        result.recorder.iterations, online.capacity.token_budget).to_dict()
+    if outputs.summary is not None:
+        report["summary"] = outputs.summary.to_dict()
+    if outputs.report is not None:
+        report["metrics"] = outputs.report.to_dict()
     (args.out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     print(_summary_line(policy.policy_id, report, args.out))
     return 0
