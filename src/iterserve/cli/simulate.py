@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from iterserve.admission.overload import OverloadGate, make_gate
+from iterserve.cli.progress import RunProgress
 from iterserve.metrics import ObservationWindow, SloConfig
 from iterserve.metrics.capacity import token_budget_utilisation
 from iterserve.policies.edf import bind_cost_model
@@ -155,7 +156,9 @@ def run(args: argparse.Namespace) -> int:
         if args.decision_log:
             args.decision_log.parent.mkdir(parents=True, exist_ok=True)
             stream = stack.enter_context(args.decision_log.open("w"))
-        result = run_simulation(setup.manifest, config, stream)
+        progress = RunProgress(len(online.requests))
+        stack.callback(progress.close)
+        result = run_simulation(setup.manifest, config, stream, [progress])
     bytes_per_row = args.bytes_per_row
     if bytes_per_row is None and online.kv is not None:
         bytes_per_row = online.kv.bytes_per_row

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -139,9 +140,11 @@ def costed_executor(manifest: WorkloadManifest, model: NamedCostModel) -> Simula
 
 
 def run_simulation(manifest: WorkloadManifest, config: RunConfig,
-                   decision_log: IO[str] | None = None) -> SimulationRun:
+                   decision_log: IO[str] | None = None,
+                   extra_observers: Sequence[EngineObserver] = ()) -> SimulationRun:
     """Run to completion (or ``max_iterations``), recording the run trace,
-    the metric events and, when a stream is given, the decision log."""
+    the metric events and, when a stream is given, the decision log;
+    ``extra_observers`` (a progress display) see every step too."""
     online = manifest.online
     executor = costed_executor(manifest, config.cost_model)
     trace = RunTrace()
@@ -155,6 +158,7 @@ def run_simulation(manifest: WorkloadManifest, config: RunConfig,
                                    executor.capacity(), cost_model=config.cost_model.spec,
                                    gate=record)
         observers.append(writer)
+    observers.extend(extra_observers)
     engine = Engine(online, config.policy, executor, observers, gate=engine_gate(config.gate))
     engine.run(max_iterations=config.max_iterations)
     if writer is not None:
