@@ -136,7 +136,7 @@ def plot_batch_composition(
     axis.set_title(title)
     axis.set_xlabel(unit.axis_label("iteration start"))
     axis.set_ylabel("rows")
-    axis.legend(fontsize="small")
+    axis.legend(fontsize="small", loc="upper right")
     return _save(figure, path)
 
 
