@@ -210,3 +210,14 @@ def test_generated_hidden_truth_is_never_online(seed):
     assert texts[0][0] == texts[1][0] and texts[0][1] != texts[1][1]
     assert "realized" not in texts[0][0] and "hidden" not in texts[0][0]
     assert dumps_workload(docs[0]) == dumps_workload(generate_document(parse_spec(spec)))
+
+
+@settings(max_examples=10, deadline=None, database=None)
+@given(seed=st.integers(0, 10_000), policy_name=st.sampled_from(policy_names()),
+       lengths=st.lists(st.integers(1, 12), min_size=10, max_size=10))
+def test_generated_plans_agree_until_a_different_stop_is_published(seed, policy_name, lengths):
+    raw = generate_document(parse_spec({**GENERATED_SPEC, "seed": seed}))
+    ids = [r["request_id"] for r in raw["requests"]]
+    a = run_engine(parse_workload(raw), policy_name)[1]
+    b = run_engine(_with_lengths(raw, dict(zip(ids, lengths, strict=True))), policy_name)[1]
+    _assert_plans_agree_until_stop_facts_differ(a, b)
