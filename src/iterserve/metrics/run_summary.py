@@ -4,7 +4,8 @@ Every ``simulate`` report carries it: request counts, throughput, gated
 latency distributions (TTFT, TBT, TPOT, end-to-end, queue time; nearest
 rank, withheld below their sample gate), preemptions, KV block use, and the
 two capacity-use figures under their own names (logical slot occupancy of
-sequences, token-budget utilisation of rows). It judges nothing: the outcome
+sequences, token-budget utilisation of rows; both over every executed
+iteration, not only the window). It judges nothing: the outcome
 ledger and attainment need an SLO and live in :mod:`iterserve.metrics.report`.
 
 Cohort and samples follow :mod:`iterserve.metrics.report`: requests whose

@@ -44,7 +44,7 @@ def render_summary(summary: RunSummary) -> list[str]:
         "",
         *_pairs_table(_kv_rows(summary)),
         "",
-        "## Capacity use (logical; not measured GPU utilization)",
+        "## Capacity use over the whole run (logical; not measured GPU utilization)",
         "",
         *_pairs_table(_capacity_rows(summary)),
     ]
