@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from iterserve.engine.decision_log import header_line
 from iterserve.engine.loop import Engine, bind_policy
-from iterserve.policies.registry import make_policy, policy_names
+from iterserve.policies.registry import make_policy, policy_for, policy_names
 from iterserve.records import codec
 from iterserve.records.spec import HiddenTruth, OnlineWorkload, WorkloadManifest
 from iterserve.records.state import CapacityFacts
@@ -42,7 +42,8 @@ def _manifests():
 # priorities and shared-prefix token ids; prompts fit the token budget
 GENERATED_SPEC = {
     "workload_id": "metamorphic-gen", "seed": 21, "num_requests": 10, "clock": "iteration",
-    "iteration_s": 1.0, "capacity": {"token_budget": 12, "sequence_budget": 3, "chunk_size": 4},
+    "iteration_s": 1.0, "capacity": {"token_budget": 12, "sequence_budget": 3},
+    "policy_settings": {"chunk_size": 4},
     "arrival": {"process": "gamma", "rate_per_s": 1.5, "cv": 2.0},
     "slo_classes": {"fast": {"ttft_ms": 3000, "tbt_ms": 2000}},
     "prefix_groups": {"sys": {"num_prefix_tokens": 3, "num_variants": 2}}, "vocab_size": 50,
@@ -173,20 +174,20 @@ class _SpyPolicy:
         self.contract = policy.contract
         self.num_calls = 0
 
-    def choose(self, workload, state):
+    def choose(self, state):
         self.num_calls += 1
-        for arg in (workload, state):
+        for arg in (state,):
             for path, value in _walk(arg, type(arg).__name__):
                 assert not isinstance(value, (HiddenTruth, WorkloadManifest)), path
                 assert not any(word in path.rsplit(".", 1)[-1] for word in HIDDEN_NAMES), path
-        return self._policy.choose(workload, state)
+        return self._policy.choose(state)
 
 
 @pytest.mark.parametrize("policy_name", policy_names())
 def test_policies_are_never_handed_hidden_truth(policy_name):
     raw = _manifests()["abc"]
     manifest = parse_workload(raw)
-    spy = _SpyPolicy(make_policy(policy_name))
+    spy = _SpyPolicy(policy_for(policy_name, manifest.online))
     Engine(manifest.online_projection(), spy, make_simulated_executor(manifest)).run()
     assert spy.num_calls > 0
 

@@ -17,7 +17,8 @@ SMALL_SPEC: dict[str, Any] = {
     "clock": "iteration",
     "iteration_s": 1.0,
     # prompts fit the token budget (orca runs whole prompts); chunk_size for the chunked policies
-    "capacity": {"token_budget": 24, "sequence_budget": 4, "chunk_size": 6},
+    "capacity": {"token_budget": 24, "sequence_budget": 4},
+    "policy_settings": {"chunk_size": 6},
     "arrival": {"process": "poisson", "rate_per_s": 0.8},
     "slo_classes": {"fast": {"ttft_ms": 4000, "tbt_ms": 2000}},
     "prefix_groups": {"sys": {"num_prefix_tokens": 4, "num_variants": 2}},

@@ -144,6 +144,8 @@ BAD_SPECS = {
     "unknown-field": (lambda s: s["clients"][1].update(weigth=2), "clients[1]: unknown field"),
     "zero-weight": (lambda s: s["clients"][0].update(weight=0), "clients[0].weight"),
     "capacity": (lambda s: s["capacity"].pop("token_budget"), "capacity.token_budget: missing"),
+    "policy-settings": (lambda s: s.update(policy_settings={"chunk_size": [1]}),
+                        "policy_settings.chunk_size"),
     "uniform-order": (lambda s: s["clients"][0]["output_tokens"].update(min=9, max=2),
                       "clients[0].output_tokens: need 1 <= min <= max"),
     "num-requests": (lambda s: s.update(num_requests=0), "num_requests: must be >= 1"),

@@ -18,8 +18,8 @@ from iterserve.admission.overload import OverloadGate, make_gate
 from iterserve.cli.progress import RunProgress
 from iterserve.metrics import ObservationWindow, SloConfig
 from iterserve.metrics.capacity import token_budget_utilisation
-from iterserve.policies.edf import bind_cost_model
-from iterserve.policies.registry import make_policy
+from iterserve.policies.registry import policy_for
+from iterserve.policies.settings import add_policy_setting_flag, parse_settings
 from iterserve.records.spec import WorkloadManifest
 from iterserve.sim.admission_report import admission_report
 from iterserve.sim.cost import (
@@ -65,6 +65,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("simulate", help="run a workload on the simulated executor")
     add_run_flags(parser)
     parser.add_argument("--policy", required=True, help="policy name (see `iterserve policies`)")
+    add_policy_setting_flag(parser)
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     parser.add_argument("--decision-log", type=Path, help="write the JSONL decision log here")
     parser.add_argument("--max-iterations", type=int, default=None)
@@ -149,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
     setup = setup_from_flags(RunFlags.from_args(args))
     window = window_from_flags(args)
     online = setup.manifest.online
-    policy = bind_cost_model(make_policy(args.policy), setup.cost_model)
+    policy = policy_for(args.policy, online, parse_settings(args.policy_setting),
+                        cost_model=setup.cost_model)
     config = RunConfig(policy, setup.cost_model, setup.gate, args.max_iterations)
     with contextlib.ExitStack() as stack:
         stream = None

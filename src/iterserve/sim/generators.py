@@ -68,6 +68,8 @@ def generate_document(spec: GeneratorSpec) -> dict[str, Any]:
     document.update({"clock": spec.clock, "capacity": dict(spec.capacity)})
     if spec.kv is not None:
         document["kv"] = dict(spec.kv)
+    if spec.policy_settings is not None:
+        document["policy_settings"] = dict(spec.policy_settings)
     document["requests"] = requests
     document["fixture_only_hidden_truth"] = {"realized_output_tokens": realized}
     return document

@@ -34,8 +34,8 @@ TraceLengthReader = Callable[[str, str, str], tuple[int, ...]]
 
 CLOCKS = ("ms", "iteration")
 _TOP_FIELDS = {"workload_id", "description", "seed", "num_requests", "clock", "iteration_s",
-               "capacity", "kv", "arrival", "clients", "slo_classes", "prefix_groups",
-               "vocab_size"}
+               "capacity", "kv", "policy_settings", "arrival", "clients", "slo_classes",
+               "prefix_groups", "vocab_size"}
 _CLIENT_FIELDS = {"client_id", "weight", "priority", "slo_class", "prefix_group",
                   "prompt_tokens", "output_tokens", "max_output_tokens"}
 _ARRIVAL_FIELDS = {"poisson": {"rate_per_s"}, "gamma": {"rate_per_s", "cv"},
@@ -83,6 +83,7 @@ class GeneratorSpec:
     clients: tuple[ClientSpec, ...]
     capacity: Mapping[str, Any] = field(hash=False)
     kv: Mapping[str, Any] | None = field(default=None, hash=False)
+    policy_settings: Mapping[str, Any] | None = field(default=None, hash=False)
     description: str | None = None
     vocab_size: int = 32000
 
@@ -116,6 +117,8 @@ def parse_spec(raw: Any, read_trace_lengths: TraceLengthReader | None = None) ->
         clients=clients,
         capacity=_object(_get(obj, "capacity", "spec", dict), "capacity"),
         kv=None if obj.get("kv") is None else _object(obj["kv"], "kv"),
+        policy_settings=(None if obj.get("policy_settings") is None
+                         else _object(obj["policy_settings"], "policy_settings")),
         description=_get(obj, "description", "spec", str, None),
         vocab_size=_positive_int(obj, "vocab_size", "spec", 32000),
     )
@@ -269,12 +272,14 @@ def _empirical_values(item: Mapping[str, Any], here: str,
 
 
 def _check_capacity(spec: GeneratorSpec) -> None:
-    """capacity and kv use the workload file's own schema: the workload
-    loader validates them now, before any generation work."""
+    """capacity, kv and policy_settings use the workload file's own schema:
+    the workload loader validates them now, before any generation work."""
     probe = {"workload_id": spec.workload_id, "clock": spec.clock,
              "capacity": dict(spec.capacity), "requests": []}
     if spec.kv is not None:
         probe["kv"] = dict(spec.kv)
+    if spec.policy_settings is not None:
+        probe["policy_settings"] = dict(spec.policy_settings)
     try:
         parse_workload(probe)
     except WorkloadError as exc:
