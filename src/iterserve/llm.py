@@ -23,7 +23,8 @@ from iterserve.engine.trace import RunTrace
 from iterserve.model.loader import load_model
 from iterserve.model.params import SamplingParams
 from iterserve.model.tokenizer import load_tokenizer
-from iterserve.policies.registry import make_policy
+from iterserve.policies.registry import make_policy, settings_for
+from iterserve.policies.settings import settings_of
 from iterserve.records.spec import Capacity, OnlineWorkload, RequestSpec
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -42,6 +43,7 @@ class EngineConfig:
     chunk_size: int | None = None
     tau: int | None = None
     long_prefill_token_threshold: int | None = None
+    extra_policy_settings: tuple[tuple[str, object], ...] = ()  # NAME=VALUE flags, checked strictly
     enable_prefix_caching: bool = True
     dtype: str = "float32"
     device: str = "cpu"
@@ -54,11 +56,13 @@ class EngineConfig:
                 raise ValueError(f"{name} must be >= 1")
 
     def capacity(self) -> Capacity:
-        return Capacity(
-            token_budget=self.token_budget, sequence_budget=self.max_num_seqs,
-            max_num_seqs=self.max_num_seqs, chunk_size=self.chunk_size, tau=self.tau,
-            long_prefill_token_threshold=self.long_prefill_token_threshold,
-        )
+        return Capacity(token_budget=self.token_budget, sequence_budget=self.max_num_seqs)
+
+    def policy_settings(self) -> dict[str, int]:
+        """The knobs the policy takes (each policy keeps the ones it has)."""
+        knobs = {"max_num_seqs": self.max_num_seqs, "chunk_size": self.chunk_size,
+                 "tau": self.tau, "long_prefill_token_threshold": self.long_prefill_token_threshold}
+        return {name: value for name, value in knobs.items() if value is not None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +87,10 @@ class LLM:
         if overrides:
             config = dataclasses.replace(config, **overrides)  # type: ignore[arg-type]
         self.config = config
-        make_policy(config.policy)  # fail fast on an unknown name
+        # made once and validated here: a bad name or setting fails before any model work
+        settings = settings_for(config.policy, None, config.policy_settings(), strict=False)
+        settings.update(dict(config.extra_policy_settings))
+        self.policy = make_policy(config.policy, **settings)
         self.tokenizer = load_tokenizer(model_dir)
         model = load_model(model_dir, dtype=DTYPES[config.dtype], device=config.device)
         self.executor = TorchExecutor(
@@ -112,11 +119,11 @@ class LLM:
         workload = OnlineWorkload("offline", "ms", self.config.capacity(), tuple(specs))
         trace = RunTrace()
         self.executor.reset_clock()
-        policy = make_policy(self.config.policy)
         writer = None if decision_log is None else DecisionLogWriter(
-            decision_log, bind_policy(workload, policy), self.executor.capacity(),
-            executor="torch")
-        engine = Engine(workload, policy, self.executor, [trace] + ([writer] if writer else []))
+            decision_log, bind_policy(workload, self.policy), self.executor.capacity(),
+            policy_settings=settings_of(self.policy), executor="torch")
+        engine = Engine(workload, self.policy, self.executor,
+                        [trace] + ([writer] if writer else []))
         while not engine.is_done:
             engine.step()
             if on_step is not None:

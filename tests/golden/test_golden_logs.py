@@ -22,6 +22,7 @@ HEADER_KEYS_ADDED_SINCE: dict[str, str] = {
     "output_lengths_sha256": "issue 14: sha256 of the realized output lengths, so replay "
                            "--workload checks it re-runs the hidden truth the run used",
     "chain": "issue 14: the header's link of the digest chain (log format 3)",
+    "policy_settings": "issue 9 step 4: the settings the policy was made with, for replay",
 }
 # header values a later change altered on purpose: key -> (committed, now, which change)
 HEADER_VALUES_CHANGED_SINCE: dict[str, tuple[object, object, str]] = {
@@ -36,6 +37,10 @@ LINE_KEYS_ADDED_SINCE: dict[str, str] = {
 _LINE_SUFFIX = re.compile(
     rb',"(' + b"|".join(re.escape(k.encode()) for k in LINE_KEYS_ADDED_SINCE)
     + rb')":"[0-9a-f]{64}"}$')
+# issue 9 step 4 moved the policy knobs out of the workload's capacity: the
+# header's workload now lists them under policy_settings (same values)
+KNOBS_MOVED_TO_POLICY_SETTINGS = ("max_num_seqs", "long_prefill_token_threshold", "chunk_size",
+                                  "tau")
 
 CASES = [(w, p) for w in ("abc_fixture", "burst_0x07", "small_kv", "random_2024")
          for p in POLICIES]
@@ -51,6 +56,11 @@ def _header(line: bytes, *, committed: bool) -> dict:
     assert header["type"] == "header"
     for key, (old, new, _) in HEADER_VALUES_CHANGED_SINCE.items():
         assert header.pop(key) == (old if committed else new), key
+    workload = header["workload"]
+    capacity = workload["capacity"]
+    moved = {k: capacity.pop(k) for k in KNOBS_MOVED_TO_POLICY_SETTINGS if k in capacity}
+    if moved:
+        workload["policy_settings"] = {**workload.get("policy_settings", {}), **moved}
     return {k: v for k, v in header.items() if k not in HEADER_KEYS_ADDED_SINCE}
 
 

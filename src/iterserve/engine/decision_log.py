@@ -1,7 +1,8 @@
 """Decision log: one canonical JSON line per fact of a run (DESIGN rule 6).
 
 Line 1 is a header with the online workload (never hidden truth), the
-policy identity, the run's cost model (``NAME:params``, which a deadline
+policy identity and its settings (``policy_settings``, which replay makes
+the policy with), the run's cost model (``NAME:params``, which a deadline
 policy plans with), its overload contract (``gate``: id and params, or
 null), the ``executor`` that produced the results (``simulated`` or
 ``torch``) and, for a simulated run, ``output_lengths_sha256`` (the
@@ -81,6 +82,7 @@ def chain_digest(previous: str, canonical_text: str) -> str:
 
 def header_line(workload: OnlineWorkload, capacity: CapacityFacts, *,
                 cost_model: str | None = None, gate: GateRecord | None = None,
+                policy_settings: Mapping[str, Any] | None = None,
                 executor: str = "simulated", hidden: HiddenTruth | None = None) -> dict[str, Any]:
     assert workload.policy is not None, "bind the policy before logging"
     assert executor in EXECUTORS, executor
@@ -89,6 +91,7 @@ def header_line(workload: OnlineWorkload, capacity: CapacityFacts, *,
         "format": LOG_FORMAT,
         "initial_capacity": capacity_to_json(capacity),
         "policy": {"id": workload.policy.policy_id, "version": workload.policy.policy_version},
+        "policy_settings": dict(policy_settings or {}),
         "cost_model": cost_model,
         "gate": None if gate is None else {"id": gate.gate_id, "params": dict(gate.params)},
         "workload": online_to_json(workload),
@@ -129,12 +132,14 @@ class DecisionLogWriter(EngineObserver):
 
     def __init__(self, stream: IO[str], workload: OnlineWorkload, capacity: CapacityFacts, *,
                  cost_model: str | None = None, gate: GateRecord | None = None,
+                 policy_settings: Mapping[str, Any] | None = None,
                  executor: str = "simulated", hidden: HiddenTruth | None = None) -> None:
         self._stream = stream
         self._rejected: list[list[str]] = []  # since the last line
         self._chain = ""
         self._write(header_line(workload, capacity, cost_model=cost_model, gate=gate,
-                                executor=executor, hidden=hidden))
+                                policy_settings=policy_settings, executor=executor,
+                                hidden=hidden))
 
     def _write(self, line: dict[str, Any]) -> None:
         if self._rejected:

@@ -182,6 +182,8 @@ def _check_header(line: LogLine) -> None:
     _check_capacity(_require(obj, "initial_capacity", "object", where),
                     f"{where}: initial_capacity")
     _require(obj, "workload", "object", where)
+    if obj.get("policy_settings") is not None:
+        _require(obj, "policy_settings", "object", where)
     if log_format >= 2:
         _require(obj, "cost_model", "str?", where)
         gate = _require(obj, "gate", "object?", where)

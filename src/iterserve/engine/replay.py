@@ -210,8 +210,8 @@ class _Replay:
 
     def __init__(self, log: DecisionLogFile, workload_path: Path | None) -> None:
         header = log.header
-        self.policy = rebuild_policy(header)
         manifest = header_manifest(header)
+        self.policy = rebuild_policy(header, manifest.online)
         gate = rebuild_gate(header)
         simulated = (None if workload_path is None
                      else rebuild_simulated_executor(header, manifest, workload_path))

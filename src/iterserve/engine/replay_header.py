@@ -12,22 +12,31 @@ from iterserve.engine.decision_log import hidden_truth_digest
 from iterserve.engine.log_reader import LogLine, MalformedLog, ReplayDivergence
 from iterserve.engine.loop import ArrivalGate
 from iterserve.engine.simulated import SimulatedExecutor
-from iterserve.policies.base import Policy
-from iterserve.policies.edf import bind_cost_model
-from iterserve.policies.registry import UnknownPolicy, make_policy
+from iterserve.plan import Policy
+from iterserve.policies.deadline import bind_cost_model
+from iterserve.policies.registry import UnknownPolicy, make_policy, settings_for
+from iterserve.policies.settings import PolicyConfigError
 from iterserve.records.codec import capacity_to_json, dumps
-from iterserve.records.spec import HiddenTruth, WorkloadManifest
+from iterserve.records.spec import HiddenTruth, OnlineWorkload, WorkloadManifest
 from iterserve.sim.cost import ClockedCost, CostModelError, parse_cost_model
 from iterserve.sim.factory import make_simulated_executor
 from iterserve.sim.workload import WorkloadError, load_workload, parse_workload
 
 
-def rebuild_policy(header: LogLine) -> Policy:
+def rebuild_policy(header: LogLine, workload: OnlineWorkload) -> Policy:
+    """The logged policy made with the logged settings (a log written before
+    the header recorded them: the workload's, as that run read them), bound
+    to the logged cost model."""
     logged = header.fields["policy"]
+    settings = header.fields.get("policy_settings")
     try:
-        policy = make_policy(logged["id"])
+        if settings is None:
+            settings = settings_for(logged["id"], workload, strict=False)
+        policy = make_policy(logged["id"], **settings)
     except UnknownPolicy as exc:
         raise ReplayDivergence(f"{header.where}: policy: {exc}") from None
+    except PolicyConfigError as exc:
+        raise ReplayDivergence(f"{header.where}: policy cannot be rebuilt ({exc})") from None
     if policy.policy_version != logged["version"]:
         raise ReplayDivergence(
             f"{header.where}: log policy {logged['id']}@{logged['version']}, "
