@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from iterserve.admission.overload import OverloadGate, make_gate
+from iterserve.cli.progress import RunProgress
 from iterserve.metrics import ObservationWindow, SloConfig
+from iterserve.metrics.capacity import token_budget_utilisation
 from iterserve.plan.feasibility import check_run
 from iterserve.policies.registry import policy_for
 from iterserve.policies.settings import add_policy_setting_flag, parse_settings
@@ -160,7 +162,9 @@ def run(args: argparse.Namespace) -> int:
         if args.decision_log:
             args.decision_log.parent.mkdir(parents=True, exist_ok=True)
             stream = stack.enter_context(args.decision_log.open("w"))
-        result = run_simulation(setup.manifest, config, stream)
+        progress = RunProgress(len(online.requests))
+        stack.callback(progress.close)
+        result = run_simulation(setup.manifest, config, stream, [progress])
     bytes_per_row = args.bytes_per_row
     if bytes_per_row is None and online.kv is not None:
         bytes_per_row = online.kv.bytes_per_row
@@ -172,10 +176,14 @@ def run(args: argparse.Namespace) -> int:
                           "num_rejected": len(result.engine.rejected)}
     args.out.mkdir(parents=True, exist_ok=True)
     label = f"{policy.policy_id} + {setup.gate.gate_id}"
-    metrics = write_metric_outputs(args.out, result, online, setup.slo, window, label,
+    outputs = write_metric_outputs(args.out, result, online, setup.slo, window, label,
                                    plots=not args.no_plots)
-    if metrics is not None:
-        report["metrics"] = metrics.to_dict()
+    report["token_budget_utilisation"] = token_budget_utilisation(
+        result.recorder.iterations, online.capacity.token_budget).to_dict()
+    if outputs.summary is not None:
+        report["summary"] = outputs.summary.to_dict()
+    if outputs.report is not None:
+        report["metrics"] = outputs.report.to_dict()
     (args.out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     print(_summary_line(policy.policy_id, report, args.out))
     return 0
