@@ -70,7 +70,9 @@ def check_run(policy: Policy, workload: OnlineWorkload, facts: CapacityFacts) ->
 
 def worst_running_blocks(running_set: RunningSet, workload: OnlineWorkload,
                          facts: CapacityFacts) -> int:
-    """Blocks the worst running set of ``running_set`` holds at its peak."""
+    """An upper bound on the blocks the worst running set of ``running_set``
+    holds at its peak (a static cohort is stepped only when its members'
+    peaks together exceed the pool)."""
     requests = sorted(enumerate(workload.requests), key=lambda item: (item[1].arrival, item[0]))
     specs = [spec for _, spec in requests if _fits_alone(spec, facts)]
     if running_set is RunningSet.COHORT:
@@ -126,6 +128,10 @@ def _cohort_peak(candidates: Sequence[RequestSpec], workload: OnlineWorkload,
             partial = spec
         else:
             full.append(spec)
+    members = full if partial is None else [*full, partial]
+    peak_sum = sum(_peak_blocks(spec, facts) for spec in members)
+    if peak_sum <= (facts.num_blocks_total or 0):
+        return peak_sum  # fits even at every member's peak at once: no need to step
     steps = sorted({spec.max_output_tokens - 1 for spec in full} | {1 << 62})
     worst = 0
     for step in steps:
