@@ -43,6 +43,11 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     dtype: str = "float32"
     device: str = "cpu"
+    max_model_len: int | None = None  # None: the checkpoint's max_position_embeddings
+    admission: str = "none"  # kv reservation estimate (see ``iterserve.admission``)
+    overload: str = "accept-all"  # arrival gate: accept-all | bounded | slo-feasible
+    max_live: int | None = None  # the bounded gate's cap on live requests
+    cost_model: str | None = None  # the slo-feasible gate's cost model (NAME:params)
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -50,6 +55,8 @@ class EngineConfig:
         for name in ("token_budget", "max_num_seqs", "kv_blocks", "block_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ValueError("max_model_len must be >= 2")
 
     def capacity(self) -> Capacity:
         return Capacity(

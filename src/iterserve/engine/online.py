@@ -1,0 +1,270 @@
+"""The online engine front: requests arrive while the engine runs (issue 10).
+
+One thread owns the :class:`Engine` and runs its step loop unchanged
+(plan -> validate -> execute -> validate -> advance); other threads only put
+submissions and aborts into an inbox under a condition and read immutable
+snapshots. An idle engine waits on the condition; it never spins.
+
+Clock: the engine clock is milliseconds of ``clock()`` since the front was
+made. A submission is stamped with it when ``add_request`` is called (TTFT
+counts from there, 0x07). After an idle jump the executor times the next
+iteration from the jumped-to instant, so ``state.now`` keeps tracking the
+engine clock. The loop drains the inbox only between steps and stamps no
+arrival at or before the cut the previous step published at, so the grown
+workload in the decision log's header replays the run bit for bit.
+
+Abort (0x0C): ``Engine.cancel`` publishes a successor generation and frees
+the request's blocks; it counts as cancelled (client) or aborted (engine).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from iterserve.admission.overload import OverloadGate, engine_gate
+from iterserve.engine.decision_log import DecisionLogWriter, GateRecord, header_line
+from iterserve.engine.events import EventRecorder
+from iterserve.engine.executor import Executor
+from iterserve.engine.loop import Engine
+from iterserve.engine.observer import EngineObserver
+from iterserve.engine.publisher import StreamPublisher
+from iterserve.engine.streams import StreamSink
+from iterserve.model.params import SamplingParams
+from iterserve.policies.base import Policy
+from iterserve.records.codec import dumps
+from iterserve.records.spec import Capacity, KvSpec, OnlineWorkload, RequestSpec, SloTargets
+from iterserve.records.state import SchedulerState
+
+
+class EngineClosed(RuntimeError):
+    """The engine is shutting down and accepts no new requests."""
+
+
+class RequestRefused(ValueError):
+    """A request that can never run here (too long for the model or the pool)."""
+
+
+class TokenExecutor(Executor, Protocol):
+    """An executor that holds real tokens (``TorchExecutor``)."""
+
+    @property
+    def streams(self) -> MutableMapping[str, Any]: ...  # request id -> OutputSource
+
+    def add_request(self, request_id: str, prompt_token_ids: Sequence[int],
+                    params: SamplingParams, seed: int) -> None: ...
+
+    def reset_clock(self, start_s: float | None = None) -> None: ...
+
+
+class OnlineEngine:
+    def __init__(self, executor: TokenExecutor, policy: Policy, capacity: Capacity, *,
+                 max_model_len: int, kv: KvSpec | None = None, gate: OverloadGate | None = None,
+                 observers: Sequence[EngineObserver] = (),
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+        self._start_s = clock()
+        self.executor = executor
+        self.max_model_len = max_model_len
+        self.publisher = StreamPublisher(executor.streams)
+        self.events = EventRecorder(seconds_per_clock_unit=1e-3)
+        workload = OnlineWorkload("online", "ms", capacity, (), kv=kv)
+        self.engine = Engine(workload, policy, executor,
+                             [self.events, self.publisher, *observers], gate=engine_gate(gate))
+        self._initial_capacity = executor.capacity()
+        self._gate_record = None if engine_gate(gate) is None or gate is None else \
+            GateRecord(gate.gate_id, gate.params())
+        self._log = io.StringIO()
+        self._log_writer = DecisionLogWriter(self._log, self.engine.workload,
+                                             self._initial_capacity, gate=self._gate_record)
+        self.engine.observers.append(self._log_writer)
+        self._cond = threading.Condition()
+        self._inbox: list[tuple[RequestSpec, StreamSink]] = []
+        self._aborts: list[tuple[str, str]] = []
+        self._deferred_aborts: dict[str, str] = {}
+        self._published_through = 0.0  # the cut the last step published arrivals at
+        self._last_stamp = 0.0
+        self._num_submitted = 0
+        self._is_accepting = True
+        self._is_stopping = False
+        self._thread = threading.Thread(target=self._run, name="iterserve-engine", daemon=True)
+        self.error: BaseException | None = None
+
+    # -- any thread -----------------------------------------------------------
+    def now_ms(self) -> float:
+        return (self._clock() - self._start_s) * 1000.0
+
+    @property
+    def state(self) -> SchedulerState:
+        """The latest published state (immutable; safe to read from any thread)."""
+        return self.engine.state
+
+    @property
+    def num_submitted(self) -> int:
+        return self._num_submitted
+
+    @property
+    def is_accepting(self) -> bool:
+        return self._is_accepting
+
+    def start(self) -> OnlineEngine:
+        self._thread.start()
+        return self
+
+    def check_request(self, num_prompt_tokens: int, max_tokens: int) -> None:
+        """Refuse at submission what could never run (a clear error, not a stall)."""
+        if num_prompt_tokens < 1:
+            raise RequestRefused("the prompt is empty")
+        total = num_prompt_tokens + max_tokens
+        if total > self.max_model_len:
+            raise RequestRefused(
+                f"prompt ({num_prompt_tokens} tokens) + max_tokens ({max_tokens}) = {total} "
+                f"exceeds the maximum model length {self.max_model_len}")
+        facts = self._initial_capacity
+        if facts.num_blocks_total is not None and facts.blocks_for(total) > facts.num_blocks_total:
+            raise RequestRefused(
+                f"prompt + max_tokens needs {facts.blocks_for(total)} KV blocks; the pool has "
+                f"{facts.num_blocks_total}")
+
+    def add_request(self, prompt_token_ids: Sequence[int], params: SamplingParams,
+                    sink: StreamSink, *, client_id: str = "anonymous", priority: int = 0,
+                    slo: SloTargets | None = None) -> str:
+        """Submit one request; its events go to ``sink``. Returns its id."""
+        ids = tuple(int(t) for t in prompt_token_ids)
+        self.check_request(len(ids), params.max_tokens)
+        with self._cond:
+            if not self._is_accepting:
+                raise EngineClosed("the engine is shutting down")
+            self._num_submitted += 1
+            request_id = f"req-{self._num_submitted}"
+            self._last_stamp = max(self._last_stamp, self.now_ms())
+            spec = RequestSpec(request_id, self._last_stamp, len(ids), params.max_tokens,
+                               client_id=client_id, priority=priority, prompt_token_ids=ids,
+                               slo=slo)
+            seed = params.seed if params.seed is not None else self._num_submitted
+            self.executor.add_request(request_id, ids, params, seed)
+            self.publisher.register(spec, sink)
+            self._inbox.append((spec, sink))
+            self._cond.notify()
+        return request_id
+
+    def abort(self, request_id: str, reason: str = "cancelled") -> None:
+        """Cancel a request (0x0C); ``reason`` other than cancelled counts as aborted."""
+        with self._cond:
+            self._aborts.append((request_id, reason))
+            self._cond.notify()
+
+    def stop_accepting(self) -> None:
+        with self._cond:
+            self._is_accepting = False
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no request is live or pending; False on timeout."""
+        deadline = self._clock() + timeout_s
+        while self._clock() < deadline:
+            with self._cond:
+                if not self._inbox and self.engine.is_done:
+                    return True
+            time.sleep(0.01)
+        return False
+
+    def shutdown(self, drain_timeout_s: float = 0.0) -> None:
+        """Stop accepting, drain up to the timeout, abort the rest, stop the thread."""
+        self.stop_accepting()
+        if not self.wait_idle(drain_timeout_s):
+            for request_id in self._live_ids():
+                self.abort(request_id, "shutdown")
+        with self._cond:
+            self._is_stopping = True
+            self._cond.notify()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def decision_log(self) -> str:
+        """The decision log so far: a header holding every request declared,
+        then the logged lines. Call after :meth:`shutdown` for a complete log."""
+        with self._cond:
+            header = header_line(self.engine.workload, self._initial_capacity,
+                                 gate=self._gate_record)
+            body = self._log.getvalue().split("\n", 1)[1]
+        return dumps(header) + "\n" + body
+
+    def write_logs(self, decision_log: Path | None, event_log: Path | None) -> None:
+        if decision_log is not None:
+            self._log_writer.close(self.engine.state, is_done=self.engine.is_done)
+            Path(decision_log).write_text(self.decision_log())
+        if event_log is not None:
+            self.events.log().write_jsonl(event_log)
+
+    def _live_ids(self) -> list[str]:
+        with self._cond:
+            pending = [spec.request_id for spec, _ in self._inbox]
+        state = self.engine.state
+        return pending + [rid for rid in (*state.waiting, *state.running, *state.suspended)]
+
+    # -- the engine thread ----------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._inbox or self._aborts or self._is_stopping
+                           or not self.engine.is_done):
+                    self._cond.wait()
+                if self._is_stopping and not self._inbox and self.engine.is_done:
+                    return
+                arrivals, self._inbox = self._inbox, []
+                aborts, self._aborts = self._aborts, []
+                self._submit(spec for spec, _ in arrivals)
+            self._apply_aborts(aborts)
+            if not self.engine.is_done:
+                self._step()
+
+    def _submit(self, specs: Iterable[RequestSpec]) -> None:
+        floor = math.nextafter(self._published_through, math.inf)
+        stamped = []
+        for spec in specs:
+            arrival = max(spec.arrival, floor, self.engine.last_arrival)
+            stamped.append(spec if arrival == spec.arrival else _restamp(spec, arrival))
+        self.engine.submit(stamped)
+
+    def _apply_aborts(self, aborts: Iterable[tuple[str, str]]) -> None:
+        due = list(self._deferred_aborts.items()) + list(aborts)
+        self._deferred_aborts = {}
+        for request_id, reason in due:
+            view = self.engine.state.views.get(request_id)
+            if view is None:
+                if self.publisher.is_open(request_id):  # declared, not yet published
+                    self._deferred_aborts[request_id] = reason
+            elif not view.is_terminal:
+                self.publisher.end_reasons[request_id] = reason
+                self.engine.cancel(request_id)
+
+    def _step(self) -> None:
+        engine = self.engine
+        before_now, before_iterations = engine.state.now, engine.num_iterations
+        try:
+            engine.step()
+        except Exception as exc:  # EngineStalled or a failed forward: end the live requests
+            self.error = exc
+            self._abort_live(f"engine error: {type(exc).__name__}")
+            return
+        if engine.num_iterations == before_iterations:  # an idle jump (or intents only)
+            self._published_through = engine.state.now
+            self.executor.reset_clock(self._start_s + engine.state.now / 1000.0)
+        else:
+            self._published_through = before_now
+
+    def _abort_live(self, reason: str) -> None:
+        state = self.engine.state
+        for request_id in (*state.waiting, *state.running, *state.suspended):
+            self.publisher.end_reasons[request_id] = reason
+            self.engine.cancel(request_id)
+
+
+def _restamp(spec: RequestSpec, arrival: float) -> RequestSpec:
+    return dataclasses.replace(spec, arrival=arrival)
