@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from iterserve.admission.overload import OverloadConfigError
-from iterserve.cli import generate, make_model, policies, replay, simulate, sweep
+from iterserve.cli import generate, make_model, policies, replay, serve, simulate, sweep
 from iterserve.cli.simulate import FlagError
 from iterserve.engine.loop import EngineStalled
 from iterserve.engine.replay import ReplayDivergence
@@ -26,7 +26,7 @@ EXPECTED_ERRORS = (CheckpointError, WorkloadError, UnknownPolicy, PolicyConfigEr
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="iterserve", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for module in (simulate, sweep, replay, policies, generate, make_model):
+    for module in (simulate, sweep, replay, policies, generate, make_model, serve):
         module.add_parser(subparsers)
     return parser
 
