@@ -58,9 +58,10 @@ class Served:
         self.runtime.engine.shutdown(0.0)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def serve(tiny_dir: Path) -> Iterator[Callable[..., Served]]:
-    """``serve(**EngineConfig overrides, api_key=None)`` -> a running server."""
+    """``serve(**EngineConfig overrides, api_key=None)`` -> a running server
+    (each call starts a fresh one; all stop when the test module ends)."""
     import uvicorn
 
     from iterserve.llm import EngineConfig

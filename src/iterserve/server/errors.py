@@ -15,6 +15,9 @@ _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_f
           405: "invalid_request_error", 413: "invalid_request_error", 422: "invalid_request_error",
           429: "rate_limit_error", 503: "service_unavailable", 500: "internal_error"}
 
+_NOT_JSON = "the request body is not valid JSON (or not UTF-8)"
+_FASTAPI_BODY_ERROR = "There was an error parsing the body"
+
 
 class APIError(Exception):
     def __init__(self, status_code: int, message: str, *, param: str | None = None,
@@ -44,7 +47,7 @@ def validation_message(errors: Sequence[Any]) -> tuple[str, str | None]:
     loc = [str(part) for part in first.get("loc", ()) if part != "body"]
     kind = first.get("type", "")
     if kind == "json_invalid":
-        return "the request body is not valid JSON (or not UTF-8)", None
+        return _NOT_JSON, None
     if kind == "extra_forbidden":
         return f"unknown field {'.'.join(loc)!r}", ".".join(loc) or None
     if kind == "missing":
@@ -66,6 +69,8 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         message = exc.detail if isinstance(exc.detail, str) else "request failed"
+        if message == _FASTAPI_BODY_ERROR:  # FastAPI's words for a body it cannot decode
+            message = _NOT_JSON
         return error_response(APIError(exc.status_code, message, headers=exc.headers))
 
     @app.exception_handler(Exception)

@@ -18,7 +18,7 @@ TokenId = Annotated[int, Field(ge=0, le=2**31 - 1)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class StreamOptions(_Strict):
