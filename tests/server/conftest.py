@@ -5,7 +5,6 @@ thread, stopped by the test (issue 10)."""
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -13,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from server_helpers import free_port
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -33,12 +33,6 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from iterserve.model.make_model import make_model
 
     return make_model(tmp_path_factory.mktemp("server-tiny"), preset="tiny", seed=0)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
