@@ -1,15 +1,18 @@
-"""Offline API: ``LLM(model_dir, policy=...).generate(prompts, params)``.
+"""Offline API: ``LLM(model=..., policy=...).generate(prompts, sampling_params)``.
 
 Every prompt becomes a request on the real engine loop: the named policy
 plans, the contract validates, the TorchExecutor runs exactly the planned
 intervals. Results carry text, token ids, finish reason and per-request
-timings on the engine clock (milliseconds since the generate call began).
+timings on the engine clock (milliseconds since the generate call began),
+also as vLLM spells them (``out.outputs[0].text``, ``out.metrics``). A
+request that could never run (prompt + max_tokens past ``max_model_len`` or
+the KV pool) is refused when it is submitted, before anything runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,6 +70,26 @@ class EngineConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class CompletionOutput:
+    """One generated sequence (vLLM's ``RequestOutput.outputs[i]``)."""
+
+    index: int
+    text: str
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    finish_reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestMetrics:
+    """Engine-clock times of one request, in ms since the generate call began."""
+
+    arrival_ms: float
+    first_token_ms: float | None
+    finish_ms: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class RequestOutput:
     request_id: str
     prompt_token_ids: tuple[int, ...]
@@ -78,21 +101,33 @@ class RequestOutput:
     first_token_ms: float | None
     finish_ms: float | None
 
+    @property
+    def outputs(self) -> list[CompletionOutput]:
+        return [CompletionOutput(0, self.text, self.token_ids, self.logprobs, self.finish_reason)]
+
+    @property
+    def metrics(self) -> RequestMetrics:
+        return RequestMetrics(self.arrival_ms, self.first_token_ms, self.finish_ms)
+
+
+Prompt = str | Sequence[int]
+
 
 class LLM:
     """A local checkpoint behind the iterserve engine (offline batch API)."""
 
-    def __init__(self, model_dir: str | Path, config: EngineConfig | None = None,
+    def __init__(self, model: str | Path, config: EngineConfig | None = None,
                  **overrides: object) -> None:
         config = config or EngineConfig()
         if overrides:
             config = dataclasses.replace(config, **overrides)  # type: ignore[arg-type]
         self.config = config
         make_policy(config.policy)  # fail fast on an unknown name
-        self.tokenizer = load_tokenizer(model_dir)
-        model = load_model(model_dir, dtype=DTYPES[config.dtype], device=config.device)
+        self.tokenizer = load_tokenizer(model)
+        loaded = load_model(model, dtype=DTYPES[config.dtype], device=config.device)
+        self.max_model_len = config.max_model_len or loaded.config.max_position_embeddings
         self.executor = TorchExecutor(
-            model, config.kv_blocks, config.block_size, self.tokenizer,
+            loaded, config.kv_blocks, config.block_size, self.tokenizer,
             num_host_blocks=config.num_host_blocks,
             enable_prefix_caching=config.enable_prefix_caching,
         )
@@ -100,16 +135,60 @@ class LLM:
 
     def generate(
         self,
-        prompts: Sequence[str | Sequence[int]],
-        params: SamplingParams | Sequence[SamplingParams] | None = None,
+        prompts: Prompt | Sequence[Prompt],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         on_step: Callable[[int, int], None] | None = None,
+        use_tqdm: bool = False,
     ) -> list[RequestOutput]:
         """Generate for every prompt (text, or token ids); outputs in prompt order.
 
-        ``on_step(num_finished, num_total)`` is called after every iteration
-        (progress bars).
+        One string (or one list of token ids) is one request. ``on_step(num_finished,
+        num_total)`` is called after every iteration; ``use_tqdm`` shows a progress bar.
         """
-        params_list = _expand(params, len(prompts))
+        batch = _as_prompts(prompts)
+        params_list = _expand(sampling_params, len(batch))
+        for prompt_ids, p in zip(batch, params_list, strict=True):
+            self._check(prompt_ids, p)
+        if use_tqdm:
+            return self._generate_with_bar(batch, params_list, on_step)
+        return self._run(batch, params_list, on_step)
+
+    def chat(self, messages: Sequence[Mapping[str, str]],
+             sampling_params: SamplingParams | None = None,
+             use_tqdm: bool = False) -> list[RequestOutput]:
+        """One conversation, rendered with the tokenizer's chat template."""
+        ids = self.tokenizer.apply_chat_template(messages)
+        return self.generate([ids], sampling_params, use_tqdm=use_tqdm)
+
+    def _generate_with_bar(self, batch: list[Prompt], params_list: list[SamplingParams],
+                           on_step: Callable[[int, int], None] | None) -> list[RequestOutput]:
+        from rich.progress import Progress
+
+        with Progress(transient=True) as progress:
+            task = progress.add_task("generating", total=len(batch))
+
+            def step(done: int, total: int) -> None:
+                progress.update(task, completed=done)
+                if on_step is not None:
+                    on_step(done, total)
+
+            return self._run(batch, params_list, step)
+
+    def _check(self, prompt: Prompt, params: SamplingParams) -> None:
+        """Refuse at submission what could never run (not a stall mid-run)."""
+        num_prompt = len(self.tokenizer.encode(prompt)) if isinstance(prompt, str) \
+            else len(prompt)
+        total = num_prompt + params.max_tokens
+        if total > self.max_model_len:
+            raise ValueError(f"prompt ({num_prompt} tokens) + max_tokens ({params.max_tokens}) "
+                             f"= {total} exceeds max_model_len {self.max_model_len}")
+        num_blocks = -(-total // self.config.block_size)
+        if num_blocks > self.config.kv_blocks:
+            raise ValueError(f"prompt + max_tokens needs {num_blocks} KV blocks; the pool has "
+                             f"{self.config.kv_blocks}")
+
+    def _run(self, prompts: list[Prompt], params_list: list[SamplingParams],
+             on_step: Callable[[int, int], None] | None) -> list[RequestOutput]:
         specs = [self._register(prompt, p) for prompt, p in zip(prompts, params_list, strict=True)]
         workload = OnlineWorkload("offline", "ms", self.config.capacity(), tuple(specs))
         trace = RunTrace()
@@ -141,6 +220,16 @@ class LLM:
             tuple(stream.output_token_ids), tuple(stream.logprobs), record.finish_reason,
             spec.arrival, record.first_token_time, record.finish_time,
         )
+
+
+def _as_prompts(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
+    """One string or one flat list of token ids is one prompt, not many."""
+    if isinstance(prompts, str):
+        return [prompts]
+    items = list(prompts)
+    if items and all(isinstance(t, int) for t in items):
+        return [[int(t) for t in items]]  # type: ignore[arg-type]
+    return items  # type: ignore[return-value]
 
 
 def _expand(params: SamplingParams | Sequence[SamplingParams] | None,
