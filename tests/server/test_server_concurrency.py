@@ -101,3 +101,17 @@ def test_bounded_overload_gets_429_and_admitted_ones_finish(serve):
     assert outcomes["rejected"] == len(refused)
     assert outcomes["finished"] == len(admitted)
     assert outcomes["submitted"] == NUM_REQUESTS
+
+
+@pytest.mark.slow
+def test_a_non_streaming_client_that_leaves_aborts_its_request(serve):
+    served = serve()
+    body = {"model": "tiny", "prompt": "a long one", "max_tokens": 3000, "temperature": 0.0,
+            "ignore_eos": True}
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(served.base_url + "/v1/completions", json=body, timeout=1.0)
+    assert served.engine.wait_idle(30)
+    outcomes = _outcomes(served.base_url)
+    assert outcomes["cancelled"] == 1 and outcomes["submitted"] == 1
+    facts = served.engine.state.capacity
+    assert facts.num_blocks_free == facts.num_blocks_total

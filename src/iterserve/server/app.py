@@ -95,7 +95,7 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None,
             return StreamingResponse(completion_stream(runtime, request_id, stream, len(ids),
                                                        include_usage, want_logprobs),
                                      media_type="text/event-stream")
-        out = await submit.collect(runtime, request_id, stream)
+        out = await submit.collect(runtime, request_id, stream, request.is_disconnected)
         logprobs = completion_logprobs(runtime.tokenizer, out.token_ids, out.logprobs) \
             if want_logprobs else None
         choice = CompletionChoice(text=out.text, logprobs=logprobs,
@@ -120,7 +120,7 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None,
             return StreamingResponse(chat_stream(runtime, request_id, stream, len(ids),
                                                  include_usage, body.logprobs),
                                      media_type="text/event-stream")
-        out = await submit.collect(runtime, request_id, stream)
+        out = await submit.collect(runtime, request_id, stream, request.is_disconnected)
         logprobs = chat_logprobs(runtime.tokenizer, out.token_ids, out.logprobs) \
             if body.logprobs else None
         choice = ChatChoice(message=AssistantMessage(content=out.text), logprobs=logprobs,

@@ -9,6 +9,7 @@ rejection (the arrival gate, 0x07) becomes 429 with ``Retry-After``.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from iterserve.engine.online import EngineClosed, RequestRefused
@@ -24,6 +25,7 @@ from iterserve.server.protocol import (
 )
 
 RETRY_AFTER_S = 1
+DISCONNECT_POLL_S = 0.25
 DEFAULT_CHAT_MAX_TOKENS = 256
 DEFAULT_COMPLETION_MAX_TOKENS = 16
 
@@ -124,12 +126,23 @@ async def start(runtime: Runtime, sub: Submission) -> tuple[str, AsyncOutputStre
     return request_id, stream
 
 
-async def collect(runtime: Runtime, request_id: str, stream: AsyncOutputStream) -> Generation:
+async def collect(runtime: Runtime, request_id: str, stream: AsyncOutputStream,
+                  is_disconnected: Callable[[], Awaitable[bool]]) -> Generation:
+    """The whole output; a client that goes away meanwhile aborts the request."""
     out = Generation()
+    gather = asyncio.ensure_future(_gather(stream, out))
     try:
-        async for event in stream:
-            out.add(event)
+        while not gather.done():
+            await asyncio.wait({gather}, timeout=DISCONNECT_POLL_S)
+            if not gather.done() and await is_disconnected():
+                raise APIError(400, "the client disconnected")
     except BaseException:
+        gather.cancel()
         runtime.engine.abort(request_id)
         raise
     return out
+
+
+async def _gather(stream: AsyncOutputStream, out: Generation) -> None:
+    async for event in stream:
+        out.add(event)
