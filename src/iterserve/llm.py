@@ -11,62 +11,24 @@ the KV pool) is refused when it is submitted, before anything runs.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
-from iterserve.engine.loop import Engine
-from iterserve.engine.torch_executor import TorchExecutor
-from iterserve.engine.trace import RunTrace
-from iterserve.model.loader import load_model
+from iterserve.config import DTYPE_NAMES, EngineConfig
+from iterserve.engine.observer import EngineObserver
+from iterserve.engine.online import Submission
+from iterserve.engine.streams import BlockingOutputStream
 from iterserve.model.params import SamplingParams
-from iterserve.model.tokenizer import load_tokenizer
-from iterserve.policies.registry import make_policy
-from iterserve.records.spec import Capacity, OnlineWorkload, RequestSpec
+from iterserve.records.plan import IterationPlan
+from iterserve.records.result import IterationResult
+from iterserve.records.state import SchedulerState
+from iterserve.runtime import DTYPES, load_runtime
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
-
-@dataclass(frozen=True, slots=True)
-class EngineConfig:
-    """Scheduler and memory knobs of a real run (validated on construction)."""
-
-    policy: str = "vllm"
-    token_budget: int = 512
-    max_num_seqs: int = 64
-    kv_blocks: int = 1024
-    block_size: int = 16
-    num_host_blocks: int = 0
-    chunk_size: int | None = None
-    tau: int | None = None
-    long_prefill_token_threshold: int | None = None
-    enable_prefix_caching: bool = True
-    dtype: str = "float32"
-    device: str = "cpu"
-    max_model_len: int | None = None  # None: the checkpoint's max_position_embeddings
-    admission: str = "none"  # kv reservation estimate (see ``iterserve.admission``)
-    overload: str = "accept-all"  # arrival gate: accept-all | bounded | slo-feasible
-    max_live: int | None = None  # the bounded gate's cap on live requests
-    cost_model: str | None = None  # the slo-feasible gate's cost model (NAME:params)
-
-    def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
-        for name in ("token_budget", "max_num_seqs", "kv_blocks", "block_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
-        if self.max_model_len is not None and self.max_model_len < 2:
-            raise ValueError("max_model_len must be >= 2")
-
-    def capacity(self) -> Capacity:
-        return Capacity(
-            token_budget=self.token_budget, sequence_budget=self.max_num_seqs,
-            max_num_seqs=self.max_num_seqs, chunk_size=self.chunk_size, tau=self.tau,
-            long_prefill_token_threshold=self.long_prefill_token_threshold,
-        )
+__all__ = ["DTYPES", "DTYPE_NAMES", "LLM", "CompletionOutput", "EngineConfig", "RequestMetrics",
+           "RequestOutput", "SamplingParams"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +76,12 @@ Prompt = str | Sequence[int]
 
 
 class LLM:
-    """A local checkpoint behind the iterserve engine (offline batch API)."""
+    """A local checkpoint behind the iterserve online engine (offline batch API).
+
+    Each ``generate`` call submits its prompts as one batch (one arrival
+    instant, in prompt order) to the engine thread and waits for every
+    stream; the engine is the one the server runs.
+    """
 
     def __init__(self, model: str | Path, config: EngineConfig | None = None,
                  **overrides: object) -> None:
@@ -122,16 +89,16 @@ class LLM:
         if overrides:
             config = dataclasses.replace(config, **overrides)  # type: ignore[arg-type]
         self.config = config
-        make_policy(config.policy)  # fail fast on an unknown name
-        self.tokenizer = load_tokenizer(model)
-        loaded = load_model(model, dtype=DTYPES[config.dtype], device=config.device)
-        self.max_model_len = config.max_model_len or loaded.config.max_position_embeddings
-        self.executor = TorchExecutor(
-            loaded, config.kv_blocks, config.block_size, self.tokenizer,
-            num_host_blocks=config.num_host_blocks,
-            enable_prefix_caching=config.enable_prefix_caching,
-        )
-        self._num_requests = 0
+        self._steps = _StepRelay()
+        self.runtime = load_runtime(model, config, observers=[self._steps])
+        self.engine = self.runtime.engine
+        self.executor = self.runtime.executor
+        self.tokenizer = self.runtime.tokenizer
+        self.max_model_len = self.runtime.max_model_len
+
+    def close(self) -> None:
+        """Stop the engine thread (it also stops with the process)."""
+        self.engine.shutdown(0.0)
 
     def generate(
         self,
@@ -143,12 +110,13 @@ class LLM:
         """Generate for every prompt (text, or token ids); outputs in prompt order.
 
         One string (or one list of token ids) is one request. ``on_step(num_finished,
-        num_total)`` is called after every iteration; ``use_tqdm`` shows a progress bar.
+        num_total)`` is called after every iteration (on the engine thread);
+        ``use_tqdm`` shows a progress bar.
         """
-        batch = _as_prompts(prompts)
+        batch = [self._ids(prompt) for prompt in _as_prompts(prompts)]
         params_list = _expand(sampling_params, len(batch))
-        for prompt_ids, p in zip(batch, params_list, strict=True):
-            self._check(prompt_ids, p)
+        for ids, p in zip(batch, params_list, strict=True):
+            self.engine.check_request(len(ids), p.max_tokens)
         if use_tqdm:
             return self._generate_with_bar(batch, params_list, on_step)
         return self._run(batch, params_list, on_step)
@@ -160,7 +128,13 @@ class LLM:
         ids = self.tokenizer.apply_chat_template(messages)
         return self.generate([ids], sampling_params, use_tqdm=use_tqdm)
 
-    def _generate_with_bar(self, batch: list[Prompt], params_list: list[SamplingParams],
+    def _ids(self, prompt: Prompt) -> list[int]:
+        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
+        if not ids:
+            raise ValueError("a prompt must have at least one token")
+        return ids
+
+    def _generate_with_bar(self, batch: list[list[int]], params_list: list[SamplingParams],
                            on_step: Callable[[int, int], None] | None) -> list[RequestOutput]:
         from rich.progress import Progress
 
@@ -174,52 +148,63 @@ class LLM:
 
             return self._run(batch, params_list, step)
 
-    def _check(self, prompt: Prompt, params: SamplingParams) -> None:
-        """Refuse at submission what could never run (not a stall mid-run)."""
-        num_prompt = len(self.tokenizer.encode(prompt)) if isinstance(prompt, str) \
-            else len(prompt)
-        total = num_prompt + params.max_tokens
-        if total > self.max_model_len:
-            raise ValueError(f"prompt ({num_prompt} tokens) + max_tokens ({params.max_tokens}) "
-                             f"= {total} exceeds max_model_len {self.max_model_len}")
-        num_blocks = -(-total // self.config.block_size)
-        if num_blocks > self.config.kv_blocks:
-            raise ValueError(f"prompt + max_tokens needs {num_blocks} KV blocks; the pool has "
-                             f"{self.config.kv_blocks}")
-
-    def _run(self, prompts: list[Prompt], params_list: list[SamplingParams],
+    def _run(self, batch: list[list[int]], params_list: list[SamplingParams],
              on_step: Callable[[int, int], None] | None) -> list[RequestOutput]:
-        specs = [self._register(prompt, p) for prompt, p in zip(prompts, params_list, strict=True)]
-        workload = OnlineWorkload("offline", "ms", self.config.capacity(), tuple(specs))
-        trace = RunTrace()
-        self.executor.reset_clock()
-        engine = Engine(workload, make_policy(self.config.policy), self.executor, [trace])
-        while not engine.is_done:
-            engine.step()
-            if on_step is not None:
-                done = sum(1 for r in trace.requests.values() if r.finish_time is not None)
-                on_step(done, len(specs))
-        return [self._output(spec, trace) for spec in specs]
+        streams = [BlockingOutputStream("") for _ in batch]
+        submissions = [Submission(ids, p, stream)
+                       for ids, p, stream in zip(batch, params_list, streams, strict=True)]
+        with self._steps.relay(on_step, len(batch)):
+            request_ids, arrival_ms = self.engine.add_requests(submissions)
+            outputs = [_collect(rid, ids, stream, arrival_ms)
+                       for rid, ids, stream in zip(request_ids, batch, streams, strict=True)]
+        error = self.engine.take_error()
+        if error is not None:
+            raise error
+        return outputs
 
-    def _register(self, prompt: str | Sequence[int], params: SamplingParams) -> RequestSpec:
-        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
-        if not ids:
-            raise ValueError("a prompt must have at least one token")
-        request_id = f"req-{self._num_requests}"
-        self._num_requests += 1
-        seed = params.seed if params.seed is not None else self._num_requests
-        self.executor.add_request(request_id, ids, params, seed)
-        return RequestSpec(request_id, 0.0, len(ids), params.max_tokens,
-                           prompt_token_ids=tuple(ids))
 
-    def _output(self, spec: RequestSpec, trace: RunTrace) -> RequestOutput:
-        stream = self.executor.streams.pop(spec.request_id)
-        record = trace.requests[spec.request_id]
-        return RequestOutput(
-            spec.request_id, stream.prompt_token_ids, stream.text,
-            tuple(stream.output_token_ids), tuple(stream.logprobs), record.finish_reason,
-            spec.arrival, record.first_token_time, record.finish_time,
-        )
+class _StepRelay(EngineObserver):
+    """Calls the current ``generate`` call's ``on_step(done, total)`` after
+    every executed plan (on the engine thread, before the streams hear of it)."""
+
+    def __init__(self) -> None:
+        self._callback: Callable[[int, int], None] | None = None
+        self._num_total = 0
+        self._num_done = 0
+
+    @contextlib.contextmanager
+    def relay(self, callback: Callable[[int, int], None] | None,
+              num_total: int) -> Iterator[None]:
+        self._callback, self._num_total, self._num_done = callback, num_total, 0
+        try:
+            yield
+        finally:
+            self._callback = None
+
+    def on_step(self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
+                successor: SchedulerState) -> None:
+        self._num_done += sum(1 for item in result.completed if item.finish_reason is not None)
+        callback = self._callback
+        if callback is not None:
+            callback(self._num_done, self._num_total)
+
+
+def _collect(request_id: str, prompt_ids: list[int], stream: BlockingOutputStream,
+             arrival_ms: float) -> RequestOutput:
+    tokens: list[int] = []
+    logprobs: list[float] = []
+    times_ms: list[float] = []
+    text = ""
+    reason: str | None = None
+    for event in stream:
+        tokens.extend(event.token_ids)
+        logprobs.extend(event.logprobs)
+        times_ms.extend(t * 1000.0 - arrival_ms for t in event.token_times_s)
+        text += event.text
+        reason = event.finish_reason or reason
+    return RequestOutput(request_id, tuple(prompt_ids), text, tuple(tokens), tuple(logprobs),
+                         reason, 0.0, times_ms[0] if times_ms else None,
+                         times_ms[-1] if times_ms else None)
 
 
 def _as_prompts(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:

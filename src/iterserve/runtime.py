@@ -1,6 +1,6 @@
 """Wiring of a served model: checkpoint + tokenizer + TorchExecutor + policy
-+ overload gate -> a started :class:`OnlineEngine` (the server and the
-offline API share it, so there is one engine, not two)."""
++ overload gate -> a started :class:`OnlineEngine`. The server and the
+offline API both build their engine here, so there is one engine, not two."""
 
 from __future__ import annotations
 
@@ -9,15 +9,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from iterserve.admission.overload import OverloadGate, make_gate
+from iterserve.config import EngineConfig
 from iterserve.engine.observer import EngineObserver
 from iterserve.engine.online import OnlineEngine
 from iterserve.engine.torch_executor import TorchExecutor
-from iterserve.llm import DTYPES, EngineConfig
 from iterserve.model.loader import load_model
 from iterserve.model.tokenizer import TextTokenizer, load_tokenizer
 from iterserve.policies.registry import make_policy
 from iterserve.records.spec import KvSpec
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +30,12 @@ class Runtime:
     tokenizer: TextTokenizer
     model_name: str
     max_model_len: int
+
+    @property
+    def executor(self) -> TorchExecutor:
+        executor = self.engine.executor
+        assert isinstance(executor, TorchExecutor)
+        return executor
 
 
 def make_overload_gate(config: EngineConfig) -> OverloadGate:
@@ -50,8 +60,10 @@ def load_runtime(model_dir: str | Path, config: EngineConfig, *,
                              num_host_blocks=config.num_host_blocks,
                              enable_prefix_caching=config.enable_prefix_caching)
     max_model_len = config.max_model_len or model.config.max_position_embeddings
-    kv = KvSpec(config.kv_blocks, config.block_size, config.num_host_blocks,
-                admission=config.admission)
+    # the workload's kv section carries the admission estimate; without one the
+    # policies plan exactly as the offline runs always have (no kv section)
+    kv = None if config.admission == "none" else KvSpec(
+        config.kv_blocks, config.block_size, config.num_host_blocks, admission=config.admission)
     engine = OnlineEngine(executor, policy, config.capacity(), max_model_len=max_model_len,
                           kv=kv, gate=gate, observers=observers)
     name = served_model_name or Path(model_dir).resolve().name

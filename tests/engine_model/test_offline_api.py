@@ -33,7 +33,7 @@ def test_top_level_imports_and_one_string_is_one_request(llm):
 def test_too_long_requests_are_refused_at_submission(llm):
     from iterserve import SamplingParams
 
-    with pytest.raises(ValueError, match="max_model_len 48"):
+    with pytest.raises(ValueError, match="maximum model length 48"):
         llm.generate(["hi"], SamplingParams(max_tokens=100))
     with pytest.raises(ValueError, match="needs 11 KV blocks; the pool has 10"):
         llm.generate([[5] * 40], SamplingParams(max_tokens=4))  # within max_model_len

@@ -25,6 +25,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, MutableMapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -63,6 +64,18 @@ class TokenExecutor(Executor, Protocol):
     def reset_clock(self, start_s: float | None = None) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """One request as a client declares it."""
+
+    prompt_token_ids: Sequence[int]
+    params: SamplingParams
+    sink: StreamSink
+    client_id: str = "anonymous"
+    priority: int = 0
+    slo: SloTargets | None = None
+
+
 class OnlineEngine:
     def __init__(self, executor: TokenExecutor, policy: Policy, capacity: Capacity, *,
                  max_model_len: int, kv: KvSpec | None = None, gate: OverloadGate | None = None,
@@ -75,8 +88,9 @@ class OnlineEngine:
         self.publisher = StreamPublisher(executor.streams)
         self.events = EventRecorder(seconds_per_clock_unit=1e-3)
         workload = OnlineWorkload("online", "ms", capacity, (), kv=kv)
+        # caller observers see a step before the streams do
         self.engine = Engine(workload, policy, executor,
-                             [self.events, self.publisher, *observers], gate=engine_gate(gate))
+                             [self.events, *observers, self.publisher], gate=engine_gate(gate))
         self._initial_capacity = executor.capacity()
         self._gate_record = None if engine_gate(gate) is None or gate is None else \
             GateRecord(gate.gate_id, gate.params())
@@ -136,23 +150,40 @@ class OnlineEngine:
                     sink: StreamSink, *, client_id: str = "anonymous", priority: int = 0,
                     slo: SloTargets | None = None) -> str:
         """Submit one request; its events go to ``sink``. Returns its id."""
-        ids = tuple(int(t) for t in prompt_token_ids)
-        self.check_request(len(ids), params.max_tokens)
+        ids, _ = self.add_requests([Submission(prompt_token_ids, params, sink, client_id,
+                                               priority, slo)])
+        return ids[0]
+
+    def add_requests(self, submissions: Sequence[Submission]) -> tuple[list[str], float]:
+        """Submit requests as one batch: one arrival instant, in this order.
+        Returns their ids and the arrival (engine-clock ms)."""
+        for sub in submissions:
+            self.check_request(len(sub.prompt_token_ids), sub.params.max_tokens)
         with self._cond:
             if not self._is_accepting:
                 raise EngineClosed("the engine is shutting down")
-            self._num_submitted += 1
-            request_id = f"req-{self._num_submitted}"
             self._last_stamp = max(self._last_stamp, self.now_ms())
-            spec = RequestSpec(request_id, self._last_stamp, len(ids), params.max_tokens,
-                               client_id=client_id, priority=priority, prompt_token_ids=ids,
-                               slo=slo)
-            seed = params.seed if params.seed is not None else self._num_submitted
-            self.executor.add_request(request_id, ids, params, seed)
-            self.publisher.register(spec, sink)
-            self._inbox.append((spec, sink))
+            request_ids = [self._declare(sub, self._last_stamp) for sub in submissions]
             self._cond.notify()
+        return request_ids, self._last_stamp
+
+    def _declare(self, sub: Submission, arrival_ms: float) -> str:
+        self._num_submitted += 1
+        request_id = f"req-{self._num_submitted}"
+        ids = tuple(int(t) for t in sub.prompt_token_ids)
+        spec = RequestSpec(request_id, arrival_ms, len(ids), sub.params.max_tokens,
+                           client_id=sub.client_id, priority=sub.priority, prompt_token_ids=ids,
+                           slo=sub.slo)
+        seed = sub.params.seed if sub.params.seed is not None else self._num_submitted
+        self.executor.add_request(request_id, ids, sub.params, seed)
+        self.publisher.register(spec, sub.sink)
+        self._inbox.append((spec, sub.sink))
         return request_id
+
+    def take_error(self) -> BaseException | None:
+        """The engine failure that ended the live requests, if any (cleared)."""
+        error, self.error = self.error, None
+        return error
 
     def abort(self, request_id: str, reason: str = "cancelled") -> None:
         """Cancel a request (0x0C); ``reason`` other than cancelled counts as aborted."""
