@@ -23,6 +23,7 @@ class EngineConfig:
     chunk_size: int | None = None
     tau: int | None = None
     long_prefill_token_threshold: int | None = None
+    extra_policy_settings: tuple[tuple[str, object], ...] = ()  # NAME=VALUE flags, checked strictly
     enable_prefix_caching: bool = True
     dtype: str = "float32"
     device: str = "cpu"
@@ -42,8 +43,10 @@ class EngineConfig:
             raise ValueError("max_model_len must be >= 2")
 
     def capacity(self) -> Capacity:
-        return Capacity(
-            token_budget=self.token_budget, sequence_budget=self.max_num_seqs,
-            max_num_seqs=self.max_num_seqs, chunk_size=self.chunk_size, tau=self.tau,
-            long_prefill_token_threshold=self.long_prefill_token_threshold,
-        )
+        return Capacity(token_budget=self.token_budget, sequence_budget=self.max_num_seqs)
+
+    def policy_settings(self) -> dict[str, int]:
+        """The knobs the policy takes (each policy keeps the ones it has)."""
+        knobs = {"max_num_seqs": self.max_num_seqs, "chunk_size": self.chunk_size,
+                 "tau": self.tau, "long_prefill_token_threshold": self.long_prefill_token_threshold}
+        return {name: value for name, value in knobs.items() if value is not None}

@@ -18,7 +18,8 @@ from iterserve.engine.online import OnlineEngine
 from iterserve.engine.torch_executor import TorchExecutor
 from iterserve.model.loader import load_model
 from iterserve.model.tokenizer import TextTokenizer, load_tokenizer
-from iterserve.policies.registry import make_policy
+from iterserve.plan import Policy
+from iterserve.policies.registry import make_policy, settings_for
 from iterserve.records.spec import KvSpec
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -48,11 +49,18 @@ def make_overload_gate(config: EngineConfig) -> OverloadGate:
     return make_gate(config.overload, params)
 
 
+def make_engine_policy(config: EngineConfig) -> Policy:
+    """The configured policy, made once with the settings it takes."""
+    settings = settings_for(config.policy, None, config.policy_settings(), strict=False)
+    settings.update(dict(config.extra_policy_settings))
+    return make_policy(config.policy, **settings)
+
+
 def load_runtime(model_dir: str | Path, config: EngineConfig, *,
                  served_model_name: str | None = None,
                  observers: Sequence[EngineObserver] = ()) -> Runtime:
     """Load the checkpoint and start its online engine thread."""
-    policy = make_policy(config.policy)  # fail fast on an unknown name
+    policy = make_engine_policy(config)  # a bad name or setting fails before any model work
     gate = make_overload_gate(config)
     tokenizer = load_tokenizer(model_dir)
     model = load_model(model_dir, dtype=DTYPES[config.dtype], device=config.device)

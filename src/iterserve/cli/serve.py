@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from iterserve.cli.simulate import FlagError
+from iterserve.policies.settings import add_policy_setting_flag, parse_settings
 
 if TYPE_CHECKING:
     from iterserve.llm import EngineConfig
@@ -39,6 +40,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--policy", default="vllm")
+    add_policy_setting_flag(parser)
     parser.add_argument("--admission", default="none")
     parser.add_argument("--overload", default="accept-all",
                         choices=["accept-all", "bounded", "slo-feasible"])
@@ -104,7 +106,8 @@ def build_config(args: argparse.Namespace, model_dir: Path) -> EngineConfig:
             max_num_seqs=args.max_num_seqs, kv_blocks=_num_kv_blocks(args, model_dir, dtype),
             block_size=args.block_size, dtype=dtype, device=args.device,
             max_model_len=args.max_model_len, admission=args.admission, overload=args.overload,
-            max_live=args.max_live, cost_model=args.cost_model)
+            max_live=args.max_live, cost_model=args.cost_model,
+            extra_policy_settings=tuple(parse_settings(args.policy_setting).items()))
     except ValueError as exc:
         raise FlagError(str(exc)) from None
 

@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from iterserve.admission.overload import OverloadGate, make_gate
+from iterserve.cli.progress import RunProgress
 from iterserve.metrics import ObservationWindow, SloConfig
-from iterserve.policies.edf import bind_cost_model
-from iterserve.policies.registry import make_policy
+from iterserve.metrics.capacity import token_budget_utilisation
+from iterserve.policies.registry import policy_for
+from iterserve.policies.settings import add_policy_setting_flag, parse_settings
 from iterserve.records.spec import WorkloadManifest
 from iterserve.sim.admission_report import admission_report
 from iterserve.sim.cost import (
@@ -63,6 +65,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("simulate", help="run a workload on the simulated executor")
     add_run_flags(parser)
     parser.add_argument("--policy", required=True, help="policy name (see `iterserve policies`)")
+    add_policy_setting_flag(parser)
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     parser.add_argument("--decision-log", type=Path, help="write the JSONL decision log here")
     parser.add_argument("--max-iterations", type=int, default=None)
@@ -147,14 +150,17 @@ def run(args: argparse.Namespace) -> int:
     setup = setup_from_flags(RunFlags.from_args(args))
     window = window_from_flags(args)
     online = setup.manifest.online
-    policy = bind_cost_model(make_policy(args.policy), setup.cost_model)
+    policy = policy_for(args.policy, online, parse_settings(args.policy_setting),
+                        cost_model=setup.cost_model)
     config = RunConfig(policy, setup.cost_model, setup.gate, args.max_iterations)
     with contextlib.ExitStack() as stack:
         stream = None
         if args.decision_log:
             args.decision_log.parent.mkdir(parents=True, exist_ok=True)
             stream = stack.enter_context(args.decision_log.open("w"))
-        result = run_simulation(setup.manifest, config, stream)
+        progress = RunProgress(len(online.requests))
+        stack.callback(progress.close)
+        result = run_simulation(setup.manifest, config, stream, [progress])
     bytes_per_row = args.bytes_per_row
     if bytes_per_row is None and online.kv is not None:
         bytes_per_row = online.kv.bytes_per_row
@@ -166,10 +172,14 @@ def run(args: argparse.Namespace) -> int:
                           "num_rejected": len(result.engine.rejected)}
     args.out.mkdir(parents=True, exist_ok=True)
     label = f"{policy.policy_id} + {setup.gate.gate_id}"
-    metrics = write_metric_outputs(args.out, result, online, setup.slo, window, label,
+    outputs = write_metric_outputs(args.out, result, online, setup.slo, window, label,
                                    plots=not args.no_plots)
-    if metrics is not None:
-        report["metrics"] = metrics.to_dict()
+    report["token_budget_utilisation"] = token_budget_utilisation(
+        result.recorder.iterations, online.capacity.token_budget).to_dict()
+    if outputs.summary is not None:
+        report["summary"] = outputs.summary.to_dict()
+    if outputs.report is not None:
+        report["metrics"] = outputs.report.to_dict()
     (args.out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     print(_summary_line(policy.policy_id, report, args.out))
     return 0

@@ -38,7 +38,8 @@ from iterserve.engine.observer import EngineObserver
 from iterserve.engine.publisher import StreamPublisher
 from iterserve.engine.streams import StreamSink
 from iterserve.model.params import SamplingParams
-from iterserve.policies.base import Policy
+from iterserve.plan import Policy
+from iterserve.policies.settings import settings_of
 from iterserve.records.codec import dumps
 from iterserve.records.spec import Capacity, KvSpec, OnlineWorkload, RequestSpec, SloTargets
 from iterserve.records.state import SchedulerState
@@ -94,9 +95,11 @@ class OnlineEngine:
         self._initial_capacity = executor.capacity()
         self._gate_record = None if engine_gate(gate) is None or gate is None else \
             GateRecord(gate.gate_id, gate.params())
+        self._policy_settings = settings_of(policy)
         self._log = io.StringIO()
         self._log_writer = DecisionLogWriter(self._log, self.engine.workload,
-                                             self._initial_capacity, gate=self._gate_record)
+                                             self._initial_capacity, gate=self._gate_record,
+                                             policy_settings=self._policy_settings)
         self.engine.observers.append(self._log_writer)
         self._cond = threading.Condition()
         self._inbox: list[tuple[RequestSpec, StreamSink]] = []
@@ -222,7 +225,7 @@ class OnlineEngine:
         then the logged lines. Call after :meth:`shutdown` for a complete log."""
         with self._cond:
             header = header_line(self.engine.workload, self._initial_capacity,
-                                 gate=self._gate_record)
+                                 gate=self._gate_record, policy_settings=self._policy_settings)
             body = self._log.getvalue().split("\n", 1)[1]
         return dumps(header) + "\n" + body
 
