@@ -37,14 +37,14 @@ def test_sigterm_drains_aborts_and_exits_zero(tiny_dir, tmp_path):
     events = tmp_path / "events.jsonl"
     proc = subprocess.Popen(
         [sys.executable, "-m", "iterserve.cli.main", "serve", str(tiny_dir), "--port", str(port),
-         "--served-model-name", "tiny", "--num-kv-blocks", "256", "--drain-timeout", "0.5",
+         "--served-model-name", "tiny", "--num-kv-blocks", "256", "--drain-timeout", "2",
          "--decision-log", str(log), "--event-log", str(events)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     base_url = f"http://127.0.0.1:{port}"
     try:
         _wait_up(base_url, proc)
         lines: list[str] = []
-        body = {"model": "tiny", "prompt": "a very long story", "max_tokens": 3000,
+        body = {"model": "tiny", "prompt": "a very long story", "max_tokens": 4000,
                 "temperature": 0.0, "ignore_eos": True, "stream": True}
 
         def stream() -> None:
