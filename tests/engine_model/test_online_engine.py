@@ -113,3 +113,29 @@ def test_refused_requests_never_reach_the_engine(online):
     with pytest.raises(RequestRefused, match="empty"):
         online.engine.add_request([], SamplingParams(), BlockingOutputStream(""))
     assert online.engine.num_submitted == 0
+
+
+def test_an_engine_failure_ends_the_live_streams_and_the_engine_keeps_serving(online):
+    engine = online.engine
+    executor = engine.executor
+    real_execute = executor.execute
+    calls = {"n": 0}
+
+    def failing_once(plan, state):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("device lost")
+        return real_execute(plan, state)
+
+    executor.execute = failing_once  # type: ignore[method-assign]
+    _, doomed = _submit(online, "this one fails", 8)
+    events = list(doomed)
+    assert events[-1].finish_reason == "aborted"
+    assert events[-1].reason == "engine error: RuntimeError"
+    assert isinstance(engine.take_error(), RuntimeError)
+    _, fine = _submit(online, "this one works", 3)
+    assert list(fine)[-1].finish_reason == "length"
+    assert engine.wait_idle(30)
+    facts = engine.state.capacity
+    assert facts.num_blocks_free == facts.num_blocks_total
+    assert engine.publisher.outcomes()[("aborted", "anonymous")] == 1

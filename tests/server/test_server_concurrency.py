@@ -115,3 +115,26 @@ def test_a_non_streaming_client_that_leaves_aborts_its_request(serve):
     assert outcomes["cancelled"] == 1 and outcomes["submitted"] == 1
     facts = served.engine.state.capacity
     assert facts.num_blocks_free == facts.num_blocks_total
+
+
+def test_an_engine_failure_is_a_503_for_that_request_and_the_server_goes_on(serve):
+    served = serve()
+    executor = served.engine.executor
+    real_execute = executor.execute
+    calls = {"n": 0}
+
+    def failing_once(plan, state):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("device lost")
+        return real_execute(plan, state)
+
+    executor.execute = failing_once
+    body = {"model": "tiny", "prompt": "x", "max_tokens": 4, "ignore_eos": True}
+    failed = httpx.post(served.base_url + "/v1/completions", json=body, timeout=60)
+    assert failed.status_code == 503
+    assert "engine error: RuntimeError" in failed.json()["error"]["message"]
+    assert "device lost" not in failed.text  # nothing internal leaks
+    assert httpx.post(served.base_url + "/v1/completions", json=body, timeout=60).status_code == 200
+    outcomes = _outcomes(served.base_url)
+    assert outcomes["aborted"] == 1 and outcomes["finished"] == 1 and outcomes["submitted"] == 2

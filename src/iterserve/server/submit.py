@@ -47,12 +47,14 @@ class Generation:
     text: str = ""
     logprobs: list[float] = field(default_factory=list)
     finish_reason: str | None = None
+    reason: str | None = None  # why the engine ended it early
 
     def add(self, event: StreamEvent) -> None:
         self.token_ids.extend(event.token_ids)
         self.text += event.text
         self.logprobs.extend(event.logprobs)
         self.finish_reason = event.finish_reason or self.finish_reason
+        self.reason = event.reason or self.reason
 
 
 def openai_finish_reason(reason: str | None) -> str | None:
@@ -140,6 +142,8 @@ async def collect(runtime: Runtime, request_id: str, stream: AsyncOutputStream,
         gather.cancel()
         runtime.engine.abort(request_id)
         raise
+    if out.finish_reason == "aborted":  # shutdown or an engine failure: this request only
+        raise APIError(503, f"the request was aborted by the engine ({out.reason})")
     return out
 
 
