@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from iterserve.config import DTYPE_NAMES, EngineConfig
 from iterserve.engine.observer import EngineObserver
@@ -106,20 +107,29 @@ class LLM:
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         on_step: Callable[[int, int], None] | None = None,
         use_tqdm: bool = False,
+        decision_log: IO[str] | None = None,
     ) -> list[RequestOutput]:
         """Generate for every prompt (text, or token ids); outputs in prompt order.
 
         One string (or one list of token ids) is one request. ``on_step(num_finished,
         num_total)`` is called after every iteration (on the engine thread);
-        ``use_tqdm`` shows a progress bar.
+        ``use_tqdm`` shows a progress bar. ``decision_log``, an open text
+        stream, receives the engine's decision log once the batch is done
+        (executor ``torch``; every request this LLM has run so far): replay
+        re-derives its plans and checks its results against the digest chain.
         """
         batch = [self._ids(prompt) for prompt in _as_prompts(prompts)]
         params_list = _expand(sampling_params, len(batch))
         for ids, p in zip(batch, params_list, strict=True):
             self.engine.check_request(len(ids), p.max_tokens)
         if use_tqdm:
-            return self._generate_with_bar(batch, params_list, on_step)
-        return self._run(batch, params_list, on_step)
+            outputs = self._generate_with_bar(batch, params_list, on_step)
+        else:
+            outputs = self._run(batch, params_list, on_step)
+        if decision_log is not None:
+            self.engine.wait_idle(60.0)
+            decision_log.write(self.engine.decision_log())
+        return outputs
 
     def chat(self, messages: Sequence[Mapping[str, str]],
              sampling_params: SamplingParams | None = None,

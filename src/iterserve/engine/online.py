@@ -20,7 +20,6 @@ the request's blocks; it counts as cancelled (client) or aborted (engine).
 from __future__ import annotations
 
 import dataclasses
-import io
 import math
 import threading
 import time
@@ -30,17 +29,17 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from iterserve.admission.overload import OverloadGate, engine_gate
-from iterserve.engine.decision_log import DecisionLogWriter, GateRecord, header_line
+from iterserve.engine.decision_log import GateRecord
 from iterserve.engine.events import EventRecorder
 from iterserve.engine.executor import Executor
 from iterserve.engine.loop import Engine
 from iterserve.engine.observer import EngineObserver
+from iterserve.engine.online_log import BufferedDecisionLog
 from iterserve.engine.publisher import StreamPublisher
 from iterserve.engine.streams import StreamSink
 from iterserve.model.params import SamplingParams
 from iterserve.plan import Policy
 from iterserve.policies.settings import settings_of
-from iterserve.records.codec import dumps
 from iterserve.records.spec import Capacity, KvSpec, OnlineWorkload, RequestSpec, SloTargets
 from iterserve.records.state import SchedulerState
 
@@ -80,7 +79,7 @@ class Submission:
 class OnlineEngine:
     def __init__(self, executor: TokenExecutor, policy: Policy, capacity: Capacity, *,
                  max_model_len: int, kv: KvSpec | None = None, gate: OverloadGate | None = None,
-                 observers: Sequence[EngineObserver] = (),
+                 observers: Sequence[EngineObserver] = (), executor_name: str = "torch",
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self._clock = clock
         self._start_s = clock()
@@ -95,12 +94,10 @@ class OnlineEngine:
         self._initial_capacity = executor.capacity()
         self._gate_record = None if engine_gate(gate) is None or gate is None else \
             GateRecord(gate.gate_id, gate.params())
-        self._policy_settings = settings_of(policy)
-        self._log = io.StringIO()
-        self._log_writer = DecisionLogWriter(self._log, self.engine.workload,
-                                             self._initial_capacity, gate=self._gate_record,
-                                             policy_settings=self._policy_settings)
-        self.engine.observers.append(self._log_writer)
+        self._log = BufferedDecisionLog(self.engine.workload, self._initial_capacity,
+                                        gate=self._gate_record,
+                                        policy_settings=settings_of(policy), executor=executor_name)
+        self.engine.observers.append(self._log)
         self._cond = threading.Condition()
         self._inbox: list[tuple[RequestSpec, StreamSink]] = []
         self._aborts: list[tuple[str, str]] = []
@@ -222,16 +219,14 @@ class OnlineEngine:
 
     def decision_log(self) -> str:
         """The decision log so far: a header holding every request declared,
-        then the logged lines. Call after :meth:`shutdown` for a complete log."""
+        then the logged lines, chained (call it while the engine is idle, or
+        after :meth:`shutdown`, for a log that replays to its end)."""
         with self._cond:
-            header = header_line(self.engine.workload, self._initial_capacity,
-                                 gate=self._gate_record, policy_settings=self._policy_settings)
-            body = self._log.getvalue().split("\n", 1)[1]
-        return dumps(header) + "\n" + body
+            return self._log.text(self.engine.workload, self.engine.state,
+                                  is_done=self.engine.is_done)
 
     def write_logs(self, decision_log: Path | None, event_log: Path | None) -> None:
         if decision_log is not None:
-            self._log_writer.close(self.engine.state, is_done=self.engine.is_done)
             Path(decision_log).write_text(self.decision_log())
         if event_log is not None:
             self.events.log().write_jsonl(event_log)
