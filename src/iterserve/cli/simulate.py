@@ -10,14 +10,25 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from iterserve.admission.overload import OverloadGate, make_gate
+from iterserve.cli.flag_types import (
+    POSITIVE_INT,
+    finite_float,
+    int_at_least,
+    output_dir,
+    output_file,
+)
 from iterserve.metrics import ObservationWindow, SloConfig
 from iterserve.policies.edf import bind_cost_model
 from iterserve.policies.registry import make_policy
+from iterserve.records.limits import MAX_BYTES_PER_ROW
 from iterserve.records.spec import WorkloadManifest
 from iterserve.sim.admission_report import admission_report
 from iterserve.sim.cost import (
@@ -53,9 +64,9 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
                         help="overload contract: accept-all, bounded, slo-feasible")
     parser.add_argument("--max-live", type=int, default=None,
                         help="live-request cap for --overload bounded")
-    parser.add_argument("--slo-ttft-ms", type=float, default=None,
+    parser.add_argument("--slo-ttft-ms", type=finite_float(), default=None,
                         help="TTFT limit (default: the workload's per-request slo)")
-    parser.add_argument("--slo-tbt-ms", type=float, default=None,
+    parser.add_argument("--slo-tbt-ms", type=finite_float(), default=None,
                         help="TBT limit (default: the workload's per-request slo)")
 
 
@@ -63,14 +74,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("simulate", help="run a workload on the simulated executor")
     add_run_flags(parser)
     parser.add_argument("--policy", required=True, help="policy name (see `iterserve policies`)")
-    parser.add_argument("--out", type=Path, required=True, help="output directory")
-    parser.add_argument("--decision-log", type=Path, help="write the JSONL decision log here")
-    parser.add_argument("--max-iterations", type=int, default=None)
-    parser.add_argument("--window", type=float, nargs=2, metavar=("START_S", "END_S"),
+    parser.add_argument("--out", type=output_dir, required=True,
+                        help="output directory (absent or a directory)")
+    parser.add_argument("--decision-log", type=output_file,
+                        help="write the JSONL decision log here (only once the run succeeds)")
+    parser.add_argument("--max-iterations", type=POSITIVE_INT, default=None)
+    parser.add_argument("--window", type=finite_float(0.0), nargs=2, metavar=("START_S", "END_S"),
                         help="observation window in seconds (default: first arrival to the "
                              "last event)")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    parser.add_argument("--bytes-per-row", type=int, default=None,
+    parser.add_argument("--bytes-per-row", type=int_at_least(1, MAX_BYTES_PER_ROW), default=None,
                         help="logical KV bytes per row for the 0x09 exposure proxy")
     parser.set_defaults(run=run)
 
@@ -152,8 +165,7 @@ def run(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         stream = None
         if args.decision_log:
-            args.decision_log.parent.mkdir(parents=True, exist_ok=True)
-            stream = stack.enter_context(args.decision_log.open("w"))
+            stream = stack.enter_context(pending_file(args.decision_log))
         result = run_simulation(setup.manifest, config, stream)
     bytes_per_row = args.bytes_per_row
     if bytes_per_row is None and online.kv is not None:
@@ -186,3 +198,19 @@ def _summary_line(policy_id: str, report: dict[str, Any], out: Path) -> str:
                  f"rejected {outcomes['num_rejected']}, offered-load attainment "
                  f"{metrics['attainment']['offered_load']}")
     return f"{text} -> {out / 'report.json'}"
+
+
+@contextlib.contextmanager
+def pending_file(path: Path) -> Iterator[TextIO]:
+    """A text stream that becomes ``path`` only when the block succeeds: a run
+    that fails leaves no partial decision log behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as stream:
+            yield stream
+        os.chmod(tmp_name, 0o644)
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise

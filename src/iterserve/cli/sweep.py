@@ -39,6 +39,7 @@ from matplotlib.figure import Figure
 from rich.console import Console
 from rich.progress import Progress
 
+from iterserve.cli.flag_types import SEED, finite_float, int_at_least, output_dir
 from iterserve.cli.simulate import FlagError, RunFlags, RunSetup, add_run_flags, setup_from_flags
 from iterserve.metrics import evaluate
 from iterserve.policies.edf import bind_cost_model
@@ -48,6 +49,8 @@ from iterserve.sim.cost import seconds_per_clock_unit
 from iterserve.sim.report import RunConfig, default_window, run_simulation
 
 SCHEMA = "iterserve.sweep/v1"
+MAX_TRIALS = 10_000
+MAX_WORKERS = 1024
 CAPACITY_RULE = ("highest tested rate whose mean over trials of offered-load attainment "
                  "(N_valid / N_off, every request resolved) is >= alpha")
 
@@ -56,14 +59,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("sweep", help="goodput capacity: SLO attainment vs offered rate")
     add_run_flags(parser)
     parser.add_argument("--policy", nargs="+", required=True, help="policy names")
-    parser.add_argument("--rates", type=float, nargs="+", required=True,
+    parser.add_argument("--rates", type=finite_float(), nargs="+", required=True,
                         help="offered rates, requests per second")
-    parser.add_argument("--alpha", type=float, default=0.9, help="required attainment")
-    parser.add_argument("--trials", type=int, default=3, help="seeded trials per rate")
-    parser.add_argument("--seed", type=int, default=0, help="base seed")
-    parser.add_argument("--workers", type=int, default=None,
+    parser.add_argument("--alpha", type=finite_float(), default=0.9, help="required attainment")
+    parser.add_argument("--trials", type=int_at_least(-MAX_TRIALS, MAX_TRIALS), default=3,
+                        help=f"seeded trials per rate (at most {MAX_TRIALS})")
+    parser.add_argument("--seed", type=SEED, default=0, help="base seed")
+    parser.add_argument("--workers", type=int_at_least(-MAX_WORKERS, MAX_WORKERS), default=None,
                         help="worker processes (default: os.cpu_count())")
-    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    parser.add_argument("--out", type=output_dir, required=True, help="output directory")
     parser.set_defaults(run=run)
 
 
