@@ -47,7 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc))
     prefix = f"iterserve {args.command}: error:"
     try:
-        return int(args.run(args))
+        status = int(args.run(args))
+        sys.stdout.flush()  # a closed pipe surfaces here, not in the interpreter's exit flush
+        return status
     except BrokenPipeError:
         _silence_stdout()
         return EXIT_BROKEN_PIPE

@@ -18,7 +18,7 @@ from safetensors import safe_open
 from iterserve.model.config import ModelConfig, parse_model_config
 from iterserve.model.errors import CheckpointError, MissingCheckpointFileError
 from iterserve.model.llama import PackedCausalLM
-from iterserve.model.weights import assemble_weights
+from iterserve.model.weights import assemble_weights, expected_shape
 
 CONFIG_FILE = "config.json"
 SINGLE_WEIGHTS_FILE = "model.safetensors"
@@ -49,9 +49,14 @@ def load_model(
                 return None
             path, handle = shard_of[name]
             try:
-                return handle.get_tensor(name)
+                tensor = handle.get_tensor(name)
             except Exception as exc:  # safetensors raises its own error types
                 raise CheckpointError(f"{path}: tensor {name!r} unreadable ({exc})") from None
+            expected = expected_shape(config, name)
+            if expected is not None and tuple(tensor.shape) != expected:
+                raise CheckpointError(f"{path}: tensor {name!r} has shape {tuple(tensor.shape)}, "
+                                      f"config.json implies {expected}")
+            return tensor
 
         weights = assemble_weights(config, get, dtype, device)
     return PackedCausalLM(config, weights)
