@@ -40,6 +40,7 @@ from iterserve.sim.workload_schema import (
     KvDoc,
     RequestDoc,
     SchemaError,
+    field_path,
     validate_workload,
 )
 
@@ -154,9 +155,8 @@ def _hidden(doc: HiddenDoc | None, ids: set[str]) -> HiddenTruth:
         return HiddenTruth({})
     for rid in doc.realized_output_tokens:
         if rid not in ids:
-            raise WorkloadError(
-                f"workload: fixture_only_hidden_truth.realized_output_tokens.{rid}: "
-                "no such request")
+            where = field_path(("fixture_only_hidden_truth", "realized_output_tokens", rid))
+            raise WorkloadError(f"workload: {where}: no such request")
     return HiddenTruth(dict(doc.realized_output_tokens))
 
 

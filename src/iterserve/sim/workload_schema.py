@@ -118,8 +118,17 @@ def validate_workload(raw: Any) -> WorkloadDoc:
 
 
 def _describe(error: Any) -> str:
-    path = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"])
-    return f"workload: {path.lstrip('.')}: {_message(error)}"
+    return f"workload: {field_path(error['loc'])}: {_message(error)}"
+
+
+def field_path(parts: Any) -> str:
+    """``requests[3].client_id``; a key that is not a plain name is quoted, so
+    the path stays on one line whatever the document holds."""
+    def step(part: Any) -> str:
+        if isinstance(part, int):
+            return f"[{part}]"
+        return f".{part}" if str(part).isidentifier() else f"[{_show(str(part))}]"
+    return "".join(step(part) for part in parts).lstrip(".")
 
 
 _MESSAGES = {
