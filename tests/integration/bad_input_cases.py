@@ -265,3 +265,19 @@ OTHER_COMMANDS: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "simulate-without-workload": (["simulate", "--policy", "refill", "--out", "{dir}/o"],
                                   ("--workload",)),
 }
+
+# A decision log's header carries the online workload; ``iterserve replay``
+# reads it through the same loader (replay's own checks are another issue's).
+DECISION_LOG_HEADERS: dict[str, FieldCase] = {
+    "header-client-id-empty": _f("requests.0.client_id", "", "requests[0].client_id",
+                                 "non-empty"),
+    "header-forecast-negative": _f("requests.1.output_forecast", -3,
+                                   "requests[1].output_forecast"),
+    "header-prompt-absurd": _f("requests.0.prompt_tokens", 10**12, "requests[0].prompt_tokens",
+                               "limit"),
+    "header-admission-max-5": _f("kv", {"num_blocks": 8, "admission": "max:5"}, "kv.admission"),
+    "header-arrival-nan": _f("requests.2.arrival", NAN, "requests[2].arrival", "finite"),
+    "header-unknown-field": _f("requests.0.realized_output_tokens", 2,
+                               "requests[0].realized_output_tokens", "unknown field"),
+    "header-capacity-missing": _f("capacity", DROP, "capacity", "missing"),
+}

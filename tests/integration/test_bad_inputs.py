@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from bad_input_cases import (
+    DECISION_LOG_HEADERS,
     DROP,
     GENERATE_FLAGS,
     GENERATE_SOURCES,
@@ -129,6 +130,32 @@ def test_the_unedited_fixture_runs(tmp_path, capsys) -> None:
     assert main(_simulate(path, tmp_path / "out")) == 0
     assert (tmp_path / "out" / "report.json").is_file()
     assert (tmp_path / "decisions.jsonl").is_file()
+
+
+@pytest.fixture(scope="module")
+def decision_log_lines(tmp_path_factory) -> list[str]:
+    root = tmp_path_factory.mktemp("log")
+    path = root / "workload.json"
+    path.write_text(json.dumps(ABC))
+    assert main(_simulate(path, root / "out", "--no-plots")) == 0
+    return (root / "decisions.jsonl").read_text().splitlines()
+
+
+@pytest.mark.parametrize("name", sorted(DECISION_LOG_HEADERS))
+def test_bad_workload_in_a_decision_log_header(name, decision_log_lines, tmp_path, capsys) -> None:
+    case = DECISION_LOG_HEADERS[name]
+    header = json.loads(decision_log_lines[0])
+    _edit(header["workload"], case.path, case.value)
+    log = tmp_path / "decisions.jsonl"
+    log.write_text("\n".join([json.dumps(header), *decision_log_lines[1:]]) + "\n")
+    err = _run_bad(["replay", str(log)], tmp_path, capsys, case.needles)
+    assert err.startswith("iterserve replay: error: workload"), err
+
+
+def test_the_unedited_decision_log_replays(decision_log_lines, tmp_path, capsys) -> None:
+    log = tmp_path / "decisions.jsonl"
+    log.write_text("\n".join(decision_log_lines) + "\n")
+    assert main(["replay", str(log)]) == 0, capsys.readouterr().err
 
 
 # --- flags -------------------------------------------------------------------------------
@@ -386,7 +413,8 @@ def test_bad_flag_in_a_real_process(tmp_path) -> None:
 
 def test_case_count() -> None:
     """The issue asks for at least 150 malformed inputs."""
-    total = (len(WORKLOAD_FIELDS) + len(WORKLOAD_FILES) + 1 + len(SIMULATE_FLAGS)
+    total = (len(WORKLOAD_FIELDS) + len(WORKLOAD_FILES) + 1 + len(DECISION_LOG_HEADERS)
+             + len(SIMULATE_FLAGS)
              + len(SWEEP_FLAGS) + len(OTHER_COMMANDS) + 1 + len(CHECKPOINTS) + 2
              + len(GENERATE_FLAGS) + len(GENERATE_SOURCES) + 1 + 2)
     assert total >= 150, total
