@@ -50,6 +50,14 @@ class EngineConfig:
         for name in ("token_budget", "max_num_seqs", "kv_blocks", "block_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.num_host_blocks < 0:
+            raise ValueError("num_host_blocks must be >= 0")
+        for name in ("chunk_size", "tau", "long_prefill_token_threshold"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 when set")
+        device, _, index = self.device.partition(":")
+        if device not in ("cpu", "cuda") or (index and (device != "cuda" or not index.isdigit())):
+            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
 
     def capacity(self) -> Capacity:
         return Capacity(
@@ -82,6 +90,8 @@ class LLM:
             config = dataclasses.replace(config, **overrides)  # type: ignore[arg-type]
         self.config = config
         make_policy(config.policy)  # fail fast on an unknown name
+        if config.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(f"device {config.device!r}: this torch build has no usable CUDA device")
         self.tokenizer = load_tokenizer(model_dir)
         model = load_model(model_dir, dtype=DTYPES[config.dtype], device=config.device)
         self.executor = TorchExecutor(

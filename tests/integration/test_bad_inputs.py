@@ -418,3 +418,26 @@ def test_case_count() -> None:
              + len(SWEEP_FLAGS) + len(OTHER_COMMANDS) + 1 + len(CHECKPOINTS) + 2
              + len(GENERATE_FLAGS) + len(GENERATE_SOURCES) + 1 + 2)
     assert total >= 150, total
+
+
+# --- the Python API boundary ----------------------------------------------------------------
+@pytest.mark.parametrize("overrides", [
+    {"device": "tpu"}, {"device": "cuda:x"}, {"device": "cpu:0"}, {"num_host_blocks": -1},
+    {"chunk_size": 0}, {"tau": -4}, {"kv_blocks": 0}, {"dtype": "float16"},
+], ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+def test_engine_config_refuses_nonsense(overrides) -> None:
+    from iterserve.llm import EngineConfig
+
+    with pytest.raises(ValueError, match=next(iter(overrides))):
+        EngineConfig(**overrides)
+
+
+def test_llm_refuses_cuda_on_a_cpu_build(micro_dir) -> None:
+    import torch
+
+    from iterserve.llm import LLM
+
+    if torch.cuda.is_available():
+        pytest.skip("this build has CUDA")
+    with pytest.raises(ValueError, match="no usable CUDA device"):
+        LLM(micro_dir, device="cuda")
