@@ -192,6 +192,25 @@ def test_a_bug_is_one_line_too(tmp_path, capsys, monkeypatch) -> None:
     _run_bad(["policies"], tmp_path, capsys, ("RuntimeError", "internal state broken"))
 
 
+def test_a_failure_after_the_run_leaves_no_decision_log(tmp_path, capsys, monkeypatch) -> None:
+    """The decision log is committed only when the outputs are written too."""
+    from iterserve.cli import simulate as simulate_cli
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(simulate_cli, "write_metric_outputs", disk_full)
+    path = tmp_path / "workload.json"
+    path.write_text(json.dumps(ABC))
+    before = set(tmp_path.iterdir())
+    capsys.readouterr()
+    assert main(_simulate(path, tmp_path / "out")) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "No space left on device" in err, err
+    assert not (tmp_path / "decisions.jsonl").exists()
+    assert {p for p in tmp_path.iterdir() if p.name != "out"} == before  # no temp file left
+
+
 # --- checkpoints -------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def micro_dir(tmp_path_factory) -> Path:

@@ -40,6 +40,7 @@ from iterserve.sim.cost import (
 from iterserve.sim.kv_report import kv_report
 from iterserve.sim.report import (
     RunConfig,
+    SimulationRun,
     resolve_slo,
     run_simulation,
     simulate_report,
@@ -159,32 +160,38 @@ def window_from_flags(args: argparse.Namespace) -> ObservationWindow | None:
 def run(args: argparse.Namespace) -> int:
     setup = setup_from_flags(RunFlags.from_args(args))
     window = window_from_flags(args)
-    online = setup.manifest.online
     policy = bind_cost_model(make_policy(args.policy), setup.cost_model)
     config = RunConfig(policy, setup.cost_model, setup.gate, args.max_iterations)
     with contextlib.ExitStack() as stack:
         stream = None
-        if args.decision_log:
+        if args.decision_log:  # committed only when everything below succeeds
             stream = stack.enter_context(pending_file(args.decision_log))
         result = run_simulation(setup.manifest, config, stream)
+        report = _report(args, setup, policy.policy_id, result)
+        args.out.mkdir(parents=True, exist_ok=True)
+        metrics = write_metric_outputs(args.out, result, setup.manifest.online, setup.slo, window,
+                                       f"{policy.policy_id} + {setup.gate.gate_id}",
+                                       plots=not args.no_plots)
+        if metrics is not None:
+            report["metrics"] = metrics.to_dict()
+        (args.out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    print(_summary_line(policy.policy_id, report, args.out))
+    return 0
+
+
+def _report(args: argparse.Namespace, setup: RunSetup, policy_id: str,
+            result: SimulationRun) -> dict[str, Any]:
+    online = setup.manifest.online
     bytes_per_row = args.bytes_per_row
     if bytes_per_row is None and online.kv is not None:
         bytes_per_row = online.kv.bytes_per_row
-    report = simulate_report(online, policy.policy_id, result.trace, bytes_per_row)
+    report = simulate_report(online, policy_id, result.trace, bytes_per_row)
     report["kv"] = kv_report(result.executor.kv, result.trace, bytes_per_row)
     report["admission_evaluation"] = admission_report(online, setup.manifest.hidden, bytes_per_row)
     report["cost_model"] = {"spec": setup.cost_model.spec, "model_id": setup.cost_model.model_id}
     report["overload"] = {"contract": setup.gate.gate_id, "params": setup.gate.params(),
                           "num_rejected": len(result.engine.rejected)}
-    args.out.mkdir(parents=True, exist_ok=True)
-    label = f"{policy.policy_id} + {setup.gate.gate_id}"
-    metrics = write_metric_outputs(args.out, result, online, setup.slo, window, label,
-                                   plots=not args.no_plots)
-    if metrics is not None:
-        report["metrics"] = metrics.to_dict()
-    (args.out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-    print(_summary_line(policy.policy_id, report, args.out))
-    return 0
+    return report
 
 
 def _summary_line(policy_id: str, report: dict[str, Any], out: Path) -> str:
