@@ -13,6 +13,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from iterserve.policies.registry import policy_for, policy_names
+from iterserve.policies.settings import PolicyConfigError
 from iterserve.sim.workload import WorkloadError, load_workload, online_to_json, parse_workload
 
 from .helpers import ABC_FIXTURE
@@ -20,6 +22,8 @@ from .helpers import ABC_FIXTURE
 BASE = json.loads(ABC_FIXTURE.read_text())
 BASE["kv"] = {"num_blocks": 8, "block_size": 4, "num_host_blocks": 2, "bytes_per_row": 64,
               "admission": "watermark:4", "preemption_mode": "preserve"}
+BASE["policy_settings"] = {"chunk_size": 3, "tau": 2}
+BASE["capacity"]["max_num_seqs"] = 4  # a deprecated knob, read into policy_settings
 BASE["requests"][0] |= {"slo": {"ttft_ms": 100.0, "tbt_ms": 50.0}, "output_forecast": 2.5,
                         "output_forecast_p90": 4.0}
 
@@ -72,6 +76,11 @@ def _assert_contract(raw: Any) -> None:
         return
     again = parse_workload(json.loads(json.dumps(online_to_json(manifest.online))))
     assert again.online == manifest.online
+    for name in policy_names():  # the settings' values are the policy's to refuse, in one line
+        try:
+            policy_for(name, manifest.online)
+        except PolicyConfigError as exc:
+            assert str(exc) and "\n" not in str(exc), str(exc)
 
 
 FUZZ = settings(max_examples=150, deadline=None, derandomize=True,
@@ -100,6 +109,14 @@ def test_unknown_keys_next_to_fields(path, key, value) -> None:
     if isinstance(parent, dict):
         parent[key] = value
     _assert_contract(document)
+
+
+def test_the_base_document_loads_and_every_policy_takes_its_settings() -> None:
+    """The control: the fuzz edits a document that loads and runs everywhere."""
+    online = parse_workload(copy.deepcopy(BASE)).online
+    assert dict(online.policy_settings) == {"chunk_size": 3, "tau": 2, "max_num_seqs": 4}
+    for name in policy_names():
+        assert policy_for(name, online).policy_id == name
 
 
 @FUZZ

@@ -64,6 +64,22 @@ WORKLOAD_FIELDS: dict[str, FieldCase] = {
     "long-prefill-zero": _f("capacity.long_prefill_token_threshold", 0,
                             "capacity.long_prefill_token_threshold"),
     "capacity-unknown-field": _f("capacity.tokens", 8, "capacity.tokens", "unknown field"),
+    # policy_settings: the schema checks the shape (a mapping of names to numbers or strings)
+    "policy-settings-list": _f("policy_settings", [["chunk_size", 4]], "policy_settings",
+                               "object"),
+    "policy-settings-string": _f("policy_settings", "chunk_size=4", "policy_settings", "object"),
+    "policy-settings-value-object": _f("policy_settings.chunk_size", {"rows": 4},
+                                       "policy_settings.chunk_size", "number or a string"),
+    "policy-settings-value-list": _f("policy_settings.chunk_size", [4],
+                                     "policy_settings.chunk_size", "number or a string"),
+    "policy-settings-value-bool": _f("policy_settings.chunk_size", True,
+                                     "policy_settings.chunk_size", "True"),
+    "policy-settings-value-null": _f("policy_settings.chunk_size", None,
+                                     "policy_settings.chunk_size", "None"),
+    "policy-settings-value-nan": _f("policy_settings.chunk_size", NAN,
+                                    "policy_settings.chunk_size", "nan"),
+    "policy-settings-empty-name": _f("policy_settings", {"": 4}, "policy_settings['']",
+                                     "non-empty"),
     # requests
     "request-not-object": _f("requests.1", 5, "requests[1]", "object"),
     "request-id-missing": _f("requests.0.request_id", DROP, "requests[0].request_id", "missing"),
@@ -205,6 +221,7 @@ SIMULATE_FLAGS: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "policy-unknown": (["--policy", "slackest"], ("slackest", "least-slack")),
     "policy-empty": (["--policy", ""], ("policy",)),
     "unknown-flag": (["--frobnicate"], ("--frobnicate",)),
+    "policy-setting-no-equals": (["--policy-setting", "tau"], ("argument --policy-setting", "NAME=VALUE")),
 }
 
 SWEEP_FLAGS: dict[str, tuple[list[str], tuple[str, ...]]] = {
@@ -217,6 +234,11 @@ SWEEP_FLAGS: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "workers-zero": (["--workers", "0"], ("--workers",)),
     "seed-negative": (["--seed", "-1"], ("--seed", ">= 0")),
     "out-is-a-file": (["--out", "{file}"], ("--out", "not a directory")),
+    "policy-setting-no-equals": (["--policy-setting", "chunk_size"],
+                                 ("argument --policy-setting", "NAME=VALUE")),
+    "policy-setting-unknown": (["--policy-setting", "chunk_sise=4"], ("chunk_sise",)),
+    "policy-setting-zero": (["--policy", "refill", "sarathi", "--policy-setting", "chunk_size=0"],
+                            ("'sarathi'", "chunk_size", ">= 1")),
 }
 
 GENERATE_FLAGS: dict[str, tuple[list[str], tuple[str, ...]]] = {
@@ -242,6 +264,62 @@ GENERATE_FLAGS: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "dtype-float16": (["--dtype", "float16"], ("--dtype", "float16")),
     "device-tpu": (["--device", "tpu"], ("--device", "tpu")),
     "policy-unknown": (["--policy", "fifo-magic"], ("fifo-magic",)),
+    "policy-setting-no-equals": (["--policy-setting", "chunk_size"],
+                                 ("argument --policy-setting", "NAME=VALUE")),
+    "policy-setting-unknown": (["--policy-setting", "chunk_sise=4"], ("chunk_sise",)),
+    "policy-setting-zero": (["--policy", "sarathi", "--policy-setting", "chunk_size=0"],
+                            ("'sarathi'", "chunk_size", ">= 1")),
+}
+
+@dataclass(frozen=True)
+class SettingCase:
+    """``iterserve simulate --policy POLICY`` on the A/B/C fixture with this
+    ``policy_settings`` section (DROP: none), these extra capacity fields and
+    these extra flags."""
+
+    policy: str
+    needles: tuple[str, ...]
+    settings: Any = DROP
+    capacity: tuple[tuple[str, Any], ...] = ()
+    flags: tuple[str, ...] = ()
+
+
+# Names and values are checked by the chosen policy's config when it is made,
+# before the run: one line naming the policy or the setting.
+POLICY_SETTINGS: dict[str, SettingCase] = {
+    "section-name-no-policy-takes": SettingCase("sarathi", ("chunk_sise", "policy_settings"),
+                                                settings={"chunk_sise": 4}),
+    "section-newline-name": SettingCase("sarathi", ("'chunk\\nsize'",),
+                                        settings={"chunk\nsize": 4}),
+    "section-chunk-size-zero": SettingCase("sarathi", ("'sarathi'", "chunk_size", ">= 1"),
+                                           settings={"chunk_size": 0}),
+    "section-chunk-size-float": SettingCase("sarathi", ("chunk_size", "integer", "2.5"),
+                                            settings={"chunk_size": 2.5}),
+    "section-chunk-size-string": SettingCase("sarathi", ("chunk_size", "'four'"),
+                                             settings={"chunk_size": "four"}),
+    "section-and-capacity": SettingCase(
+        "sarathi", ("workload: capacity.chunk_size", "also set in policy_settings"),
+        settings={"chunk_size": 4}, capacity=(("chunk_size", 4),)),
+    "section-and-capacity-other-policy": SettingCase(
+        "refill", ("capacity.tau", "also set in policy_settings"),
+        settings={"tau": 2}, capacity=(("tau", 3),)),
+    "legacy-knob-zero": SettingCase("sarathi", ("capacity.chunk_size", ">= 1"),
+                                    capacity=(("chunk_size", 0),)),
+    "flag-no-equals": SettingCase("sarathi", ("argument --policy-setting", "NAME=VALUE", "'chunk_size'"),
+                                  flags=("--policy-setting", "chunk_size")),
+    "flag-empty-name": SettingCase("sarathi", ("argument --policy-setting", "NAME=VALUE"),
+                                   flags=("--policy-setting", "=4")),
+    "flag-missing-value": SettingCase("sarathi", ("--policy-setting", "expected one argument"),
+                                      flags=("--policy-setting",)),
+    "flag-unknown-name": SettingCase("sarathi", ("chunk_sise", "no policy takes"),
+                                     flags=("--policy-setting", "chunk_sise=4")),
+    "flag-name-the-policy-lacks": SettingCase("refill", ("'refill'", "chunk_size"),
+                                              flags=("--policy-setting", "chunk_size=4")),
+    "flag-chunk-size-zero": SettingCase("sarathi", ("'sarathi'", "chunk_size", ">= 1"),
+                                        flags=("--policy-setting", "chunk_size=0")),
+    "flag-overrides-a-good-section": SettingCase(
+        "sarathi", ("chunk_size", ">= 1"), settings={"chunk_size": 4},
+        flags=("--policy-setting", "chunk_size=-1")),
 }
 
 GENERATE_SOURCES: dict[str, tuple[list[str], tuple[str, ...]]] = {
@@ -280,4 +358,8 @@ DECISION_LOG_HEADERS: dict[str, FieldCase] = {
     "header-unknown-field": _f("requests.0.realized_output_tokens", 2,
                                "requests[0].realized_output_tokens", "unknown field"),
     "header-capacity-missing": _f("capacity", DROP, "capacity", "missing"),
+    "header-policy-settings-list": _f("policy_settings", [["chunk_size", 2]], "policy_settings",
+                                      "object"),
+    "header-policy-settings-value-object": _f("policy_settings.chunk_size", {"rows": 2},
+                                              "policy_settings.chunk_size", "number or a string"),
 }

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from iterserve.cli.flag_types import POSITIVE_INT, SEED, finite_float, int_at_least, non_empty
 from iterserve.cli.simulate import FlagError
+from iterserve.policies.settings import add_policy_setting_flag
 from iterserve.records.limits import MAX_BLOCK_SIZE, MAX_BUDGET, MAX_NUM_BLOCKS, MAX_OUTPUT_TOKENS
 
 
@@ -31,6 +32,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--kv-blocks", type=int_at_least(1, MAX_NUM_BLOCKS), default=1024)
     parser.add_argument("--block-size", type=int_at_least(1, MAX_BLOCK_SIZE), default=16)
     parser.add_argument("--chunk-size", type=int_at_least(1, MAX_BUDGET), default=None)
+    add_policy_setting_flag(parser)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--json", action="store_true", help="print one JSON object per output")
@@ -74,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
     config = EngineConfig(
         policy=args.policy, token_budget=args.token_budget, max_num_seqs=args.max_num_seqs,
         kv_blocks=args.kv_blocks, block_size=args.block_size, chunk_size=args.chunk_size,
+        extra_policy_settings=tuple(dict(args.policy_setting).items()),
         dtype=args.dtype, device=args.device,
     )
     params = SamplingParams(

@@ -26,8 +26,8 @@ from iterserve.cli.flag_types import (
     output_file,
 )
 from iterserve.metrics import ObservationWindow, SloConfig
-from iterserve.policies.edf import bind_cost_model
-from iterserve.policies.registry import make_policy
+from iterserve.policies.registry import policy_for
+from iterserve.policies.settings import add_policy_setting_flag
 from iterserve.records.limits import MAX_BYTES_PER_ROW
 from iterserve.records.spec import WorkloadManifest
 from iterserve.sim.admission_report import admission_report
@@ -75,6 +75,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("simulate", help="run a workload on the simulated executor")
     add_run_flags(parser)
     parser.add_argument("--policy", required=True, help="policy name (see `iterserve policies`)")
+    add_policy_setting_flag(parser)
     parser.add_argument("--out", type=output_dir, required=True,
                         help="output directory (absent or a directory)")
     parser.add_argument("--decision-log", type=output_file,
@@ -160,7 +161,9 @@ def window_from_flags(args: argparse.Namespace) -> ObservationWindow | None:
 def run(args: argparse.Namespace) -> int:
     setup = setup_from_flags(RunFlags.from_args(args))
     window = window_from_flags(args)
-    policy = bind_cost_model(make_policy(args.policy), setup.cost_model)
+    online = setup.manifest.online
+    policy = policy_for(args.policy, online, dict(args.policy_setting),
+                        cost_model=setup.cost_model)
     config = RunConfig(policy, setup.cost_model, setup.gate, args.max_iterations)
     with contextlib.ExitStack() as stack:
         stream = None

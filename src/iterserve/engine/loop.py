@@ -16,9 +16,9 @@ from iterserve.admission.readiness import ReadinessFact, ReadinessRequirement
 from iterserve.engine.executor import Executor
 from iterserve.engine.observer import EngineObserver
 from iterserve.engine.readiness import ReadinessBoard
-from iterserve.policies.base import Policy
+from iterserve.plan import Policy
 from iterserve.records.spec import OnlineWorkload, PolicyIdentity, RequestSpec
-from iterserve.records.state import CapacityFacts, SchedulerState
+from iterserve.records.state import CapacityFacts, RunRules, SchedulerState
 from iterserve.records.transition import advance, cancel, with_arrivals, with_readiness
 from iterserve.records.validate import validate_plan, validate_result, validate_state
 
@@ -48,7 +48,7 @@ def initial_state(workload: OnlineWorkload, capacity: CapacityFacts | None = Non
     return SchedulerState(
         decision_id=0, state_version=0, now=0.0, waiting=(), running=(), suspended=(),
         finished=(), views={}, token_budget=cap.token_budget, sequence_budget=cap.sequence_budget,
-        capacity=capacity or CapacityFacts(),
+        capacity=capacity or CapacityFacts(), rules=RunRules.of(workload),
     )
 
 
@@ -159,7 +159,7 @@ class Engine:
         if not self.state.has_live:
             return self._jump_to_next_arrival()
         state = self.state
-        plan = self.policy.choose(self.workload, state)
+        plan = self.policy.choose(state)
         if self.validate:
             validate_state(state)
             validate_plan(self.workload, state, plan)

@@ -7,13 +7,19 @@ builds the records. Shape (documented in the README):
     {
       "workload_id": str,
       "clock": "iteration" | "ms",
-      "capacity": {"token_budget": int, "sequence_budget": int, ...optional knobs},
+      "capacity": {"token_budget": int, "sequence_budget": int, "kv_rows": int?},
+      "policy_settings": {name: number | str}?,   # e.g. {"chunk_size": 4}
       "requests": [{"request_id": str, "arrival": number, "prompt_tokens": int | [int],
                     "max_output_tokens": int, "client_id": str, "priority": int,
                     "slo": {"ttft_ms": number, "tbt_ms": number}?,
                     "output_forecast": number?, "output_forecast_p90": number?}],
       "fixture_only_hidden_truth": {"realized_output_tokens": {request_id: int}}
     }
+
+Deprecated: the policy knobs ``capacity.max_num_seqs``,
+``long_prefill_token_threshold``, ``chunk_size`` and ``tau`` are still read,
+into ``policy_settings`` (setting one in both places is an error); they are
+written back under ``policy_settings``.
 """
 
 from __future__ import annotations
@@ -40,13 +46,15 @@ from iterserve.sim.workload_schema import (
     KvDoc,
     RequestDoc,
     SchemaError,
+    WorkloadDoc,
     field_path,
     validate_workload,
 )
 
 CLOCKS = ("iteration", "ms")
-_CAPACITY_FIELDS = ("token_budget", "sequence_budget", "max_num_seqs",
-                    "long_prefill_token_threshold", "chunk_size", "tau", "kv_rows")
+_CAPACITY_FIELDS = ("token_budget", "sequence_budget", "kv_rows")
+#: deprecated policy knobs still read from ``capacity`` into ``policy_settings``
+LEGACY_CAPACITY_KNOBS = ("max_num_seqs", "long_prefill_token_threshold", "chunk_size", "tau")
 _KV_FIELDS = ("num_blocks", "block_size", "num_host_blocks", "bytes_per_row", "admission",
               "preemption_mode")
 
@@ -103,6 +111,7 @@ def parse_workload(raw: Any) -> WorkloadManifest:
         capacity=_capacity(doc.capacity),
         requests=requests,
         kv=None if doc.kv is None else _kv(doc.kv),
+        policy_settings=_policy_settings(doc),
     )
     return WorkloadManifest(online, _hidden(doc.fixture_only_hidden_truth, set(ids)))
 
@@ -116,6 +125,22 @@ def _kv(doc: KvDoc) -> KvSpec:
                       doc.admission, doc.preemption_mode)
     except ValueError as exc:
         raise WorkloadError(f"workload: {exc}") from None
+
+
+def _policy_settings(doc: WorkloadDoc) -> dict[str, Any]:
+    """The ``policy_settings`` section plus the deprecated capacity knobs (the
+    schema checked their shapes; each policy checks the values it takes when
+    it is made). A knob set in both places is an error."""
+    settings: dict[str, Any] = dict(doc.policy_settings)
+    for name in LEGACY_CAPACITY_KNOBS:
+        value = getattr(doc.capacity, name)
+        if value is None:
+            continue
+        if name in settings:
+            raise WorkloadError(f"workload: capacity.{name}: also set in policy_settings; keep "
+                                "that one (capacity policy knobs are deprecated)")
+        settings[name] = value
+    return settings
 
 
 def _capacity(doc: CapacityDoc) -> Capacity:
@@ -169,6 +194,7 @@ def online_to_json(workload: OnlineWorkload) -> dict[str, Any]:
         "capacity": {n: getattr(cap, n) for n in _CAPACITY_FIELDS if getattr(cap, n) is not None},
         "requests": [_request_to_json(r) for r in workload.requests],
         **({} if workload.kv is None else {"kv": _kv_to_json(workload.kv)}),
+        **({"policy_settings": dict(workload.policy_settings)} if workload.policy_settings else {}),
     }
 
 

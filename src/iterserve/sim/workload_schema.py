@@ -9,9 +9,17 @@ the documented size limits of :mod:`iterserve.records.limits`.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    ValidationError,
+    field_validator,
+)
 
 from iterserve.records import limits
 from iterserve.records.spec import PREEMPTION_MODES, check_admission
@@ -27,6 +35,19 @@ NumOutputTokens = Annotated[int, Field(ge=1, le=limits.MAX_OUTPUT_TOKENS)]
 NumBlocks = Annotated[int, Field(ge=1, le=limits.MAX_NUM_BLOCKS)]
 Forecast = Annotated[float, Field(ge=0, le=limits.MAX_OUTPUT_TOKENS, allow_inf_nan=False)]
 SloMs = Annotated[float, Field(gt=0, le=limits.MAX_SLO_MS, allow_inf_nan=False)]
+
+
+def _setting_value(value: Any) -> int | float | str:
+    """A policy setting's shape only: a JSON number (finite) or a string.
+    The policy's own config checks the value when the policy is made."""
+    if _is_int(value) or isinstance(value, str):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return value
+    raise ValueError(f"must be a number or a string, got {_show(value)}")
+
+
+SettingValue = Annotated[Any, PlainValidator(_setting_value)]
 
 
 class _Strict(BaseModel):
@@ -68,6 +89,8 @@ class RequestDoc(_Strict):
 
 
 class CapacityDoc(_Strict):
+    """Budgets, plus the deprecated policy knobs (read into ``policy_settings``)."""
+
     token_budget: Budget
     sequence_budget: Budget
     max_num_seqs: Budget | None = None
@@ -105,6 +128,7 @@ class WorkloadDoc(_Strict):
     fixture_only_hidden_truth: HiddenDoc | None = None
     description: str | None = None
     kv: KvDoc | None = None
+    policy_settings: dict[NonEmpty, SettingValue] = {}
 
 
 def validate_workload(raw: Any) -> WorkloadDoc:
@@ -118,7 +142,10 @@ def validate_workload(raw: Any) -> WorkloadDoc:
 
 
 def _describe(error: Any) -> str:
-    return f"workload: {field_path(error['loc'])}: {_message(error)}"
+    loc = tuple(error["loc"])
+    if loc and loc[-1] == "[key]":  # pydantic's marker for a bad mapping key
+        return f"workload: {field_path(loc[:-1])}: the name {_message(error)}"
+    return f"workload: {field_path(loc)}: {_message(error)}"
 
 
 def field_path(parts: Any) -> str:
