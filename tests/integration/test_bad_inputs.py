@@ -170,7 +170,7 @@ def test_a_header_whose_policy_settings_are_not_an_object(tmp_path, capsys) -> N
     header = {**json.loads(lines[0]), "policy_settings": [["chunk_size", 2]]}
     log = tmp_path / "bad.jsonl"
     log.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
-    _run_bad(["replay", str(log)], tmp_path, capsys, ("header", "policy_settings", "object"))
+    _run_bad(["replay", str(log)], tmp_path, capsys, ("line 1", "policy_settings", "object"))
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +190,7 @@ def test_bad_workload_in_a_decision_log_header(name, decision_log_lines, tmp_pat
     log = tmp_path / "decisions.jsonl"
     log.write_text("\n".join([json.dumps(header), *decision_log_lines[1:]]) + "\n")
     err = _run_bad(["replay", str(log)], tmp_path, capsys, case.needles)
-    assert err.startswith("iterserve replay: error: workload"), err
+    assert err.startswith("iterserve replay: error: line 1, header: workload: "), err
 
 
 def test_the_unedited_decision_log_replays(decision_log_lines, tmp_path, capsys) -> None:

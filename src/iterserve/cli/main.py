@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from iterserve.admission.overload import OverloadConfigError
-from iterserve.cli import generate, make_model, policies, replay, simulate, sweep
+from iterserve.cli import generate, make_model, policies, replay, simulate, sweep, workload
 from iterserve.cli.flag_types import OneLineParser, UsageError
 from iterserve.cli.simulate import FlagError
 from iterserve.engine.loop import EngineStalled
@@ -25,17 +25,20 @@ from iterserve.policies.registry import UnknownPolicy
 from iterserve.policies.settings import PolicyConfigError
 from iterserve.records.errors import ContractViolation
 from iterserve.sim.cost import CostModelError
+from iterserve.sim.traces import TraceError
 from iterserve.sim.workload import WorkloadError
+from iterserve.sim.workload_spec import WorkloadSpecError
 
 EXPECTED_ERRORS = (CheckpointError, WorkloadError, UnknownPolicy, PolicyConfigError, ReplayDivergence, ContractViolation,
-                   EngineStalled, FileNotFoundError, FlagError, OverloadConfigError, CostModelError)
+                   EngineStalled, FileNotFoundError, FlagError, OverloadConfigError, CostModelError,
+                   WorkloadSpecError, TraceError)
 EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE
 
 
 def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="iterserve", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for module in (simulate, sweep, replay, policies, generate, make_model):
+    for module in (simulate, sweep, replay, policies, generate, make_model, workload):
         module.add_parser(subparsers)
     return parser
 

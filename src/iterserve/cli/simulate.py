@@ -25,7 +25,9 @@ from iterserve.cli.flag_types import (
     output_dir,
     output_file,
 )
+from iterserve.cli.progress import RunProgress
 from iterserve.metrics import ObservationWindow, SloConfig
+from iterserve.metrics.capacity import token_budget_utilisation
 from iterserve.policies.registry import policy_for
 from iterserve.policies.settings import add_policy_setting_flag
 from iterserve.records.limits import MAX_BYTES_PER_ROW
@@ -169,14 +171,18 @@ def run(args: argparse.Namespace) -> int:
         stream = None
         if args.decision_log:  # committed only when everything below succeeds
             stream = stack.enter_context(pending_file(args.decision_log))
-        result = run_simulation(setup.manifest, config, stream)
+        progress = RunProgress(len(online.requests))
+        stack.callback(progress.close)
+        result = run_simulation(setup.manifest, config, stream, [progress])
         report = _report(args, setup, policy.policy_id, result)
         args.out.mkdir(parents=True, exist_ok=True)
-        metrics = write_metric_outputs(args.out, result, setup.manifest.online, setup.slo, window,
+        outputs = write_metric_outputs(args.out, result, online, setup.slo, window,
                                        f"{policy.policy_id} + {setup.gate.gate_id}",
                                        plots=not args.no_plots)
-        if metrics is not None:
-            report["metrics"] = metrics.to_dict()
+        if outputs.summary is not None:
+            report["summary"] = outputs.summary.to_dict()
+        if outputs.report is not None:
+            report["metrics"] = outputs.report.to_dict()
         (args.out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     print(_summary_line(policy.policy_id, report, args.out))
     return 0
@@ -194,6 +200,8 @@ def _report(args: argparse.Namespace, setup: RunSetup, policy_id: str,
     report["cost_model"] = {"spec": setup.cost_model.spec, "model_id": setup.cost_model.model_id}
     report["overload"] = {"contract": setup.gate.gate_id, "params": setup.gate.params(),
                           "num_rejected": len(result.engine.rejected)}
+    report["token_budget_utilisation"] = token_budget_utilisation(
+        result.recorder.iterations, online.capacity.token_budget).to_dict()
     return report
 
 
