@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from iterserve.admission.overload import OverloadConfigError
-from iterserve.cli import generate, make_model, policies, replay, simulate, sweep, workload
+from iterserve.cli import generate, make_model, policies, replay, serve, simulate, sweep, workload
 from iterserve.cli.flag_types import OneLineParser, UsageError
 from iterserve.cli.simulate import FlagError
 from iterserve.engine.loop import EngineStalled
@@ -38,7 +38,7 @@ EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE
 def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="iterserve", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for module in (simulate, sweep, replay, policies, generate, make_model, workload):
+    for module in (simulate, sweep, replay, policies, generate, make_model, workload, serve):
         module.add_parser(subparsers)
     return parser
 
