@@ -19,12 +19,12 @@ from iterserve.admission import (
     AdmissionCandidate,
     AdmissionDecision,
     AdmissionPlan,
-    AdmissionPolicyConfig,
+    EstimatorConfig,
     OutputForecast,
     PolicyEvaluation,
     QuantileForecast,
     ReservationBudget,
-    build_admission_policy,
+    build_estimator,
     evaluate_plan,
     plan_admission,
     soft_ceiling_rows,
@@ -71,7 +71,7 @@ def _budget(data: Mapping[str, Any]) -> ReservationBudget:
 
 def _plans(data: Mapping[str, Any]) -> dict[str, AdmissionPlan]:
     candidates = online_candidates(data["requests"])  # hidden truth never read here
-    return {name: plan_admission(candidates, build_admission_policy(AdmissionPolicyConfig(**cfg)),
+    return {name: plan_admission(candidates, build_estimator(EstimatorConfig(**cfg)),
                                  _budget(data))
             for name, cfg in data["policies"].items()}
 

@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import pytest
 
-from iterserve.admission.binding import ForeignBinding
+from iterserve.admission.binding import ForeignBinding, snapshot_digest
 from iterserve.admission.readiness import (
+    ReadinessBoard,
     ReadinessFact,
     ReadinessKind,
     ReadinessRequirement,
     ReadinessStatus,
+    binding_of,
 )
 from iterserve.engine.loop import Engine, EngineStalled
 from iterserve.engine.observer import EngineObserver
-from iterserve.engine.readiness import ReadinessBoard, binding_of
 from iterserve.engine.simulated import SimulatedExecutor
 from iterserve.policies.registry import make_policy
 from iterserve.records import Capacity, HiddenTruth, OnlineWorkload, RequestSpec, RequestView
@@ -41,7 +42,7 @@ def _engine() -> Engine:
 
 
 def _fact(generation: int, epoch: int, status: ReadinessStatus = ReadinessStatus.READY):
-    binding = ForeignBinding("remote", generation, f"g{generation}-e{epoch}", epoch)
+    binding = ForeignBinding("remote", generation, snapshot_digest("remote", generation, 4), epoch)
     return ReadinessFact(ReadinessKind.REMOTE_KV, binding, status)
 
 
@@ -74,7 +75,7 @@ def test_board_accepts_only_the_current_binding(generation: int, epoch: int) -> 
     board = ReadinessBoard()
     board.require("remote", [REMOTE])
     view = RequestView("remote", 1, 5, "c", 0, 0.0, 0, 4, 3, suspension_epoch=1)
-    binding = ForeignBinding("remote", generation, f"g{generation}-e{epoch}", epoch)
+    binding = ForeignBinding("remote", generation, snapshot_digest("remote", generation, 4), epoch)
     board.publish(ReadinessFact(ReadinessKind.REMOTE_KV, binding, ReadinessStatus.READY))
     assert board.is_runnable(view) is ((generation, epoch) == (1, 1))
 

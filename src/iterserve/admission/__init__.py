@@ -11,6 +11,13 @@ from iterserve.admission.binding import (
     is_stale,
     staleness,
 )
+from iterserve.admission.estimators import (
+    MaximumEstimator,
+    PointEstimator,
+    QuantileEstimator,
+    ReservationEstimator,
+    WatermarkEstimator,
+)
 from iterserve.admission.evaluator import (
     LogicalAmount,
     PolicyEvaluation,
@@ -29,13 +36,6 @@ from iterserve.admission.planner import (
     estimate_reservation,
     plan_admission,
     soft_ceiling_rows,
-)
-from iterserve.admission.policies import (
-    AdmissionPolicy,
-    MaximumPolicy,
-    PointPolicy,
-    QuantilePolicy,
-    WatermarkPolicy,
 )
 from iterserve.admission.preemption import (
     FallbackMode,
@@ -70,10 +70,10 @@ from iterserve.admission.records import (
     future_append_rows,
 )
 from iterserve.admission.registry import (
-    ADMISSION_POLICY_NAMES,
-    AdmissionPolicyConfig,
-    UnknownAdmissionPolicyError,
-    build_admission_policy,
+    ESTIMATOR_NAMES,
+    EstimatorConfig,
+    UnknownEstimatorError,
+    build_estimator,
 )
 from iterserve.admission.resume import (
     ResumeBlocked,
@@ -83,17 +83,17 @@ from iterserve.admission.resume import (
 )
 
 __all__ = [
-    "ADMISSION_POLICY_NAMES", "AdmissionCandidate", "AdmissionDecision", "AdmissionIntent",
-    "AdmissionPlan", "AdmissionPolicy", "AdmissionPolicyConfig", "AllocationRequest",
+    "ESTIMATOR_NAMES", "AdmissionCandidate", "AdmissionDecision", "AdmissionIntent",
+    "AdmissionPlan", "ReservationEstimator", "EstimatorConfig", "AllocationRequest",
     "AllocationStatus", "BindingMismatchError", "FallbackMode", "ForeignBinding",
     "ForeignStatus", "IllegalTransitionError", "IllegalWatermarkError", "Lifecycle",
-    "LogicalAmount", "MaximumPolicy", "OutputForecast", "PhysicalAllocationResult",
-    "PointPolicy", "PolicyEvaluation", "PreemptionCandidate", "PreemptionIntent",
+    "LogicalAmount", "MaximumEstimator", "OutputForecast", "PhysicalAllocationResult",
+    "PointEstimator", "PolicyEvaluation", "PreemptionCandidate", "PreemptionIntent",
     "PreemptionMode", "PreemptionReason", "PreservationResult", "QuantileForecast",
-    "QuantilePolicy", "ReadinessFact", "ReadinessKind", "ReadinessRequirement",
+    "QuantileEstimator", "ReadinessFact", "ReadinessKind", "ReadinessRequirement",
     "ReadinessStatus", "ReleaseResult", "ReservationBudget", "ReservationEstimate",
     "ResumeBlocked", "ResumeBlocker", "ResumeTicket", "Staleness", "TRANSITIONS",
-    "UnknownAdmissionPolicyError", "WatermarkPolicy", "build_admission_policy",
+    "UnknownEstimatorError", "WatermarkEstimator", "build_estimator",
     "can_transition", "check_transition", "derive_resume_ticket", "estimate_reservation",
     "evaluate_plan", "future_append_rows", "is_runnable", "is_stale", "plan_admission",
     "reclaimed_capacity_bytes", "soft_ceiling_rows", "staleness", "unmet_requirements",

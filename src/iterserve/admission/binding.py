@@ -11,6 +11,7 @@ request runnable, creates a resume ticket or publishes capacity.
 from __future__ import annotations
 
 import enum
+import hashlib
 from dataclasses import dataclass
 
 
@@ -71,3 +72,13 @@ def staleness(receipt: ForeignBinding, current: ForeignBinding) -> Staleness:
 def is_stale(receipt: ForeignBinding, current: ForeignBinding) -> bool:
     """True when the receipt must not schedule work for ``current``."""
     return staleness(receipt, current) is not Staleness.CURRENT
+
+
+def snapshot_digest(request_id: str, generation: int, num_prompt_tokens: int) -> str:
+    """sha256 of one request generation's immutable snapshot identity: its
+    id, generation and prompt length (the token history a preserved or
+    remote K/V copy was computed from starts with that prompt). Constant for
+    the generation, so receipts stay current across decisions; a successor
+    generation (cancellation, append) gets another digest."""
+    text = f"{request_id}\x00{generation}\x00{num_prompt_tokens}"
+    return hashlib.sha256(text.encode()).hexdigest()

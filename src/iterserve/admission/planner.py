@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from iterserve.admission.policies import AdmissionPolicy
+from iterserve.admission.estimators import ReservationEstimator
 from iterserve.admission.records import (
     AdmissionCandidate,
     AdmissionDecision,
@@ -36,30 +36,30 @@ def soft_ceiling_rows(hard_ceiling_rows: int, watermark_rows: int) -> int:
     return hard_ceiling_rows - watermark_rows
 
 
-def estimate_reservation(candidate: AdmissionCandidate, policy: AdmissionPolicy,
+def estimate_reservation(candidate: AdmissionCandidate, estimator: ReservationEstimator,
                          budget: ReservationBudget) -> ReservationEstimate:
-    """The policy's estimate of the candidate's future append rows and bytes (0x05)."""
-    forecast = policy.forecast_total_outputs(candidate)
+    """The estimator's estimate of the candidate's future append rows and bytes (0x05)."""
+    forecast = estimator.forecast_total_outputs(candidate)
     rows = future_append_rows(candidate, forecast)
     return ReservationEstimate(
-        policy.policy_id, candidate.forecast.prediction_version, candidate.request_id,
+        estimator.estimator_id, candidate.forecast.prediction_version, candidate.request_id,
         candidate.generation, forecast, rows, rows * budget.bytes_per_row,
         budget.hard_ceiling_rows, soft_ceiling_rows(budget.hard_ceiling_rows,
-                                                    policy.watermark_rows))
+                                                    estimator.watermark_rows))
 
 
-def plan_admission(candidates: Sequence[AdmissionCandidate], policy: AdmissionPolicy,
+def plan_admission(candidates: Sequence[AdmissionCandidate], estimator: ReservationEstimator,
                    budget: ReservationBudget) -> AdmissionPlan:
     """Admit FIFO candidates while the running reservation fits the soft ceiling."""
     labels = [candidate.label for candidate in candidates]
     if len(set(labels)) != len(labels):
         raise ValueError(f"duplicate request generations among candidates: {labels}")
-    soft = soft_ceiling_rows(budget.hard_ceiling_rows, policy.watermark_rows)
+    soft = soft_ceiling_rows(budget.hard_ceiling_rows, estimator.watermark_rows)
     reserved = budget.reserved_rows
     blocked = False
     intents = []
     for candidate in candidates:
-        estimate = estimate_reservation(candidate, policy, budget)
+        estimate = estimate_reservation(candidate, estimator, budget)
         blocked = blocked or reserved + estimate.estimated_append_rows > soft
         request = None
         if not blocked:
@@ -70,5 +70,5 @@ def plan_admission(candidates: Sequence[AdmissionCandidate], policy: AdmissionPo
         decision = AdmissionDecision.DEFER_CAPACITY if blocked else AdmissionDecision.ADMIT
         intents.append(AdmissionIntent(candidate.request_id, candidate.generation, decision,
                                        estimate, request))
-    return AdmissionPlan(policy.policy_id, budget.allocation_epoch, budget.reserved_rows,
+    return AdmissionPlan(estimator.estimator_id, budget.allocation_epoch, budget.reserved_rows,
                          reserved, budget.hard_ceiling_rows, soft, tuple(intents))

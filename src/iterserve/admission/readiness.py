@@ -1,4 +1,8 @@
-"""Foreign readiness facts and the runnable conjunction (0x09B, 0x0C).
+"""Readiness: foreign facts, the runnable conjunction and the board (0x09B, 0x0C).
+
+The one home of readiness. Foreign owners publish facts; the board turns
+them into the views' ``is_ready`` flags (through
+:func:`iterserve.records.transition.with_readiness`).
 
 A suspended request is runnable only when every required foreign fact for
 its *current* binding is READY: exact-but-not-resident, promoted-to-a-stale-
@@ -12,7 +16,9 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from iterserve.admission.binding import ForeignBinding, Staleness, staleness
+from iterserve.admission.binding import ForeignBinding, Staleness, snapshot_digest, staleness
+from iterserve.records.state import SchedulerState
+from iterserve.records.view import RequestView
 
 
 class ReadinessKind(enum.Enum):
@@ -86,3 +92,53 @@ def _check_layer(kind: ReadinessKind, layer_index: int | None) -> None:
         raise ValueError("layer_index is required for LAYERS facts and only for them")
     if layer_index is not None and layer_index < 0:
         raise ValueError(f"layer_index must be >= 0, got {layer_index}")
+
+
+def binding_of(view: RequestView) -> ForeignBinding:
+    """The binding facts and receipts must name: generation, snapshot digest
+    and suspension epoch, not the per-step snapshot version (which changes
+    every iteration)."""
+    digest = snapshot_digest(view.request_id, view.generation, view.num_prompt_tokens)
+    return ForeignBinding(view.request_id, view.generation, digest, view.suspension_epoch)
+
+
+class ReadinessBoard:
+    def __init__(self) -> None:
+        self._required: dict[str, tuple[ReadinessRequirement, ...]] = {}
+        self._facts: dict[str, list[ReadinessFact]] = {}
+
+    def require(self, request_id: str, requirements: Iterable[ReadinessRequirement]) -> None:
+        self._required[request_id] = tuple(requirements)
+
+    def publish(self, fact: ReadinessFact) -> None:
+        """A later fact for the same binding and requirement replaces the earlier."""
+        facts = self._facts.setdefault(fact.binding.request_id, [])
+        facts[:] = [f for f in facts
+                    if (f.binding, f.requirement) != (fact.binding, fact.requirement)]
+        facts.append(fact)
+
+    def forget(self, request_id: str) -> None:
+        self._required.pop(request_id, None)
+        self._facts.pop(request_id, None)
+
+    def is_runnable(self, view: RequestView) -> bool:
+        required = self._required.get(view.request_id, ())
+        current = binding_of(view)
+        now = (current.generation, current.suspension_epoch)
+        facts = [f for f in self._facts.get(view.request_id, ())  # future facts wait their turn
+                 if (f.binding.generation, f.binding.suspension_epoch) <= now]
+        if not required and not facts:
+            return True
+        return is_runnable(current, facts, required)
+
+    def readiness(self, state: SchedulerState) -> dict[str, bool]:
+        """is_ready per tracked live request whose published flag is out of date."""
+        changed = {}
+        for rid in list(self._required) + [r for r in self._facts if r not in self._required]:
+            view = state.views.get(rid)
+            if view is None or view.lifecycle.is_terminal:
+                continue
+            ready = self.is_runnable(view)
+            if ready != view.is_ready:
+                changed[rid] = ready
+        return changed

@@ -1,4 +1,4 @@
-"""Select an admission policy by name; unknown names fail loudly (0x06, STYLE 7)."""
+"""Select a reservation estimator by name; unknown names fail loudly (0x06, STYLE 7)."""
 
 from __future__ import annotations
 
@@ -6,21 +6,21 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from iterserve.admission.policies import (
-    AdmissionPolicy,
-    MaximumPolicy,
-    PointPolicy,
-    QuantilePolicy,
-    WatermarkPolicy,
+from iterserve.admission.estimators import (
+    MaximumEstimator,
+    PointEstimator,
+    QuantileEstimator,
+    ReservationEstimator,
+    WatermarkEstimator,
 )
 
 
-class UnknownAdmissionPolicyError(ValueError):
+class UnknownEstimatorError(ValueError):
     """The name is not registered; the message lists the valid names."""
 
 
 @dataclass(frozen=True, slots=True)
-class AdmissionPolicyConfig:
+class EstimatorConfig:
     """Per-run admission choice, e.g. from a CLI flag.
 
     ``quantile`` applies to ``quantile`` (and a quantile watermark base);
@@ -39,25 +39,25 @@ class AdmissionPolicyConfig:
             raise ValueError("a watermark cannot wrap another watermark")
 
 
-def _watermark(config: AdmissionPolicyConfig) -> AdmissionPolicy:
-    base = build_admission_policy(AdmissionPolicyConfig(config.watermark_base, config.quantile))
-    return WatermarkPolicy(base, config.watermark_rows)
+def _watermark(config: EstimatorConfig) -> ReservationEstimator:
+    base = build_estimator(EstimatorConfig(config.watermark_base, config.quantile))
+    return WatermarkEstimator(base, config.watermark_rows)
 
 
-_FACTORIES: Mapping[str, Callable[[AdmissionPolicyConfig], AdmissionPolicy]] = MappingProxyType({
-    "max": lambda config: MaximumPolicy(),
-    "point": lambda config: PointPolicy(),
-    "quantile": lambda config: QuantilePolicy(config.quantile),
+_FACTORIES: Mapping[str, Callable[[EstimatorConfig], ReservationEstimator]] = MappingProxyType({
+    "max": lambda config: MaximumEstimator(),
+    "point": lambda config: PointEstimator(),
+    "quantile": lambda config: QuantileEstimator(config.quantile),
     "watermark": _watermark,
 })
 
-ADMISSION_POLICY_NAMES: tuple[str, ...] = tuple(sorted(_FACTORIES))
+ESTIMATOR_NAMES: tuple[str, ...] = tuple(sorted(_FACTORIES))
 
 
-def build_admission_policy(config: AdmissionPolicyConfig) -> AdmissionPolicy:
-    """The policy ``config.name`` names; raises :class:`UnknownAdmissionPolicyError` otherwise."""
+def build_estimator(config: EstimatorConfig) -> ReservationEstimator:
+    """The estimator ``config.name`` names; raises :class:`UnknownEstimatorError` otherwise."""
     factory = _FACTORIES.get(config.name)
     if factory is None:
-        raise UnknownAdmissionPolicyError(
-            f"unknown admission policy {config.name!r}; valid: {', '.join(ADMISSION_POLICY_NAMES)}")
+        raise UnknownEstimatorError(
+            f"unknown admission estimator {config.name!r}; valid: {', '.join(ESTIMATOR_NAMES)}")
     return factory(config)

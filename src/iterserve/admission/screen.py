@@ -13,35 +13,35 @@ when a request declares none; they travel on the views. Never hidden truth.
 
 from __future__ import annotations
 
+from iterserve.admission.estimators import ReservationEstimator
 from iterserve.admission.planner import soft_ceiling_rows
-from iterserve.admission.policies import AdmissionPolicy
 from iterserve.admission.records import (
     AdmissionCandidate,
     OutputForecast,
     QuantileForecast,
     future_append_rows,
 )
-from iterserve.admission.registry import AdmissionPolicyConfig, build_admission_policy
+from iterserve.admission.registry import EstimatorConfig, build_estimator
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import RequestView
 
 
-def parse_admission(name: str) -> AdmissionPolicy | None:
+def parse_admission(name: str) -> ReservationEstimator | None:
     """``none`` | ``max`` | ``point`` | ``quantile`` | ``watermark:W`` (W rows)."""
     if name == "none":
         return None
     family, _, arg = name.partition(":")
     if family == "watermark":
-        return build_admission_policy(AdmissionPolicyConfig("watermark", watermark_rows=int(arg or 0)))
-    return build_admission_policy(AdmissionPolicyConfig(family))
+        return build_estimator(EstimatorConfig("watermark", watermark_rows=int(arg or 0)))
+    return build_estimator(EstimatorConfig(family))
 
 
 class ReservationScreen:
-    __slots__ = ("_policy", "_soft_rows", "reserved_rows")
+    __slots__ = ("_estimator", "_soft_rows", "reserved_rows")
 
-    def __init__(self, state: SchedulerState, policy: AdmissionPolicy, hard_rows: int) -> None:
-        self._policy = policy
-        self._soft_rows = soft_ceiling_rows(hard_rows, policy.watermark_rows)
+    def __init__(self, state: SchedulerState, estimator: ReservationEstimator, hard_rows: int) -> None:
+        self._estimator = estimator
+        self._soft_rows = soft_ceiling_rows(hard_rows, estimator.watermark_rows)
         self.reserved_rows = sum(
             view.num_computed + self.future_rows(view)
             for view in (state.views[rid] for rid in state.running + state.suspended)
@@ -54,10 +54,10 @@ class ReservationScreen:
         facts = state.capacity
         if state.rules.admission == "none" or facts.num_blocks_total is None:
             return None
-        policy = parse_admission(state.rules.admission)
-        if policy is None:
+        estimator = parse_admission(state.rules.admission)
+        if estimator is None:
             return None
-        return cls(state, policy, facts.num_blocks_total * facts.block_size)
+        return cls(state, estimator, facts.num_blocks_total * facts.block_size)
 
     @staticmethod
     def candidate(view: RequestView) -> AdmissionCandidate:
@@ -74,7 +74,7 @@ class ReservationScreen:
 
     def future_rows(self, view: RequestView) -> int:
         candidate = self.candidate(view)
-        return future_append_rows(candidate, self._policy.forecast_total_outputs(candidate))
+        return future_append_rows(candidate, self._estimator.forecast_total_outputs(candidate))
 
     def fits(self, view: RequestView) -> bool:
         return self.reserved_rows + view.num_computed + self.future_rows(view) <= self._soft_rows

@@ -12,10 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from iterserve.admission.readiness import ReadinessFact, ReadinessRequirement
+from iterserve.admission.readiness import ReadinessBoard, ReadinessFact, ReadinessRequirement
 from iterserve.engine.executor import Executor
 from iterserve.engine.observer import EngineObserver
-from iterserve.engine.readiness import ReadinessBoard
 from iterserve.plan import Policy
 from iterserve.plan.feasibility import check_run
 from iterserve.records.spec import OnlineWorkload, PolicyIdentity, RequestSpec

@@ -7,23 +7,23 @@ import dataclasses
 import pytest
 
 from iterserve.admission import (
-    ADMISSION_POLICY_NAMES,
+    ESTIMATOR_NAMES,
     AdmissionCandidate,
     AdmissionDecision,
-    AdmissionPolicyConfig,
     AllocationRequest,
     AllocationStatus,
+    EstimatorConfig,
     IllegalWatermarkError,
-    MaximumPolicy,
+    MaximumEstimator,
     OutputForecast,
     PhysicalAllocationResult,
-    PointPolicy,
+    PointEstimator,
+    QuantileEstimator,
     QuantileForecast,
-    QuantilePolicy,
     ReservationBudget,
-    UnknownAdmissionPolicyError,
-    WatermarkPolicy,
-    build_admission_policy,
+    UnknownEstimatorError,
+    WatermarkEstimator,
+    build_estimator,
     estimate_reservation,
     evaluate_plan,
     future_append_rows,
@@ -100,7 +100,7 @@ def test_records_are_frozen() -> None:
 
 def test_missing_quantile_fails_loudly() -> None:
     with pytest.raises(KeyError, match="q=0.99"):
-        QuantilePolicy(0.99).forecast_total_outputs(_candidate())
+        QuantileEstimator(0.99).forecast_total_outputs(_candidate())
 
 
 def test_physical_result_answers_only_its_request_and_epoch() -> None:
@@ -115,31 +115,31 @@ def test_physical_result_answers_only_its_request_and_epoch() -> None:
 
 def test_each_family_forecasts_differently() -> None:
     candidate = _candidate()
-    assert MaximumPolicy().forecast_total_outputs(candidate) == 8
-    assert PointPolicy().forecast_total_outputs(candidate) == 3
-    assert QuantilePolicy(0.9).forecast_total_outputs(candidate) == 5
-    watermark = WatermarkPolicy(QuantilePolicy(0.9), 4)
+    assert MaximumEstimator().forecast_total_outputs(candidate) == 8
+    assert PointEstimator().forecast_total_outputs(candidate) == 3
+    assert QuantileEstimator(0.9).forecast_total_outputs(candidate) == 5
+    watermark = WatermarkEstimator(QuantileEstimator(0.9), 4)
     assert watermark.forecast_total_outputs(candidate) == 5 and watermark.watermark_rows == 4
-    assert watermark.policy_id == "watermark:quantile:p90:w4"
+    assert watermark.estimator_id == "watermark:quantile:p90:w4"
 
 
 def test_registry_builds_every_name_and_fails_loudly() -> None:
-    assert ADMISSION_POLICY_NAMES == ("max", "point", "quantile", "watermark")
-    for name in ADMISSION_POLICY_NAMES:
-        policy = build_admission_policy(AdmissionPolicyConfig(name))
-        assert policy.policy_id.startswith(name)
-    with pytest.raises(UnknownAdmissionPolicyError, match="max, point, quantile, watermark"):
-        build_admission_policy(AdmissionPolicyConfig("oracle"))
-    with pytest.raises(UnknownAdmissionPolicyError):
-        build_admission_policy(AdmissionPolicyConfig("watermark", watermark_rows=1,
+    assert ESTIMATOR_NAMES == ("max", "point", "quantile", "watermark")
+    for name in ESTIMATOR_NAMES:
+        estimator = build_estimator(EstimatorConfig(name))
+        assert estimator.estimator_id.startswith(name)
+    with pytest.raises(UnknownEstimatorError, match="max, point, quantile, watermark"):
+        build_estimator(EstimatorConfig("oracle"))
+    with pytest.raises(UnknownEstimatorError):
+        build_estimator(EstimatorConfig("watermark", watermark_rows=1,
                                                      watermark_base="nope"))
 
 
 @pytest.mark.parametrize("config", [
-    lambda: AdmissionPolicyConfig("max", watermark_rows=2),
-    lambda: AdmissionPolicyConfig("watermark", watermark_base="watermark"),
-    lambda: WatermarkPolicy(PointPolicy(), -1),
-    lambda: WatermarkPolicy(WatermarkPolicy(PointPolicy(), 1), 1),
+    lambda: EstimatorConfig("max", watermark_rows=2),
+    lambda: EstimatorConfig("watermark", watermark_base="watermark"),
+    lambda: WatermarkEstimator(PointEstimator(), -1),
+    lambda: WatermarkEstimator(WatermarkEstimator(PointEstimator(), 1), 1),
 ])
 def test_illegal_watermarks_are_refused(config: object) -> None:
     with pytest.raises(ValueError):
@@ -151,14 +151,14 @@ def test_soft_ceiling() -> None:
     with pytest.raises(IllegalWatermarkError):
         soft_ceiling_rows(28, 29)
     with pytest.raises(IllegalWatermarkError):
-        plan_admission([_candidate()], WatermarkPolicy(PointPolicy(), 101), BUDGET)
+        plan_admission([_candidate()], WatermarkEstimator(PointEstimator(), 101), BUDGET)
 
 
 # ------------------------------------------------------------------ planner
 
 
 def test_estimate_carries_policy_prediction_and_ceilings() -> None:
-    estimate = estimate_reservation(_candidate(), WatermarkPolicy(PointPolicy(), 10), BUDGET)
+    estimate = estimate_reservation(_candidate(), WatermarkEstimator(PointEstimator(), 10), BUDGET)
     assert (estimate.policy_id, estimate.prediction_version) == ("watermark:point:w10", "v1")
     assert estimate.forecast_total_outputs == 3
     assert estimate.estimated_append_rows == 6 + 2
@@ -172,7 +172,7 @@ def test_fifo_stops_at_the_first_candidate_that_does_not_fit() -> None:
     big = _candidate("big", uncached=10, max_tokens=8)  # max: 10 + 7 = 17
     small = _candidate("small", uncached=1, max_tokens=8)  # max: 1 + 7 = 8
     tiny = _candidate("tiny", uncached=1, max_tokens=1, forecast=OutputForecast("v1", 1))
-    plan = plan_admission([big, small, tiny], MaximumPolicy(), budget)
+    plan = plan_admission([big, small, tiny], MaximumEstimator(), budget)
     assert [i.decision for i in plan.intents] == [AdmissionDecision.ADMIT,
                                                   AdmissionDecision.DEFER_CAPACITY,
                                                   AdmissionDecision.DEFER_CAPACITY]
@@ -182,13 +182,13 @@ def test_fifo_stops_at_the_first_candidate_that_does_not_fit() -> None:
 
 def test_planner_refuses_duplicate_generations() -> None:
     with pytest.raises(ValueError, match="duplicate"):
-        plan_admission([_candidate(), _candidate()], PointPolicy(), BUDGET)
+        plan_admission([_candidate(), _candidate()], PointEstimator(), BUDGET)
 
 
 def test_plan_is_deterministic_and_pure() -> None:
     candidates = [_candidate("a"), _candidate("b")]
-    assert plan_admission(candidates, PointPolicy(), BUDGET) == \
-        plan_admission(candidates, PointPolicy(), BUDGET)
+    assert plan_admission(candidates, PointEstimator(), BUDGET) == \
+        plan_admission(candidates, PointEstimator(), BUDGET)
 
 
 # ---------------------------------------------------------------- evaluator
@@ -196,7 +196,7 @@ def test_plan_is_deterministic_and_pure() -> None:
 
 def test_evaluator_needs_every_realized_length_and_the_same_candidates() -> None:
     candidates = [_candidate("a"), _candidate("b")]
-    plan = plan_admission(candidates, PointPolicy(), BUDGET)
+    plan = plan_admission(candidates, PointEstimator(), BUDGET)
     with pytest.raises(KeyError, match="b"):
         evaluate_plan(plan, candidates, {"a": 3}, ROW)
     with pytest.raises(ValueError, match="not made from"):
@@ -207,7 +207,7 @@ def test_evaluator_ties_break_on_latest_admission() -> None:
     budget = dataclasses.replace(BUDGET, hard_ceiling_rows=16)
     candidates = [_candidate(name, prompt=2, uncached=2, priority=priority)
                   for name, priority in (("a", 0), ("b", 0), ("c", 5))]
-    plan = plan_admission(candidates, PointPolicy(), budget)  # 3 * (2 + 2) = 12 <= 16
+    plan = plan_admission(candidates, PointEstimator(), budget)  # 3 * (2 + 2) = 12 <= 16
     result = evaluate_plan(plan, candidates, {"a": 8, "b": 8, "c": 8}, ROW)  # 3 * 9 = 27
     assert result.hard_breach.rows == 11
     assert [v.label for v in result.preemption_candidates] == ["b:0", "a:0"]  # 9 + 9 >= 11
