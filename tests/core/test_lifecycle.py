@@ -143,7 +143,7 @@ def test_abort_of_a_running_request_is_terminal():
     (L.RUNNING, IntentKind.REJECT, E.IllegalIntent),
     (L.WAITING, IntentKind.RESUME, E.IllegalIntent),
     (L.WAITING, IntentKind.PREEMPT_RECOMPUTE, E.IllegalIntent),
-    (L.SUSPENDED_PRESERVED, IntentKind.PREEMPT_PRESERVE, E.IllegalIntent),
+    (L.SUSPENDED_PRESERVED, IntentKind.PREEMPT_PRESERVE_EXACT, E.IllegalIntent),
     (L.FINISHED, IntentKind.ABORT, E.TerminalRequest),
 ], ids=lambda x: getattr(x, "value", getattr(x, "__name__", str(x))))
 def test_refused_intents(lifecycle, kind, error):
@@ -215,7 +215,7 @@ def test_reaching_max_output_tokens_finishes_with_length():
 def test_preserve_preemption_goes_through_preempt_pending_and_keeps_rows():
     """0x0C: RUNNING -> PREEMPT_PENDING -> SUSPENDED_PRESERVED; rows are kept."""
     state = _state(_view("x", L.RUNNING, p=3, e=2, c=4))
-    after = _apply(state, _intent_plan(state, (IntentKind.PREEMPT_PRESERVE, "x", 0)))
+    after = _apply(state, _intent_plan(state, (IntentKind.PREEMPT_PRESERVE_EXACT, "x", 0)))
     x = after.views["x"]
     assert x.lifecycle is L.SUSPENDED_PRESERVED and after.suspended == ("x",)
     assert "x" not in after.running and x.suspension_epoch == 1
@@ -234,7 +234,7 @@ def test_resume_goes_through_resume_pending(suspended):
 
 def test_preserve_then_resume_decodes_without_rebuild():
     state = _state(_view("x", L.RUNNING, p=3, e=2, c=4))
-    suspended = _apply(state, _intent_plan(state, (IntentKind.PREEMPT_PRESERVE, "x", 0)))
+    suspended = _apply(state, _intent_plan(state, (IntentKind.PREEMPT_PRESERVE_EXACT, "x", 0)))
     resumed = _apply(suspended, _intent_plan(suspended, (IntentKind.RESUME, "x", 0)))
     plan, result, after = _run_step(resumed)
     assert [(w.start, w.end, w.kind) for w in plan.work] == [(4, 5, WorkKind.DECODE_ROW)]

@@ -58,7 +58,7 @@ class PreemptionLog(EngineObserver):
     def on_step(self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
                 successor: SchedulerState) -> None:
         for intent in plan.intents:
-            if intent.kind in (IntentKind.PREEMPT_RECOMPUTE, IntentKind.PREEMPT_PRESERVE):
+            if intent.kind in (IntentKind.PREEMPT_RECOMPUTE, IntentKind.PREEMPT_PRESERVE_EXACT):
                 view = state.views[intent.request_id]
                 self.preempted.append((intent.request_id, intent.kind, view.num_emitted))
 

@@ -102,7 +102,7 @@ def test_preserve_exact_preemption_swaps_and_keeps_greedy_outputs(tiny_model, ti
     run = run_engine(executor, prompts, policy, kv=kv, capacity=capacity,
                      settings={"max_num_seqs": 64, "tau": 8})
     want = _unconstrained(tiny_model, tiny_tokenizer, prompts)
-    _assert_mid_generation_preemptions(run, IntentKind.PREEMPT_PRESERVE)
+    _assert_mid_generation_preemptions(run, IntentKind.PREEMPT_PRESERVE_EXACT)
     stats = executor.kv.stats()
     assert stats.num_swapped_out_blocks > 0
     assert stats.num_swapped_in_blocks == stats.num_swapped_out_blocks  # no cache reuse here

@@ -12,12 +12,7 @@ import enum
 from dataclasses import dataclass
 
 from iterserve.admission.binding import ForeignBinding, is_stale
-
-
-class PreemptionMode(enum.Enum):
-    PRESERVE_EXACT = "preserve_exact"  # keep exact K/V (e.g. host swap), restore on resume
-    RECOMPUTE = "recompute"  # drop K/V, rebuild [T_ready, T_target) from token history
-    ABORT = "abort"
+from iterserve.records.preemption import PreemptionMode
 
 
 class FallbackMode(enum.Enum):

@@ -122,7 +122,7 @@ class EventRecorder(EngineObserver):
             else:
                 self._admitted.add(rid)
                 event = AdmitEvent(time_s, rid)
-        elif kind is IntentKind.PREEMPT_RECOMPUTE or kind is IntentKind.PREEMPT_PRESERVE:
+        elif kind is IntentKind.PREEMPT_RECOMPUTE or kind is IntentKind.PREEMPT_PRESERVE_EXACT:
             self._preempted.add(rid)
             mode = "swap" if after.lifecycle is Lifecycle.SUSPENDED_PRESERVED else "recompute"
             event = PreemptEvent(time_s, rid, mode=mode)

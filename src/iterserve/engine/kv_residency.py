@@ -75,7 +75,7 @@ class KvResidency:
             rid = intent.request_id
             if intent.kind in (IntentKind.PREEMPT_RECOMPUTE, IntentKind.ABORT, IntentKind.REJECT):
                 self.release([rid])
-            elif intent.kind is IntentKind.PREEMPT_PRESERVE and rid in self._keys:
+            elif intent.kind is IntentKind.PREEMPT_PRESERVE_EXACT and rid in self._keys:
                 swapped = self.manager.swap_out(self._keys[rid])
                 if isinstance(swapped, SwapFailed):  # falls back to recompute: free (0x0C)
                     self.release([rid])

@@ -12,7 +12,13 @@ from __future__ import annotations
 from iterserve.admission.screen import ReservationScreen
 from iterserve.plan.contract import Policy
 from iterserve.records.keys import key_function
-from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent, WorkItem
+from iterserve.records.plan import (
+    IntentKind,
+    IterationPlan,
+    QueueIntent,
+    WorkItem,
+    preempt_intent_kind,
+)
 from iterserve.records.state import RunRules, SchedulerState
 from iterserve.records.view import Lifecycle, RequestView, WorkKind
 
@@ -250,7 +256,5 @@ def _tightened(budget: int, limit: int | None) -> int:
 
 
 def preemption_kind(rules: RunRules) -> IntentKind:
-    """The run's preemption mode (workload ``kv.preemption_mode``, 0x0C)."""
-    if rules.preemption_mode == "preserve":
-        return IntentKind.PREEMPT_PRESERVE
-    return IntentKind.PREEMPT_RECOMPUTE
+    """The intent of the run's preemption mode (workload ``kv.preemption_mode``, 0x0C)."""
+    return preempt_intent_kind(rules.preemption_mode)

@@ -12,6 +12,7 @@ import enum
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from iterserve.records.preemption import PreemptionMode
 from iterserve.records.view import WorkKind
 
 
@@ -42,10 +43,27 @@ class IntentKind(enum.Enum):
 
     ADMIT = "admit"  # waiting -> running
     PREEMPT_RECOMPUTE = "preempt_recompute"  # running -> waiting, computed rows dropped
-    PREEMPT_PRESERVE = "preempt_preserve"  # running -> suspended, rows kept elsewhere
+    PREEMPT_PRESERVE_EXACT = "preempt_preserve"  # running -> suspended, rows kept elsewhere
     RESUME = "resume"  # suspended -> running
     REJECT = "reject"  # waiting -> terminal (overload contract)
     ABORT = "abort"  # live -> terminal (no way to make progress)
+
+
+_PREEMPT_KINDS = {PreemptionMode.RECOMPUTE: IntentKind.PREEMPT_RECOMPUTE,
+                  PreemptionMode.PRESERVE_EXACT: IntentKind.PREEMPT_PRESERVE_EXACT,
+                  PreemptionMode.ABORT: IntentKind.ABORT}
+_MODES = {kind: mode for mode, kind in _PREEMPT_KINDS.items()}
+
+
+def preempt_intent_kind(mode: PreemptionMode) -> IntentKind:
+    """The queue intent that preempts in ``mode`` (0x0C)."""
+    return _PREEMPT_KINDS[mode]
+
+
+def preemption_mode_of(kind: IntentKind) -> PreemptionMode | None:
+    """The preemption mode a preempting intent carries out; None for the others
+    (ABORT is an ending, not a preemption, in this direction)."""
+    return None if kind is IntentKind.ABORT else _MODES.get(kind)
 
 
 @dataclass(frozen=True, slots=True)

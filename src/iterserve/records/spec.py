@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from iterserve.records.limits import MAX_WATERMARK_ROWS
+from iterserve.records.preemption import PreemptionMode, parse_kv_preemption_mode
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +94,6 @@ class PolicyIdentity:
     policy_version: str
 
 
-PREEMPTION_MODES = ("recompute", "preserve")
 ADMISSION_NAMES = ("none", "max", "point", "quantile")
 
 
@@ -118,20 +118,21 @@ class KvSpec:
     """The workload's ``kv`` section (0x05, 0x06, 0x0C): a paged pool of
     ``num_blocks`` blocks of ``block_size`` rows, an optional host swap pool,
     the logical bytes per row (for byte reports), the admission estimate and
-    the preemption mode (``recompute`` or ``preserve`` = PRESERVE_EXACT)."""
+    the preemption mode (:class:`PreemptionMode`; the file spells it
+    ``recompute`` or ``preserve``)."""
 
     num_blocks: int
     block_size: int = 16
     num_host_blocks: int = 0
     bytes_per_row: int | None = None
     admission: str = "none"
-    preemption_mode: str = "recompute"
+    preemption_mode: PreemptionMode = PreemptionMode.RECOMPUTE
 
     def __post_init__(self) -> None:
         if self.num_blocks < 1 or self.block_size < 1 or self.num_host_blocks < 0:
             raise ValueError("kv: num_blocks and block_size must be >= 1, num_host_blocks >= 0")
-        if self.preemption_mode not in PREEMPTION_MODES:
-            raise ValueError(f"kv.preemption_mode must be one of {list(PREEMPTION_MODES)}")
+        object.__setattr__(self, "preemption_mode",
+                           parse_kv_preemption_mode(self.preemption_mode))
         if self.bytes_per_row is not None and self.bytes_per_row < 1:
             raise ValueError("kv.bytes_per_row must be >= 1")
         try:

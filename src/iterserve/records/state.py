@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from iterserve.records.preemption import PreemptionMode
 from iterserve.records.spec import OnlineWorkload
 from iterserve.records.view import RequestView
 
@@ -41,12 +42,12 @@ class CapacityFacts:
 class RunRules:
     """Run-level rules every decision of a run shares, taken from the
     workload: the clock ``now`` is measured on (``iteration`` or ``ms``), the
-    KV preemption mode (``recompute`` | ``preserve``, 0x0C) and the admission
+    KV preemption mode (0x0C) and the admission
     estimate (``kv.admission``, 0x06). Constant over a run and recorded by the
     log header's workload, so the state digest leaves them out."""
 
     clock: str = "iteration"
-    preemption_mode: str = "recompute"
+    preemption_mode: PreemptionMode = PreemptionMode.RECOMPUTE
     admission: str = "none"
 
     @classmethod

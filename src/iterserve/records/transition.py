@@ -114,12 +114,12 @@ def _apply_intent(
         queues.suspended.remove(rid)
         queues.running.append(rid)
         views[rid] = _relabel(view, Lifecycle.RESUME_PENDING, Lifecycle.RUNNING)
-    elif kind is IntentKind.PREEMPT_PRESERVE and not failed:
+    elif kind is IntentKind.PREEMPT_PRESERVE_EXACT and not failed:
         queues.running.remove(rid)
         queues.suspended.append(rid)
         views[rid] = _relabel(view, Lifecycle.PREEMPT_PENDING, Lifecycle.SUSPENDED_PRESERVED,
                               epoch_step=1)
-    elif kind in (IntentKind.PREEMPT_RECOMPUTE, IntentKind.PREEMPT_PRESERVE):
+    elif kind in (IntentKind.PREEMPT_RECOMPUTE, IntentKind.PREEMPT_PRESERVE_EXACT):
         queues.running.remove(rid)
         queues.waiting.insert(0, rid)  # preempted requests resume first (0x0D)
         views[rid] = _recompute_reset(view)

@@ -100,7 +100,7 @@ _INTENT_SOURCES = {
     IntentKind.ADMIT: frozenset({Lifecycle.WAITING}),
     IntentKind.RESUME: frozenset({Lifecycle.SUSPENDED_PRESERVED, Lifecycle.SUSPENDED_RECOMPUTE}),
     IntentKind.PREEMPT_RECOMPUTE: frozenset({Lifecycle.RUNNING}),
-    IntentKind.PREEMPT_PRESERVE: frozenset({Lifecycle.RUNNING}),
+    IntentKind.PREEMPT_PRESERVE_EXACT: frozenset({Lifecycle.RUNNING}),
     IntentKind.REJECT: frozenset({Lifecycle.WAITING}),
     IntentKind.ABORT: frozenset(
         {Lifecycle.WAITING, Lifecycle.RUNNING, Lifecycle.SUSPENDED_PRESERVED,
@@ -246,7 +246,7 @@ def _validate_kv(state: SchedulerState, plan: IterationPlan) -> None:
         )
 
 
-_RELEASING = frozenset({IntentKind.PREEMPT_RECOMPUTE, IntentKind.PREEMPT_PRESERVE, IntentKind.ABORT})
+_RELEASING = frozenset({IntentKind.PREEMPT_RECOMPUTE, IntentKind.PREEMPT_PRESERVE_EXACT, IntentKind.ABORT})
 
 
 def _validate_tie_break(state: SchedulerState, plan: IterationPlan) -> None:

@@ -26,7 +26,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from iterserve.engine.observer import EngineObserver
 from iterserve.engine.online import OnlineEngine
 from iterserve.engine.publisher import OUTCOMES
-from iterserve.records.plan import IntentKind, IterationPlan
+from iterserve.records.plan import IntentKind, IterationPlan, preemption_mode_of
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import RequestSpec
 from iterserve.records.state import SchedulerState
@@ -34,8 +34,8 @@ from iterserve.records.view import WorkKind
 
 _LATENCY_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
                       2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
-_PREEMPT_MODES = {IntentKind.PREEMPT_RECOMPUTE: "recompute",
-                  IntentKind.PREEMPT_PRESERVE: "preserve"}
+_PREEMPT_MODES = {kind: preemption_mode_of(kind).value  # type: ignore[union-attr]
+                  for kind in (IntentKind.PREEMPT_RECOMPUTE, IntentKind.PREEMPT_PRESERVE_EXACT)}
 
 
 class LatencyObserver(EngineObserver):

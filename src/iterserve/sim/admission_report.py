@@ -19,8 +19,8 @@ def admission_report(workload: OnlineWorkload, hidden: HiddenTruth,
                      bytes_per_row: int | None) -> dict[str, Any] | None:
     if workload.kv is None:
         return None
-    policy = parse_admission(workload.kv.admission)
-    if policy is None:
+    estimator = parse_admission(workload.kv.admission)
+    if estimator is None:
         return None
     over = under = 0
     for spec in workload.requests:
@@ -32,7 +32,7 @@ def admission_report(workload: OnlineWorkload, hidden: HiddenTruth,
                            output_forecast=spec.output_forecast,
                            output_forecast_p90=spec.output_forecast_p90)
         candidate = ReservationScreen.candidate(view)
-        estimate = future_append_rows(candidate, policy.forecast_total_outputs(candidate))
+        estimate = future_append_rows(candidate, estimator.forecast_total_outputs(candidate))
         actual = future_append_rows(candidate, min(realized, spec.max_output_tokens))
         over += max(estimate - actual, 0)
         under += max(actual - estimate, 0)
@@ -41,7 +41,7 @@ def admission_report(workload: OnlineWorkload, hidden: HiddenTruth,
         return None if bytes_per_row is None else rows * bytes_per_row
 
     return {
-        "policy": policy.policy_id,
+        "policy": estimator.estimator_id,  # the report key predates the rename
         "over_reservation_rows": over,
         "under_reservation_rows": under,
         "over_reservation_bytes": as_bytes(over),

@@ -9,6 +9,8 @@ from typing import Any
 
 from iterserve.engine.kv_residency import KvResidency
 from iterserve.engine.trace import RunTrace
+from iterserve.records.plan import preempt_intent_kind
+from iterserve.records.preemption import KV_PREEMPTION_MODES
 
 
 def kv_report(kv: KvResidency | None, trace: RunTrace,
@@ -28,8 +30,8 @@ def kv_report(kv: KvResidency | None, trace: RunTrace,
         "num_blocks_total": facts.num_blocks_total,
         "bytes_per_row": bytes_per_row,
         "preemptions": {
-            "recompute": stats.intents.get("preempt_recompute", 0),
-            "preserve": stats.intents.get("preempt_preserve", 0),
+            **{mode.value: stats.intents.get(preempt_intent_kind(mode).value, 0)
+               for mode in KV_PREEMPTION_MODES},
             "reason": "kv_exhausted",
         },
         "resumes": stats.intents.get("resume", 0),

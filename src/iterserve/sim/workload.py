@@ -31,6 +31,7 @@ from typing import Any
 
 from iterserve.kv.abi import kv_row_abi_from_hf_config
 from iterserve.records.limits import MAX_BYTES_PER_ROW
+from iterserve.records.preemption import parse_kv_preemption_mode
 from iterserve.records.spec import (
     Capacity,
     HiddenTruth,
@@ -122,7 +123,7 @@ def _kv(doc: KvDoc) -> KvSpec:
         bytes_per_row = _bytes_per_row_from(doc.model_config_, bytes_per_row)
     try:
         return KvSpec(doc.num_blocks, doc.block_size, doc.num_host_blocks, bytes_per_row,
-                      doc.admission, doc.preemption_mode)
+                      doc.admission, parse_kv_preemption_mode(doc.preemption_mode))
     except ValueError as exc:
         raise WorkloadError(f"workload: {exc}") from None
 
@@ -216,7 +217,9 @@ def _bytes_per_row_from(config: dict[str, Any], declared: int | None) -> int:
 
 
 def _kv_to_json(kv: KvSpec) -> dict[str, Any]:
-    return {name: getattr(kv, name) for name in _KV_FIELDS if getattr(kv, name) is not None}
+    fields = {name: getattr(kv, name) for name in _KV_FIELDS if getattr(kv, name) is not None}
+    fields["preemption_mode"] = kv.preemption_mode.value  # the file's spelling
+    return fields
 
 
 def _request_to_json(r: RequestSpec) -> dict[str, Any]:

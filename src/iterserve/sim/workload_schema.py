@@ -22,7 +22,8 @@ from pydantic import (
 )
 
 from iterserve.records import limits
-from iterserve.records.spec import PREEMPTION_MODES, check_admission
+from iterserve.records.preemption import KV_PREEMPTION_MODE_NAMES
+from iterserve.records.spec import check_admission
 
 
 class SchemaError(ValueError):
@@ -106,7 +107,7 @@ class KvDoc(_Strict):
     num_host_blocks: Annotated[int, Field(ge=0, le=limits.MAX_NUM_BLOCKS)] = 0
     bytes_per_row: Annotated[int, Field(ge=1, le=limits.MAX_BYTES_PER_ROW)] | None = None
     admission: str = "none"
-    preemption_mode: Literal[PREEMPTION_MODES] = "recompute"  # type: ignore[valid-type]
+    preemption_mode: Literal[KV_PREEMPTION_MODE_NAMES] = "recompute"  # type: ignore[valid-type]
     model_config_: dict[str, Any] | None = Field(default=None, alias="model_config")
 
     @field_validator("admission")

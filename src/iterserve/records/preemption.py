@@ -1,0 +1,36 @@
+"""The one preemption vocabulary (0x0C).
+
+:class:`PreemptionMode` is the only spelling of how a preempted request's
+K/V is handled. Its values are the workload file's spellings
+(``kv.preemption_mode``); the plan's queue intents name the mode through
+:func:`iterserve.records.plan.preempt_intent_kind`, and the decision log
+keeps the intent kinds' own strings (``preempt_recompute``,
+``preempt_preserve``).
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class PreemptionMode(enum.Enum):
+    RECOMPUTE = "recompute"  # drop K/V, rebuild [T_ready, T_target) from token history
+    PRESERVE_EXACT = "preserve"  # keep exact K/V (e.g. host swap), restore on resume
+    ABORT = "abort"  # end the request
+
+    __hash__ = object.__hash__
+
+
+#: the modes a workload's ``kv.preemption_mode`` may name
+KV_PREEMPTION_MODES: tuple[PreemptionMode, ...] = (PreemptionMode.RECOMPUTE,
+                                                    PreemptionMode.PRESERVE_EXACT)
+KV_PREEMPTION_MODE_NAMES: tuple[str, ...] = tuple(mode.value for mode in KV_PREEMPTION_MODES)
+
+
+def parse_kv_preemption_mode(value: str | PreemptionMode) -> PreemptionMode:
+    """The KV spec's mode from its workload spelling; raises naming the field."""
+    if isinstance(value, PreemptionMode) and value in KV_PREEMPTION_MODES:
+        return value
+    if isinstance(value, str) and value in KV_PREEMPTION_MODE_NAMES:
+        return PreemptionMode(value)
+    raise ValueError(f"kv.preemption_mode must be one of {list(KV_PREEMPTION_MODE_NAMES)}")
