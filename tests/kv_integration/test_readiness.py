@@ -6,20 +6,19 @@ from __future__ import annotations
 
 import pytest
 
-from iterserve.admission.binding import ForeignBinding, snapshot_digest
 from iterserve.admission.readiness import (
     ReadinessBoard,
     ReadinessFact,
     ReadinessKind,
     ReadinessRequirement,
     ReadinessStatus,
-    binding_of,
 )
 from iterserve.engine.loop import Engine, EngineStalled
 from iterserve.engine.observer import EngineObserver
 from iterserve.engine.simulated import SimulatedExecutor
 from iterserve.policies.registry import make_policy
 from iterserve.records import Capacity, HiddenTruth, OnlineWorkload, RequestSpec, RequestView
+from iterserve.records.receipts import ForeignBinding, binding_of, snapshot_digest
 
 REMOTE = ReadinessRequirement(ReadinessKind.REMOTE_KV)
 

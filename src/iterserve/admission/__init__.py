@@ -4,13 +4,6 @@ Policy records only: nothing here claims physical memory. Estimates become
 allocation requests; the KV layer's facts answer them.
 """
 
-from iterserve.admission.binding import (
-    BindingMismatchError,
-    ForeignBinding,
-    Staleness,
-    is_stale,
-    staleness,
-)
 from iterserve.admission.estimators import (
     MaximumEstimator,
     PointEstimator,
@@ -39,12 +32,8 @@ from iterserve.admission.planner import (
 )
 from iterserve.admission.preemption import (
     FallbackMode,
-    ForeignStatus,
     PreemptionIntent,
-    PreemptionMode,
     PreemptionReason,
-    PreservationResult,
-    ReleaseResult,
     reclaimed_capacity_bytes,
 )
 from iterserve.admission.readiness import (
@@ -80,6 +69,17 @@ from iterserve.admission.resume import (
     ResumeBlocker,
     ResumeTicket,
     derive_resume_ticket,
+)
+from iterserve.records.preemption import PreemptionMode
+from iterserve.records.receipts import (
+    BindingMismatchError,
+    ForeignBinding,
+    ForeignStatus,
+    PreservationResult,
+    ReleaseResult,
+    Staleness,
+    is_stale,
+    staleness,
 )
 
 __all__ = [

@@ -1,7 +1,9 @@
 """Preemption intent and the foreign facts that answer it (0x0C).
 
 ``PreemptionIntent`` is M5.2 policy output; ``ReleaseResult`` (M5.3) and
-``PreservationResult`` (M5.5) are foreign facts. All carry the same
+``PreservationResult`` (M5.5) are foreign facts (their home is
+:mod:`iterserve.records.receipts`, beside the transition that consumes them).
+All carry the same
 four-part :class:`ForeignBinding`. No record here holds block ids, copy
 streams, host addresses or placement: those stay foreign implementation state.
 """
@@ -11,8 +13,13 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from iterserve.admission.binding import ForeignBinding, is_stale
 from iterserve.records.preemption import PreemptionMode
+from iterserve.records.receipts import (
+    ForeignBinding,
+    ForeignStatus,
+    ReleaseResult,
+    is_stale,
+)
 
 
 class FallbackMode(enum.Enum):
@@ -29,12 +36,6 @@ class PreemptionReason(enum.Enum):
     SLO_RISK = "slo_risk"
     FAIRNESS = "fairness"
     OPERATOR = "operator"
-
-
-class ForeignStatus(enum.Enum):
-    READY = "ready"
-    INFLIGHT = "inflight"
-    FAILED = "failed"
 
 
 _FALLBACKS: dict[PreemptionMode, frozenset[FallbackMode]] = {
@@ -74,37 +75,6 @@ class PreemptionIntent:
             self.fallback is FallbackMode.RECOMPUTE
         if uses_recompute and not self.has_token_history:
             raise ValueError("recompute without immutable token history is invalid")
-
-
-@dataclass(frozen=True, slots=True)
-class ReleaseResult:
-    """M5.3 fact: the request's device blocks were (or were not yet) released.
-
-    ``reclaimed_bytes`` is meaningful only when READY and must be 0 otherwise.
-    """
-
-    binding: ForeignBinding
-    status: ForeignStatus
-    reclaimed_bytes: int = 0
-
-    def __post_init__(self) -> None:
-        if self.reclaimed_bytes < 0 or (self.status is not ForeignStatus.READY
-                                        and self.reclaimed_bytes):
-            raise ValueError("only a READY release reclaims bytes")
-
-
-@dataclass(frozen=True, slots=True)
-class PreservationResult:
-    """M5.5 fact: how many leading tokens of exact K/V are preserved and ready."""
-
-    binding: ForeignBinding
-    status: ForeignStatus
-    exact_ready_prefix_tokens: int = 0
-
-    def __post_init__(self) -> None:
-        if self.exact_ready_prefix_tokens < 0 or (self.status is not ForeignStatus.READY
-                                                  and self.exact_ready_prefix_tokens):
-            raise ValueError("only a READY preservation reports a ready prefix")
 
 
 def reclaimed_capacity_bytes(release: ReleaseResult, current: ForeignBinding) -> int:

@@ -16,7 +16,7 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from iterserve.admission.binding import ForeignBinding, Staleness, snapshot_digest, staleness
+from iterserve.records.receipts import ForeignBinding, Staleness, binding_of, staleness
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import RequestView
 
@@ -92,14 +92,6 @@ def _check_layer(kind: ReadinessKind, layer_index: int | None) -> None:
         raise ValueError("layer_index is required for LAYERS facts and only for them")
     if layer_index is not None and layer_index < 0:
         raise ValueError(f"layer_index must be >= 0, got {layer_index}")
-
-
-def binding_of(view: RequestView) -> ForeignBinding:
-    """The binding facts and receipts must name: generation, snapshot digest
-    and suspension epoch, not the per-step snapshot version (which changes
-    every iteration)."""
-    digest = snapshot_digest(view.request_id, view.generation, view.num_prompt_tokens)
-    return ForeignBinding(view.request_id, view.generation, digest, view.suspension_epoch)
 
 
 class ReadinessBoard:

@@ -17,17 +17,18 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from iterserve.admission.binding import ForeignBinding, Staleness, staleness
 from iterserve.admission.lifecycle import SUSPENDED, Lifecycle
-from iterserve.admission.preemption import (
-    FallbackMode,
+from iterserve.admission.preemption import FallbackMode, PreemptionIntent
+from iterserve.admission.readiness import ReadinessFact, ReadinessRequirement, is_runnable
+from iterserve.records.preemption import PreemptionMode
+from iterserve.records.receipts import (
+    ForeignBinding,
     ForeignStatus,
-    PreemptionIntent,
-    PreemptionMode,
     PreservationResult,
     ReleaseResult,
+    Staleness,
+    staleness,
 )
-from iterserve.admission.readiness import ReadinessFact, ReadinessRequirement, is_runnable
 
 
 class ResumeBlocker(enum.Enum):

@@ -1,4 +1,4 @@
-"""The four-part foreign binding and stale-receipt detection (0x0C).
+"""The four-part foreign binding and the receipts bound to it (0x0C).
 
 Generation and snapshot digest protect logical request state; the
 suspension epoch closes the ABA hole (preempted at epoch 10, resumed,
@@ -6,6 +6,15 @@ preempted again at epoch 11: a delayed epoch-10 receipt must not satisfy
 epoch 11). A receipt is current only when all four fields match. A stale
 receipt may still drive idempotent physical cleanup, but it never makes a
 request runnable, creates a resume ticket or publishes capacity.
+
+``ReleaseResult`` (M5.3) and ``PreservationResult`` (M5.5) are the memory
+owner's facts answering a preemption: the engine's KV residency returns
+them, an :class:`~iterserve.records.result.IterationResult` carries the
+preservation receipts and the pure transition consumes them
+(PREEMPT_PENDING -> SUSPENDED_PRESERVED once a current READY preservation
+arrives, which may be iterations after the intent). They live in records
+because the transition does. No record here holds block ids, copy streams,
+host addresses or placement.
 """
 
 from __future__ import annotations
@@ -13,6 +22,8 @@ from __future__ import annotations
 import enum
 import hashlib
 from dataclasses import dataclass
+
+from iterserve.records.view import RequestView
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,3 +93,50 @@ def snapshot_digest(request_id: str, generation: int, num_prompt_tokens: int) ->
     generation (cancellation, append) gets another digest."""
     text = f"{request_id}\x00{generation}\x00{num_prompt_tokens}"
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+class ForeignStatus(enum.Enum):
+    READY = "ready"
+    INFLIGHT = "inflight"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseResult:
+    """M5.3 fact: the request's device blocks were (or were not yet) released.
+
+    ``reclaimed_bytes`` is meaningful only when READY and must be 0 otherwise.
+    """
+
+    binding: ForeignBinding
+    status: ForeignStatus
+    reclaimed_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        if self.reclaimed_bytes < 0 or (self.status is not ForeignStatus.READY
+                                        and self.reclaimed_bytes):
+            raise ValueError("only a READY release reclaims bytes")
+
+
+@dataclass(frozen=True, slots=True)
+class PreservationResult:
+    """M5.5 fact: how many leading tokens of exact K/V are preserved and ready."""
+
+    binding: ForeignBinding
+    status: ForeignStatus
+    exact_ready_prefix_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if self.exact_ready_prefix_tokens < 0 or (self.status is not ForeignStatus.READY
+                                                  and self.exact_ready_prefix_tokens):
+            raise ValueError("only a READY preservation reports a ready prefix")
+
+
+def binding_of(view: RequestView, suspension_epoch: int | None = None) -> ForeignBinding:
+    """The binding facts and receipts for ``view`` must name: generation,
+    snapshot digest and suspension epoch (``suspension_epoch`` overrides the
+    view's, e.g. the epoch a preemption is about to open), never the per-step
+    snapshot version (which changes every iteration)."""
+    digest = snapshot_digest(view.request_id, view.generation, view.num_prompt_tokens)
+    epoch = view.suspension_epoch if suspension_epoch is None else suspension_epoch
+    return ForeignBinding(view.request_id, view.generation, digest, epoch)
