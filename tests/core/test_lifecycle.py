@@ -13,6 +13,12 @@ from iterserve.engine.simulated import SimulatedExecutor
 from iterserve.policies.registry import make_policy
 from iterserve.records import errors as E
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent
+from iterserve.records.receipts import (
+    ForeignStatus,
+    PreservationResult,
+    binding_of,
+    preserved_at_once,
+)
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import Capacity, HiddenTruth, OnlineWorkload
 from iterserve.records.state import SchedulerState
@@ -109,9 +115,14 @@ def _intent_plan(state, *intents):
                          tuple(QueueIntent(kind, rid, gen) for kind, rid, gen in intents))
 
 
-def _apply(state, plan):
+def _apply(state, plan, receipts=None):
+    """One intent-only step answered by a synchronous memory owner: a READY
+    preservation receipt for each preserve intent, unless ``receipts`` says."""
     validate_plan(WORKLOAD, state, plan)
-    result = IterationResult(plan.decision_id, plan.input_state_version, (), duration=0.0)
+    if receipts is None:
+        receipts = preserved_at_once(plan, state, set())
+    result = IterationResult(plan.decision_id, plan.input_state_version, (), duration=0.0,
+                             receipts=tuple(receipts))
     validate_result(plan, state, result)
     after = advance(state, plan, result)
     validate_state(after)
@@ -230,6 +241,35 @@ def test_resume_goes_through_resume_pending(suspended):
     after = _apply(state, _intent_plan(state, (IntentKind.RESUME, "x", 0)))
     assert after.running == ("x",) and after.suspended == ()
     assert after.views["x"].lifecycle is L.RUNNING
+
+
+def test_preservation_in_flight_stays_preempt_pending_until_its_receipt():
+    """0x0C: PREEMPT_PENDING -> SUSPENDED_PRESERVED spans iterations when the
+    memory owner preserves asynchronously; a stale receipt settles nothing
+    and a pending request cannot resume."""
+    state = _state(_view("x", L.RUNNING, p=3, e=2, c=4))
+    plan = _intent_plan(state, (IntentKind.PREEMPT_PRESERVE_EXACT, "x", 0))
+    inflight = PreservationResult(binding_of(state.views["x"], 1), ForeignStatus.INFLIGHT)
+    pending = _apply(state, plan, [inflight])
+    assert pending.views["x"].lifecycle is L.PREEMPT_PENDING and pending.suspended == ("x",)
+    with pytest.raises(E.IllegalIntent):
+        _apply(pending, _intent_plan(pending, (IntentKind.RESUME, "x", 0)))
+    stale = PreservationResult(binding_of(state.views["x"], 0), ForeignStatus.READY, 4)
+    assert _apply(pending, _intent_plan(pending), [stale]).views["x"].lifecycle is \
+        L.PREEMPT_PENDING
+    ready = PreservationResult(binding_of(pending.views["x"]), ForeignStatus.READY, 4)
+    settled = _apply(pending, _intent_plan(pending), [ready])
+    assert settled.views["x"].lifecycle is L.SUSPENDED_PRESERVED
+    assert settled.views["x"].suspension_epoch == 1 and settled.views["x"].num_computed == 4
+
+
+def test_failed_preservation_receipt_falls_back_to_recompute():
+    state = _state(_view("x", L.RUNNING, p=3, e=2, c=4))
+    plan = _intent_plan(state, (IntentKind.PREEMPT_PRESERVE_EXACT, "x", 0))
+    failed = PreservationResult(binding_of(state.views["x"], 1), ForeignStatus.FAILED)
+    after = _apply(state, plan, [failed])
+    assert after.waiting == ("x",) and after.views["x"].lifecycle is L.WAITING
+    assert (after.views["x"].num_emitted, after.views["x"].num_computed) == (2, 0)
 
 
 def test_preserve_then_resume_decodes_without_rebuild():

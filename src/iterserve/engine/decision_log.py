@@ -110,7 +110,7 @@ def iteration_line(
         "state_digest": state_digest(state),
         "policy": {"id": plan.policy_id, "version": plan.policy_version},
         "plan": plan_to_json(plan),
-        "result": result_to_json(result),
+        "result": result_to_json(result, plan, state),
     }
 
 

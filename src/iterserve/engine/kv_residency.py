@@ -6,6 +6,13 @@ preserve, swap in on resume), then back each interval with blocks; after it
 they commit rows and free finished requests. Capacity facts (counts only)
 flow back to the scheduler through the result (0x0A: the scheduler never
 sees block ids). Every shortfall is a fact, never an exception.
+
+Each memory intent is answered by a receipt bound to the request's
+:func:`~iterserve.records.receipts.binding_of` (0x0C): a release receipt
+for a recompute, abort or reject, a preservation receipt for a preserve.
+With ``preservation_lag_iterations > 0`` preservation is asynchronous: the
+receipt is INFLIGHT in the intent's iteration and READY that many
+iterations later, so PREEMPT_PENDING -> SUSPENDED_PRESERVED spans them.
 """
 
 from __future__ import annotations
@@ -24,7 +31,14 @@ from iterserve.kv.results import (
     SwapGranted,
 )
 from iterserve.records.plan import IntentKind, IterationPlan
-from iterserve.records.state import CapacityFacts
+from iterserve.records.receipts import (
+    ForeignBinding,
+    ForeignStatus,
+    PreservationResult,
+    ReleaseResult,
+    binding_of,
+)
+from iterserve.records.state import CapacityFacts, SchedulerState
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +52,16 @@ class KvStats:
     intents: dict[str, int]
 
 
+@dataclass(frozen=True, slots=True)
+class IntentOutcome:
+    """What carrying out a plan's intents produced: ``failures`` as
+    (request id, reason) and the receipts (release and preservation)."""
+
+    failures: tuple[tuple[str, str], ...]
+    releases: tuple[ReleaseResult, ...]
+    preservations: tuple[PreservationResult, ...]
+
+
 SwapCopier = Callable[[SwapDirection, tuple[tuple[int, int], ...]], None]
 
 
@@ -45,9 +69,17 @@ class KvResidency:
     """``on_swap`` receives (direction, (device_block, host_block) pairs) so an
     executor holding real tensors can copy the rows (PRESERVE_EXACT, 0x0C)."""
 
-    def __init__(self, config: BlockManagerConfig, on_swap: SwapCopier | None = None) -> None:
+    def __init__(self, config: BlockManagerConfig, on_swap: SwapCopier | None = None, *,
+                 bytes_per_row: int | None = None, preservation_lag_iterations: int = 0) -> None:
+        if preservation_lag_iterations < 0:
+            raise ValueError("preservation_lag_iterations must be >= 0")
         self.manager = BlockManager(config)
         self._on_swap = on_swap
+        self._bytes_per_row = bytes_per_row
+        self._lag = preservation_lag_iterations
+        self._iteration = 0
+        # request id -> (binding, preserved rows, iteration its receipt turns READY)
+        self._preserving: dict[str, tuple[ForeignBinding, int, int]] = {}
         self._keys: dict[str, RequestKey] = {}
         self._prefix_hit_tokens = 0
         self._swapped_out = 0
@@ -67,23 +99,31 @@ class KvResidency:
     def key(self, request_id: str) -> RequestKey | None:
         return self._keys.get(request_id)
 
-    def apply_intents(self, plan: IterationPlan) -> list[tuple[str, str]]:
-        """Carry out the plan's memory consequences; returns (id, reason) failures."""
-        failures = []
+    def apply_intents(self, plan: IterationPlan, state: SchedulerState) -> IntentOutcome:
+        """Carry out the plan's memory consequences: (id, reason) failures and
+        the receipts answering each intent, plus READY receipts of earlier
+        asynchronous preservations that completed by this iteration."""
+        self._iteration += 1
+        failures: list[tuple[str, str]] = []
+        releases: list[ReleaseResult] = []
+        preservations = self._completed_preservations()
         for intent in plan.intents:
             self._intents[intent.kind.value] += 1
             rid = intent.request_id
+            view = state.views[rid]
+            binding = binding_of(view, view.suspension_epoch + 1)
             if intent.kind in (IntentKind.PREEMPT_RECOMPUTE, IntentKind.ABORT, IntentKind.REJECT):
-                self.release([rid])
+                releases.append(self._release_receipt(rid, binding))
             elif intent.kind is IntentKind.PREEMPT_PRESERVE_EXACT and rid in self._keys:
                 swapped = self.manager.swap_out(self._keys[rid])
                 if isinstance(swapped, SwapFailed):  # falls back to recompute: free (0x0C)
-                    self.release([rid])
+                    releases.append(self._release_receipt(rid, binding))
                     self._intents["preserve_fallback_recompute"] += 1
                     failures.append((rid, f"swap_out_failed:{swapped.reason.value}"))
                 else:
                     self._copy(swapped)
                     self._swapped_out += len(swapped.copy_pairs)
+                    preservations.append(self._preservation(binding, view.num_computed))
             elif intent.kind is IntentKind.RESUME and rid in self._keys and (
                 self.manager.is_swapped(self._keys[rid])
             ):
@@ -93,7 +133,35 @@ class KvResidency:
                 else:
                     self._copy(swapped)
                     self._swapped_in += len(swapped.copy_pairs)
-        return failures
+        return IntentOutcome(tuple(failures), tuple(releases), tuple(preservations))
+
+    def _release_receipt(self, request_id: str, binding: ForeignBinding) -> ReleaseResult:
+        """Free the request's blocks now (release is synchronous here)."""
+        key = self._keys.get(request_id)
+        num_rows = 0 if key is None else self.manager.num_rows(key)
+        self.release([request_id])
+        per_row = self._bytes_per_row or 0  # 0: the run declares no bytes per row
+        return ReleaseResult(binding, ForeignStatus.READY, num_rows * per_row)
+
+    def _preservation(self, binding: ForeignBinding, num_rows: int) -> PreservationResult:
+        if not self._lag:
+            return PreservationResult(binding, ForeignStatus.READY, num_rows)
+        self._preserving[binding.request_id] = (binding, num_rows, self._iteration + self._lag)
+        return PreservationResult(binding, ForeignStatus.INFLIGHT)
+
+    def _completed_preservations(self) -> list[PreservationResult]:
+        due = [rid for rid, (_, _, ready_at) in self._preserving.items()
+               if ready_at <= self._iteration]
+        receipts = []
+        for rid in due:
+            binding, num_rows, _ = self._preserving.pop(rid)
+            receipts.append(PreservationResult(binding, ForeignStatus.READY, num_rows))
+        return receipts
+
+    @property
+    def has_pending_preservations(self) -> bool:
+        """An asynchronous preservation has not reported READY yet."""
+        return bool(self._preserving)
 
     def _copy(self, swapped: SwapGranted) -> None:
         if self._on_swap is not None and swapped.copy_pairs:
@@ -155,6 +223,7 @@ class KvResidency:
 
     def release(self, request_ids: Iterable[str]) -> None:
         for rid in request_ids:
+            self._preserving.pop(rid, None)
             key = self._keys.pop(rid, None)
             if key is not None:
                 self.manager.free(key)

@@ -21,6 +21,7 @@ from iterserve.records.spec import OnlineWorkload, PolicyIdentity, RequestSpec
 from iterserve.records.state import CapacityFacts, RunRules, SchedulerState
 from iterserve.records.transition import advance, cancel, with_arrivals, with_readiness
 from iterserve.records.validate import validate_plan, validate_result, validate_state
+from iterserve.records.view import Lifecycle
 
 
 class EngineStalled(RuntimeError):
@@ -57,6 +58,12 @@ def bind_policy(workload: OnlineWorkload, policy: Policy) -> OnlineWorkload:
     return dataclasses.replace(
         workload, policy=PolicyIdentity(policy.policy_id, policy.policy_version)
     )
+
+
+def _has_pending_preservation(state: SchedulerState) -> bool:
+    """A preserved request still waits for its READY receipt (0x0C)."""
+    views = state.views
+    return any(views[rid].lifecycle is Lifecycle.PREEMPT_PENDING for rid in state.suspended)
 
 
 class Engine:
@@ -186,14 +193,15 @@ class Engine:
         if self.validate:
             validate_state(state)
             validate_plan(self.workload, state, plan)
-        if plan.is_empty:
+        if plan.is_empty and not _has_pending_preservation(state):
             if self._jump_to_next_arrival():
                 return True
             raise EngineStalled(
                 f"{self.policy.policy_id} chose nothing at decision {state.decision_id} with "
                 f"{state.num_live} live request(s) and no future arrivals"
             )
-        # the executor sees intent-only plans too: preemptions free memory
+        # the executor sees intent-only plans too: preemptions free memory, and
+        # an empty plan while a preservation is in flight collects its receipt
         result = self.executor.execute(plan, state)
         if self.validate:
             validate_result(plan, state, result)

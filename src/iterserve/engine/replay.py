@@ -154,9 +154,10 @@ class _ReplayExecutor:
     def _result(self, line: LogLine, plan: IterationPlan,
                 state: SchedulerState) -> IterationResult:
         if self._simulated is None:
-            return result_from_json(line.fields["result"])
+            return result_from_json(line.fields["result"], plan, state)
         derived = self._simulated.execute(plan, state)
-        _compare_json(line, "result", line.fields["result"], result_to_json(derived))
+        _compare_json(line, "result", line.fields["result"],
+                      result_to_json(derived, plan, state))
         return derived
 
     def release(self, request_ids: Iterable[str]) -> None:

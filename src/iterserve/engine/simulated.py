@@ -16,6 +16,7 @@ from typing import Protocol
 
 from iterserve.engine.kv_residency import KvResidency
 from iterserve.records.plan import IterationPlan, WorkItem
+from iterserve.records.receipts import PreservationResult
 from iterserve.records.result import CompletedInterval, IterationResult, WorkFailure
 from iterserve.records.spec import HiddenTruth, OnlineWorkload
 from iterserve.records.state import CapacityFacts, SchedulerState
@@ -59,8 +60,11 @@ class SimulatedExecutor:
     def execute(self, plan: IterationPlan, state: SchedulerState) -> IterationResult:
         failures: list[WorkFailure] = []
         failed_ids: set[str] = set()
+        receipts: tuple[PreservationResult, ...] = ()
         if self.kv is not None:
-            for rid, reason in self.kv.apply_intents(plan):
+            outcome = self.kv.apply_intents(plan, state)
+            receipts = outcome.preservations
+            for rid, reason in outcome.failures:
                 failed_ids.add(rid)
                 failures.append(WorkFailure(rid, state.views[rid].generation, reason))
         completed = []
@@ -88,6 +92,7 @@ class SimulatedExecutor:
             service=dict(service),
             duration=self._cost.iteration_duration(plan, state) if plan.work else 0.0,
             capacity=None if self.kv is None else self.kv.facts(),
+            receipts=receipts,
         )
 
     def _back(self, work: WorkItem, view: RequestView) -> bool:

@@ -124,8 +124,9 @@ class TorchExecutor:
 
     def execute(self, plan: IterationPlan, state: SchedulerState) -> IterationResult:
         began = time.perf_counter() if self._last_end is None else self._last_end
+        outcome = self.kv.apply_intents(plan, state)
         failures = [WorkFailure(rid, state.views[rid].generation, reason)
-                    for rid, reason in self.kv.apply_intents(plan)]
+                    for rid, reason in outcome.failures]
         failed = {f.request_id for f in failures}
         segments: list[_Segment] = []
         backed: list[tuple[WorkItem, RequestView, bool]] = []
@@ -152,6 +153,7 @@ class TorchExecutor:
             # validation are part of what a request waits for
             duration=(ended - began) * self._time_scale,
             capacity=self.kv.facts(),
+            receipts=outcome.preservations,
         )
 
     def _segment(self, work: WorkItem, view: RequestView) -> _Segment | None:

@@ -67,11 +67,15 @@ def resume_suspended(builder: PlanBuilder, state: SchedulerState,
                      max_rows: int | None = None) -> int:
     """Resume preserved requests in suspension order while memory allows;
     the first that does not fit stops the pass. Returns how many resumed
-    (an aborted request counts: it no longer waits to resume)."""
+    (an aborted request counts: it no longer waits to resume). A request
+    whose preservation is still in flight (PREEMPT_PENDING) is skipped: it
+    cannot resume yet, and does not count as resumed (0x0C)."""
     resumed = 0
     for view in views_of(state, state.suspended):
         if builder.is_aborted(view):
             resumed += 1
+            continue
+        if view.lifecycle is Lifecycle.PREEMPT_PENDING:
             continue
         if not builder.can_add() or not view.is_ready:
             break

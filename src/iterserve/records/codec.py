@@ -15,6 +15,12 @@ from typing import Any
 from iterserve.records import errors as E
 from iterserve.records.canonical_json import canonical_json
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent, WorkItem
+from iterserve.records.receipts import (
+    ForeignBinding,
+    ForeignStatus,
+    PreservationResult,
+    preserved_at_once,
+)
 from iterserve.records.result import CompletedInterval, IterationResult, WorkFailure
 from iterserve.records.state import CapacityFacts, SchedulerState
 from iterserve.records.view import FinishReason, RequestView, WorkKind
@@ -144,7 +150,42 @@ def _positions(listed: list[int] | None, start: int, end: int) -> range:
     return range(0)
 
 
-def result_to_json(result: IterationResult) -> dict[str, Any]:
+def result_to_json(result: IterationResult, plan: IterationPlan | None = None,
+                   state: SchedulerState | None = None) -> dict[str, Any]:
+    """``receipts`` is written only for receipts that do not follow from
+    ``plan`` and ``state`` (see :func:`preserved_at_once`): a synchronous
+    run's result reads as it did before receipts existed."""
+    doc = _result_doc(result)
+    implied = _implied_receipts(result.failures, plan, state)
+    explicit = [r for r in result.receipts if r not in implied]
+    if explicit:
+        doc["receipts"] = [_receipt_to_json(r) for r in explicit]
+    return doc
+
+
+def _implied_receipts(failures: tuple[WorkFailure, ...], plan: IterationPlan | None,
+                      state: SchedulerState | None) -> tuple[PreservationResult, ...]:
+    if plan is None or state is None:
+        return ()
+    return preserved_at_once(plan, state, {f.request_id for f in failures})
+
+
+def _receipt_to_json(receipt: PreservationResult) -> dict[str, Any]:
+    b = receipt.binding
+    return {"request_id": b.request_id, "generation": b.generation,
+            "snapshot_digest": b.snapshot_digest, "suspension_epoch": b.suspension_epoch,
+            "status": receipt.status.value,
+            "exact_ready_prefix_tokens": receipt.exact_ready_prefix_tokens}
+
+
+def _receipt_from_json(obj: Mapping[str, Any]) -> PreservationResult:
+    binding = ForeignBinding(obj["request_id"], int(obj["generation"]),
+                             obj["snapshot_digest"], int(obj["suspension_epoch"]))
+    return PreservationResult(binding, ForeignStatus(obj["status"]),
+                              int(obj["exact_ready_prefix_tokens"]))
+
+
+def _result_doc(result: IterationResult) -> dict[str, Any]:
     return {
         "decision_id": result.decision_id,
         "input_state_version": result.input_state_version,
@@ -164,7 +205,9 @@ def result_to_json(result: IterationResult) -> dict[str, Any]:
     }
 
 
-def result_from_json(obj: Mapping[str, Any]) -> IterationResult:
+def result_from_json(obj: Mapping[str, Any], plan: IterationPlan | None = None,
+                     state: SchedulerState | None = None) -> IterationResult:
+    """The logged result, with the receipts its ``plan`` and ``state`` imply."""
     completed = tuple(
         CompletedInterval(
             c["request_id"], int(c["generation"]), int(c["start"]), int(c["end"]),
@@ -182,4 +225,6 @@ def result_from_json(obj: Mapping[str, Any]) -> IterationResult:
         completed=completed, failures=failures, service=dict(obj.get("service", {})),
         duration=float(obj.get("duration", 1.0)),
         capacity=None if obj.get("capacity") is None else capacity_from_json(obj["capacity"]),
+        receipts=_implied_receipts(failures, plan, state) + tuple(
+            _receipt_from_json(r) for r in obj.get("receipts", ())),
     )

@@ -23,6 +23,8 @@ import enum
 import hashlib
 from dataclasses import dataclass
 
+from iterserve.records.plan import IntentKind, IterationPlan
+from iterserve.records.state import SchedulerState
 from iterserve.records.view import RequestView
 
 
@@ -140,3 +142,20 @@ def binding_of(view: RequestView, suspension_epoch: int | None = None) -> Foreig
     digest = snapshot_digest(view.request_id, view.generation, view.num_prompt_tokens)
     epoch = view.suspension_epoch if suspension_epoch is None else suspension_epoch
     return ForeignBinding(view.request_id, view.generation, digest, epoch)
+
+
+def preserved_at_once(plan: IterationPlan, state: SchedulerState,
+                      failed_ids: frozenset[str] | set[str]) -> tuple[PreservationResult, ...]:
+    """The READY receipts of a memory owner that preserves synchronously:
+    one per preserve intent of ``plan`` that did not fail, bound to the
+    suspension epoch the intent opens, preserving every computed row. The
+    decision log leaves these out of a result (they follow from its plan)
+    and the codec restores them, so logs of synchronous runs stay as they
+    were before receipts existed."""
+    receipts = []
+    for intent in plan.intents:
+        if intent.kind is IntentKind.PREEMPT_PRESERVE_EXACT and intent.request_id not in failed_ids:
+            view = state.views[intent.request_id]
+            binding = binding_of(view, view.suspension_epoch + 1)
+            receipts.append(PreservationResult(binding, ForeignStatus.READY, view.num_computed))
+    return tuple(receipts)

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from iterserve.records.receipts import PreservationResult
 from iterserve.records.state import CapacityFacts
 from iterserve.records.view import FinishReason
 
@@ -46,7 +47,10 @@ class IterationResult:
     ``service`` is completed service per client in token rows, excluding
     rebuild rows (0x0C: rebuild earns no service). ``duration`` is on the
     run's clock (iterations or seconds). ``capacity`` is the memory owner's
-    capacity facts after this iteration (None: unchanged).
+    capacity facts after this iteration (None: unchanged). ``receipts`` are
+    the memory owner's preservation receipts (0x0C): a READY one for each
+    preserve intent it completed now, an INFLIGHT one for each it completes
+    later, and the later READY (or FAILED) one in that iteration's result.
     """
 
     decision_id: int
@@ -56,3 +60,4 @@ class IterationResult:
     service: Mapping[str, int] = field(default_factory=dict)
     duration: float = 1.0
     capacity: CapacityFacts | None = None
+    receipts: tuple[PreservationResult, ...] = ()

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent
+from iterserve.records.receipts import ForeignStatus, PreservationResult, binding_of, is_stale
 from iterserve.records.result import CompletedInterval, IterationResult
 from iterserve.records.spec import RequestSpec
 from iterserve.records.state import CapacityFacts, SchedulerState
@@ -60,8 +61,12 @@ def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult)
         del views[rid]
     queues = _Queues(state)
     failed = {failure.request_id for failure in result.failures} if result.failures else set()
+    receipts = {r.binding.request_id: r for r in result.receipts} if result.receipts else {}
     for intent in plan.intents:
-        _apply_intent(views, queues, intent, intent.request_id in failed)
+        _apply_intent(views, queues, intent, intent.request_id in failed,
+                      receipts.pop(intent.request_id, None))
+    for receipt in receipts.values():  # preservations started in an earlier iteration
+        _settle_preservation(views, queues, receipt)
     newly_finished: list[str] = []
     for item in result.completed:
         view = _complete(views[item.request_id], item, now)
@@ -93,13 +98,16 @@ class _Queues:
 
 
 def _apply_intent(
-    views: dict[str, RequestView], queues: _Queues, intent: QueueIntent, failed: bool
+    views: dict[str, RequestView], queues: _Queues, intent: QueueIntent, failed: bool,
+    receipt: PreservationResult | None = None,
 ) -> None:
     """Apply one queue intent through the lifecycle table (0x0C).
 
     ``failed`` is the executor's fact that the intent's memory action failed:
     a failed preservation falls back to recompute; a failed resume leaves the
-    request suspended.
+    request suspended. A preservation ends SUSPENDED_PRESERVED only with a
+    current READY ``receipt``; without one it stays PREEMPT_PENDING (in the
+    suspended queue, never resumable) until a later result settles it.
     """
     rid = intent.request_id
     view = views[rid]
@@ -117,8 +125,9 @@ def _apply_intent(
     elif kind is IntentKind.PREEMPT_PRESERVE_EXACT and not failed:
         queues.running.remove(rid)
         queues.suspended.append(rid)
-        views[rid] = _relabel(view, Lifecycle.PREEMPT_PENDING, Lifecycle.SUSPENDED_PRESERVED,
-                              epoch_step=1)
+        views[rid] = _relabel(view, Lifecycle.PREEMPT_PENDING, epoch_step=1)
+        if receipt is not None:
+            _settle_preservation(views, queues, receipt, same_iteration=True)
     elif kind in (IntentKind.PREEMPT_RECOMPUTE, IntentKind.PREEMPT_PRESERVE_EXACT):
         queues.running.remove(rid)
         queues.waiting.insert(0, rid)  # preempted requests resume first (0x0D)
@@ -131,6 +140,32 @@ def _apply_intent(
         reason = FinishReason.REJECTED if kind is IntentKind.REJECT else FinishReason.ABORT
         views[rid] = _terminal(view, terminal, reason)
         queues.finished.append(rid)
+
+
+def _settle_preservation(views: dict[str, RequestView], queues: _Queues,
+                         receipt: PreservationResult, *, same_iteration: bool = False) -> None:
+    """Consume a preservation receipt for a PREEMPT_PENDING request (0x0C):
+    READY -> SUSPENDED_PRESERVED; FAILED -> the recompute fallback (front of
+    waiting, computed rows dropped); INFLIGHT or stale -> unchanged. Settled
+    in the intent's own iteration, the view gets one successor snapshot, not
+    two (as before receipts existed)."""
+    rid = receipt.binding.request_id
+    view = views[rid]
+    if view.lifecycle is not Lifecycle.PREEMPT_PENDING or is_stale(receipt.binding,
+                                                                 binding_of(view)):
+        return
+    if receipt.status is ForeignStatus.INFLIGHT:
+        return
+    if same_iteration:
+        view = view._replace(snapshot_version=view.snapshot_version - 1)
+    out = views
+    if receipt.status is ForeignStatus.READY:
+        out[rid] = _relabel(view, Lifecycle.SUSPENDED_PRESERVED)
+    elif receipt.status is ForeignStatus.FAILED:
+        queues.suspended.remove(rid)
+        queues.waiting.insert(0, rid)
+        fallback = _relabel(view, Lifecycle.SUSPENDED_RECOMPUTE, Lifecycle.WAITING)
+        out[rid] = fallback._replace(num_computed=0, num_committed=0)
 
 
 def _relabel(view: RequestView, *path: Lifecycle, epoch_step: int = 0) -> RequestView:
