@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from iterserve.engine.decision_log import CHAIN_KEY, EXECUTORS, READABLE_FORMATS
+from iterserve.records.receipts import ForeignStatus
 from iterserve.records.view import FinishReason
 
 MAX_LINE_BYTES = 64 * 1024 * 1024
@@ -259,11 +260,16 @@ def _check_rejected(value: Any, where: str) -> None:
 
 
 _RESULT_KEYS = {"decision_id", "input_state_version", "completed", "failures", "service",
-                "duration", "capacity"}
-_RESULT_OPTIONAL = {"failures", "service", "duration", "capacity"}  # format 1 may omit them
+                "duration", "capacity", "receipts"}
+# format 1 may omit the first four; receipts appear only when a preservation
+# does not complete in its intent's iteration (0x0C)
+_RESULT_OPTIONAL = {"failures", "service", "duration", "capacity", "receipts"}
 _COMPLETED = {"request_id": "str", "generation": "int>=0", "start": "int>=0", "end": "int>=0",
               "emitted": "bool", "token_id": "int?", "finish_reason": "str?"}
 _FAILURE = {"request_id": "str", "generation": "int>=0", "reason": "str"}
+_RECEIPT = {"request_id": "str", "generation": "int>=0", "snapshot_digest": "str",
+            "suspension_epoch": "int>=0", "status": "str", "exact_ready_prefix_tokens": "int>=0"}
+_RECEIPT_STATUSES = {status.value for status in ForeignStatus}
 _FINISH_REASONS = {reason.value for reason in FinishReason}
 
 
@@ -278,6 +284,11 @@ def _check_result(obj: Mapping[str, Any], where: str) -> None:
                                f"{sorted(_FINISH_REASONS)} or null")
     for i, item in enumerate(_require(obj, "failures", "list", where) if "failures" in obj else ()):
         _check_record(item, _FAILURE, f"{where}.failures[{i}]")
+    for i, item in enumerate(_require(obj, "receipts", "list", where) if "receipts" in obj else ()):
+        _check_record(item, _RECEIPT, f"{where}.receipts[{i}]")
+        if item["status"] not in _RECEIPT_STATUSES:
+            raise MalformedLog(f"{where}.receipts[{i}]: status must be one of "
+                               f"{sorted(_RECEIPT_STATUSES)}")
     service = _require(obj, "service", "object", where) if "service" in obj else {}
     for client in service:
         _require(service, client, "int", f"{where}.service")

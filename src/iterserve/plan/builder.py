@@ -210,6 +210,8 @@ class PlanBuilder:
     def resume(self, view: RequestView, max_rows: int | None = None) -> int:
         """Resume a suspended (preserved) request: its rows come back onto
         device blocks, then its next interval is scheduled. Rows granted."""
+        if view.lifecycle is Lifecycle.PREEMPT_PENDING:  # preservation still in flight
+            return 0
         held = self._facts.blocks_for(view.num_computed)
         if self.blocks_free is not None:
             if held > self.blocks_free:

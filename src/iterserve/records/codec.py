@@ -225,6 +225,17 @@ def result_from_json(obj: Mapping[str, Any], plan: IterationPlan | None = None,
         completed=completed, failures=failures, service=dict(obj.get("service", {})),
         duration=float(obj.get("duration", 1.0)),
         capacity=None if obj.get("capacity") is None else capacity_from_json(obj["capacity"]),
-        receipts=_implied_receipts(failures, plan, state) + tuple(
-            _receipt_from_json(r) for r in obj.get("receipts", ())),
+        receipts=_receipts_from_json(obj.get("receipts", ()), failures, plan, state),
     )
+
+
+def _receipts_from_json(listed: Any, failures: tuple[WorkFailure, ...],
+                        plan: IterationPlan | None,
+                        state: SchedulerState | None) -> tuple[PreservationResult, ...]:
+    """The logged receipts, plus the implied READY one of every preserve
+    intent the log lists no receipt for."""
+    explicit = tuple(_receipt_from_json(r) for r in listed)
+    named = {r.binding.request_id for r in explicit}
+    implied = tuple(r for r in _implied_receipts(failures, plan, state)
+                    if r.binding.request_id not in named)
+    return implied + explicit

@@ -20,7 +20,8 @@ from iterserve.records.view import Lifecycle, RequestView, WorkKind
 _QUEUE_LIFECYCLES = {
     "waiting": frozenset({Lifecycle.WAITING}),
     "running": frozenset({Lifecycle.RUNNING, Lifecycle.PREEMPT_PENDING, Lifecycle.RESUME_PENDING}),
-    "suspended": frozenset({Lifecycle.SUSPENDED_PRESERVED, Lifecycle.SUSPENDED_RECOMPUTE}),
+    "suspended": frozenset({Lifecycle.SUSPENDED_PRESERVED, Lifecycle.SUSPENDED_RECOMPUTE,
+                            Lifecycle.PREEMPT_PENDING}),  # preservation in flight (0x0C)
     "finished": frozenset(
         {Lifecycle.FINISHED, Lifecycle.CANCELLED, Lifecycle.REJECTED, Lifecycle.ABORTED}
     ),
@@ -104,7 +105,7 @@ _INTENT_SOURCES = {
     IntentKind.REJECT: frozenset({Lifecycle.WAITING}),
     IntentKind.ABORT: frozenset(
         {Lifecycle.WAITING, Lifecycle.RUNNING, Lifecycle.SUSPENDED_PRESERVED,
-         Lifecycle.SUSPENDED_RECOMPUTE}
+         Lifecycle.SUSPENDED_RECOMPUTE, Lifecycle.PREEMPT_PENDING}
     ),
 }
 
@@ -325,6 +326,24 @@ def validate_result(plan: IterationPlan, state: SchedulerState, result: Iteratio
     claimed = {client: rows for client, rows in result.service.items() if rows}
     if claimed != dict(service):
         raise E.ServiceDebitMismatch(f"result debits {claimed}, completed rows give {dict(service)}")
+    if result.receipts:
+        _validate_receipts(plan, state, result)
+
+
+def _validate_receipts(plan: IterationPlan, state: SchedulerState,
+                       result: IterationResult) -> None:
+    """A preservation receipt answers a preserve intent of this plan or a
+    request whose preservation is in flight (PREEMPT_PENDING), once (0x0C)."""
+    preserving = {i.request_id for i in plan.intents
+                  if i.kind is IntentKind.PREEMPT_PRESERVE_EXACT}
+    seen: set[str] = set()
+    for receipt in result.receipts:
+        rid = receipt.binding.request_id
+        view = state.views.get(rid)
+        pending = view is not None and view.lifecycle is Lifecycle.PREEMPT_PENDING
+        if rid in seen or not (rid in preserving or pending):
+            raise E.UnplannedCompletion(f"{rid}: preservation receipt for no open preservation")
+        seen.add(rid)
 
 
 def _validate_output_clock(

@@ -18,7 +18,8 @@ def make_simulated_executor(manifest: WorkloadManifest,
     kv = None
     if spec is not None:
         kv = KvResidency(BlockManagerConfig(spec.num_blocks, spec.block_size,
-                                            spec.num_host_blocks))
+                                            spec.num_host_blocks),
+                         bytes_per_row=spec.bytes_per_row)
     elif kv_rows is not None:
         kv = KvResidency(BlockManagerConfig(kv_rows, 1))
     return SimulatedExecutor(manifest.hidden, cost_model, kv=kv, workload=manifest.online)
