@@ -103,7 +103,7 @@ def header_line(workload: OnlineWorkload, capacity: CapacityFacts, *,
 def iteration_line(
     state: SchedulerState, plan: IterationPlan, result: IterationResult
 ) -> dict[str, Any]:
-    return {
+    line = {
         "type": "iteration",
         "decision_id": state.decision_id,
         "state_version": state.state_version,
@@ -112,6 +112,19 @@ def iteration_line(
         "plan": plan_to_json(plan),
         "result": result_to_json(result, plan, state),
     }
+    hits = planned_prefix_hits(state)
+    if hits:  # absent for runs without prompt token ids: their logs read as before
+        line["prefix_hits"] = hits
+    return line
+
+
+def planned_prefix_hits(state: SchedulerState) -> dict[str, int]:
+    """The prefix hits the state holds for waiting requests (0x0E): a fresh
+    waiting request computes nothing before it runs, so a computed frontier
+    there is a published hit. Replay publishes them again from this field."""
+    views = state.views
+    return {rid: views[rid].num_computed for rid in sorted(state.waiting)
+            if views[rid].num_computed and not views[rid].num_emitted}
 
 
 def cancel_line(request_id: str, state: SchedulerState,

@@ -10,8 +10,8 @@ it holds for them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Protocol
+from collections.abc import Iterable, Mapping
+from typing import Protocol, runtime_checkable
 
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
@@ -26,3 +26,13 @@ class Executor(Protocol):
     def capacity(self) -> CapacityFacts:
         """Current KV capacity facts (counts only)."""
         ...
+
+
+@runtime_checkable
+class PrefixHitSource(Protocol):
+    """An executor whose KV allocator publishes verified prefix hits before
+    the policy runs (0x0E: U = S - H_hit): request id -> cached rows now held
+    for a waiting request that has computed nothing, so the plan's frontier
+    starts past them and its token budget counts only uncached rows."""
+
+    def prefix_hits(self, state: SchedulerState) -> Mapping[str, int]: ...

@@ -50,6 +50,7 @@ class KvStats:
     num_swapped_in_blocks: int
     num_failed_allocations: int
     intents: dict[str, int]
+    num_planned_hit_rows: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +86,7 @@ class KvResidency:
         self._swapped_out = 0
         self._swapped_in = 0
         self._failed = 0
+        self._planned_hit_rows = 0  # hit rows published to the plan (prefill rows saved)
         self._intents: Counter[str] = Counter()
 
     @property
@@ -215,6 +217,37 @@ class KvResidency:
         self._prefix_hit_tokens += result.num_cached_rows
         return result.num_cached_rows
 
+    def claim_prefix(self, request_id: str, generation: int,
+                     prompt_token_ids: Sequence[int]) -> int:
+        """Publish a waiting request's verified prefix hit as a fact the plan
+        can count on (0x0E): the cached rows are held for it now, so its
+        computed frontier may start past them. Returns the rows held (0: no
+        claimable hit, or the request already holds blocks)."""
+        if request_id in self._keys:
+            return 0
+        key = RequestKey(request_id, generation)
+        num_rows = self.manager.claim_prefix(key, prompt_token_ids)
+        if num_rows:
+            self._keys[request_id] = key
+            self._prefix_hit_tokens += num_rows
+            self._planned_hit_rows += num_rows
+        return num_rows
+
+    def prefix_hits(self, state: SchedulerState,
+                    prompt_of: Callable[[str], Sequence[int] | None]) -> dict[str, int]:
+        """Claimed hits of the waiting requests that have computed nothing
+        yet and whose prompt tokens ``prompt_of`` knows (0x0E)."""
+        hits = {}
+        views = state.views
+        for rid in state.waiting:
+            view = views[rid]
+            if view.num_computed or view.num_emitted:
+                continue
+            prompt = prompt_of(rid)
+            if prompt is not None and (rows := self.claim_prefix(rid, view.generation, prompt)):
+                hits[rid] = rows
+        return hits
+
     def commit(self, request_id: str, end: int) -> None:
         """Record rows [0, end) as written (never below a prefix hit's rows)."""
         key = self._keys.get(request_id)
@@ -230,4 +263,5 @@ class KvResidency:
 
     def stats(self) -> KvStats:
         return KvStats(self._prefix_hit_tokens, self._swapped_out, self._swapped_in,
-                       self._failed, dict(sorted(self._intents.items())))
+                       self._failed, dict(sorted(self._intents.items())),
+                       self._planned_hit_rows)

@@ -230,8 +230,8 @@ def _check_body_line(line: LogLine, chained: bool) -> None:
                            f"(expected one of {sorted(_BODY_KEYS)})")
     where = f"line {line.number} ({kind})"
     required = _BODY_KEYS[kind] | ({CHAIN_KEY} if chained else set())
-    _exact_keys(obj, required, {"rejected", "capacity"} if kind == "cancel" else {"rejected"},
-                where)
+    optional = {"cancel": {"rejected", "capacity"}, "iteration": {"rejected", "prefix_hits"}}
+    _exact_keys(obj, required, optional.get(kind, {"rejected"}), where)
     _require(obj, "decision_id", "int>=0", where)
     _require(obj, "state_version", "int>=0", where)
     if chained:
@@ -243,6 +243,9 @@ def _check_body_line(line: LogLine, chained: bool) -> None:
         _check_policy(_require(obj, "policy", "object", where), f"{where}: policy")
         _require(obj, "plan", "object", where)
         _check_result(_require(obj, "result", "object", where), f"{where}: result")
+        hits = _require(obj, "prefix_hits", "object", where) if "prefix_hits" in obj else {}
+        for rid in hits:
+            _require(hits, rid, "int>=0", f"{where}: prefix_hits")
     elif kind == "cancel":
         _require(obj, "request_id", "str", where)
         if "capacity" in obj:

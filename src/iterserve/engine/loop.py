@@ -13,13 +13,19 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from iterserve.admission.readiness import ReadinessBoard, ReadinessFact, ReadinessRequirement
-from iterserve.engine.executor import Executor
+from iterserve.engine.executor import Executor, PrefixHitSource
 from iterserve.engine.observer import EngineObserver
 from iterserve.plan import Policy
 from iterserve.plan.feasibility import check_run
 from iterserve.records.spec import OnlineWorkload, PolicyIdentity, RequestSpec
 from iterserve.records.state import CapacityFacts, RunRules, SchedulerState
-from iterserve.records.transition import advance, cancel, with_arrivals, with_readiness
+from iterserve.records.transition import (
+    advance,
+    cancel,
+    with_arrivals,
+    with_prefix_hits,
+    with_readiness,
+)
 from iterserve.records.validate import validate_plan, validate_result, validate_state
 from iterserve.records.view import Lifecycle
 
@@ -182,10 +188,19 @@ class Engine:
         """Make ``request_id`` wait for READY facts of these kinds (0x0C)."""
         self.readiness.require(request_id, requirements)
 
+    def _publish_prefix_hits(self) -> None:
+        """The allocator's verified prefix hits become state facts before the
+        policy runs, so plans start past them (0x0E)."""
+        if isinstance(self.executor, PrefixHitSource) and self.state.waiting:
+            hits = self.executor.prefix_hits(self.state)
+            if hits:
+                self.state = with_prefix_hits(self.state, hits)
+
     def step(self) -> bool:
         """Run one iteration (or cross one idle gap). False once the run is done."""
         self._publish_arrivals()
         self.state = with_readiness(self.state, self.readiness.readiness(self.state))
+        self._publish_prefix_hits()
         if not self.state.has_live:
             return self._jump_to_next_arrival()
         state = self.state

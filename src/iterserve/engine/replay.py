@@ -54,6 +54,7 @@ from iterserve.records.errors import ContractViolation
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.state import CapacityFacts, SchedulerState
+from iterserve.records.view import Lifecycle
 
 __all__ = ["MalformedLog", "ReplayDivergence", "ReplayReport", "read_log", "replay"]
 
@@ -159,6 +160,19 @@ class _ReplayExecutor:
         _compare_json(line, "result", line.fields["result"],
                       result_to_json(derived, plan, state))
         return derived
+
+    def prefix_hits(self, state: SchedulerState) -> dict[str, int]:
+        """The hits the simulated executor claims, or the next iteration
+        line's ``prefix_hits`` not yet in the state (0x0E)."""
+        if self._simulated is not None:
+            return self._simulated.prefix_hits(state)
+        line = self._cursor.peek()
+        if line is None or line.kind != "iteration":
+            return {}
+        views = state.views
+        return {rid: int(rows) for rid, rows in line.fields.get("prefix_hits", {}).items()
+                if rid in views and views[rid].lifecycle is Lifecycle.WAITING
+                and not views[rid].num_computed and not views[rid].num_emitted}
 
     def release(self, request_ids: Iterable[str]) -> None:
         if self._simulated is not None:

@@ -54,6 +54,10 @@ class SimulatedExecutor:
             self._prompts = {r.request_id: r.prompt_token_ids for r in workload.requests
                              if r.prompt_token_ids is not None}
 
+    def prefix_hits(self, state: SchedulerState) -> dict[str, int]:
+        """Verified prefix hits of waiting requests, held for them (0x0E)."""
+        return {} if self.kv is None else self.kv.prefix_hits(state, self._prompts.get)
+
     def capacity(self) -> CapacityFacts:
         return CapacityFacts() if self.kv is None else self.kv.facts()
 

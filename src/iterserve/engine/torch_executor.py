@@ -116,6 +116,14 @@ class TorchExecutor:
             tuple(prompt_token_ids), params, seed, detok, list(prompt_token_ids)
         )
 
+    def prefix_hits(self, state: SchedulerState) -> dict[str, int]:
+        """Verified prefix hits of waiting requests, held for them (0x0E)."""
+        return self.kv.prefix_hits(state, self._prompt_of)
+
+    def _prompt_of(self, request_id: str) -> tuple[int, ...] | None:
+        stream = self.streams.get(request_id)
+        return None if stream is None else stream.prompt_token_ids
+
     def capacity(self) -> CapacityFacts:
         return self.kv.facts()
 

@@ -173,6 +173,24 @@ class BlockManager:
                                         match.new_chain())
         return AllocationGranted(key, rows, num_cached_rows, num_new_blocks, len(block_ids))
 
+    def claim_prefix(self, key: RequestKey, token_ids: Sequence[int]) -> int:
+        """Hold the verified cached prefix of ``token_ids`` for ``key`` (0x0E:
+        U = S - H_hit), taking no fresh block: only a prefix whose blocks a
+        live request already holds is claimed (an evictable one is left to
+        the allocation that reuses it). Returns the rows held, 0 for none;
+        the hit rows count as committed, and later rows append as usual."""
+        if key in self._resident or key in self._swapped:
+            raise DuplicateRequestError(f"{key} already holds blocks")
+        match = self._match(token_ids, len(token_ids) - 1)
+        if not match.block_ids or match.num_reclaimable_hits:
+            return 0
+        for block_id in match.block_ids:
+            self._device.acquire(block_id)
+        num_rows = len(match.block_ids) * self._block_size
+        self._resident[key] = _Resident(list(match.block_ids), num_rows, num_rows,
+                                        list(token_ids[:num_rows]), match.new_chain())
+        return num_rows
+
     def can_append(self, key: RequestKey, num_rows: int) -> bool:
         resident = self._get_resident(key)
         rows = _num_rows_of(None, num_rows)

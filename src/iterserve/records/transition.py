@@ -9,7 +9,7 @@ a policy or hidden truth.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent
 from iterserve.records.receipts import ForeignStatus, PreservationResult, binding_of, is_stale
@@ -261,6 +261,26 @@ def cancel(state: SchedulerState, request_id: str) -> SchedulerState:
     queues = [tuple(r for r in q if r != request_id) for q in (state.waiting, state.running, state.suspended)]
     return _successor(state, views, queues[0], queues[1], queues[2], state.finished + (request_id,),
                       now=state.now, decision_id=state.decision_id)
+
+
+def with_prefix_hits(state: SchedulerState, hits: Mapping[str, int]) -> SchedulerState:
+    """Publish the allocator's verified prefix hits (0x0E: U = S - H_hit): a
+    waiting request that has computed nothing starts its computed (and
+    committed) frontier at its hit, so its prefill plans only uncached rows.
+    The capacity facts do not change: a claimed hit holds only blocks a live
+    request already holds (:meth:`iterserve.kv.block_manager.BlockManager.claim_prefix`)."""
+    if not hits:
+        return state
+    views = dict(state.views)
+    for rid, num_rows in hits.items():
+        view = views[rid]
+        if view.lifecycle is not Lifecycle.WAITING or view.num_computed or view.num_emitted:
+            raise ValueError(f"{rid}: a prefix hit is published only for a fresh waiting request")
+        if not 0 < num_rows < view.num_prompt_tokens:
+            raise ValueError(f"{rid}: prefix hit {num_rows} outside (0, p={view.num_prompt_tokens})")
+        views[rid] = _replace(view, num_computed=num_rows, num_committed=num_rows)
+    return _successor(state, views, state.waiting, state.running, state.suspended,
+                      state.finished, now=state.now, decision_id=state.decision_id)
 
 
 def with_readiness(state: SchedulerState, ready: dict[str, bool]) -> SchedulerState:

@@ -41,6 +41,8 @@ def kv_report(kv: KvResidency | None, trace: RunTrace,
         "swapped_out_bytes": as_bytes(stats.num_swapped_out_blocks),
         "swapped_in_bytes": as_bytes(stats.num_swapped_in_blocks),
         "prefix_cache_hit_tokens": stats.num_prefix_hit_tokens,
+        # hits published before planning (0x0E): prefill rows never planned
+        "prefill_rows_saved": stats.num_planned_hit_rows,
         "failed_allocations": stats.num_failed_allocations,
         "label": "logical KV accounting; bytes are ABI figures, not measured traffic",
     }
