@@ -88,3 +88,29 @@ def test_shared_prefix_is_skipped_under_chunked_prefill(tiny_dir, first_and_tail
     cold = LLM(tiny_dir, block_size=BLOCK_SIZE, long_prefill_token_threshold=4,
                enable_prefix_caching=False).generate([second], GREEDY)[0]
     assert_same_outputs([warm], [cold])
+
+
+@pytest.mark.slow
+def test_a_waiting_requests_hit_is_planned_and_outputs_match_a_cold_run(
+        tiny_dir, first_and_tail) -> None:
+    """Issue 9 step 7 (0x0E): the second request waits (token budget 16)
+    while the first holds the shared blocks; its hit is published before
+    planning, so its prefill is planned as [12, 17), not [0, 17), and its
+    greedy output equals a run without any prefix cache."""
+    import io
+    import json
+
+    first, tail = first_and_tail
+    second = first[:12] + tail
+    llm = LLM(tiny_dir, block_size=BLOCK_SIZE, token_budget=16)
+    log = io.StringIO()
+    warm = llm.generate([first, second], GREEDY, decision_log=log)
+    prefills = [(w["start"], w["end"]) for line in log.getvalue().splitlines()
+                if (doc := json.loads(line))["type"] == "iteration"
+                for w in doc["plan"]["work"] if w["kind"] == "PREFILL_CHUNK"]
+    assert prefills == [(0, 16), (12, 17)]
+    assert '"prefix_hits":{' in log.getvalue()
+    assert llm.executor.kv.stats().num_planned_hit_rows == 12
+    cold_llm = LLM(tiny_dir, block_size=BLOCK_SIZE, enable_prefix_caching=False)
+    cold = [cold_llm.generate([prompt], GREEDY)[0] for prompt in (first, second)]
+    assert_same_outputs(warm, cold)
