@@ -29,9 +29,21 @@ number of sequences with work) and a resource sample at the decision
 (waiting requests, suspended ones included, and the suspended count; running
 requests; KV blocks used of the total, both 0 when memory is unbounded) for
 plots and the run summary.
+
+Streaming: given a ``sink`` (a text stream), the recorder holds only the
+facts of the last cut and writes the rest to the sink as JSONL lines, the
+bytes :func:`iterserve.metrics.events.write_jsonl` writes for the same
+sorted log. Every fact recorded at a cut is stamped at or after the
+previous cut (arrivals are published at the first cut at or after them),
+so sorting what is pending at each cut and writing it reproduces the
+stable sort of the whole run; a fact stamped before what was already
+written raises. :meth:`EventRecorder.close` writes the rest.
 """
 
 from __future__ import annotations
+
+import math
+from typing import IO
 
 from iterserve.engine.observer import EngineObserver
 from iterserve.metrics.capacity import IterationComposition
@@ -42,12 +54,14 @@ from iterserve.metrics.events import (
     ComputeEvent,
     Event,
     EventLog,
+    EventLogError,
     FinishEvent,
     FirstTokenEvent,
     PreemptEvent,
     RejectEvent,
     ResumeEvent,
     TokenEvent,
+    event_line,
 )
 from iterserve.metrics.series import ResourceSample
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent
@@ -60,22 +74,47 @@ from iterserve.records.view import FinishReason, Lifecycle, RequestView, WorkKin
 class EventRecorder(EngineObserver):
     """Collects the run's metric facts; read them with :meth:`log`."""
 
-    def __init__(self, seconds_per_clock_unit: float = 1.0) -> None:
+    def __init__(self, seconds_per_clock_unit: float = 1.0, sink: IO[str] | None = None) -> None:
         if not seconds_per_clock_unit > 0:
             raise ValueError("seconds_per_clock_unit must be > 0")
         self.seconds_per_clock_unit = seconds_per_clock_unit
         self.iterations: list[IterationComposition] = []
         self.samples: list[ResourceSample] = []
-        self._events: list[Event] = []
+        self._events: list[Event] = []  # with a sink: the facts not yet written
         self._admitted: set[str] = set()
         self._preempted: set[str] = set()
+        self._sink = sink
+        self._written_s = -math.inf  # time of the last fact written to the sink
 
     def to_s(self, clock_value: float) -> float:
         return clock_value * self.seconds_per_clock_unit
 
+    @property
+    def is_streaming(self) -> bool:
+        return self._sink is not None
+
     def log(self) -> EventLog:
         """The facts in time order (stable: equal times keep causal order)."""
+        if self._sink is not None:
+            raise ValueError("the events were streamed to the sink; read them back from there")
         return EventLog(sorted(self._events, key=lambda event: event.time_s))
+
+    def close(self) -> None:
+        """Write the pending facts to the sink (nothing to do without one)."""
+        if self._sink is not None:
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        assert self._sink is not None
+        pending = sorted(self._events, key=lambda event: event.time_s)
+        self._events = []
+        if not pending:
+            return
+        if pending[0].time_s < self._written_s:
+            raise EventLogError(f"{pending[0]!r} precedes a fact already written at "
+                                f"{self._written_s} s")
+        self._sink.writelines([event_line(event) + "\n" for event in pending])
+        self._written_s = pending[-1].time_s
 
     def on_arrival(self, spec: RequestSpec, now: float) -> None:
         self._events.append(self._arrival(spec))
@@ -91,6 +130,8 @@ class EventRecorder(EngineObserver):
         self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
         successor: SchedulerState,
     ) -> None:
+        if self._sink is not None:
+            self._write_pending()  # every fact from here on is stamped at or after state.now
         decided_s = self.to_s(state.now)
         for intent in plan.intents:
             self._intent(intent, successor.views[intent.request_id], decided_s)
