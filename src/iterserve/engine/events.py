@@ -43,6 +43,8 @@ written raises. :meth:`EventRecorder.close` writes the rest.
 from __future__ import annotations
 
 import math
+from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
+from operator import itemgetter
 from typing import IO
 
 from iterserve.engine.observer import EngineObserver
@@ -80,7 +82,8 @@ class EventRecorder(EngineObserver):
         self.seconds_per_clock_unit = seconds_per_clock_unit
         self.iterations: list[IterationComposition] = []
         self.samples: list[ResourceSample] = []
-        self._events: list[Event] = []  # with a sink: the facts not yet written
+        self._events: list[Event] = []  # without a sink: every fact
+        self._pending: list[tuple[float, str]] = []  # with a sink: (time, line) not yet written
         self._admitted: set[str] = set()
         self._preempted: set[str] = set()
         self._sink = sink
@@ -104,27 +107,43 @@ class EventRecorder(EngineObserver):
         if self._sink is not None:
             self._write_pending()
 
+    def _record(self, event: Event) -> None:
+        if self._sink is None:
+            self._events.append(event)
+        else:
+            self._pending.append((event.time_s, event_line(event)))
+
+    def _token(self, time_s: float, rid: str, token_index: int) -> None:
+        """A TokenEvent; streamed, its line is formatted here without the
+        object (one per output token: the hot path). ``event_line`` bytes."""
+        if self._sink is None:
+            self._events.append(TokenEvent(time_s, rid, token_index=token_index))
+        else:
+            self._pending.append((time_s, f'{{"kind": "token", "time_s": {time_s!r}, "request_id": '
+                                          f'{encode_basestring_ascii(rid)}, "token_index": '
+                                          f'{token_index}}}'))
+
     def _write_pending(self) -> None:
         assert self._sink is not None
-        pending = sorted(self._events, key=lambda event: event.time_s)
-        self._events = []
+        pending = sorted(self._pending, key=itemgetter(0))
+        self._pending = []
         if not pending:
             return
-        if pending[0].time_s < self._written_s:
-            raise EventLogError(f"{pending[0]!r} precedes a fact already written at "
+        if pending[0][0] < self._written_s:
+            raise EventLogError(f"{pending[0][1]} precedes a fact already written at "
                                 f"{self._written_s} s")
-        self._sink.writelines([event_line(event) + "\n" for event in pending])
-        self._written_s = pending[-1].time_s
+        self._sink.writelines([line + "\n" for _, line in pending])
+        self._written_s = pending[-1][0]
 
     def on_arrival(self, spec: RequestSpec, now: float) -> None:
-        self._events.append(self._arrival(spec))
+        self._record(self._arrival(spec))
 
     def on_reject(self, spec: RequestSpec, reason: str, now: float) -> None:
-        self._events.append(self._arrival(spec))
-        self._events.append(RejectEvent(self.to_s(spec.arrival), spec.request_id, reason=reason))
+        self._record(self._arrival(spec))
+        self._record(RejectEvent(self.to_s(spec.arrival), spec.request_id, reason=reason))
 
     def on_cancel(self, request_id: str, state: SchedulerState, successor: SchedulerState) -> None:
-        self._events.append(CancelEvent(self.to_s(state.now), request_id, reason="client"))
+        self._record(CancelEvent(self.to_s(state.now), request_id, reason="client"))
 
     def on_step(
         self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
@@ -171,26 +190,26 @@ class EventRecorder(EngineObserver):
             event = RejectEvent(time_s, rid, reason=intent.reason or "rejected")
         else:  # ABORT, or a REJECT after admission: ended without success
             event = CancelEvent(time_s, rid, reason=intent.reason or kind.value)
-        self._events.append(event)
+        self._record(event)
 
     def _completion(self, item: CompletedInterval, kind: WorkKind, num_emitted_before: int,
                     time_s: float) -> None:
         rid = item.request_id
         if kind is not WorkKind.DECODE_ROW:
-            self._events.append(ComputeEvent(time_s, rid, num_rows=item.end - item.start,
+            self._record(ComputeEvent(time_s, rid, num_rows=item.end - item.start,
                                              is_rebuild=kind is WorkKind.REBUILD))
         if not item.emitted:
             return
         if num_emitted_before == 0:
-            self._events.append(FirstTokenEvent(time_s, rid))
+            self._record(FirstTokenEvent(time_s, rid))
         else:
-            self._events.append(TokenEvent(time_s, rid, token_index=num_emitted_before))
+            self._token(time_s, rid, num_emitted_before)
         reason = item.finish_reason
         if reason is FinishReason.STOP or reason is FinishReason.LENGTH:
-            self._events.append(FinishEvent(time_s, rid, reason=reason.value,
+            self._record(FinishEvent(time_s, rid, reason=reason.value,
                                             num_output_tokens=num_emitted_before + 1))
         elif reason is not None:
-            self._events.append(CancelEvent(time_s, rid, reason=reason.value))
+            self._record(CancelEvent(time_s, rid, reason=reason.value))
 
     def _composition(self, state: SchedulerState, plan: IterationPlan, time_s: float) -> None:
         rows = {WorkKind.PREFILL_CHUNK: 0, WorkKind.DECODE_ROW: 0, WorkKind.REBUILD: 0}
