@@ -117,8 +117,7 @@ class LLM:
         while not engine.is_done:
             engine.step()
             if on_step is not None:
-                done = sum(1 for r in trace.requests.values() if r.finish_time is not None)
-                on_step(done, len(specs))
+                on_step(trace.num_finished, len(specs))
         return [self._output(spec, trace) for spec in specs]
 
     def _register(self, prompt: str | Sequence[int], params: SamplingParams) -> RequestSpec:
