@@ -43,7 +43,7 @@ written raises. :meth:`EventRecorder.close` writes the rest.
 from __future__ import annotations
 
 import math
-from json.encoder import encode_basestring_ascii  # type: ignore[attr-defined]
+from json.encoder import encode_basestring_ascii
 from operator import itemgetter
 from typing import IO
 
