@@ -10,13 +10,13 @@ from collections.abc import Sequence
 from iterserve.admission.overload import OverloadConfigError
 from iterserve.cli import generate, make_model, policies, replay, simulate, sweep, workload
 from iterserve.cli.simulate import FlagError
+from iterserve.cost import CostModelError
 from iterserve.engine.loop import EngineStalled
 from iterserve.engine.replay import ReplayDivergence
 from iterserve.model.errors import CheckpointError
 from iterserve.policies.registry import UnknownPolicy
 from iterserve.policies.settings import PolicyConfigError
 from iterserve.records.errors import ContractViolation
-from iterserve.sim.cost import CostModelError
 from iterserve.sim.traces import TraceError
 from iterserve.sim.workload import WorkloadError
 from iterserve.sim.workload_spec import WorkloadSpecError

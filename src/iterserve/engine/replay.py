@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from iterserve.admission.overload import OverloadConfigError, engine_gate, make_gate
+from iterserve.cost import CostModelError, parse_cost_model
 from iterserve.engine.decision_log import READABLE_FORMATS
 from iterserve.engine.loop import ArrivalGate, Engine
 from iterserve.plan import Policy
@@ -37,7 +38,6 @@ from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import CapacityFacts, SchedulerState
-from iterserve.sim.cost import CostModelError, parse_cost_model
 from iterserve.sim.workload import parse_workload
 
 

@@ -1,0 +1,57 @@
+"""Least-squares fit of an iteration-time model to measured iterations.
+
+Robust to a few stalls (a shared machine): fit, drop training points whose
+residual is beyond 4 median absolute deviations, fit again. The error is
+reported on held-out points (every ``holdout_every``-th sample, in measured
+order), never on the points the fit saw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from iterserve.cost.profiled import FEATURES, CostProfile, FitError
+from iterserve.cost.protocol import BatchShape, CostModelError
+
+_MAD_CUTOFF = 4.0
+
+
+def _design(shapes: Sequence[BatchShape]) -> np.ndarray:
+    rows = [(1.0, *(float(getattr(shape, name)) for name in FEATURES)) for shape in shapes]
+    return np.asarray(rows, dtype=np.float64)
+
+
+def _solve(design: np.ndarray, measured_ms: np.ndarray) -> np.ndarray:
+    solution, *_ = np.linalg.lstsq(design, measured_ms, rcond=None)
+    return np.asarray(solution)
+
+
+def _robust_solve(design: np.ndarray, measured_ms: np.ndarray) -> np.ndarray:
+    coefficients = _solve(design, measured_ms)
+    residuals = measured_ms - design @ coefficients
+    mad = float(np.median(np.abs(residuals - np.median(residuals))))
+    keep = np.abs(residuals) <= _MAD_CUTOFF * max(mad, 1e-9)
+    if keep.sum() > design.shape[1]:
+        coefficients = _solve(design[keep], measured_ms[keep])
+    return coefficients
+
+
+def fit_profile(samples: Sequence[tuple[BatchShape, float]],
+                provenance: tuple[tuple[str, str], ...], holdout_every: int = 5) -> CostProfile:
+    """Fit ``samples`` (shape, measured ms) and measure the held-out error."""
+    if holdout_every < 2:
+        raise CostModelError("holdout_every must be >= 2")
+    heldout = [s for i, s in enumerate(samples) if i % holdout_every == holdout_every - 1]
+    train = [s for i, s in enumerate(samples) if i % holdout_every != holdout_every - 1]
+    if len(train) <= len(FEATURES) + 1 or not heldout:
+        raise CostModelError(f"too few measured iterations to fit: {len(samples)}")
+    measured = np.asarray([ms for _, ms in train], dtype=np.float64)
+    solution = _robust_solve(_design([shape for shape, _ in train]), measured)
+    floor_ms = float(measured.min())
+    profile = CostProfile(float(solution[0]), tuple(float(c) for c in solution[1:]), floor_ms,
+                          provenance, FitError(len(train), len(heldout), 0.0, 0.0))
+    errors = [abs(profile.predict_ms(shape) - ms) / ms for shape, ms in heldout]
+    fit = FitError(len(train), len(heldout), float(np.mean(errors)), float(np.max(errors)))
+    return CostProfile(profile.intercept_ms, profile.coefficients_ms, floor_ms, provenance, fit)
