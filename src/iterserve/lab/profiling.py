@@ -8,8 +8,9 @@ budget, mixed prefill + decode iterations and decode iterations over a
 growing context. Every executed iteration is one sample: its
 :func:`~iterserve.cost.batch_shape` and the duration the executor reports
 (wall time since the previous iteration ended, scheduling included, which is
-what the simulator must reproduce). The first cell runs twice and its first
-pass is discarded (warm-up).
+what the simulator must reproduce); the engine carries an event recorder,
+as a measured run does. The first cell runs twice and its first pass is
+discarded (warm-up).
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ import hashlib
 import platform
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from iterserve.cost import BatchShape, CostProfile, batch_shape
 from iterserve.cost.fit import fit_profile
+from iterserve.engine.events import EventRecorder
 from iterserve.engine.loop import Engine
 from iterserve.engine.observer import EngineObserver
 from iterserve.engine.torch_executor import TorchExecutor
@@ -61,7 +64,7 @@ class ProfileGrid:
         return -(-rows // self.block_size) + max(self.num_sequences)
 
 
-QUICK_GRID = ProfileGrid(num_sequences=(1, 4, 16), prompt_lens=(16, 128, 320),
+QUICK_GRID = ProfileGrid(num_sequences=(1, 2, 4, 16), prompt_lens=(16, 48, 128, 320),
                          max_output_tokens=6)
 GRIDS = {"full": ProfileGrid(), "quick": QUICK_GRID}
 
@@ -94,16 +97,19 @@ def _cell(executor: TorchExecutor, grid: ProfileGrid, num_sequences: int, prompt
     times = _IterationTimes()
     executor.reset_clock()
     policy = policy_for("vllm", workload, {"max_num_seqs": num_sequences}, strict=False)
-    Engine(workload, policy, executor, [times]).run()
+    Engine(workload, policy, executor, [times, EventRecorder(0.001)]).run()
     for spec in specs:
         executor.streams.pop(spec.request_id)
     return times.samples
 
 
-def measure(model: PackedCausalLM, grid: ProfileGrid) -> list[tuple[BatchShape, float]]:
-    """Every executed iteration of every grid cell, in measured order."""
-    executor = TorchExecutor(model, grid.num_blocks, grid.block_size)
-    rng = random.Random(grid.seed)
+def measure(model: PackedCausalLM, grid: ProfileGrid, pass_index: int = 0,
+            timer: Callable[[], float] = time.perf_counter) -> list[tuple[BatchShape, float]]:
+    """Every executed iteration of every grid cell, in measured order.
+    ``pass_index`` varies the prompts when a grid is measured repeatedly;
+    ``timer`` is the executor's (wall clock by default)."""
+    executor = TorchExecutor(model, grid.num_blocks, grid.block_size, timer=timer)
+    rng = random.Random(grid.seed * 1_000_003 + pass_index)
     cells = [(n, p) for n in grid.num_sequences for p in grid.prompt_lens]
     _cell(executor, grid, *cells[0], rng, "warmup")
     samples: list[tuple[BatchShape, float]] = []
