@@ -22,7 +22,7 @@ from iterserve.cost import (
     parse_cost_model,
     seconds_per_clock_unit,
 )
-from iterserve.cost.fit import fit_profile
+from iterserve.cost.fit import fit_profile, speed_factor
 from iterserve.cost.profiled import profile_from_json
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -142,3 +142,15 @@ def test_the_cost_layer_imports_only_records() -> None:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("iterserve."):
                 assert node.module.split(".")[1] in {"cost", "records"}, (path.name, node.module)
+
+
+def test_a_profile_scales_by_the_measured_speed_of_the_machine() -> None:
+    profile = fit_profile(_samples(200, 0.0), COORDS)
+    slower = [(shape, ms * 1.25) for shape, ms in _samples(40, 0.0, seed=1)]
+    factor = speed_factor(profile, slower)
+    assert factor == pytest.approx(1.25, rel=1e-3)
+    shape = BatchShape(64, 4, 9_000, 5)
+    assert profile.scaled(factor).predict_ms(shape) == pytest.approx(
+        1.25 * profile.predict_ms(shape), rel=1e-3)
+    with pytest.raises(CostModelError, match="scale factor"):
+        profile.scaled(0.0)

@@ -62,3 +62,11 @@ def fit_profile(samples: Sequence[tuple[BatchShape, float]],
     errors = [abs(profile.predict_ms(shape) - ms) / ms for shape, ms in heldout]
     fit = FitError(len(train), len(heldout), float(np.mean(errors)), float(np.max(errors)))
     return CostProfile(profile.intercept_ms, profile.coefficients_ms, floor_ms, provenance, fit)
+
+
+def speed_factor(profile: CostProfile, samples: Sequence[tuple[BatchShape, float]]) -> float:
+    """Median of measured / predicted over ``samples``: how much slower (> 1)
+    or faster the machine ran while they were measured than the profile says."""
+    if not samples:
+        raise CostModelError("no samples to compare with the profile")
+    return float(np.median([ms / profile.predict_ms(shape) for shape, ms in samples]))

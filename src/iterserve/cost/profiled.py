@@ -53,6 +53,15 @@ class CostProfile:
                                                               strict=True))
         return max(self.floor_ms, linear)
 
+    def scaled(self, factor: float) -> CostProfile:
+        """Every duration times ``factor`` (a machine measured faster or slower
+        than when the profile was fitted); the fit error is the original's."""
+        if not (math.isfinite(factor) and factor > 0):
+            raise CostModelError(f"scale factor must be finite and > 0, got {factor!r}")
+        return CostProfile(self.intercept_ms * factor,
+                           tuple(c * factor for c in self.coefficients_ms),
+                           self.floor_ms * factor, self.provenance, self.fit)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "format": PROFILE_FORMAT,
