@@ -9,14 +9,17 @@ next (measured: vllm TBT 19 ms, then sarathi 38 ms a minute later, with a
 load average of 8 on 2 cores) and no model of the executor can predict that.
 So the profile and the real runs both time iterations with the process's
 CPU clock (``time.process_time``: the executor's own work, scheduling
-included, without other processes' share). Even CPU time moves by 15-40 %
+included, without other processes' share). Even CPU time moves by 10-40 %
 from one minute to the next here (shared caches and cores), so the profile
 is measured in three passes interleaved with the real runs (profile, real
 run 1, profile, real run 2, profile) and fitted on all of them; the
-simulation of real run i uses that fit scaled by the median ratio
-measured / predicted of the two passes around run i (the machine's speed
-then; :func:`iterserve.cost.fit.speed_factor`). No number from a real run
-enters its simulation. Everything else is the production path. The figures are printed (``-s``) for the README.
+simulation of real run i uses that fit scaled by the ratio of total
+measured to total predicted time of the two passes around run i (the
+machine's speed then; :func:`iterserve.cost.fit.speed_factor`). No number
+from a real run enters its simulation. Everything else is the production
+path. The profile runs under ``vllm`` for both policies; profiling each
+policy under itself (an iteration's time includes the scheduler's) was
+tried and was less stable (README). The figures are printed (``-s``) for the README.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from iterserve.cli.simulate import FlagError
+from iterserve.policies.settings import add_policy_setting_flag, parse_settings
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -17,20 +18,30 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", type=Path, required=True, help="profile JSON to write")
     parser.add_argument("--grid", default="full", help="full (default) or quick")
     parser.add_argument("--dtype", default="float32", help="float32 or bfloat16")
+    parser.add_argument("--policy", default="vllm",
+                        help="the scheduler the cells run under (its time is measured too)")
+    add_policy_setting_flag(parser)
     parser.add_argument("--threads", type=int, default=None,
                         help="torch intra-op threads (default: torch's own choice)")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from iterserve.lab.profiling import GRIDS, profile_model
     from iterserve.model.loader import load_model
     from iterserve.model.microbench import DTYPES
     from iterserve.model.runtime import set_num_threads
+    from iterserve.policies.registry import make_policy
 
     grid = GRIDS.get(args.grid)
     if grid is None:
         raise FlagError(f"--grid: unknown grid {args.grid!r}; valid grids: {', '.join(GRIDS)}")
+    settings = parse_settings(args.policy_setting)
+    make_policy(args.policy, **settings)  # an unknown policy or setting fails before model work
+    grid = dataclasses.replace(grid, policy=args.policy,
+                               policy_settings=tuple(sorted(settings.items())))
     if args.dtype not in DTYPES:
         raise FlagError(f"--dtype: must be one of {', '.join(sorted(DTYPES))}, got {args.dtype!r}")
     if args.threads is not None:

@@ -65,8 +65,11 @@ def fit_profile(samples: Sequence[tuple[BatchShape, float]],
 
 
 def speed_factor(profile: CostProfile, samples: Sequence[tuple[BatchShape, float]]) -> float:
-    """Median of measured / predicted over ``samples``: how much slower (> 1)
-    or faster the machine ran while they were measured than the profile says."""
+    """Total measured / total predicted time over ``samples``: how much slower
+    (> 1) or faster the machine ran while they were measured than the profile
+    says. A ratio of totals, not a median: latencies are means over time, so
+    the descheduled stretches a median would drop belong in the factor."""
     if not samples:
         raise CostModelError("no samples to compare with the profile")
-    return float(np.median([ms / profile.predict_ms(shape) for shape, ms in samples]))
+    measured_ms = sum(ms for _, ms in samples)
+    return measured_ms / sum(profile.predict_ms(shape) for shape, _ in samples)

@@ -2,10 +2,13 @@
 shapes and fit the iteration-time model of :mod:`iterserve.cost.profiled`.
 
 Each grid cell is a small burst on the real engine (``num_sequences``
-requests of about ``prompt_len`` tokens, all arriving at 0, greedy, outputs
-of varied length): its iterations sweep prefill chunks up to the token
-budget, mixed prefill + decode iterations and decode iterations over a
-growing context. Every executed iteration is one sample: its
+requests of about ``prompt_len`` tokens, greedy, outputs of varied length;
+every other cell arrives at once, the others ``arrival_gap_ms`` apart so
+that new prefills join running decodes): its iterations sweep prefill
+chunks up to the token budget, mixed prefill + decode iterations and
+decode iterations over a growing context. The cells run under ``grid.policy``: an iteration's time includes the
+scheduler's, so profile with the policy you will simulate. Every executed
+iteration is one sample: its
 :func:`~iterserve.cost.batch_shape` and the duration the executor reports
 (wall time since the previous iteration ended, scheduling included, which is
 what the simulator must reproduce); the engine carries an event recorder,
@@ -49,6 +52,9 @@ class ProfileGrid:
     max_output_tokens: int = 10
     token_budget: int = 512
     block_size: int = 16
+    arrival_gap_ms: float = 4.0
+    policy: str = "vllm"  # the scheduler's own time is part of an iteration
+    policy_settings: tuple[tuple[str, object], ...] = ()
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -80,7 +86,7 @@ class _IterationTimes(EngineObserver):
 
 
 def _cell(executor: TorchExecutor, grid: ProfileGrid, num_sequences: int, prompt_len: int,
-          rng: random.Random, tag: str) -> list[tuple[BatchShape, float]]:
+          rng: random.Random, tag: str, gap_ms: float = 0.0) -> list[tuple[BatchShape, float]]:
     vocab_size = executor.model.config.vocab_size
     specs = []
     for index in range(num_sequences):
@@ -90,13 +96,14 @@ def _cell(executor: TorchExecutor, grid: ProfileGrid, num_sequences: int, prompt
         num_output = rng.randint(max(1, grid.max_output_tokens // 2), grid.max_output_tokens)
         params = SamplingParams(max_tokens=num_output, temperature=0.0, ignore_eos=True)
         executor.add_request(request_id, prompt, params, seed=index)
-        specs.append(RequestSpec(request_id, 0.0, num_prompt, num_output,
+        specs.append(RequestSpec(request_id, index * gap_ms, num_prompt, num_output,
                                  prompt_token_ids=tuple(prompt)))
     capacity = Capacity(token_budget=grid.token_budget, sequence_budget=max(num_sequences, 1))
     workload = OnlineWorkload(f"profile-{tag}", "ms", capacity, tuple(specs))
     times = _IterationTimes()
     executor.reset_clock()
-    policy = policy_for("vllm", workload, {"max_num_seqs": num_sequences}, strict=False)
+    settings = {"max_num_seqs": num_sequences, **dict(grid.policy_settings)}
+    policy = policy_for(grid.policy, workload, settings, strict=False)
     Engine(workload, policy, executor, [times, EventRecorder(0.001)]).run()
     for spec in specs:
         executor.streams.pop(spec.request_id)
@@ -114,7 +121,8 @@ def measure(model: PackedCausalLM, grid: ProfileGrid, pass_index: int = 0,
     _cell(executor, grid, *cells[0], rng, "warmup")
     samples: list[tuple[BatchShape, float]] = []
     for index, (num_sequences, prompt_len) in enumerate(cells):
-        samples.extend(_cell(executor, grid, num_sequences, prompt_len, rng, f"c{index}"))
+        gap_ms = grid.arrival_gap_ms if index % 2 else 0.0
+        samples.extend(_cell(executor, grid, num_sequences, prompt_len, rng, f"c{index}", gap_ms))
     return samples
 
 
