@@ -154,3 +154,17 @@ def test_a_profile_scales_by_the_measured_speed_of_the_machine() -> None:
         1.25 * profile.predict_ms(shape), rel=1e-3)
     with pytest.raises(CostModelError, match="scale factor"):
         profile.scaled(0.0)
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--grid", "huge"], "--grid: unknown grid 'huge'; valid grids: full, quick"),
+    (["--policy", "nope"], "unknown policy"),
+    (["--dtype", "int8"], "--dtype: must be one of"),
+    (["--threads", "0"], "--threads: must be >= 1"),
+])
+def test_profile_flags_fail_in_one_line_before_any_model_work(
+        tmp_path: Path, capsys, flags: list[str], message: str) -> None:
+    assert main(["profile", str(tmp_path / "no-model"), "--out", str(tmp_path / "p.json"),
+                 *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
