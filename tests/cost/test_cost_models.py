@@ -29,12 +29,12 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 COST_DIR = REPO_ROOT / "src" / "iterserve" / "cost"
 COORDS = (("config_hash", "ab" * 32), ("dtype", "float32"), ("num_threads", "1"),
           ("torch_version", "2.x"), ("cpu_model", "test cpu"), ("machine", "test"))
-TRUE_MS = (1.5, 0.02, 0.3, 1e-5, 0.1)  # intercept, then FEATURES order
+TRUE_MS = (1.5, 0.02, 0.3, 1e-5, 0.1, 0.4)  # intercept, then FEATURES order
 
 
 def _true_ms(shape: BatchShape) -> float:
     features = (1, shape.num_prefill_rows, shape.num_decode_rows, shape.num_attended_tokens,
-                shape.num_sequences)
+                shape.num_sequences, shape.num_sequences > 1)
     return sum(c * x for c, x in zip(TRUE_MS, features, strict=True))
 
 

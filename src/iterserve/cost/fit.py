@@ -16,14 +16,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from iterserve.cost.profiled import FEATURES, CostProfile, FitError
+from iterserve.cost.profiled import FEATURES, CostProfile, FitError, feature_values
 from iterserve.cost.protocol import BatchShape, CostModelError
 
 _MAD_CUTOFF = 10.0
 
 
 def _design(shapes: Sequence[BatchShape]) -> np.ndarray:
-    rows = [(1.0, *(float(getattr(shape, name)) for name in FEATURES)) for shape in shapes]
+    rows = [(1.0, *feature_values(shape)) for shape in shapes]
     return np.asarray(rows, dtype=np.float64)
 
 

@@ -20,10 +20,19 @@ from typing import Any
 from iterserve.cost.protocol import BatchShape, CostModelError, RowQueries
 
 PROFILE_FORMAT = "iterserve-profile-v1"
-FEATURES = ("num_prefill_rows", "num_decode_rows", "num_attended_tokens", "num_sequences")
+FEATURES = ("num_prefill_rows", "num_decode_rows", "num_attended_tokens", "num_sequences",
+            "multi_sequence")
 PROVENANCE_FIELDS = ("config_hash", "dtype", "num_threads", "torch_version", "cpu_model",
                      "machine")
 FIT_FIELDS = ("num_train", "num_heldout", "mean_relative_error", "max_relative_error")
+
+
+def feature_values(shape: BatchShape) -> tuple[float, ...]:
+    """The shape as the model's features (FEATURES order). ``multi_sequence``
+    is 1 when the batch packs several sequences: one segment is measurably
+    cheaper than the linear trend of two to eight."""
+    return (shape.num_prefill_rows, shape.num_decode_rows, shape.num_attended_tokens,
+            shape.num_sequences, 1.0 if shape.num_sequences > 1 else 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +56,7 @@ class CostProfile:
     fit: FitError
 
     def predict_ms(self, shape: BatchShape) -> float:
-        features = (shape.num_prefill_rows, shape.num_decode_rows, shape.num_attended_tokens,
-                    shape.num_sequences)
+        features = feature_values(shape)
         linear = self.intercept_ms + sum(c * x for c, x in zip(self.coefficients_ms, features,
                                                               strict=True))
         return max(self.floor_ms, linear)
