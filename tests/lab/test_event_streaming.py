@@ -27,7 +27,7 @@ from iterserve.metrics.events import (
     write_jsonl,
 )
 from iterserve.policies.registry import policy_for
-from iterserve.sim.cost import parse_cost_model
+from iterserve.cost import parse_cost_model
 from iterserve.sim.generators import generate_workload
 from iterserve.sim.report import RunConfig, run_simulation
 from iterserve.sim.traces import trace_lengths
