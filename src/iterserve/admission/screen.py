@@ -23,7 +23,7 @@ from iterserve.admission.records import (
 )
 from iterserve.admission.registry import EstimatorConfig, build_estimator
 from iterserve.records.state import SchedulerState
-from iterserve.records.view import RequestView
+from iterserve.records.view import Lifecycle, RequestView
 
 
 def parse_admission(name: str) -> ReservationEstimator | None:
@@ -62,14 +62,17 @@ class ReservationScreen:
     @staticmethod
     def candidate(view: RequestView) -> AdmissionCandidate:
         """The admission candidate for a view: declared forecasts, capped at
-        max_output_tokens (which stands in when none is declared)."""
+        max_output_tokens (which stands in when none is declared). U, the
+        uncached prompt rows, excludes a waiting request's published prefix
+        hit (0x0E: its computed frontier starts past the hit)."""
         cap = view.max_output_tokens
         point = min(cap, max(1, round(view.output_forecast or cap)))
         p90 = min(cap, max(point, round(view.output_forecast_p90 or cap)))
         forecast = OutputForecast("declared", point, (QuantileForecast(0.9, p90),))
         return AdmissionCandidate(
             view.request_id, view.generation, -view.priority, view.num_prompt_tokens,
-            view.num_prompt_tokens, min(view.num_emitted, cap), cap, forecast,
+            view.num_prompt_tokens - _published_hit_rows(view),
+            min(view.num_emitted, cap), cap, forecast,
         )
 
     def future_rows(self, view: RequestView) -> int:
@@ -81,3 +84,10 @@ class ReservationScreen:
 
     def reserve(self, view: RequestView) -> None:
         self.reserved_rows += view.num_computed + self.future_rows(view)
+
+
+def _published_hit_rows(view: RequestView) -> int:
+    """A fresh waiting request's computed rows are its published prefix hit."""
+    if view.lifecycle is Lifecycle.WAITING and not view.num_emitted:
+        return view.num_computed
+    return 0
