@@ -116,15 +116,12 @@ class KvResidency:
             binding = binding_of(view, view.suspension_epoch + 1)
             if intent.kind in (IntentKind.PREEMPT_RECOMPUTE, IntentKind.ABORT, IntentKind.REJECT):
                 releases.append(self._release_receipt(rid, binding))
-            elif intent.kind is IntentKind.PREEMPT_PRESERVE_EXACT and rid in self._keys:
-                swapped = self.manager.swap_out(self._keys[rid])
-                if isinstance(swapped, SwapFailed):  # falls back to recompute: free (0x0C)
+            elif intent.kind is IntentKind.PREEMPT_PRESERVE_EXACT:
+                failure = self._swap_out(rid)
+                if failure is not None:  # falls back to recompute: free (0x0C)
                     releases.append(self._release_receipt(rid, binding))
-                    self._intents["preserve_fallback_recompute"] += 1
-                    failures.append((rid, f"swap_out_failed:{swapped.reason.value}"))
-                else:
-                    self._copy(swapped)
-                    self._swapped_out += len(swapped.copy_pairs)
+                    failures.append((rid, failure))
+                else:  # holding no blocks, it preserves nothing: trivially READY
                     preservations.append(self._preservation(binding, view.num_computed))
             elif intent.kind is IntentKind.RESUME and rid in self._keys and (
                 self.manager.is_swapped(self._keys[rid])
@@ -136,6 +133,19 @@ class KvResidency:
                     self._copy(swapped)
                     self._swapped_in += len(swapped.copy_pairs)
         return IntentOutcome(tuple(failures), tuple(releases), tuple(preservations))
+
+    def _swap_out(self, request_id: str) -> str | None:
+        """Move the request's blocks to the host pool; the failure reason, if any."""
+        key = self._keys.get(request_id)
+        if key is None:
+            return None
+        swapped = self.manager.swap_out(key)
+        if isinstance(swapped, SwapFailed):
+            self._intents["preserve_fallback_recompute"] += 1
+            return f"swap_out_failed:{swapped.reason.value}"
+        self._copy(swapped)
+        self._swapped_out += len(swapped.copy_pairs)
+        return None
 
     def _release_receipt(self, request_id: str, binding: ForeignBinding) -> ReleaseResult:
         """Free the request's blocks now (release is synchronous here)."""
@@ -236,10 +246,12 @@ class KvResidency:
     def prefix_hits(self, state: SchedulerState,
                     prompt_of: Callable[[str], Sequence[int] | None]) -> dict[str, int]:
         """Claimed hits of the waiting requests that have computed nothing
-        yet and whose prompt tokens ``prompt_of`` knows (0x0E)."""
+        yet and whose prompt tokens ``prompt_of`` knows (0x0E). Only the
+        first ``sequence_budget`` waiting requests are looked up: no plan
+        admits more, and a long queue would otherwise be hashed every step."""
         hits = {}
         views = state.views
-        for rid in state.waiting:
+        for rid in state.waiting[:state.sequence_budget]:
             view = views[rid]
             if view.num_computed or view.num_emitted:
                 continue
