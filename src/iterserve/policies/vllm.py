@@ -34,6 +34,12 @@ _CONTRACT = PolicyContract.parse("""
     assumptions: recompute preemption; no waiting pass after a running-path preemption
     foreign_owners: KV allocator (capacity facts), prefix cache
     source: vLLM v0.23.0 Scheduler.schedule (0fc695f); spec 0x09, 0x0D
+    denominator: generated tokens per second (throughput); per request (TTFT, TBT)
+    premises: none (a source implementation, not a paper objective or theorem)
+    evidence_class: simulated or measured here (iterserve); never source-reported
+    source_version: vLLM v0.23.0 (0fc695f), vllm/v1/core/sched/scheduler.py
+    non_claims: not an exact runtime reproduction; no async scheduling, speculative decoding,
+        structured output, LoRA, encoder inputs or KV connectors
 """)
 
 
