@@ -8,10 +8,21 @@ import sys
 from collections.abc import Sequence
 
 from iterserve.admission.overload import OverloadConfigError
-from iterserve.cli import generate, make_model, policies, replay, simulate, sweep, workload
+from iterserve.cli import (
+    compare,
+    generate,
+    make_model,
+    policies,
+    replay,
+    simulate,
+    sweep,
+    workload,
+)
 from iterserve.cli.simulate import FlagError
 from iterserve.engine.loop import EngineStalled
 from iterserve.engine.replay import ReplayDivergence
+from iterserve.lab.compare import CompareError
+from iterserve.lab.coordinates import CoordinateError
 from iterserve.model.errors import CheckpointError
 from iterserve.policies.registry import UnknownPolicy
 from iterserve.policies.settings import PolicyConfigError
@@ -23,13 +34,13 @@ from iterserve.sim.workload_spec import WorkloadSpecError
 
 EXPECTED_ERRORS = (CheckpointError, WorkloadError, UnknownPolicy, PolicyConfigError, ReplayDivergence, ContractViolation,
                    EngineStalled, FileNotFoundError, FlagError, OverloadConfigError, CostModelError,
-                   WorkloadSpecError, TraceError)
+                   WorkloadSpecError, TraceError, CompareError, CoordinateError)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="iterserve", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for module in (simulate, sweep, replay, policies, generate, make_model, workload):
+    for module in (simulate, sweep, replay, policies, generate, make_model, workload, compare):
         module.add_parser(subparsers)
     return parser
 

@@ -16,10 +16,11 @@ from typing import Any
 
 from iterserve.admission.overload import OverloadGate, make_gate
 from iterserve.cli.progress import RunProgress
+from iterserve.lab.run_record import report_results, run_coordinates
 from iterserve.metrics import ObservationWindow, SloConfig
 from iterserve.metrics.capacity import token_budget_utilisation
 from iterserve.policies.registry import policy_for
-from iterserve.policies.settings import add_policy_setting_flag, parse_settings
+from iterserve.policies.settings import add_policy_setting_flag, parse_settings, settings_of
 from iterserve.records.spec import WorkloadManifest
 from iterserve.sim.admission_report import admission_report
 from iterserve.sim.cost import (
@@ -180,9 +181,20 @@ def run(args: argparse.Namespace) -> int:
         report["summary"] = outputs.summary.to_dict()
     if outputs.report is not None:
         report["metrics"] = outputs.report.to_dict()
+    slo = None if setup.slo is None else {"ttft_ms": setup.slo.ttft_ms, "tbt_ms": setup.slo.tbt_ms}
+    report["coordinates"] = run_coordinates(args.workload, online, setup.cost_model.spec,
+                                            setup.cost_model.model_id, slo)
+    report["label"] = _run_label(label, settings_of(policy))
+    report["results"] = report_results(report)
     (args.out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     print(_summary_line(policy.policy_id, report, args.out))
     return 0
+
+
+def _run_label(label: str, settings: dict[str, Any]) -> str:
+    if not settings:
+        return label
+    return f"{label} ({', '.join(f'{k}={v}' for k, v in sorted(settings.items()))})"
 
 
 def _summary_line(policy_id: str, report: dict[str, Any], out: Path) -> str:
