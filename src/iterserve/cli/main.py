@@ -14,6 +14,7 @@ from iterserve.cli import (
     make_model,
     policies,
     replay,
+    sensitivity,
     simulate,
     sweep,
     workload,
@@ -40,7 +41,8 @@ EXPECTED_ERRORS = (CheckpointError, WorkloadError, UnknownPolicy, PolicyConfigEr
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="iterserve", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for module in (simulate, sweep, replay, policies, generate, make_model, workload, compare):
+    for module in (simulate, sweep, replay, policies, generate, make_model, workload, compare,
+                   sensitivity):
         module.add_parser(subparsers)
     return parser
 
