@@ -15,6 +15,7 @@ from iterserve.plan import PlanBuilder, PolicyContract, views_of
 from iterserve.plan.passes import resume_then_admit, running_pass
 from iterserve.plan.victims import fcfs_victim
 from iterserve.policies.policy import PolicyBase
+from iterserve.policies.scheduler_rules import SARATHI_SERVE_RULES, check_cross_fields
 from iterserve.policies.settings import count_settings
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import RequestView
@@ -27,6 +28,9 @@ class SarathiServeConfig:
 
     tau: int | None = None
     max_num_seqs: int | None = None
+
+    def check_fields(self) -> None:
+        check_cross_fields(self, SARATHI_SERVE_RULES)
 
 
 class SarathiServe(PolicyBase[SarathiServeConfig]):

@@ -19,6 +19,7 @@ from iterserve.plan import PlanBuilder, PolicyContract, views_of
 from iterserve.plan.passes import resume_then_admit, running_pass
 from iterserve.plan.victims import VictimChooser, fcfs_victim, priority_victim
 from iterserve.policies.policy import PolicyBase
+from iterserve.policies.scheduler_rules import VLLM_RULES, check_cross_fields
 from iterserve.policies.settings import count_settings
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import RequestView
@@ -46,10 +47,20 @@ _CONTRACT = PolicyContract.parse("""
 @count_settings
 class VllmConfig:
     """``long_prefill_token_threshold``: most rows per request per iteration;
-    ``max_num_seqs``: the running cap (else the sequence budget)."""
+    ``max_num_seqs``: the running cap (else the sequence budget);
+    ``max_num_batched_tokens``: tightens the iteration token budget;
+    ``reserve_full_isl``: 1 admits a waiting request only when its whole
+    sequence (prompt plus outputs so far) fits the free KV blocks, vLLM
+    0.32's ``scheduler_reserve_full_isl`` (absent: the first chunk must fit).
+    Cross-field rules: :data:`~iterserve.policies.scheduler_rules.VLLM_RULES`."""
 
     long_prefill_token_threshold: int | None = None
     max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    reserve_full_isl: int | None = None
+
+    def check_fields(self) -> None:
+        check_cross_fields(self, VLLM_RULES)
 
 
 class VllmFrontier(PolicyBase[VllmConfig]):
@@ -63,7 +74,8 @@ class VllmFrontier(PolicyBase[VllmConfig]):
         return waiting
 
     def ledgers(self) -> dict[str, int | None]:
-        return {"max_num_seqs": self.config.max_num_seqs}
+        return {"max_num_seqs": self.config.max_num_seqs,
+                "token_budget": self.config.max_num_batched_tokens}
 
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         threshold = self.config.long_prefill_token_threshold
@@ -75,7 +87,8 @@ class VllmFrontier(PolicyBase[VllmConfig]):
         done = running_pass(builder, views_of(state, state.running), rows_of, self.choose_victim)
         if not done.gone:  # no waiting pass after a running-path preemption
             waiting = self.waiting_order(views_of(state, state.waiting))
-            resume_then_admit(builder, state, waiting, rows_of, threshold)
+            resume_then_admit(builder, state, waiting, rows_of, threshold,
+                              full_isl=self.config.reserve_full_isl == 1)
 
 
 class VllmPriority(VllmFrontier):

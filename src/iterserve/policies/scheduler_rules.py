@@ -1,0 +1,55 @@
+"""SchedulerConfig-style cross-field rules for the vLLM-shaped policies
+(0x0D): each rule has an id, the fields it relates and its own one-line
+error, checked when the policy's config is made (never mid-run).
+
+After vLLM's ``SchedulerConfig`` checks (max_num_batched_tokens >=
+max_num_seqs; the long-prefill threshold bounded by what one step can
+schedule; ...). iterserve's vllm policy always chunks prefills, so vLLM's
+rules about disabling chunked prefill or partial-prefill counts have no
+field here to relate; the threshold is bounded by the per-step token
+budget because iterserve has no max_model_len (a declared deviation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from iterserve.policies.settings import PolicyConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class CrossFieldRule:
+    rule_id: str
+    fields: tuple[str, str]
+    holds: Callable[[int, int], bool]  # (first, second) -> ok; skipped when either is None
+    message: str
+
+
+VLLM_RULES: tuple[CrossFieldRule, ...] = (
+    CrossFieldRule("SC1", ("max_num_batched_tokens", "max_num_seqs"), lambda t, s: t >= s,
+                   "max_num_batched_tokens ({0}) must be >= max_num_seqs ({1}): every running "
+                   "sequence needs one token per step"),
+    CrossFieldRule("SC2", ("long_prefill_token_threshold", "max_num_batched_tokens"),
+                   lambda h, t: h <= t,
+                   "long_prefill_token_threshold ({0}) must be <= max_num_batched_tokens ({1}): "
+                   "a larger threshold never binds"),
+    CrossFieldRule("SC3", ("reserve_full_isl", "reserve_full_isl"), lambda v, _: v == 1,
+                   "reserve_full_isl ({0}) must be 1 (on) when set; leave it out for off"),
+)
+
+SARATHI_SERVE_RULES: tuple[CrossFieldRule, ...] = (
+    CrossFieldRule("SS1", ("tau", "max_num_seqs"), lambda tau, s: tau >= s,
+                   "tau ({0}) must be >= max_num_seqs ({1}): every running decode must fit "
+                   "the stall-free budget"),
+)
+
+
+def check_cross_fields(config: object, rules: tuple[CrossFieldRule, ...]) -> None:
+    """Raise :class:`PolicyConfigError` naming the first rule ``config``
+    breaks (the policy registry prefixes the policy's name)."""
+    for rule in rules:
+        first, second = (getattr(config, name) for name in rule.fields)
+        if first is None or second is None or rule.holds(first, second):
+            continue
+        raise PolicyConfigError(f"rule {rule.rule_id}: " + rule.message.format(first, second))
