@@ -2,12 +2,14 @@
 (0x0D): each rule has an id, the fields it relates and its own one-line
 error, checked when the policy's config is made (never mid-run).
 
-After vLLM's ``SchedulerConfig`` checks (max_num_batched_tokens >=
-max_num_seqs; the long-prefill threshold bounded by what one step can
-schedule; ...). iterserve's vllm policy always chunks prefills, so vLLM's
-rules about disabling chunked prefill or partial-prefill counts have no
-field here to relate; the threshold is bounded by the per-step token
-budget because iterserve has no max_model_len (a declared deviation).
+After vLLM 0.32's ``SchedulerConfig.verify_max_model_len``
+(config/scheduler.py, markers in :mod:`iterserve.policies.vllm_pin`): SC1
+is its max_num_batched_tokens >= max_num_seqs. vLLM bounds the long-prefill
+threshold by max_model_len; iterserve has no model length, so SC2 bounds
+it by the per-step token budget, the most it can ever cut (a declared
+deviation). iterserve's vllm policy always chunks prefills, so vLLM's rule
+that max_num_batched_tokens >= max_model_len without chunked prefill has
+no field here to relate.
 """
 
 from __future__ import annotations

