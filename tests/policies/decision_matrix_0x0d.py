@@ -16,7 +16,7 @@ from iterserve.records.view import Lifecycle, RequestView
 #: policy -> the settings the matrix makes it with
 POLICIES: dict[str, dict[str, int]] = {
     "refill": {},
-    "orca": {"kv_rows": 64},
+    "orca": {},
     "sarathi": {"chunk_size": 4},
     "sarathi-serve": {"tau": 6},
     "vllm": {},

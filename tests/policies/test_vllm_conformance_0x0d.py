@@ -33,7 +33,6 @@ MATRIX = Path(__file__).parent / "fixtures" / "decision_matrix_0x0d.json"
     ("vllm", {"long_prefill_token_threshold": 64, "max_num_batched_tokens": 32},
      "rule SC2: long_prefill_token_threshold (64) must be <= max_num_batched_tokens (32)"),
     ("vllm", {"reserve_full_isl": 2}, "rule SC3: reserve_full_isl (2) must be 1 (on)"),
-    ("sarathi-serve", {"tau": 4, "max_num_seqs": 8}, "rule SS1: tau (4) must be >= max_num_seqs (8)"),
 ])
 def test_each_cross_field_rule_has_its_own_one_line_error(policy, settings, message) -> None:
     with pytest.raises(PolicyConfigError) as caught:

@@ -17,6 +17,7 @@ from iterserve.engine.executor import Executor
 from iterserve.engine.observer import EngineObserver
 from iterserve.engine.readiness import ReadinessBoard
 from iterserve.plan import Policy
+from iterserve.plan.feasibility import check_run
 from iterserve.records.spec import OnlineWorkload, PolicyIdentity, RequestSpec
 from iterserve.records.state import CapacityFacts, RunRules, SchedulerState
 from iterserve.records.transition import advance, cancel, with_arrivals, with_readiness
@@ -84,12 +85,35 @@ class Engine:
         ]
         self._next_arrival = 0
         self.state = initial_state(self.workload, executor.capacity())
+        check_run(policy, self.workload, self.state.capacity)  # InfeasibleRun, before decision 0
         self.rejected: dict[str, str] = {}
         self.num_iterations = 0
 
     @property
     def is_done(self) -> bool:
         return not self.state.has_live and self._next_arrival == len(self._pending)
+
+    @property
+    def last_arrival(self) -> float:
+        """The latest arrival declared so far (0 before any)."""
+        return self._pending[-1][0].arrival if self._pending else 0.0
+
+    def submit(self, specs: Sequence[RequestSpec]) -> None:
+        """Declare requests while the engine runs (the online front).
+
+        They join the workload in arrival order, none before the last one
+        declared, and are published by the same rule as a workload's: at the
+        first cut at or after their arrival. A decision log whose header
+        holds the grown workload therefore replays the run.
+        """
+        last = self.last_arrival
+        for spec in specs:
+            if spec.arrival < last:
+                raise ValueError(f"{spec.request_id}: arrival {spec.arrival} precedes {last}")
+            last = spec.arrival
+            self._pending.append((spec, len(self._pending)))
+        self.workload = dataclasses.replace(
+            self.workload, requests=self.workload.requests + tuple(specs))
 
     def _publish_arrivals(self, now: float | None = None) -> None:
         """Publish arrivals due by the clock (or by ``now``, an idle jump).

@@ -12,10 +12,10 @@ Decodes are never paused behind a long prefill while tau covers them.
 from __future__ import annotations
 
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
+from iterserve.plan.feasibility import RunningSet
 from iterserve.plan.passes import resume_then_admit, running_pass
 from iterserve.plan.victims import fcfs_victim
 from iterserve.policies.policy import PolicyBase
-from iterserve.policies.scheduler_rules import SARATHI_SERVE_RULES, check_cross_fields
 from iterserve.policies.settings import count_settings
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import RequestView
@@ -29,12 +29,10 @@ class SarathiServeConfig:
     tau: int | None = None
     max_num_seqs: int | None = None
 
-    def check_fields(self) -> None:
-        check_cross_fields(self, SARATHI_SERVE_RULES)
-
 
 class SarathiServe(PolicyBase[SarathiServeConfig]):
     policy_id = "sarathi-serve"
+    running_set = RunningSet.PREEMPTS
     tie_break_key: tuple[str, ...] = ("phase_rank", "queue_rank", "arrival_order",
                                       "request_id", "request_generation")
     contract = PolicyContract.parse("""

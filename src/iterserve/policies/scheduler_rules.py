@@ -40,13 +40,6 @@ VLLM_RULES: tuple[CrossFieldRule, ...] = (
                    "reserve_full_isl ({0}) must be 1 (on) when set; leave it out for off"),
 )
 
-SARATHI_SERVE_RULES: tuple[CrossFieldRule, ...] = (
-    CrossFieldRule("SS1", ("tau", "max_num_seqs"), lambda tau, s: tau >= s,
-                   "tau ({0}) must be >= max_num_seqs ({1}): every running decode must fit "
-                   "the stall-free budget"),
-)
-
-
 def check_cross_fields(config: object, rules: tuple[CrossFieldRule, ...]) -> None:
     """Raise :class:`PolicyConfigError` naming the first rule ``config``
     breaks (the policy registry prefixes the policy's name)."""
