@@ -7,10 +7,10 @@ from typing import Any
 
 from traces import Regime, TraceRequest
 
+from iterserve.cost import default_cost_model
 from iterserve.engine.observer import EngineObserver
 from iterserve.policies.registry import make_policy
 from iterserve.records.plan import IntentKind, IterationPlan
-from iterserve.sim.cost import default_cost_model
 from iterserve.sim.report import RunConfig, run_simulation
 from iterserve.sim.workload import parse_workload
 

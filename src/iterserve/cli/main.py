@@ -20,6 +20,7 @@ from iterserve.cli import (
     generate,
     make_model,
     policies,
+    profile,
     replay,
     sensitivity,
     serve,
@@ -29,6 +30,7 @@ from iterserve.cli import (
 )
 from iterserve.cli.flag_types import OneLineParser, UsageError
 from iterserve.cli.simulate import FlagError
+from iterserve.cost import CostModelError
 from iterserve.engine.loop import EngineStalled
 from iterserve.engine.replay import ReplayDivergence
 from iterserve.lab.compare import CompareError
@@ -38,7 +40,6 @@ from iterserve.plan.feasibility import InfeasibleRun
 from iterserve.policies.registry import UnknownPolicy
 from iterserve.policies.settings import PolicyConfigError
 from iterserve.records.errors import ContractViolation
-from iterserve.sim.cost import CostModelError
 from iterserve.sim.traces import TraceError
 from iterserve.sim.workload import WorkloadError
 from iterserve.sim.workload_spec import WorkloadSpecError
@@ -53,7 +54,7 @@ def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="iterserve", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module in (simulate, sweep, replay, policies, generate, make_model, workload, serve,
-                   compare, sensitivity):
+                   profile, compare, sensitivity):
         module.add_parser(subparsers)
     return parser
 

@@ -31,6 +31,7 @@ from iterserve.admission.records import (
     OutputForecast,
     ReservationBudget,
 )
+from iterserve.cost import default_cost_model
 from iterserve.engine.observer import EngineObserver
 from iterserve.metrics.chunk_ledger import ledger_from_starts
 from iterserve.policies.registry import make_policy
@@ -38,7 +39,6 @@ from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import WorkKind
-from iterserve.sim.cost import default_cost_model
 from iterserve.sim.report import RunConfig, run_simulation
 from iterserve.sim.workload import parse_workload
 
