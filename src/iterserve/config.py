@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from iterserve.records.spec import Capacity
 
-DTYPE_NAMES = ("float32", "bfloat16")
+DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")  # auto: the checkpoint's dtype
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +25,7 @@ class EngineConfig:
     long_prefill_token_threshold: int | None = None
     extra_policy_settings: tuple[tuple[str, object], ...] = ()  # NAME=VALUE flags, checked strictly
     enable_prefix_caching: bool = True
-    dtype: str = "float32"
+    dtype: str = "auto"
     device: str = "cpu"
     max_model_len: int | None = None  # None: the checkpoint's max_position_embeddings
     admission: str = "none"  # kv reservation estimate (see ``iterserve.admission``)

@@ -22,7 +22,7 @@ from iterserve.plan import Policy
 from iterserve.policies.registry import make_policy, settings_for
 from iterserve.records.spec import KvSpec
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +63,7 @@ def load_runtime(model_dir: str | Path, config: EngineConfig, *,
     policy = make_engine_policy(config)  # a bad name or setting fails before any model work
     gate = make_overload_gate(config)
     tokenizer = load_tokenizer(model_dir)
-    model = load_model(model_dir, dtype=DTYPES[config.dtype], device=config.device)
+    model = load_model(model_dir, dtype=config.dtype, device=config.device)
     executor = TorchExecutor(model, config.kv_blocks, config.block_size, tokenizer,
                              num_host_blocks=config.num_host_blocks,
                              enable_prefix_caching=config.enable_prefix_caching)
