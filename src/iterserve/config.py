@@ -17,7 +17,8 @@ class EngineConfig:
     policy: str = "vllm"
     token_budget: int = 512
     max_num_seqs: int = 64
-    kv_blocks: int = 1024
+    kv_blocks: int | None = None  # None: from kv_cache_memory, else sized from free memory
+    kv_cache_memory: int | None = None  # bytes for the KV pool (vLLM's --kv-cache-memory)
     block_size: int = 16
     num_host_blocks: int = 0
     chunk_size: int | None = None
@@ -36,9 +37,13 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_NAMES:
             raise ValueError(f"dtype must be one of {list(DTYPE_NAMES)}, got {self.dtype!r}")
-        for name in ("token_budget", "max_num_seqs", "kv_blocks", "block_size"):
-            if getattr(self, name) < 1:
+        for name in ("token_budget", "max_num_seqs", "kv_blocks", "kv_cache_memory",
+                     "block_size"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.kv_blocks is not None and self.kv_cache_memory is not None:
+            raise ValueError("give kv_blocks or kv_cache_memory, not both")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError("max_model_len must be >= 2")
 

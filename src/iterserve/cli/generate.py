@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from iterserve.cli.simulate import FlagError
 from iterserve.policies.settings import add_policy_setting_flag, parse_settings
 
 
@@ -25,7 +26,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--ignore-eos", action="store_true")
     parser.add_argument("--token-budget", type=int, default=512)
     parser.add_argument("--max-num-seqs", type=int, default=64)
-    parser.add_argument("--kv-blocks", type=int, default=1024)
+    kv = parser.add_mutually_exclusive_group()
+    kv.add_argument("--kv-blocks", type=int, default=None,
+                    help="KV pool blocks (default: sized from free memory)")
+    kv.add_argument("--kv-cache-memory", type=int, default=None, help="KV pool size in bytes")
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--chunk-size", type=int, default=None)
     add_policy_setting_flag(parser)
@@ -46,12 +50,16 @@ def run(args: argparse.Namespace) -> int:
     prompts = args.prompt or [
         line.rstrip("\n") for line in args.prompts_file.read_text().splitlines() if line.strip()
     ]
-    config = EngineConfig(
-        policy=args.policy, token_budget=args.token_budget, max_num_seqs=args.max_num_seqs,
-        kv_blocks=args.kv_blocks, block_size=args.block_size, chunk_size=args.chunk_size,
-        extra_policy_settings=tuple(parse_settings(args.policy_setting).items()),
-        dtype=args.dtype, device=args.device,
-    )
+    try:
+        config = EngineConfig(
+            policy=args.policy, token_budget=args.token_budget, max_num_seqs=args.max_num_seqs,
+            kv_blocks=args.kv_blocks, kv_cache_memory=args.kv_cache_memory,
+            block_size=args.block_size, chunk_size=args.chunk_size,
+            extra_policy_settings=tuple(parse_settings(args.policy_setting).items()),
+            dtype=args.dtype, device=args.device,
+        )
+    except ValueError as exc:
+        raise FlagError(str(exc)) from None
     params = SamplingParams(
         max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
         top_p=args.top_p, seed=args.seed, stop=tuple(args.stop), ignore_eos=args.ignore_eos,

@@ -12,6 +12,7 @@ from iterserve.cli import generate, make_model, policies, replay, serve, simulat
 from iterserve.cli.simulate import FlagError
 from iterserve.engine.loop import EngineStalled
 from iterserve.engine.replay import ReplayDivergence
+from iterserve.kv.pool_size import KvPoolSizeError
 from iterserve.model.errors import CheckpointError
 from iterserve.policies.registry import UnknownPolicy
 from iterserve.policies.settings import PolicyConfigError
@@ -23,7 +24,7 @@ from iterserve.sim.workload_spec import WorkloadSpecError
 
 EXPECTED_ERRORS = (CheckpointError, WorkloadError, UnknownPolicy, PolicyConfigError, ReplayDivergence, ContractViolation,
                    EngineStalled, FileNotFoundError, FlagError, OverloadConfigError, CostModelError,
-                   WorkloadSpecError, TraceError)
+                   WorkloadSpecError, TraceError, KvPoolSizeError)
 
 
 def build_parser() -> argparse.ArgumentParser:
