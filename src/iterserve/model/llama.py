@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from iterserve.model.attention import AttentionMetadata, paged_attention
+from iterserve.model.attention import MAX_DECODE_GROUPS, AttentionMetadata, paged_attention
 from iterserve.model.config import ModelConfig
 from iterserve.model.kv_cache import PagedKVCache
 from iterserve.model.packing import PackedBatch
@@ -37,9 +37,11 @@ from iterserve.model.weights import LayerWeights, ModelWeights
 class PackedCausalLM:
     """A decoder-only LM whose forward consumes PackedBatch over a PagedKVCache."""
 
-    def __init__(self, config: ModelConfig, weights: ModelWeights) -> None:
+    def __init__(self, config: ModelConfig, weights: ModelWeights,
+                 max_decode_groups: int = MAX_DECODE_GROUPS) -> None:
         self.config = config
         self.weights = weights
+        self.max_decode_groups = max_decode_groups  # see attention.decode_groups
         self._inv_freq = model_inverse_frequencies(config, self.device)
 
     @property
@@ -59,7 +61,8 @@ class PackedCausalLM:
         `batch.sample_rows`, in that order. Writes the batch's K/V rows into `cache`."""
         self._check_batch(batch, cache)
         with torch.inference_mode():
-            metadata = AttentionMetadata.build(batch, self.config.sliding_windows)
+            metadata = AttentionMetadata.build(batch, self.config.sliding_windows,
+                                               self.max_decode_groups)
             tables = rotary_tables(batch.positions, self._inv_freq, self.dtype,
                                    self.config.rope_attention_scaling)
             hidden = F.embedding(batch.token_ids, self.weights.embed_tokens)
