@@ -44,6 +44,14 @@ class EngineConfig:
                 raise ValueError(f"{name} must be >= 1")
         if self.kv_blocks is not None and self.kv_cache_memory is not None:
             raise ValueError("give kv_blocks or kv_cache_memory, not both")
+        if self.num_host_blocks < 0:
+            raise ValueError("num_host_blocks must be >= 0")
+        for name in ("chunk_size", "tau", "long_prefill_token_threshold"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 when set")
+        device, _, index = self.device.partition(":")
+        if device not in ("cpu", "cuda") or (index and (device != "cuda" or not index.isdigit())):
+            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError("max_model_len must be >= 2")
 
