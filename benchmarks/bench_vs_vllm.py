@@ -22,8 +22,14 @@ both engines (the warm-up shares prompts with the run).
   its engine-clock token times; vLLM's are taken by driving
   `llm.llm_engine.step()` and timing each request's growth. Static batching
   has no per-token times here (n/a).
-- agreement: each system's token ids against the transformers static run's
-  (same dtype), request by request.
+- agreement: each system's token ids against transformers greedy decoding of
+  each request alone (batch 1, no padding, same dtype; run once, untimed),
+  request by request. Left-padded static batches are not that reference: in
+  bf16 the padding changes the kernels' reductions and so some tokens.
+  Random-weight checkpoints have nearly tied logits, so bf16 agreement is
+  fragile for every system (a --quick bf16 smoke run here: iterserve 6/8,
+  vLLM 5/8, static 7/8 against the batch-1 bf16 reference); check exact
+  agreement with --dtype float32 (iterserve 8/8 in the same smoke run).
 
 vLLM is never a dependency of iterserve: it lives in a scratch venv that this
 script creates on first use (or reuses). Pitfalls met installing and running
@@ -224,6 +230,22 @@ def worker_static(args: argparse.Namespace, requests: list[dict]) -> dict:
             "ttft_ms": [], "tbt_ms": []}
 
 
+def worker_reference(args: argparse.Namespace, requests: list[dict]) -> dict:
+    """transformers greedy, one request at a time (no padding): the agreement reference."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(args.threads)
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=getattr(torch, args.dtype))
+    eos = model.eval().generation_config.eos_token_id
+    pad_id = eos[0] if isinstance(eos, list) else eos
+    ready = time.time()
+    began = time.perf_counter()
+    outputs = [_static_batch(model, [r], pad_id, r["max_tokens"])[0] for r in requests]
+    return {"ready_wall_s": ready, "elapsed_s": time.perf_counter() - began,
+            "outputs": outputs, "ttft_ms": [], "tbt_ms": []}
+
+
 def _static_batch(model, batch: Sequence[dict], pad_id: int, max_new: int) -> list[list[int]]:
     """Left-padded greedy generate that decodes every row for the longest request."""
     import torch
@@ -247,7 +269,8 @@ def latency_lists(times_ms: Sequence[Sequence[float]]) -> dict[str, list[float]]
     return {"ttft_ms": ttft, "tbt_ms": tbt}
 
 
-WORKERS = {"iterserve": worker_iterserve, "vllm": worker_vllm, "static": worker_static}
+WORKERS = {"iterserve": worker_iterserve, "vllm": worker_vllm, "static": worker_static,
+           "reference": worker_reference}
 
 
 # --------------------------------------------------------------- orchestrator
@@ -351,7 +374,11 @@ def orchestrate(args: argparse.Namespace) -> int:
                 out = Path(scratch) / f"{system}-{repeat}.json"
                 print(f"repeat {repeat + 1}/{args.repeats}: {system}", file=sys.stderr)
                 runs[system].append(run_worker(system, pythons[system], args, workload_path, out))
-    reference = runs["static"][-1]["outputs"] if "static" in runs else None
+        reference = None
+        if not args.no_reference:
+            print("transformers reference, one request at a time", file=sys.stderr)
+            reference = run_worker("reference", sys.executable, args, workload_path,
+                                   Path(scratch) / "reference.json")["outputs"]
     summaries = {s: summarise(runs[s], num_output_tokens, reference) for s in systems}
     print(f"{args.num_requests} requests, {num_output_tokens} output tokens, {args.dtype}, "
           f"{args.threads} threads, model {args.model}, medians of {args.repeats} repeats")
@@ -381,10 +408,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--static-batch", type=int, default=16)
     parser.add_argument("--vllm-venv", type=Path, default=CACHE_DIR / "vllm-venv")
     parser.add_argument("--vllm-kv-gib", type=int, default=2)
+    parser.add_argument("--no-reference", action="store_true",
+                        help="skip the batch-1 transformers reference (no agreement column)")
     parser.add_argument("--quick", action="store_true", help="8 short requests, 1 repeat")
     parser.add_argument("--verbose", action="store_true", help="show the workers' output")
     parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--worker", choices=SYSTEMS, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=sorted(WORKERS), default=None, help=argparse.SUPPRESS)
     parser.add_argument("--workload", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
