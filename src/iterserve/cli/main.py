@@ -33,6 +33,7 @@ from iterserve.cli.simulate import FlagError
 from iterserve.cost import CostModelError
 from iterserve.engine.loop import EngineStalled
 from iterserve.engine.replay import ReplayDivergence
+from iterserve.kv.pool_size import KvPoolSizeError
 from iterserve.lab.compare import CompareError
 from iterserve.lab.coordinates import CoordinateError
 from iterserve.model.errors import CheckpointError
@@ -46,7 +47,7 @@ from iterserve.sim.workload_spec import WorkloadSpecError
 
 EXPECTED_ERRORS = (CheckpointError, WorkloadError, UnknownPolicy, PolicyConfigError, ReplayDivergence, ContractViolation,
                    EngineStalled, InfeasibleRun, FileNotFoundError, FlagError, OverloadConfigError, CostModelError,
-                   WorkloadSpecError, TraceError, CompareError, CoordinateError)
+                   WorkloadSpecError, TraceError, CompareError, CoordinateError, KvPoolSizeError)
 EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE
 
 
