@@ -10,12 +10,19 @@ from __future__ import annotations
 from collections import Counter
 
 from iterserve.records import errors as E
+from iterserve.records.frontier import (
+    check_interval,
+    check_output_clock,
+    earns_service,
+    interval_kind,
+    is_clock_consistent,
+)
 from iterserve.records.keys import KEY_FIELDS, key_function
 from iterserve.records.plan import IntentKind, IterationPlan, WorkItem
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
-from iterserve.records.view import Lifecycle, RequestView, WorkKind
+from iterserve.records.view import Lifecycle, RequestView
 
 _QUEUE_LIFECYCLES = {
     "waiting": frozenset({Lifecycle.WAITING}),
@@ -129,12 +136,11 @@ def _validate_work(
     seen: set[str] = set()
     views = state.views
     running = Lifecycle.RUNNING
-    prefill, decode, rebuild = WorkKind.PREFILL_CHUNK, WorkKind.DECODE_ROW, WorkKind.REBUILD
     for work in plan.work:
         rid = work.request_id
         view = views.get(rid)
         start, end = work.start, work.end
-        ok = (
+        if not (
             view is not None
             and view.generation == work.generation
             and view.snapshot_version == work.snapshot_version
@@ -142,21 +148,10 @@ def _validate_work(
             and rid not in seen
             and rid not in leaving
             and (view.lifecycle is running or rid in admitted)
-            and start == view.num_computed
             and work.positions == range(start, end)
-        )
-        if ok:
-            assert view is not None
-            e = view.num_emitted
-            if e == 0:
-                ok = work.kind is prefill and start < end <= view.num_prompt_tokens
-            else:
-                target = view.num_prompt_tokens + e - 1
-                if start == target:
-                    ok = work.kind is decode and end == start + 1
-                else:
-                    ok = work.kind is rebuild and start < end <= target
-        if not ok:
+            and interval_kind(view.num_prompt_tokens, view.num_emitted, view.num_computed,
+                              start, end) is work.kind
+        ):
             _explain_work(state, work, seen, admitted, leaving)
         seen.add(rid)
 
@@ -182,25 +177,8 @@ def _explain_work(state: SchedulerState, work: WorkItem, seen: set[str], admitte
 
 
 def _validate_interval(view: RequestView, work: WorkItem) -> None:
-    c = view.num_computed
-    if work.start != c:
-        raise E.IntervalBeforeFrontier(
-            f"{work.request_id}: interval starts at {work.start}, computed frontier is {c}"
-        )
-    if work.end <= work.start:
-        raise E.EmptyInterval(f"{work.request_id}: [{work.start},{work.end}) is empty")
-    if view.is_decoding:
-        if work.end != c + 1:
-            raise E.MultiRowDecode(f"{work.request_id}: decode must be [{c},{c + 1})")
-        kind = WorkKind.DECODE_ROW
-    else:
-        if work.end > view.target:
-            raise E.IntervalBeyondTarget(
-                f"{work.request_id}: end {work.end} beyond target {view.target}"
-            )
-        kind = WorkKind.PREFILL_CHUNK if view.num_emitted == 0 else WorkKind.REBUILD
-    if work.kind is not kind:
-        raise E.ForgedKind(f"{work.request_id}: kind {work.kind.value}, derived {kind.value}")
+    check_interval(work.request_id, view.num_prompt_tokens, view.num_emitted, view.num_computed,
+                   work.start, work.end, work.kind)
     if work.positions != range(work.start, work.end):
         raise E.ForgedPositions(f"{work.request_id}: positions != range({work.start},{work.end})")
 
@@ -282,7 +260,6 @@ def validate_result(plan: IterationPlan, state: SchedulerState, result: Iteratio
     service: Counter[str] = Counter()
     done: set[str] = set()
     views = state.views
-    decode, prefill, rebuild = WorkKind.DECODE_ROW, WorkKind.PREFILL_CHUNK, WorkKind.REBUILD
     for item in result.completed:
         rid = item.request_id
         work = planned.get(rid)
@@ -300,18 +277,11 @@ def validate_result(plan: IterationPlan, state: SchedulerState, result: Iteratio
                 f"outside planned [{work.start},{work.end})"
             )
         view = views[rid]
-        kind = work.kind
-        emitted = item.emitted
-        if kind is decode:
-            fast = emitted and (item.finish_reason is not None
-                                or view.num_emitted + 1 < view.max_output_tokens)
-        elif kind is prefill:
-            fast = not emitted and item.finish_reason is None and end < view.num_prompt_tokens
-        else:
-            fast = False
-        if not fast:
-            _validate_output_clock(view, work, end, emitted, item.finish_reason is not None)
-        if kind is not rebuild:
+        p, e, max_out = view.num_prompt_tokens, view.num_emitted, view.max_output_tokens
+        has_finish = item.finish_reason is not None
+        if not is_clock_consistent(p, e, max_out, work.kind, end, item.emitted, has_finish):
+            check_output_clock(rid, p, e, max_out, work.kind, end, item.emitted, has_finish)
+        if earns_service(work.kind):
             service[view.client_id] += end - item.start
     intents = {intent.request_id: intent.generation for intent in plan.intents}
     for failure in result.failures:
@@ -325,26 +295,3 @@ def validate_result(plan: IterationPlan, state: SchedulerState, result: Iteratio
     claimed = {client: rows for client, rows in result.service.items() if rows}
     if claimed != dict(service):
         raise E.ServiceDebitMismatch(f"result debits {claimed}, completed rows give {dict(service)}")
-
-
-def _validate_output_clock(
-    view: RequestView, work: WorkItem, end: int, emitted: bool, has_finish: bool
-) -> None:
-    """Prefill emits token 1 only on reaching p; decode emits one; rebuild none."""
-    if work.kind is WorkKind.DECODE_ROW:
-        should_emit = True
-    elif work.kind is WorkKind.PREFILL_CHUNK:
-        should_emit = end == view.num_prompt_tokens
-    else:
-        should_emit = False
-    if emitted != should_emit:
-        raise E.WrongOutputClock(
-            f"{view.request_id}: emitted={emitted} for {work.kind.value} ending at {end}"
-        )
-    if has_finish and not emitted:
-        raise E.WrongOutputClock(f"{view.request_id}: finish reason on an interval that emitted nothing")
-    if emitted and not has_finish and view.num_emitted + 1 >= view.max_output_tokens:
-        raise E.WrongOutputClock(
-            f"{view.request_id}: output {view.num_emitted + 1} reaches max_output_tokens "
-            "without a length stop"
-        )
