@@ -168,8 +168,9 @@ def test_completions_emit_stop_and_earn_service_by_the_frontier(
     service = {"client": rows} if kind is not REBUILD else {}
     result = IterationResult(3, 9, (CompletedInterval("r", 0, c, end, emitted, None, finish),),
                              service=service)
-    assert F.is_clock_consistent(p, e, max_output_tokens, kind, end, emitted,
-                                 finish is not None) is legal
+    earned = F.completion_service(p, e, max_output_tokens, kind, c, end, emitted,
+                                  finish is not None)
+    assert earned == (sum(service.values()) if legal else None)
     if legal:
         validate_result(plan, state, result)
     else:

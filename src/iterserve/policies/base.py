@@ -14,6 +14,7 @@ from typing import Protocol
 
 from iterserve.policies.admission_screen import ReservationScreen
 from iterserve.records import frontier
+from iterserve.records.frontier import next_interval
 from iterserve.records.keys import key_function
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent, WorkItem
 from iterserve.records.spec import OnlineWorkload
@@ -114,7 +115,7 @@ class PlanBuilder:
         limit = self.tokens_left
         if max_rows is not None and max_rows < limit:
             limit = max_rows
-        rows, kind = frontier.next_interval(view.num_prompt_tokens, view.num_emitted, c, limit)
+        rows, kind = next_interval(view.num_prompt_tokens, view.num_emitted, c, limit)
         if rows == 0:
             return 0
         blocks = 0

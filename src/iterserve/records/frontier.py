@@ -73,12 +73,14 @@ def next_interval(p: int, e: int, c: int, max_rows: int) -> tuple[int, WorkKind 
     builder's hot path)."""
     if e == 0:
         rows, kind = p - c, PREFILL
-    elif c + 1 < p + e:
-        rows, kind = p + e - 1 - c, REBUILD
-    elif c + 1 == p + e:
-        rows, kind = 1, DECODE
     else:
-        return _NO_INTERVAL
+        rows = p + e - 1 - c
+        if rows > 0:
+            kind = REBUILD
+        elif rows == 0:
+            rows, kind = 1, DECODE
+        else:
+            return _NO_INTERVAL
     if rows > max_rows:
         rows = max_rows
     return (rows, kind) if rows > 0 else _NO_INTERVAL
@@ -91,11 +93,17 @@ def legal_rows(p: int, e: int, c: int) -> int:
 
 def interval_kind(p: int, e: int, c: int, start: int, end: int) -> WorkKind | None:
     """The kind of ``[start, end)`` when it is legal, else None (the
-    validator's hot path: compare with the item's recorded kind)."""
-    if start != c:
+    validator's hot path: compare with the item's recorded kind). Written
+    out rather than calling :func:`next_interval` (one call per item, not
+    two); the tests pin that the two agree."""
+    if start != c or end <= start:
         return None
-    rows, kind = next_interval(p, e, c, end - start)
-    return kind if rows == end - start else None
+    if e == 0:
+        return PREFILL if end <= p else None
+    t = p + e - 1
+    if c < t:
+        return REBUILD if end <= t else None
+    return DECODE if c == t and end == c + 1 else None
 
 
 def rows_through_next_emission(p: int, e: int) -> int:
@@ -129,16 +137,20 @@ def phase_rank(p: int, e: int, c: int) -> int:
     return PHASE_RANK[next_kind(p, e, c)]
 
 
-def is_clock_consistent(p: int, e: int, max_output_tokens: int, kind: WorkKind, end: int,
-                        emitted: bool, has_finish: bool) -> bool:
-    """Fast check of a completion's output clock: it emitted exactly when
-    :func:`emits` says, a finish reason rides only on an emission, and an
-    emission reaching the length limit carries one."""
-    if emitted != emits(kind, p, end):
-        return False
-    if not emitted:
-        return not has_finish
-    return has_finish or not is_length_stop(e + 1, max_output_tokens)
+def completion_service(p: int, e: int, max_output_tokens: int, kind: WorkKind, start: int,
+                       end: int, emitted: bool, has_finish: bool) -> int | None:
+    """Service rows a completed ``[start, end)`` of ``kind`` earns (0 for a
+    rebuild), or None when its output clock breaks the rule; then
+    :func:`check_output_clock` names the error. The validator's hot path:
+    :func:`emits`, :func:`is_length_stop` and :func:`service_rows` written
+    out in one call; the tests pin that they agree."""
+    if kind is DECODE or (kind is PREFILL and end == p):
+        if emitted and (has_finish or e + 1 < max_output_tokens):
+            return end - start
+        return None
+    if emitted or has_finish:
+        return None
+    return 0 if kind is REBUILD else end - start
 
 
 def check_interval(request_id: str, p: int, e: int, c: int, start: int, end: int,

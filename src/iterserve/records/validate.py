@@ -8,14 +8,14 @@ These checks are the hot path's only safety net, so they stay O(work).
 from __future__ import annotations
 
 from collections import Counter
+from typing import NoReturn
 
 from iterserve.records import errors as E
 from iterserve.records.frontier import (
     check_interval,
     check_output_clock,
-    earns_service,
+    completion_service,
     interval_kind,
-    is_clock_consistent,
 )
 from iterserve.records.keys import KEY_FIELDS, key_function
 from iterserve.records.plan import IntentKind, IterationPlan, WorkItem
@@ -71,8 +71,8 @@ def validate_plan(workload: OnlineWorkload, state: SchedulerState, plan: Iterati
             f"{identity.policy_id}@{identity.policy_version}"
         )
     admitted, leaving = _validate_intents(state, plan)
-    _validate_work(state, plan, admitted, leaving)
-    _validate_ledger(state, plan)
+    num_tokens = _validate_work(state, plan, admitted, leaving)
+    _validate_ledger(state, plan, num_tokens)
     _validate_kv(state, plan)
     _validate_tie_break(state, plan)
 
@@ -129,35 +129,39 @@ def _resolve(state: SchedulerState, request_id: str, generation: int) -> Request
 
 def _validate_work(
     state: SchedulerState, plan: IterationPlan, admitted: set[str], leaving: set[str]
-) -> None:
+) -> int:
     """Each item binds a current, ready, admitted view and its only legal
     interval. The loop is the hot path: a cheap check of every invariant
-    per item, and on any doubt the detailed checks raise the named error."""
+    per item, and on any doubt the detailed checks raise the named error.
+    Returns the work's token rows, for the ledger check."""
     seen: set[str] = set()
     views = state.views
     running = Lifecycle.RUNNING
+    num_tokens = 0
     for work in plan.work:
-        rid = work.request_id
+        # one unpack of the 8-field item is cheaper than 7 NamedTuple attribute reads
+        rid, generation, snapshot, start, end, kind, positions, _ = work
         view = views.get(rid)
-        start, end = work.start, work.end
         if not (
             view is not None
-            and view.generation == work.generation
-            and view.snapshot_version == work.snapshot_version
+            and view.generation == generation
+            and view.snapshot_version == snapshot
             and view.is_ready
             and rid not in seen
             and rid not in leaving
             and (view.lifecycle is running or rid in admitted)
-            and work.positions == range(start, end)
+            and positions == range(start, end)
             and interval_kind(view.num_prompt_tokens, view.num_emitted, view.num_computed,
-                              start, end) is work.kind
+                              start, end) is kind
         ):
             _explain_work(state, work, seen, admitted, leaving)
         seen.add(rid)
+        num_tokens += end - start
+    return num_tokens
 
 
 def _explain_work(state: SchedulerState, work: WorkItem, seen: set[str], admitted: set[str],
-                  leaving: set[str]) -> None:
+                  leaving: set[str]) -> NoReturn:
     """Raise the named error for an item the fast check refused."""
     view = _resolve(state, work.request_id, work.generation)
     if work.request_id in seen:
@@ -183,8 +187,8 @@ def _validate_interval(view: RequestView, work: WorkItem) -> None:
         raise E.ForgedPositions(f"{work.request_id}: positions != range({work.start},{work.end})")
 
 
-def _validate_ledger(state: SchedulerState, plan: IterationPlan) -> None:
-    tokens = sum(work.end - work.start for work in plan.work)
+def _validate_ledger(state: SchedulerState, plan: IterationPlan, tokens: int) -> None:
+    """``tokens``: the work's token rows, summed by :func:`_validate_work`."""
     if tokens != plan.tokens_used or len(plan.work) != plan.sequences_used:
         raise E.LedgerDrift(
             f"ledger says {plan.tokens_used} tokens/{plan.sequences_used} seqs, "
@@ -261,28 +265,29 @@ def validate_result(plan: IterationPlan, state: SchedulerState, result: Iteratio
     done: set[str] = set()
     views = state.views
     for item in result.completed:
-        rid = item.request_id
+        rid, generation, start, end, emitted, _, finish_reason = item  # one unpack (hot path)
         work = planned.get(rid)
         if work is None:
             raise E.UnplannedCompletion(f"{rid} completed without planned work")
-        if item.generation != work.generation:
-            raise E.StaleGeneration(f"{rid}: completion for generation {item.generation}")
+        if generation != work.generation:
+            raise E.StaleGeneration(f"{rid}: completion for generation {generation}")
         if rid in done:
             raise E.DuplicateCompletion(f"{rid} completed twice")
         done.add(rid)
-        end = item.end
-        if item.start != work.start or not work.start < end <= work.end:
+        planned_start, kind = work.start, work.kind
+        if start != planned_start or not planned_start < end <= work.end:
             raise E.CompletionBeyondPlan(
-                f"{rid}: completed [{item.start},{end}) "
-                f"outside planned [{work.start},{work.end})"
+                f"{rid}: completed [{start},{end}) outside planned [{planned_start},{work.end})"
             )
         view = views[rid]
-        p, e, max_out = view.num_prompt_tokens, view.num_emitted, view.max_output_tokens
-        has_finish = item.finish_reason is not None
-        if not is_clock_consistent(p, e, max_out, work.kind, end, item.emitted, has_finish):
-            check_output_clock(rid, p, e, max_out, work.kind, end, item.emitted, has_finish)
-        if earns_service(work.kind):
-            service[view.client_id] += end - item.start
+        has_finish = finish_reason is not None
+        rows = completion_service(view.num_prompt_tokens, view.num_emitted,
+                                  view.max_output_tokens, kind, start, end, emitted, has_finish)
+        if rows is None:
+            check_output_clock(rid, view.num_prompt_tokens, view.num_emitted,
+                               view.max_output_tokens, kind, end, emitted, has_finish)
+        elif rows:
+            service[view.client_id] += rows
     intents = {intent.request_id: intent.generation for intent in plan.intents}
     for failure in result.failures:
         rid = failure.request_id
