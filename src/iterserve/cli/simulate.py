@@ -10,14 +10,27 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from iterserve.admission.overload import OverloadGate, make_gate
+from iterserve.cli.flag_types import (
+    POSITIVE_INT,
+    finite_float,
+    int_at_least,
+    output_dir,
+    output_file,
+)
+from iterserve.cli.progress import RunProgress
 from iterserve.metrics import ObservationWindow, SloConfig
-from iterserve.policies.edf import bind_cost_model
-from iterserve.policies.registry import make_policy
+from iterserve.metrics.capacity import token_budget_utilisation
+from iterserve.policies.registry import policy_for
+from iterserve.policies.settings import add_policy_setting_flag
+from iterserve.records.limits import MAX_BYTES_PER_ROW
 from iterserve.records.spec import WorkloadManifest
 from iterserve.sim.admission_report import admission_report
 from iterserve.sim.cost import (
@@ -29,6 +42,7 @@ from iterserve.sim.cost import (
 from iterserve.sim.kv_report import kv_report
 from iterserve.sim.report import (
     RunConfig,
+    SimulationRun,
     resolve_slo,
     run_simulation,
     simulate_report,
@@ -53,9 +67,9 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
                         help="overload contract: accept-all, bounded, slo-feasible")
     parser.add_argument("--max-live", type=int, default=None,
                         help="live-request cap for --overload bounded")
-    parser.add_argument("--slo-ttft-ms", type=float, default=None,
+    parser.add_argument("--slo-ttft-ms", type=finite_float(), default=None,
                         help="TTFT limit (default: the workload's per-request slo)")
-    parser.add_argument("--slo-tbt-ms", type=float, default=None,
+    parser.add_argument("--slo-tbt-ms", type=finite_float(), default=None,
                         help="TBT limit (default: the workload's per-request slo)")
 
 
@@ -63,14 +77,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("simulate", help="run a workload on the simulated executor")
     add_run_flags(parser)
     parser.add_argument("--policy", required=True, help="policy name (see `iterserve policies`)")
-    parser.add_argument("--out", type=Path, required=True, help="output directory")
-    parser.add_argument("--decision-log", type=Path, help="write the JSONL decision log here")
-    parser.add_argument("--max-iterations", type=int, default=None)
-    parser.add_argument("--window", type=float, nargs=2, metavar=("START_S", "END_S"),
+    add_policy_setting_flag(parser)
+    parser.add_argument("--out", type=output_dir, required=True,
+                        help="output directory (absent or a directory)")
+    parser.add_argument("--decision-log", type=output_file,
+                        help="write the JSONL decision log here (only once the run succeeds)")
+    parser.add_argument("--max-iterations", type=POSITIVE_INT, default=None)
+    parser.add_argument("--window", type=finite_float(0.0), nargs=2, metavar=("START_S", "END_S"),
                         help="observation window in seconds (default: first arrival to the "
                              "last event)")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    parser.add_argument("--bytes-per-row", type=int, default=None,
+    parser.add_argument("--bytes-per-row", type=int_at_least(1, MAX_BYTES_PER_ROW), default=None,
                         help="logical KV bytes per row for the 0x09 exposure proxy")
     parser.set_defaults(run=run)
 
@@ -147,32 +164,45 @@ def run(args: argparse.Namespace) -> int:
     setup = setup_from_flags(RunFlags.from_args(args))
     window = window_from_flags(args)
     online = setup.manifest.online
-    policy = bind_cost_model(make_policy(args.policy), setup.cost_model)
+    policy = policy_for(args.policy, online, dict(args.policy_setting),
+                        cost_model=setup.cost_model)
     config = RunConfig(policy, setup.cost_model, setup.gate, args.max_iterations)
     with contextlib.ExitStack() as stack:
         stream = None
-        if args.decision_log:
-            args.decision_log.parent.mkdir(parents=True, exist_ok=True)
-            stream = stack.enter_context(args.decision_log.open("w"))
-        result = run_simulation(setup.manifest, config, stream)
+        if args.decision_log:  # committed only when everything below succeeds
+            stream = stack.enter_context(pending_file(args.decision_log))
+        progress = RunProgress(len(online.requests))
+        stack.callback(progress.close)
+        result = run_simulation(setup.manifest, config, stream, [progress])
+        report = _report(args, setup, policy.policy_id, result)
+        args.out.mkdir(parents=True, exist_ok=True)
+        outputs = write_metric_outputs(args.out, result, online, setup.slo, window,
+                                       f"{policy.policy_id} + {setup.gate.gate_id}",
+                                       plots=not args.no_plots)
+        if outputs.summary is not None:
+            report["summary"] = outputs.summary.to_dict()
+        if outputs.report is not None:
+            report["metrics"] = outputs.report.to_dict()
+        (args.out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    print(_summary_line(policy.policy_id, report, args.out))
+    return 0
+
+
+def _report(args: argparse.Namespace, setup: RunSetup, policy_id: str,
+            result: SimulationRun) -> dict[str, Any]:
+    online = setup.manifest.online
     bytes_per_row = args.bytes_per_row
     if bytes_per_row is None and online.kv is not None:
         bytes_per_row = online.kv.bytes_per_row
-    report = simulate_report(online, policy.policy_id, result.trace, bytes_per_row)
+    report = simulate_report(online, policy_id, result.trace, bytes_per_row)
     report["kv"] = kv_report(result.executor.kv, result.trace, bytes_per_row)
     report["admission_evaluation"] = admission_report(online, setup.manifest.hidden, bytes_per_row)
     report["cost_model"] = {"spec": setup.cost_model.spec, "model_id": setup.cost_model.model_id}
     report["overload"] = {"contract": setup.gate.gate_id, "params": setup.gate.params(),
                           "num_rejected": len(result.engine.rejected)}
-    args.out.mkdir(parents=True, exist_ok=True)
-    label = f"{policy.policy_id} + {setup.gate.gate_id}"
-    metrics = write_metric_outputs(args.out, result, online, setup.slo, window, label,
-                                   plots=not args.no_plots)
-    if metrics is not None:
-        report["metrics"] = metrics.to_dict()
-    (args.out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-    print(_summary_line(policy.policy_id, report, args.out))
-    return 0
+    report["token_budget_utilisation"] = token_budget_utilisation(
+        result.recorder.iterations, online.capacity.token_budget).to_dict()
+    return report
 
 
 def _summary_line(policy_id: str, report: dict[str, Any], out: Path) -> str:
@@ -186,3 +216,19 @@ def _summary_line(policy_id: str, report: dict[str, Any], out: Path) -> str:
                  f"rejected {outcomes['num_rejected']}, offered-load attainment "
                  f"{metrics['attainment']['offered_load']}")
     return f"{text} -> {out / 'report.json'}"
+
+
+@contextlib.contextmanager
+def pending_file(path: Path) -> Iterator[TextIO]:
+    """A text stream that becomes ``path`` only when the block succeeds: a run
+    that fails leaves no partial decision log behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as stream:
+            yield stream
+        os.chmod(tmp_name, 0o644)
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise

@@ -16,9 +16,9 @@ from iterserve.admission.readiness import ReadinessFact, ReadinessRequirement
 from iterserve.engine.executor import Executor
 from iterserve.engine.observer import EngineObserver
 from iterserve.engine.readiness import ReadinessBoard
-from iterserve.policies.base import Policy
+from iterserve.plan import Policy
 from iterserve.records.spec import OnlineWorkload, PolicyIdentity, RequestSpec
-from iterserve.records.state import CapacityFacts, SchedulerState
+from iterserve.records.state import CapacityFacts, RunRules, SchedulerState
 from iterserve.records.transition import advance, cancel, with_arrivals, with_readiness
 from iterserve.records.validate import validate_plan, validate_result, validate_state
 
@@ -48,7 +48,7 @@ def initial_state(workload: OnlineWorkload, capacity: CapacityFacts | None = Non
     return SchedulerState(
         decision_id=0, state_version=0, now=0.0, waiting=(), running=(), suspended=(),
         finished=(), views={}, token_budget=cap.token_budget, sequence_budget=cap.sequence_budget,
-        capacity=capacity or CapacityFacts(),
+        capacity=capacity or CapacityFacts(), rules=RunRules.of(workload),
     )
 
 
@@ -90,6 +90,28 @@ class Engine:
     @property
     def is_done(self) -> bool:
         return not self.state.has_live and self._next_arrival == len(self._pending)
+
+    @property
+    def last_arrival(self) -> float:
+        """The latest arrival declared so far (0 before any)."""
+        return self._pending[-1][0].arrival if self._pending else 0.0
+
+    def submit(self, specs: Sequence[RequestSpec]) -> None:
+        """Declare requests while the engine runs (the online front).
+
+        They join the workload in arrival order, none before the last one
+        declared, and are published by the same rule as a workload's: at the
+        first cut at or after their arrival. A decision log whose header
+        holds the grown workload therefore replays the run.
+        """
+        last = self.last_arrival
+        for spec in specs:
+            if spec.arrival < last:
+                raise ValueError(f"{spec.request_id}: arrival {spec.arrival} precedes {last}")
+            last = spec.arrival
+            self._pending.append((spec, len(self._pending)))
+        self.workload = dataclasses.replace(
+            self.workload, requests=self.workload.requests + tuple(specs))
 
     def _publish_arrivals(self, now: float | None = None) -> None:
         """Publish arrivals due by the clock (or by ``now``, an idle jump).
@@ -159,7 +181,7 @@ class Engine:
         if not self.state.has_live:
             return self._jump_to_next_arrival()
         state = self.state
-        plan = self.policy.choose(self.workload, state)
+        plan = self.policy.choose(state)
         if self.validate:
             validate_state(state)
             validate_plan(self.workload, state, plan)

@@ -7,8 +7,11 @@ that the online projection never contains and that no policy can receive.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from iterserve.records.limits import MAX_WATERMARK_ROWS
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,12 @@ class RequestSpec:
     def __post_init__(self) -> None:
         if not self.request_id:
             raise ValueError("request_id must be non-empty")
+        if not self.client_id:
+            raise ValueError(f"{self.request_id}: client_id must be a non-empty string")
+        for name in ("output_forecast", "output_forecast_p90"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{self.request_id}: {name} must be a finite number >= 0")
         if self.num_prompt_tokens < 1:
             raise ValueError(f"{self.request_id}: prompt_tokens must be >= 1")
         if self.max_output_tokens < 1:
@@ -56,19 +65,17 @@ class RequestSpec:
 
 @dataclass(frozen=True, slots=True)
 class Capacity:
-    """Per-iteration budgets and capacity knobs (0x05).
+    """Per-iteration budgets and the machine's logical KV rows (0x05).
 
     token_budget: max token rows per iteration (K_token).
     sequence_budget: max distinct requests per iteration (K_seq).
-    Policy knobs are optional and documented in the README's workload schema.
+    kv_rows: a logical KV pool of this many rows (block size 1) when the
+    workload has no ``kv`` section. Policy settings (chunk size, tau, ...)
+    belong to the policy, not here (``OnlineWorkload.policy_settings``).
     """
 
     token_budget: int
     sequence_budget: int
-    max_num_seqs: int | None = None
-    long_prefill_token_threshold: int | None = None
-    chunk_size: int | None = None
-    tau: int | None = None
     kv_rows: int | None = None
 
     def __post_init__(self) -> None:
@@ -76,10 +83,8 @@ class Capacity:
             raise ValueError("capacity.token_budget must be >= 1")
         if self.sequence_budget < 1:
             raise ValueError("capacity.sequence_budget must be >= 1")
-        for name in ("max_num_seqs", "long_prefill_token_threshold", "chunk_size", "tau", "kv_rows"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"capacity.{name} must be >= 1 when set")
+        if self.kv_rows is not None and self.kv_rows < 1:
+            raise ValueError("capacity.kv_rows must be >= 1 when set")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +94,23 @@ class PolicyIdentity:
 
 
 PREEMPTION_MODES = ("recompute", "preserve")
+ADMISSION_NAMES = ("none", "max", "point", "quantile")
+
+
+def check_admission(name: str) -> None:
+    """``none`` | ``max`` | ``point`` | ``quantile`` | ``watermark:W`` with W a
+    decimal row count in [0, MAX_WATERMARK_ROWS]. Anything else (``max:5``,
+    ``watermark:``, ``watermark:-5``, ``watermark:nan``) raises: it used to be
+    read silently as another estimate."""
+    family, sep, arg = name.partition(":")
+    if not sep and family in ADMISSION_NAMES:
+        return
+    if family == "watermark" and sep and arg.isascii() and arg.isdigit():
+        if int(arg) <= MAX_WATERMARK_ROWS:
+            return
+        raise ValueError(f"watermark rows must be <= {MAX_WATERMARK_ROWS}, got {arg}")
+    raise ValueError(f"must be one of {list(ADMISSION_NAMES)} or 'watermark:ROWS' "
+                     f"(ROWS an integer >= 0), got {name!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,11 +134,20 @@ class KvSpec:
             raise ValueError(f"kv.preemption_mode must be one of {list(PREEMPTION_MODES)}")
         if self.bytes_per_row is not None and self.bytes_per_row < 1:
             raise ValueError("kv.bytes_per_row must be >= 1")
+        try:
+            check_admission(self.admission)
+        except ValueError as exc:
+            raise ValueError(f"kv.admission: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)
 class OnlineWorkload:
-    """The online projection of a workload manifest: no hidden truth."""
+    """The online projection of a workload manifest: no hidden truth.
+
+    ``policy_settings`` are the workload's suggested policy settings (name ->
+    value, for whichever policy runs it); the policy validates the ones it
+    takes when it is made (``policies.registry.policy_for``).
+    """
 
     workload_id: str
     clock: str
@@ -124,6 +155,7 @@ class OnlineWorkload:
     requests: tuple[RequestSpec, ...]
     policy: PolicyIdentity | None = None
     kv: KvSpec | None = None
+    policy_settings: Mapping[str, object] = field(default_factory=dict)
     _by_id: dict[str, RequestSpec] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
