@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from iterserve.admission.screen import ReservationScreen
 from iterserve.plan.contract import Policy
+from iterserve.records import frontier
+from iterserve.records.frontier import next_interval
 from iterserve.records.keys import key_function
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent, WorkItem
 from iterserve.records.state import RunRules, SchedulerState
-from iterserve.records.view import Lifecycle, RequestView, WorkKind
+from iterserve.records.view import Lifecycle, RequestView
 
-# hot-path constants: enum attribute access and NamedTuple.__new__ are slow
-_DECODE, _PREFILL, _REBUILD = WorkKind.DECODE_ROW, WorkKind.PREFILL_CHUNK, WorkKind.REBUILD
-_new_tuple = tuple.__new__
+_new_tuple = tuple.__new__  # NamedTuple.__new__ is slow on the hot path
 
 
 class PlanBuilder:
@@ -70,8 +70,7 @@ class PlanBuilder:
     def legal_rows(self, view: RequestView) -> int:
         """Width of the widest legal interval now: 1 for decode, else the
         rows left to the target (prompt, or rebuild target, 0x0C)."""
-        remaining = view.target - view.num_computed
-        return remaining if remaining > 0 else 1
+        return frontier.legal_rows(view.num_prompt_tokens, view.num_emitted, view.num_computed)
 
     def blocks_needed(self, view: RequestView, num_rows: int) -> int:
         facts = self._facts
@@ -92,18 +91,11 @@ class PlanBuilder:
         if rid in self._work or rid in self._aborted or not view.is_ready or self.seqs_left == 0:
             return 0
         c = view.num_computed
-        e = view.num_emitted
-        remaining = view.num_prompt_tokens - c if e == 0 else view.num_prompt_tokens + e - 1 - c
-        if remaining == 0:  # decoding: the only legal interval is [c, c+1)
-            rows, kind = 1, _DECODE
-        else:
-            rows = remaining
-            kind = _PREFILL if e == 0 else _REBUILD
-        if max_rows is not None and max_rows < rows:
-            rows = max_rows
-        if rows > self.tokens_left:
-            rows = self.tokens_left
-        if rows <= 0:
+        limit = self.tokens_left
+        if max_rows is not None and max_rows < limit:
+            limit = max_rows
+        rows, kind = next_interval(view.num_prompt_tokens, view.num_emitted, c, limit)
+        if rows == 0:
             return 0
         blocks = 0
         if self.blocks_free is not None:
@@ -154,7 +146,8 @@ class PlanBuilder:
         total = self._facts.num_blocks_total
         if total is None:
             return False
-        return self._facts.blocks_for(view.num_prompt_tokens + view.num_emitted) > total
+        rows = frontier.rows_through_next_emission(view.num_prompt_tokens, view.num_emitted)
+        return self._facts.blocks_for(rows) > total
 
     def _abort_what_never_fits(self) -> None:
         """Abort every live request whose next step can never fit the whole
