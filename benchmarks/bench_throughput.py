@@ -47,7 +47,7 @@ import torch  # noqa: E402
 
 from iterserve.llm import DTYPES, LLM  # noqa: E402
 from iterserve.model.make_model import make_model  # noqa: E402
-from iterserve.model.params import SamplingParams  # noqa: E402
+from iterserve.records.sampling_params import SamplingParams  # noqa: E402
 
 FIRST_PLAIN_TOKEN = 4  # ids below are special tokens in make_model's tokenizers
 DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "iterserve"

@@ -9,20 +9,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from iterserve.admission.overload import OverloadGate, make_gate
 from iterserve.config import EngineConfig
 from iterserve.engine.observer import EngineObserver
 from iterserve.engine.online import OnlineEngine
-from iterserve.engine.torch_executor import TorchExecutor
+from iterserve.model.executor import TorchExecutor
 from iterserve.model.loader import load_model
+from iterserve.model.runtime import DTYPES, cuda_available
 from iterserve.model.tokenizer import TextTokenizer, load_tokenizer
 from iterserve.plan import Policy
 from iterserve.policies.registry import make_policy, settings_for
 from iterserve.records.spec import KvSpec
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +59,7 @@ def load_runtime(model_dir: str | Path, config: EngineConfig, *,
     """Load the checkpoint and start its online engine thread."""
     policy = make_engine_policy(config)  # a bad name or setting fails before any model work
     gate = make_overload_gate(config)
-    if config.device.startswith("cuda") and not torch.cuda.is_available():
+    if config.device.startswith("cuda") and not cuda_available():
         raise ValueError(f"device {config.device!r}: this torch build has no usable CUDA device")
     tokenizer = load_tokenizer(model_dir)
     model = load_model(model_dir, dtype=DTYPES[config.dtype], device=config.device)

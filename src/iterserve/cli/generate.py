@@ -58,9 +58,9 @@ def read_prompts(path: Path) -> list[str]:
 
 
 def check_device(device: str) -> None:
-    import torch
+    from iterserve.model.runtime import cuda_available
 
-    if device == "cuda" and not torch.cuda.is_available():
+    if device == "cuda" and not cuda_available():
         raise FlagError("--device cuda: this torch build has no usable CUDA device; use --device cpu")
 
 
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
     from iterserve.llm import LLM, EngineConfig
-    from iterserve.model.params import SamplingParams
+    from iterserve.records.sampling_params import SamplingParams
 
     prompts = args.prompt or read_prompts(args.prompts_file)
     check_device(args.device)

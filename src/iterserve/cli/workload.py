@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from iterserve.cli.simulate import FlagError
+from iterserve.records.workload import parse_workload
+from iterserve.records.workload_json import write_workload
 from iterserve.sim.generators import generate_document
 from iterserve.sim.trace_workload import (
     TraceSelection,
@@ -21,8 +23,6 @@ from iterserve.sim.trace_workload import (
     trace_document,
 )
 from iterserve.sim.traces import FORMATS, read_trace, trace_lengths
-from iterserve.sim.workload import parse_workload
-from iterserve.sim.workload_json import write_workload
 from iterserve.sim.workload_spec import WorkloadSpecError, parse_spec
 
 

@@ -5,6 +5,13 @@ from __future__ import annotations
 
 import torch
 
+# the dtypes a run may load a checkpoint in, by their flag spelling
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def cuda_available() -> bool:
+    return bool(torch.cuda.is_available())
+
 
 def torch_version() -> str:
     return str(torch.__version__)

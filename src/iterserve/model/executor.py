@@ -24,13 +24,13 @@ from iterserve.kv.results import SwapDirection
 from iterserve.model.kv_cache import PagedKVCache
 from iterserve.model.llama import PackedCausalLM
 from iterserve.model.packing import SegmentSpec, pack
-from iterserve.model.params import SamplingParams
 from iterserve.model.sampling import SampleRow, sample
 from iterserve.model.stopping import IncrementalDetokenizer, StopReason, token_stop_reason
 from iterserve.model.tokenizer import TextTokenizer
 from iterserve.records.frontier import emits
 from iterserve.records.plan import IterationPlan, WorkItem
 from iterserve.records.result import IterationResult
+from iterserve.records.sampling_params import SamplingParams
 from iterserve.records.state import CapacityFacts, SchedulerState
 from iterserve.records.view import FinishReason, RequestView
 
