@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from iterserve.sim.cost import parse_cost_model
+from iterserve.cost import parse_cost_model
 
 from iterserve.admission.overload import make_gate
 from iterserve.policies.registry import policy_for

@@ -7,7 +7,7 @@ import io
 import json
 
 import pytest
-from iterserve.sim.cost import parse_cost_model
+from iterserve.cost import parse_cost_model
 from lab_helpers import CHAT_MIX
 
 from iterserve.admission.overload import make_gate
