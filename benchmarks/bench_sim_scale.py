@@ -34,9 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from iterserve.cost import parse_cost_model
-
 from iterserve.admission.overload import make_gate
+from iterserve.cost import parse_cost_model
 from iterserve.policies.registry import policy_for
 from iterserve.sim.generators import generate_workload
 from iterserve.sim.report import RunConfig, run_simulation

@@ -7,10 +7,10 @@ import io
 import json
 
 import pytest
-from iterserve.cost import parse_cost_model
 from lab_helpers import CHAT_MIX
 
 from iterserve.admission.overload import make_gate
+from iterserve.cost import parse_cost_model
 from iterserve.engine.events import EventRecorder
 from iterserve.metrics.events import (
     EVENT_TYPES,
