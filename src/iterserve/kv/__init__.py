@@ -19,9 +19,9 @@ from iterserve.kv.results import (
     AllocationResult,
     CommitResult,
     FailureReason,
-    FreeResult,
     PoolUsage,
     PrefixHit,
+    ReleasedBlocks,
     RequestKey,
     SwapDirection,
     SwapFailed,
@@ -31,7 +31,7 @@ from iterserve.kv.results import (
 
 __all__ = [
     "AllocationFailed", "AllocationGranted", "AllocationResult", "BlockHasher", "BlockManager",
-    "BlockManagerConfig", "CommitResult", "DuplicateRequestError", "FailureReason", "FreeResult",
+    "BlockManagerConfig", "CommitResult", "DuplicateRequestError", "FailureReason", "ReleasedBlocks",
     "KvError", "KvInvariantError", "PoolUsage", "PrefixHit", "RequestKey",
     "RequestStateError", "SwapDirection", "SwapFailed", "SwapGranted", "SwapResult",
     "UnknownRequestError", "blake2b_block_hash",

@@ -29,7 +29,7 @@ class PlanBuilder:
     """
 
     __slots__ = ("_state", "_policy", "_key", "_work", "_intents", "tokens_left", "seqs_left",
-                 "_facts", "blocks_free", "_token_budget", "_screen", "_preempt_kind",
+                 "_facts", "num_blocks_free", "_token_budget", "_screen", "_preempt_kind",
                  "_max_running", "_num_joined", "_aborted")
 
     def __init__(self, policy: Policy, state: SchedulerState,
@@ -49,7 +49,7 @@ class PlanBuilder:
         self._token_budget = _tightened(state.token_budget, token_budget)
         self.tokens_left = self._token_budget
         self.seqs_left = _tightened(state.sequence_budget, sequence_budget)
-        self.blocks_free = state.capacity.num_blocks_free  # None: unbounded
+        self.num_blocks_free = state.capacity.num_blocks_free  # None: unbounded
         self._max_running = state.sequence_budget if max_num_seqs is None else max_num_seqs
         self._num_joined = 0  # requests resumed or admitted into the running set
         self._screen = ReservationScreen.for_state(state)
@@ -78,7 +78,7 @@ class PlanBuilder:
         return facts.blocks_for(c + num_rows) - facts.blocks_for(c)
 
     def fits_memory(self, view: RequestView, num_rows: int) -> bool:
-        return self.blocks_free is None or self.blocks_needed(view, num_rows) <= self.blocks_free
+        return self.num_blocks_free is None or self.blocks_needed(view, num_rows) <= self.num_blocks_free
 
     def add(self, view: RequestView, max_rows: int | None = None) -> int:
         """Schedule up to ``max_rows`` of ``view``'s legal interval; rows granted.
@@ -98,11 +98,11 @@ class PlanBuilder:
         if rows == 0:
             return 0
         blocks = 0
-        if self.blocks_free is not None:
+        if self.num_blocks_free is not None:
             blocks = self.blocks_needed(view, rows)
-            if blocks > self.blocks_free:
+            if blocks > self.num_blocks_free:
                 return 0
-            self.blocks_free -= blocks
+            self.num_blocks_free -= blocks
         end = c + rows
         item = _new_tuple(WorkItem, (rid, view.generation, view.snapshot_version, c, end, kind,
                                      range(c, end), self._key(view)))
@@ -116,8 +116,8 @@ class PlanBuilder:
         item, blocks = self._work.pop(view.request_id)
         self.tokens_left += item.end - item.start
         self.seqs_left += 1
-        if self.blocks_free is not None:
-            self.blocks_free += blocks
+        if self.num_blocks_free is not None:
+            self.num_blocks_free += blocks
 
     def intend(self, kind: IntentKind, view: RequestView, reason: str = "") -> None:
         self._intents.append(QueueIntent(kind, view.request_id, view.generation, reason))
@@ -171,8 +171,8 @@ class PlanBuilder:
         self._aborted.add(rid)
         if rid in self._work:
             self.unschedule(view)
-        if self.blocks_free is not None and view.lifecycle is Lifecycle.RUNNING:
-            self.blocks_free += self._facts.blocks_for(view.num_computed)
+        if self.num_blocks_free is not None and view.lifecycle is Lifecycle.RUNNING:
+            self.num_blocks_free += self._facts.blocks_for(view.num_computed)
         self.intend(IntentKind.ABORT, view, reason)
 
     def is_aborted(self, view: RequestView) -> bool:
@@ -190,24 +190,24 @@ class PlanBuilder:
         and its held blocks count as free for the rest of this plan."""
         if view.request_id in self._work:
             self.unschedule(view)
-        if self.blocks_free is not None:
-            self.blocks_free += self._facts.blocks_for(view.num_computed)
+        if self.num_blocks_free is not None:
+            self.num_blocks_free += self._facts.blocks_for(view.num_computed)
         self.intend(self._preempt_kind if kind is None else kind, view, reason)
 
     def resume(self, view: RequestView, max_rows: int | None = None) -> int:
         """Resume a suspended (preserved) request: its rows come back onto
         device blocks, then its next interval is scheduled. Rows granted."""
         held = self._facts.blocks_for(view.num_computed)
-        if self.blocks_free is not None:
-            if held > self.blocks_free:
+        if self.num_blocks_free is not None:
+            if held > self.num_blocks_free:
                 return 0
-            self.blocks_free -= held
+            self.num_blocks_free -= held
         rows = self.add(view, max_rows)
         if rows:
             self.intend(IntentKind.RESUME, view)
             self._num_joined += 1
-        elif self.blocks_free is not None:
-            self.blocks_free += held
+        elif self.num_blocks_free is not None:
+            self.num_blocks_free += held
         return rows
 
     def is_chosen(self, request_id: str) -> bool:
