@@ -29,7 +29,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--ignore-eos", action="store_true")
     parser.add_argument("--token-budget", type=int_at_least(1, MAX_BUDGET), default=512)
     parser.add_argument("--max-num-seqs", type=int_at_least(1, MAX_BUDGET), default=64)
-    parser.add_argument("--kv-blocks", type=int_at_least(1, MAX_NUM_BLOCKS), default=1024)
+    parser.add_argument("--num-kv-blocks", "--kv-blocks", dest="num_kv_blocks",
+                        type=int_at_least(1, MAX_NUM_BLOCKS), default=1024,
+                        help="KV pool size in blocks (as `serve`; --kv-blocks is the older "
+                             "spelling, kept as an alias)")
     parser.add_argument("--block-size", type=int_at_least(1, MAX_BLOCK_SIZE), default=16)
     parser.add_argument("--chunk-size", type=int_at_least(1, MAX_BUDGET), default=None)
     add_policy_setting_flag(parser)
@@ -75,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     check_device(args.device)
     config = EngineConfig(
         policy=args.policy, token_budget=args.token_budget, max_num_seqs=args.max_num_seqs,
-        kv_blocks=args.kv_blocks, block_size=args.block_size, chunk_size=args.chunk_size,
+        kv_blocks=args.num_kv_blocks, block_size=args.block_size, chunk_size=args.chunk_size,
         extra_policy_settings=tuple(dict(args.policy_setting).items()),
         dtype=args.dtype, device=args.device,
     )
