@@ -117,7 +117,7 @@ class RequestView(NamedTuple):
     snapshot_version: int
     client_id: str
     priority: int
-    arrival: float
+    arrival: float  # run clock (records/__init__: Time)
     arrival_order: int
     num_prompt_tokens: int
     max_output_tokens: int
