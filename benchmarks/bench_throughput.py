@@ -247,7 +247,7 @@ _BUCKETS: list[tuple[str, Callable[[tuple[str, int, str]], bool]]] = [
     ("  validate_state/plan/result", lambda k: k[2] in {"validate_state", "validate_plan",
                                                          "validate_result"}),
     ("  advance (state transition)", lambda k: k[2] == "advance" and "transition" in k[0]),
-    ("  TorchExecutor.execute", lambda k: k[2] == "execute" and "torch_executor" in k[0]),
+    ("  TorchExecutor.execute", lambda k: k[2] == "execute" and k[0].endswith("model/executor.py")),
     ("    pack (PackedBatch)", lambda k: k[2] == "pack" and k[0].endswith("packing.py")),
     ("    model.forward", lambda k: k[2] == "forward" and k[0].endswith("llama.py")),
     ("      F.linear (matmul)", lambda k: "_nn.linear" in k[2]),
