@@ -12,8 +12,6 @@ import sys
 import tomllib
 from pathlib import Path
 
-import pytest
-
 from .helpers import REPO_ROOT
 
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
@@ -46,34 +44,38 @@ def test_every_subpackage_says_what_it_owns():
             assert init.read_text().startswith('"""'), init
 
 
-def _lint(tmp_path: Path, inject: tuple[str, str] | None) -> subprocess.CompletedProcess[str]:
-    """Run lint-imports over a copy of the package, with ``inject`` (module
-    path, source line) appended to one module of the copy."""
+def _lint(tmp_path: Path, injections: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run lint-imports over a copy of the package with each ``injections``
+    line (module path -> source line) appended to that module of the copy."""
     shutil.copytree(PACKAGE, tmp_path / "src" / "iterserve",
                     ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO_ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    if inject is not None:
-        target = tmp_path / "src" / "iterserve" / inject[0]
-        target.write_text(target.read_text() + inject[1] + "\n")
+    for module, line in injections.items():
+        target = tmp_path / "src" / "iterserve" / module
+        target.write_text(target.read_text() + line + "\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "src")}
     return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
 
 
 def test_the_package_as_it_is_keeps_every_contract(tmp_path):
-    proc = _lint(tmp_path, None)
+    proc = _lint(tmp_path, {})
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize(("module", "line", "message"), [
-    ("records/errors.py", "import iterserve.cli.main  # noqa",
-     "iterserve.records is not allowed to import iterserve.cli"),
-    ("engine/loop.py", "from iterserve.sim import executor  # noqa",
-     "iterserve.engine is not allowed to import iterserve.sim"),
-    ("plan/builder.py", "import torch  # noqa",
-     "iterserve.plan is not allowed to import torch"),
-])
-def test_an_upward_or_torch_import_breaks_a_contract(tmp_path, module, line, message):
-    proc = _lint(tmp_path, (module, line))
+INJECTED = {  # module of the copy -> (appended line, the breach lint-imports must name)
+    "records/errors.py": ("import iterserve.cli.main  # noqa",
+                          "iterserve.records is not allowed to import iterserve.cli"),
+    "engine/loop.py": ("from iterserve.sim import executor  # noqa",
+                       "iterserve.engine is not allowed to import iterserve.sim"),
+    "sim/executor.py": ("import iterserve.model.loader  # noqa",
+                        "iterserve.sim is not allowed to import iterserve.model"),
+    "plan/builder.py": ("import torch  # noqa", "iterserve.plan is not allowed to import torch"),
+}
+
+
+def test_upward_sibling_and_torch_imports_each_break_a_contract(tmp_path):
+    proc = _lint(tmp_path, {module: line for module, (line, _) in INJECTED.items()})
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert message in proc.stdout
+    for _, breach in INJECTED.values():
+        assert breach in proc.stdout
