@@ -218,7 +218,7 @@ class BlockManager:
         swapped = self._swapped.pop(key, None)
         if swapped is not None:
             for host_block_id in swapped.host_block_ids:
-                self._host.give_back(host_block_id)
+                self._host.release(host_block_id)
             return ReleasedBlocks(key, 0, 0, 0, len(swapped.host_block_ids))
         resident = self._resident.pop(key, None)
         if resident is None:
@@ -268,7 +268,7 @@ class BlockManager:
         copy_pairs = tuple((self._device.take_fresh(), host_block_id)
                            for host_block_id in swapped.host_block_ids[num_reused:])
         for host_block_id in swapped.host_block_ids:
-            self._host.give_back(host_block_id)
+            self._host.release(host_block_id)
         block_ids = list(match.block_ids) + [device for device, _ in copy_pairs]
         resident = _Resident(block_ids, swapped.num_rows, swapped.num_committed_rows,
                              swapped.token_ids, match.new_chain())

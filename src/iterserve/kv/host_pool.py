@@ -32,7 +32,7 @@ class HostPool(FreeListPool):
         self._is_free[block_id] = False
         return block_id
 
-    def give_back(self, block_id: int) -> None:
+    def release(self, block_id: int) -> None:
         if self._is_free[block_id]:
             raise KvInvariantError(f"double free of host block {block_id}")
         self._is_free[block_id] = True
