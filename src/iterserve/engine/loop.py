@@ -17,6 +17,7 @@ from iterserve.engine.executor import Executor
 from iterserve.engine.observer import EngineObserver
 from iterserve.engine.readiness import ReadinessBoard
 from iterserve.plan import Policy
+from iterserve.plan.feasibility import check_run
 from iterserve.records.spec import OnlineWorkload, PolicyIdentity, RequestSpec
 from iterserve.records.state import CapacityFacts, RunRules, SchedulerState
 from iterserve.records.transition import advance, cancel, with_arrivals, with_readiness
@@ -84,6 +85,7 @@ class Engine:
         ]
         self._next_arrival = 0
         self.state = initial_state(self.workload, executor.capacity())
+        check_run(policy, self.workload, self.state.capacity)  # InfeasibleRun, before decision 0
         self.rejected: dict[str, str] = {}
         self.num_iterations = 0
 

@@ -142,14 +142,17 @@ def costed_executor(manifest: WorkloadManifest, model: NamedCostModel) -> Simula
 
 def run_simulation(manifest: WorkloadManifest, config: RunConfig,
                    decision_log: IO[str] | None = None,
-                   extra_observers: Sequence[EngineObserver] = ()) -> SimulationRun:
+                   extra_observers: Sequence[EngineObserver] = (),
+                   events: IO[str] | None = None) -> SimulationRun:
     """Run to completion (or ``max_iterations``), recording the run trace,
     the metric events and, when a stream is given, the decision log;
-    ``extra_observers`` (a progress display) see every step too."""
+    ``extra_observers`` (a progress display) see every step too. With an
+    ``events`` stream the metric events are written there as JSONL while the
+    run goes (``events.jsonl``'s bytes) instead of being held in memory."""
     online = manifest.online
     executor = costed_executor(manifest, config.cost_model)
     trace = RunTrace()
-    recorder = EventRecorder(seconds_per_clock_unit(online.clock, config.cost_model))
+    recorder = EventRecorder(seconds_per_clock_unit(online.clock, config.cost_model), events)
     observers: list[EngineObserver] = [trace, recorder]
     writer = None
     if decision_log is not None:
@@ -163,6 +166,7 @@ def run_simulation(manifest: WorkloadManifest, config: RunConfig,
     observers.extend(extra_observers)
     engine = Engine(online, config.policy, executor, observers, gate=engine_gate(config.gate))
     engine.run(max_iterations=config.max_iterations)
+    recorder.close()
     if writer is not None:
         writer.close(engine.state, is_done=engine.is_done)
     return SimulationRun(engine, trace, recorder, executor)
