@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from iterserve.admission.overload import make_gate
+from iterserve.cost import parse_cost_model
 from iterserve.policies.registry import policy_for
-from iterserve.sim.cost import parse_cost_model
 from iterserve.sim.generators import generate_workload
 from iterserve.sim.report import RunConfig, run_simulation
 from iterserve.sim.workload_spec import parse_spec

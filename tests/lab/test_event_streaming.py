@@ -10,6 +10,7 @@ import pytest
 from lab_helpers import CHAT_MIX
 
 from iterserve.admission.overload import make_gate
+from iterserve.cost import parse_cost_model
 from iterserve.engine.events import EventRecorder
 from iterserve.metrics.events import (
     EVENT_TYPES,
@@ -27,7 +28,6 @@ from iterserve.metrics.events import (
     write_jsonl,
 )
 from iterserve.policies.registry import policy_for
-from iterserve.sim.cost import parse_cost_model
 from iterserve.sim.generators import generate_workload
 from iterserve.sim.report import RunConfig, run_simulation
 from iterserve.sim.traces import trace_lengths

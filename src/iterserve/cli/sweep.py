@@ -52,11 +52,11 @@ from rich.progress import Progress
 
 from iterserve.cli.flag_types import SEED, finite_float, int_at_least, output_dir
 from iterserve.cli.simulate import FlagError, RunFlags, RunSetup, add_run_flags, setup_from_flags
+from iterserve.cost import seconds_per_clock_unit
 from iterserve.metrics import evaluate
 from iterserve.policies.registry import policy_for
 from iterserve.policies.settings import add_policy_setting_flag
 from iterserve.records.spec import WorkloadManifest
-from iterserve.sim.cost import seconds_per_clock_unit
 from iterserve.sim.report import RunConfig, default_window, run_simulation
 
 SCHEMA = "iterserve.sweep/v1"

@@ -17,7 +17,7 @@ An engine observer; it changes nothing. Mapping:
     on_cancel               CancelEvent(reason "client") at the cut
 
 Clock: every time is ``clock value * seconds_per_clock_unit`` (see
-:func:`iterserve.sim.cost.seconds_per_clock_unit`: 1/1000 on the ``ms``
+:func:`iterserve.cost.seconds_per_clock_unit`: 1/1000 on the ``ms``
 clock; on the ``iteration`` clock one iteration is 1 s unless a fixed cost
 model says otherwise). The engine publishes an arrival at the first cut at
 or after it, so an arrival can be recorded after facts stamped later than

@@ -12,7 +12,7 @@ never changes the plan's intervals; rebuild rows emit nothing (0x0C).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -83,8 +83,11 @@ class TorchExecutor:
         num_host_blocks: int = 0,
         enable_prefix_caching: bool = True,
         time_scale: float = 1000.0,
+        timer: Callable[[], float] = time.perf_counter,
     ) -> None:
-        """``time_scale`` converts wall seconds to the run's clock (ms by default)."""
+        """``time_scale`` converts the timer's seconds to the run's clock (ms by
+        default). ``timer`` is the wall clock; a calibration on a shared machine
+        may pass ``time.process_time`` (CPU time: no other process's share)."""
         self.model = model
         self.tokenizer = tokenizer
         self.cache = model.allocate_cache(num_blocks, block_size)
@@ -97,6 +100,7 @@ class TorchExecutor:
         self.streams: dict[str, RequestStream] = {}
         self._eos = tuple(tokenizer.eos_token_ids) if tokenizer is not None else ()
         self._time_scale = time_scale
+        self._timer = timer
         self.num_computed_rows = 0
         self.num_cached_rows_skipped = 0
         self._last_end: float | None = None  # wall time the previous iteration ended
@@ -124,7 +128,7 @@ class TorchExecutor:
         self.kv.release(request_ids)
 
     def execute(self, plan: IterationPlan, state: SchedulerState) -> IterationResult:
-        began = time.perf_counter() if self._last_end is None else self._last_end
+        began = self._timer() if self._last_end is None else self._last_end
         builder = ResultBuilder(plan, state, self.kv)
         segments: list[_Segment] = []
         backed: list[tuple[WorkItem, RequestView, bool]] = []
@@ -139,7 +143,7 @@ class TorchExecutor:
             backed.append((work, view, segment.sample))
         self._publish(builder, backed, self._forward(segments, backed))
         builder.release_finished()
-        self._last_end = ended = time.perf_counter()
+        self._last_end = ended = self._timer()
         # wall time since the previous iteration ended: scheduling and
         # validation are part of what a request waits for
         return builder.build((ended - began) * self._time_scale)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from iterserve.admission.overload import OverloadGate, engine_gate
+from iterserve.cost import ClockedCost, IterationCostModel, seconds_per_clock_unit
 from iterserve.engine.decision_log import DecisionLogWriter, GateRecord
 from iterserve.engine.events import EventRecorder
 from iterserve.engine.loop import Engine, bind_policy
@@ -43,7 +44,6 @@ from iterserve.metrics.time_unit import TimeUnit, clock_time_unit
 from iterserve.plan import Policy
 from iterserve.policies.settings import settings_of
 from iterserve.records.spec import OnlineWorkload, SloTargets, WorkloadManifest
-from iterserve.sim.cost import ClockedCost, NamedCostModel, seconds_per_clock_unit
 from iterserve.sim.factory import make_simulated_executor
 
 OCCUPANCY_LABEL = ("logical slot occupancy: sequences per iteration / sequence_budget; "
@@ -122,7 +122,7 @@ class RunConfig:
     already be bound to ``cost_model`` (``policies.deadline.bind_cost_model``)."""
 
     policy: Policy
-    cost_model: NamedCostModel
+    cost_model: IterationCostModel
     gate: OverloadGate | None = None
     max_iterations: int | None = None
 
@@ -135,7 +135,7 @@ class SimulationRun:
     executor: SimulatedExecutor
 
 
-def costed_executor(manifest: WorkloadManifest, model: NamedCostModel) -> SimulatedExecutor:
+def costed_executor(manifest: WorkloadManifest, model: IterationCostModel) -> SimulatedExecutor:
     """The workload's simulated executor (its KV residency) timed by ``model``."""
     return make_simulated_executor(manifest, ClockedCost(model, manifest.online.clock))
 
