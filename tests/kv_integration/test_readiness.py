@@ -15,10 +15,10 @@ from iterserve.admission.readiness import (
 )
 from iterserve.engine.loop import Engine, EngineStalled
 from iterserve.engine.observer import EngineObserver
-from iterserve.engine.simulated import SimulatedExecutor
 from iterserve.policies.registry import make_policy
 from iterserve.records import Capacity, HiddenTruth, OnlineWorkload, RequestSpec, RequestView
 from iterserve.records.receipts import ForeignBinding, binding_of, snapshot_digest
+from iterserve.sim.executor import SimulatedExecutor
 
 REMOTE = ReadinessRequirement(ReadinessKind.REMOTE_KV)
 

@@ -32,13 +32,15 @@ from iterserve.cost import (
     parse_cost_model,
     seconds_per_clock_unit,
 )
+from iterserve.lab.run_record import report_results, run_coordinates
 from iterserve.metrics import ObservationWindow, SloConfig
 from iterserve.metrics.capacity import token_budget_utilisation
 from iterserve.plan.feasibility import check_run
 from iterserve.policies.registry import policy_for
-from iterserve.policies.settings import add_policy_setting_flag
+from iterserve.policies.settings import add_policy_setting_flag, settings_of
 from iterserve.records.limits import MAX_BYTES_PER_ROW
 from iterserve.records.spec import WorkloadManifest
+from iterserve.records.workload import load_workload
 from iterserve.sim.admission_report import admission_report
 from iterserve.sim.factory import make_simulated_executor
 from iterserve.sim.kv_report import kv_report
@@ -51,7 +53,6 @@ from iterserve.sim.report import (
     with_default_slo,
     write_metric_outputs,
 )
-from iterserve.sim.workload import load_workload
 
 
 class FlagError(ValueError):
@@ -187,6 +188,8 @@ def run(args: argparse.Namespace) -> int:
             report["summary"] = outputs.summary.to_dict()
         if outputs.report is not None:
             report["metrics"] = outputs.report.to_dict()
+        _add_coordinates(report, args.workload, setup, f"{policy.policy_id} + "
+                         f"{setup.gate.gate_id}", settings_of(policy))
         (args.out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     print(_summary_line(policy.policy_id, report, args.out))
     return 0
@@ -207,6 +210,18 @@ def _report(args: argparse.Namespace, setup: RunSetup, policy_id: str,
     report["token_budget_utilisation"] = token_budget_utilisation(
         result.recorder.iterations, online.capacity.token_budget).to_dict()
     return report
+
+
+def _add_coordinates(report: dict[str, Any], workload: Path, setup: RunSetup, label: str,
+                     settings: dict[str, Any]) -> None:
+    """The 0x0E result coordinates, the run's label and its results."""
+    slo = None if setup.slo is None else {"ttft_ms": setup.slo.ttft_ms, "tbt_ms": setup.slo.tbt_ms}
+    report["coordinates"] = run_coordinates(workload, setup.manifest.online,
+                                            setup.cost_model.spec, setup.cost_model.model_id, slo)
+    if settings:
+        label += f" ({', '.join(f'{k}={v}' for k, v in sorted(settings.items()))})"
+    report["label"] = label
+    report["results"] = report_results(report)
 
 
 def _summary_line(policy_id: str, report: dict[str, Any], out: Path) -> str:

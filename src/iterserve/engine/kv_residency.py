@@ -53,6 +53,9 @@ class KvStats:
     num_planned_hit_rows: int = 0
 
 
+_RELEASING = frozenset({IntentKind.PREEMPT_RECOMPUTE, IntentKind.ABORT, IntentKind.REJECT})
+
+
 @dataclass(frozen=True, slots=True)
 class IntentOutcome:
     """What carrying out a plan's intents produced: ``failures`` as
@@ -95,8 +98,8 @@ class KvResidency:
 
     def facts(self) -> CapacityFacts:
         usage = self.manager.usage()
-        free = usage.num_total_blocks - usage.num_used_blocks  # cached blocks are evictable
-        return CapacityFacts(self.block_size, usage.num_total_blocks, free)
+        free = usage.num_blocks_total - usage.num_blocks_used  # cached blocks are evictable
+        return CapacityFacts(self.block_size, usage.num_blocks_total, free)
 
     def key(self, request_id: str) -> RequestKey | None:
         return self._keys.get(request_id)
@@ -112,9 +115,13 @@ class KvResidency:
         for intent in plan.intents:
             self._intents[intent.kind.value] += 1
             rid = intent.request_id
-            view = state.views[rid]
+            view = state.views.get(rid)
+            if view is None:  # no view to bind a receipt to: the memory action only
+                if intent.kind in _RELEASING:
+                    self.release([rid])
+                continue
             binding = binding_of(view, view.suspension_epoch + 1)
-            if intent.kind in (IntentKind.PREEMPT_RECOMPUTE, IntentKind.ABORT, IntentKind.REJECT):
+            if intent.kind in _RELEASING:
                 releases.append(self._release_receipt(rid, binding))
             elif intent.kind is IntentKind.PREEMPT_PRESERVE_EXACT:
                 failure = self._swap_out(rid)
@@ -271,7 +278,7 @@ class KvResidency:
             self._preserving.pop(rid, None)
             key = self._keys.pop(rid, None)
             if key is not None:
-                self.manager.free(key)
+                self.manager.release(key)
 
     def stats(self) -> KvStats:
         return KvStats(self._prefix_hit_tokens, self._swapped_out, self._swapped_in,

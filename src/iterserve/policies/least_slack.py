@@ -45,6 +45,11 @@ class LeastSlack(DeadlineOrderedPolicy):
             from original arrival / previous output; no fairness property
         foreign_owners: KV allocator (capacity facts); client SLO declarations
         source: spec 0x07 select_least_slack; SCORPIO-style slack; not a runtime reproduction
+        denominator: offered requests in the observation window (rejected and unfinished count)
+        premises: slack is exact only under the named cost model's exclusive-service lower bound
+        evidence_class: simulated or measured here (iterserve); never source-reported
+        source_version: spec M5.2 0x07 select_least_slack; no release pinned
+        non_claims: not SCORPIO's runtime; no optimality, no fairness, no calibrated latency
     """)
 
     def urgency(self, view: RequestView, slo: SloTargets | None, clock: DecisionClock) -> float:
@@ -57,7 +62,7 @@ class LeastSlack(DeadlineOrderedPolicy):
             arrival_s=view.arrival * seconds,
             last_emission_s=None if last is None else last * seconds,
             num_outputs_emitted=view.num_emitted,
-            num_prompt_rows_remaining=view.remaining_rows if view.num_emitted == 0 else 0,
+            num_prompt_rows_remaining=view.remaining_rows if view.is_prefill else 0,
             slo=SloConfig(ttft_ms=slo.ttft_ms, tbt_ms=slo.tbt_ms),
             cost_model=clock.cost_model,
             max_prefill_rows_per_iteration=clock.max_prefill_rows,
