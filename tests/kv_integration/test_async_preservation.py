@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from iterserve.sim.workload import load_workload
-
 from iterserve.cli.main import main
 from iterserve.engine.decision_log import DecisionLogWriter
 from iterserve.engine.kv_residency import KvResidency
@@ -19,6 +17,7 @@ from iterserve.kv.config import BlockManagerConfig
 from iterserve.policies.registry import make_policy
 from iterserve.records.receipts import ForeignStatus
 from iterserve.records.view import Lifecycle
+from iterserve.records.workload import load_workload
 from iterserve.sim.executor import SimulatedExecutor
 
 SMALL_KV = Path(__file__).resolve().parents[2] / "examples" / "small_kv.json"
@@ -59,7 +58,7 @@ def _run(lag: int, log: Path | None = None) -> _Watch:
     if stream is not None:
         stream.close()
     assert engine.is_done
-    assert kv.manager.audit().num_used_blocks == 0 and not kv.has_pending_preservations
+    assert kv.manager.audit().num_blocks_used == 0 and not kv.has_pending_preservations
     return watch
 
 

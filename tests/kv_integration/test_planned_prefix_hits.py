@@ -63,7 +63,7 @@ def _run(with_token_ids: bool, log=None):  # type: ignore[no-untyped-def]
     engine = Engine(manifest.online, policy, executor, observers)
     engine.run(max_iterations=1_000)
     assert engine.is_done
-    assert executor.kv is not None and executor.kv.manager.audit().num_used_blocks == 0
+    assert executor.kv is not None and executor.kv.manager.audit().num_blocks_used == 0
     return plans, kv_report(executor.kv, plans, 8)
 
 
