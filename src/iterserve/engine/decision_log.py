@@ -49,6 +49,7 @@ from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import HiddenTruth, OnlineWorkload, RequestSpec
 from iterserve.records.state import CapacityFacts, SchedulerState
+from iterserve.records.transition import planned_prefix_hits
 from iterserve.records.workload import online_to_json
 
 LOG_FORMAT = 3
@@ -116,15 +117,6 @@ def iteration_line(
     if hits:  # absent for runs without prompt token ids: their logs read as before
         line["prefix_hits"] = hits
     return line
-
-
-def planned_prefix_hits(state: SchedulerState) -> dict[str, int]:
-    """The prefix hits the state holds for waiting requests (0x0E): a fresh
-    waiting request computes nothing before it runs, so a computed frontier
-    there is a published hit. Replay publishes them again from this field."""
-    views = state.views
-    return {rid: views[rid].num_computed for rid in sorted(state.waiting)
-            if views[rid].num_computed and not views[rid].num_emitted}
 
 
 def cancel_line(request_id: str, state: SchedulerState,

@@ -22,9 +22,11 @@ from iterserve.records.state import CapacityFacts, RunRules, SchedulerState
 from iterserve.records.transition import (
     advance,
     cancel,
+    planned_prefix_hits,
     with_arrivals,
     with_prefix_hits,
     with_readiness,
+    without_prefix_hits,
 )
 from iterserve.records.validate import validate_plan, validate_result, validate_state
 from iterserve.records.view import Lifecycle
@@ -80,6 +82,8 @@ class Engine:
         self.validate = validate
         self.gate = gate
         self.readiness = ReadinessBoard()
+        # checked once: a runtime protocol check is too slow for every step
+        self._hit_source = executor if isinstance(executor, PrefixHitSource) else None
         order = sorted(range(len(workload.requests)), key=lambda i: (workload.requests[i].arrival, i))
         # arrival_order is the rank by (arrival, file index): FCFS keys follow time
         self._pending: list[tuple[RequestSpec, int]] = [
@@ -181,10 +185,15 @@ class Engine:
     def _publish_prefix_hits(self) -> None:
         """The allocator's verified prefix hits become state facts before the
         policy runs, so plans start past them (0x0E)."""
-        if isinstance(self.executor, PrefixHitSource) and self.state.waiting:
-            hits = self.executor.prefix_hits(self.state)
-            if hits:
-                self.state = with_prefix_hits(self.state, hits)
+        if self._hit_source is None or not self.state.waiting:
+            return
+        held = planned_prefix_hits(self.state)
+        if held:  # last decision's claims end: nobody waits on blocks a waiter holds
+            self.executor.release(held)
+            self.state = without_prefix_hits(self.state, held)
+        hits = self._hit_source.prefix_hits(self.state)
+        if hits:
+            self.state = with_prefix_hits(self.state, hits)
 
     def step(self) -> bool:
         """Run one iteration (or cross one idle gap). False once the run is done."""

@@ -283,6 +283,26 @@ def with_prefix_hits(state: SchedulerState, hits: Mapping[str, int]) -> Schedule
                       state.finished, now=state.now, decision_id=state.decision_id)
 
 
+def planned_prefix_hits(state: SchedulerState) -> dict[str, int]:
+    """The prefix hits the state holds for waiting requests (0x0E): a fresh
+    waiting request computes nothing before it runs, so a computed frontier
+    there is a published hit. The decision log records them; replay publishes them again."""
+    views = state.views
+    return {rid: views[rid].num_computed for rid in sorted(state.waiting)
+            if views[rid].num_computed and not views[rid].num_emitted}
+
+
+def without_prefix_hits(state: SchedulerState, request_ids: Iterable[str]) -> SchedulerState:
+    """Withdraw published prefix hits of waiting requests (their computed
+    frontier back to 0): a claim lasts one decision, so a waiting request
+    never holds blocks another request needs (0x0E)."""
+    views = dict(state.views)
+    for rid in request_ids:
+        views[rid] = _replace(views[rid], num_computed=0, num_committed=0)
+    return _successor(state, views, state.waiting, state.running, state.suspended,
+                      state.finished, now=state.now, decision_id=state.decision_id)
+
+
 def with_readiness(state: SchedulerState, ready: dict[str, bool]) -> SchedulerState:
     """Publish readiness flags from foreign facts (0x0C); a new snapshot for
     every view whose flag changes, so plans bound to the old one are stale."""
