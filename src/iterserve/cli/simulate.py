@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from iterserve.admission.overload import OverloadGate, make_gate
 from iterserve.metrics import ObservationWindow, SloConfig
 from iterserve.policies.edf import bind_cost_model
 from iterserve.policies.registry import make_policy
-from iterserve.records.spec import WorkloadManifest
+from iterserve.records.spec import FairnessSpec, WorkloadManifest
 from iterserve.sim.admission_report import admission_report
 from iterserve.sim.cost import (
     NamedCostModel,
@@ -57,6 +58,14 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
                         help="TTFT limit (default: the workload's per-request slo)")
     parser.add_argument("--slo-tbt-ms", type=float, default=None,
                         help="TBT limit (default: the workload's per-request slo)")
+    parser.add_argument("--prompt-weight", type=float, default=None,
+                        help="service weight w_p per completed prompt row (default: the "
+                             "workload's fairness section, else 1)")
+    parser.add_argument("--output-weight", type=float, default=None,
+                        help="service weight w_q per completed output (default: the "
+                             "workload's fairness section, else 1)")
+    parser.add_argument("--client-weight", action="append", default=None, metavar="CLIENT=W",
+                        help="a client's share weight (repeatable; default 1)")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -72,6 +81,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument("--bytes-per-row", type=int, default=None,
                         help="logical KV bytes per row for the 0x09 exposure proxy")
+    parser.add_argument("--starvation-horizon", type=float, default=None, metavar="H",
+                        help="F63 horizon in clock units (iterations or ms): a client "
+                             "eligible for H without a completed event counts as starved "
+                             "(default: the observation window)")
     parser.set_defaults(run=run)
 
 
@@ -85,11 +98,15 @@ class RunFlags:
     max_live: int | None = None
     slo_ttft_ms: float | None = None
     slo_tbt_ms: float | None = None
+    prompt_weight: float | None = None
+    output_weight: float | None = None
+    client_weights: tuple[str, ...] = ()
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunFlags:
         return cls(args.workload, args.cost_model, args.overload, args.max_live,
-                   args.slo_ttft_ms, args.slo_tbt_ms)
+                   args.slo_ttft_ms, args.slo_tbt_ms, args.prompt_weight, args.output_weight,
+                   tuple(args.client_weight or ()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,8 +131,33 @@ def setup_from_flags(flags: RunFlags) -> RunSetup:
     except ValueError as exc:
         raise FlagError(str(exc)) from None
     if slo is not None:
-        manifest = WorkloadManifest(with_default_slo(online, slo), manifest.hidden)
+        online = with_default_slo(online, slo)
+    online = dataclasses.replace(online, fairness=fairness_from_flags(flags, online.fairness))
+    manifest = WorkloadManifest(online, manifest.hidden)
     return RunSetup(manifest, slo, model, gate_from_flags(flags, model, online.clock))
+
+
+def fairness_from_flags(flags: RunFlags, declared: FairnessSpec | None) -> FairnessSpec | None:
+    """The workload's ``fairness`` section with each given flag overriding it."""
+    if flags.prompt_weight is None and flags.output_weight is None and not flags.client_weights:
+        return declared
+    base = declared or FairnessSpec()
+    weights = dict(base.client_weights)
+    for text in flags.client_weights:
+        client, sep, value = text.partition("=")
+        try:
+            weights[client] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not client:
+            raise FlagError(f"--client-weight: expected CLIENT=W, got {text!r}")
+    try:
+        return FairnessSpec(
+            base.prompt_weight if flags.prompt_weight is None else flags.prompt_weight,
+            base.output_weight if flags.output_weight is None else flags.output_weight,
+            tuple(sorted(weights.items())))
+    except ValueError as exc:
+        raise FlagError(str(exc)) from None
 
 
 def gate_from_flags(flags: RunFlags, model: NamedCostModel, clock: str) -> OverloadGate:
@@ -143,6 +185,16 @@ def window_from_flags(args: argparse.Namespace) -> ObservationWindow | None:
         raise FlagError(f"--window: {exc}") from None
 
 
+def horizon_seconds(args: argparse.Namespace, setup: RunSetup) -> float | None:
+    """--starvation-horizon in seconds of the event log (clock units scaled)."""
+    if args.starvation_horizon is None:
+        return None
+    if not args.starvation_horizon > 0:
+        raise FlagError("--starvation-horizon must be > 0")
+    clock = setup.manifest.online.clock
+    return args.starvation_horizon * seconds_per_clock_unit(clock, setup.cost_model)
+
+
 def run(args: argparse.Namespace) -> int:
     setup = setup_from_flags(RunFlags.from_args(args))
     window = window_from_flags(args)
@@ -166,10 +218,13 @@ def run(args: argparse.Namespace) -> int:
                           "num_rejected": len(result.engine.rejected)}
     args.out.mkdir(parents=True, exist_ok=True)
     label = f"{policy.policy_id} + {setup.gate.gate_id}"
-    metrics = write_metric_outputs(args.out, result, online, setup.slo, window, label,
-                                   plots=not args.no_plots)
-    if metrics is not None:
-        report["metrics"] = metrics.to_dict()
+    outputs = write_metric_outputs(args.out, result, online, setup.slo, window, label,
+                                   plots=not args.no_plots,
+                                   horizon_s=horizon_seconds(args, setup))
+    if outputs.report is not None:
+        report["metrics"] = outputs.report.to_dict()
+    if outputs.fairness is not None:
+        report["fairness"] = outputs.fairness.to_dict()
     (args.out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     print(_summary_line(policy.policy_id, report, args.out))
     return 0

@@ -7,6 +7,7 @@ that the online projection never contains and that no policy can receive.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -115,6 +116,29 @@ class KvSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class FairnessSpec:
+    """The workload's ``fairness`` section (0x09A, F52): declared service
+    weights. Weighted service W_i = (w_p * completed prompt rows + w_q *
+    completed output tokens) / client_weight_i; unnamed clients weigh 1."""
+
+    prompt_weight: float = 1.0
+    output_weight: float = 1.0
+    client_weights: tuple[tuple[str, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("prompt_weight", "output_weight"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"fairness.{name} must be finite and >= 0")
+        for client, weight in self.client_weights:
+            if not (math.isfinite(weight) and weight > 0):
+                raise ValueError(f"fairness.client_weights[{client!r}] must be finite and > 0")
+
+    def client_weight(self, client_id: str) -> float:
+        return dict(self.client_weights).get(client_id, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
 class OnlineWorkload:
     """The online projection of a workload manifest: no hidden truth."""
 
@@ -124,6 +148,7 @@ class OnlineWorkload:
     requests: tuple[RequestSpec, ...]
     policy: PolicyIdentity | None = None
     kv: KvSpec | None = None
+    fairness: FairnessSpec | None = None
     _by_id: dict[str, RequestSpec] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -35,6 +35,11 @@ from iterserve.metrics import (
     slot_occupancy,
 )
 from iterserve.metrics.chunk_ledger import PROXY_LABEL, ledger_from_starts
+from iterserve.metrics.fairness import FairnessReport, evaluate_fairness
+from iterserve.metrics.fairness_md import render_fairness
+from iterserve.metrics.outcomes import counts_by_client
+from iterserve.metrics.series import ServiceWeights
+from iterserve.metrics.timeline import build_timelines
 from iterserve.policies.base import Policy
 from iterserve.records.spec import OnlineWorkload, SloTargets, WorkloadManifest
 from iterserve.sim.cost import ClockedCost, NamedCostModel, seconds_per_clock_unit
@@ -196,32 +201,62 @@ def default_window(log: EventLog) -> ObservationWindow:
     return ObservationWindow(times[0], math.nextafter(times[-1], math.inf))
 
 
+def service_weights_of(workload: OnlineWorkload) -> tuple[ServiceWeights, dict[str, float]]:
+    """The run's declared service weights (workload ``fairness``; 1, 1 otherwise)."""
+    spec = workload.fairness
+    if spec is None:
+        return ServiceWeights(), {}
+    return ServiceWeights(spec.prompt_weight, spec.output_weight), dict(spec.client_weights)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricOutputs:
+    """The metrics report (None without an SLO) and the fairness measures
+    (None when nothing arrived)."""
+
+    report: Report | None
+    fairness: FairnessReport | None
+
+
+def run_fairness(log: EventLog, workload: OnlineWorkload, window: ObservationWindow,
+                 horizon_s: float | None = None) -> FairnessReport:
+    weights, client_weights = service_weights_of(workload)
+    timelines = build_timelines(log, end_s=window.end_s).values()
+    return evaluate_fairness(timelines, window, weights, client_weights, horizon_s)
+
+
 def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWorkload,
                          slo: SloConfig | None, window: ObservationWindow | None,
-                         label: str, *, plots: bool = True) -> Report | None:
-    """events.jsonl, report.md and (unless ``plots`` is False) the PNG plots;
-    returns the metrics report (None without an SLO: no outcome ledger can
-    be judged)."""
+                         label: str, *, plots: bool = True, horizon_s: float | None = None,
+                         bound: dict[str, Any] | None = None) -> MetricOutputs:
+    """events.jsonl, report.md (with its fairness section, 0x09A) and
+    (unless ``plots`` is False) the PNG plots."""
     log = run.recorder.log()
     log.write_jsonl(out_dir / "events.jsonl")
     recorder = run.recorder
     occupancy = slot_occupancy(recorder.iterations, workload.capacity.token_budget)
-    report = None if slo is None or not len(log) else evaluate(
-        log, slo, window or default_window(log), label=label)
+    weights, _ = service_weights_of(workload)
+    window = window if window is not None or not len(log) else default_window(log)
+    report = None if slo is None or window is None else evaluate(
+        log, slo, window, label=label, service_weights=weights)
+    fairness = None if window is None else run_fairness(log, workload, window, horizon_s)
     if report is None:
-        (out_dir / "report.md").write_text(
-            f"# {label}\n\nNo SLO declared (workload `slo`, or --slo-ttft-ms/--slo-tbt-ms): "
-            f"no outcome ledger. {occupancy.label}: {occupancy.occupancy}\n")
+        text = (f"# {label}\n\nNo SLO declared (workload `slo`, or --slo-ttft-ms/--slo-tbt-ms): "
+                f"no outcome ledger. {occupancy.label}: {occupancy.occupancy}\n")
     else:
-        (out_dir / "report.md").write_text(render_markdown(
-            [report], title=f"{workload.workload_id}: {label}", occupancy={label: occupancy}))
+        text = render_markdown(
+            [report], title=f"{workload.workload_id}: {label}", occupancy={label: occupancy})
+    if fairness is not None:
+        outcomes = None if report is None else counts_by_client(report.request_outcomes)
+        text += "\n" + render_fairness(fairness, outcomes, bound)
+    (out_dir / "report.md").write_text(text)
     if plots:
-        _plot_run(out_dir, recorder, log, report, workload.capacity.token_budget)
-    return report
+        _plot_run(out_dir, recorder, log, report, workload.capacity.token_budget, weights)
+    return MetricOutputs(report, fairness)
 
 
 def _plot_run(out_dir: Path, recorder: EventRecorder, log: EventLog, report: Report | None,
-              max_rows_per_iteration: int) -> None:
+              max_rows_per_iteration: int, weights: ServiceWeights) -> None:
     # imported here: matplotlib costs ~2 s of start-up that other commands should not pay
     from iterserve.metrics.plots import (
         plot_batch_composition,
@@ -237,5 +272,5 @@ def _plot_run(out_dir: Path, recorder: EventRecorder, log: EventLog, report: Rep
                                max_rows_per_iteration=max_rows_per_iteration)
         plot_queue_and_kv(recorder.samples, out_dir / "queue_and_kv.png")
     if len(log):
-        plot_client_service(log, out_dir / "client_service.png",
+        plot_client_service(log, out_dir / "client_service.png", weights=weights,
                             window=None if report is None else report.window)

@@ -10,6 +10,8 @@ Schema (documented in the README):
                     "max_output_tokens": int, "client_id": str, "priority": int,
                     "slo": {"ttft_ms": number, "tbt_ms": number}?,
                     "output_forecast": number?, "output_forecast_p90": number?}],
+      "fairness": {"prompt_weight": number, "output_weight": number,
+                   "client_weights": {client_id: number}}?,
       "fixture_only_hidden_truth": {"realized_output_tokens": {request_id: int}}
     }
 """
@@ -25,6 +27,7 @@ from typing import Any
 from iterserve.kv.abi import kv_row_abi_from_hf_config
 from iterserve.records.spec import (
     Capacity,
+    FairnessSpec,
     HiddenTruth,
     KvSpec,
     OnlineWorkload,
@@ -39,7 +42,7 @@ _CAPACITY_FIELDS = ("token_budget", "sequence_budget", "max_num_seqs",
 _REQUEST_FIELDS = {"request_id", "arrival", "prompt_tokens", "max_output_tokens", "client_id",
                    "priority", "slo", "output_forecast", "output_forecast_p90"}
 _TOP_FIELDS = {"workload_id", "clock", "capacity", "requests", "fixture_only_hidden_truth",
-               "description", "kv"}
+               "description", "kv", "fairness"}
 _KV_FIELDS = ("num_blocks", "block_size", "num_host_blocks", "bytes_per_row", "admission",
               "preemption_mode")
 
@@ -78,6 +81,7 @@ def parse_workload(raw: Any) -> WorkloadManifest:
         capacity=_capacity(_mapping(obj.get("capacity"), "capacity")),
         requests=requests,
         kv=None if obj.get("kv") is None else _kv(_mapping(obj["kv"], "kv")),
+        fairness=None if obj.get("fairness") is None else fairness_from_json(obj["fairness"]),
     )
     return WorkloadManifest(online, _hidden(obj.get("fixture_only_hidden_truth"), set(ids)))
 
@@ -100,6 +104,34 @@ def _kv(obj: Mapping[str, Any]) -> KvSpec:
         return KvSpec(**values)
     except ValueError as exc:
         raise WorkloadError(str(exc)) from None
+
+
+def fairness_from_json(raw: Any) -> FairnessSpec:
+    """The ``fairness`` section (0x09A F52): w_p, w_q and client weights."""
+    obj = _mapping(raw, "fairness")
+    unknown = set(obj) - {"prompt_weight", "output_weight", "client_weights"}
+    if unknown:
+        raise WorkloadError(f"fairness: unknown field(s) {sorted(unknown)}")
+    weights = _mapping(obj.get("client_weights", {}), "fairness.client_weights")
+    values = []
+    for name in ("prompt_weight", "output_weight"):
+        value = obj.get(name, 1.0)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise WorkloadError(f"fairness.{name}: must be a number")
+        values.append(float(value))
+    for client, weight in weights.items():
+        if isinstance(weight, bool) or not isinstance(weight, int | float):
+            raise WorkloadError(f"fairness.client_weights[{client!r}]: must be a number")
+    try:
+        return FairnessSpec(values[0], values[1],
+                            tuple(sorted((str(c), float(w)) for c, w in weights.items())))
+    except ValueError as exc:
+        raise WorkloadError(str(exc)) from None
+
+
+def fairness_to_json(spec: FairnessSpec) -> dict[str, Any]:
+    return {"prompt_weight": spec.prompt_weight, "output_weight": spec.output_weight,
+            "client_weights": dict(spec.client_weights)}
 
 
 def _mapping(raw: Any, where: str) -> Mapping[str, Any]:
@@ -206,6 +238,8 @@ def online_to_json(workload: OnlineWorkload) -> dict[str, Any]:
         "capacity": {n: getattr(cap, n) for n in _CAPACITY_FIELDS if getattr(cap, n) is not None},
         "requests": [_request_to_json(r) for r in workload.requests],
         **({} if workload.kv is None else {"kv": _kv_to_json(workload.kv)}),
+        **({} if workload.fairness is None
+           else {"fairness": fairness_to_json(workload.fairness)}),
     }
 
 
