@@ -18,7 +18,7 @@ from typing import Any
 from iterserve.admission.overload import OverloadGate, make_gate
 from iterserve.metrics import ObservationWindow, SloConfig
 from iterserve.policies.edf import bind_cost_model
-from iterserve.policies.registry import make_policy
+from iterserve.policies.registry import bind_fairness, make_policy
 from iterserve.records.spec import FairnessSpec, WorkloadManifest
 from iterserve.sim.admission_report import admission_report
 from iterserve.sim.cost import (
@@ -199,7 +199,8 @@ def run(args: argparse.Namespace) -> int:
     setup = setup_from_flags(RunFlags.from_args(args))
     window = window_from_flags(args)
     online = setup.manifest.online
-    policy = bind_cost_model(make_policy(args.policy), setup.cost_model)
+    policy = bind_cost_model(
+        bind_fairness(make_policy(args.policy), setup.manifest.online.fairness), setup.cost_model)
     config = RunConfig(policy, setup.cost_model, setup.gate, args.max_iterations)
     with contextlib.ExitStack() as stack:
         stream = None

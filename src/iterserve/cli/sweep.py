@@ -42,7 +42,7 @@ from rich.progress import Progress
 from iterserve.cli.simulate import FlagError, RunFlags, RunSetup, add_run_flags, setup_from_flags
 from iterserve.metrics import evaluate
 from iterserve.policies.edf import bind_cost_model
-from iterserve.policies.registry import make_policy
+from iterserve.policies.registry import bind_fairness, make_policy
 from iterserve.records.spec import WorkloadManifest
 from iterserve.sim.cost import seconds_per_clock_unit
 from iterserve.sim.report import RunConfig, default_window, run_simulation
@@ -109,7 +109,8 @@ def run_trial(job: TrialJob) -> TrialResult:
     assert setup.slo is not None, "checked before the sweep starts"
     seconds = seconds_per_clock_unit(setup.manifest.online.clock, setup.cost_model)
     manifest = poisson_arrivals(setup.manifest, job.rate_per_s, job.trial_seed, seconds)
-    policy = bind_cost_model(make_policy(job.policy), setup.cost_model)
+    policy = bind_cost_model(
+        bind_fairness(make_policy(job.policy), setup.manifest.online.fairness), setup.cost_model)
     result = run_simulation(manifest, RunConfig(policy, setup.cost_model, setup.gate))
     log = result.recorder.log()
     report = evaluate(log, setup.slo, default_window(log), label=job.policy)

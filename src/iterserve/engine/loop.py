@@ -17,6 +17,7 @@ from iterserve.engine.executor import Executor
 from iterserve.engine.observer import EngineObserver
 from iterserve.engine.readiness import ReadinessBoard
 from iterserve.policies.base import Policy
+from iterserve.records.ledger import ClientLedger
 from iterserve.records.spec import OnlineWorkload, PolicyIdentity, RequestSpec
 from iterserve.records.state import CapacityFacts, SchedulerState
 from iterserve.records.transition import advance, cancel, with_arrivals, with_readiness
@@ -43,13 +44,20 @@ class RunSummary:
     final_state: SchedulerState
 
 
-def initial_state(workload: OnlineWorkload, capacity: CapacityFacts | None = None) -> SchedulerState:
+def initial_state(workload: OnlineWorkload, capacity: CapacityFacts | None = None,
+                  ledger: ClientLedger | None = None) -> SchedulerState:
     cap = workload.capacity
     return SchedulerState(
         decision_id=0, state_version=0, now=0.0, waiting=(), running=(), suspended=(),
         finished=(), views={}, token_budget=cap.token_budget, sequence_budget=cap.sequence_budget,
-        capacity=capacity or CapacityFacts(),
+        capacity=capacity or CapacityFacts(), ledger=ledger,
     )
+
+
+def policy_ledger(policy: Policy) -> ClientLedger | None:
+    """A fresh client ledger when the policy declares service weights (0x09A)."""
+    weights = getattr(policy, "ledger_weights", None)
+    return None if weights is None else ClientLedger(weights)
 
 
 def bind_policy(workload: OnlineWorkload, policy: Policy) -> OnlineWorkload:
@@ -83,7 +91,7 @@ class Engine:
             (workload.requests[i], rank) for rank, i in enumerate(order)
         ]
         self._next_arrival = 0
-        self.state = initial_state(self.workload, executor.capacity())
+        self.state = initial_state(self.workload, executor.capacity(), policy_ledger(policy))
         self.rejected: dict[str, str] = {}
         self.num_iterations = 0
 

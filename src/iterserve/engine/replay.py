@@ -23,7 +23,7 @@ from iterserve.engine.decision_log import READABLE_FORMATS
 from iterserve.engine.loop import ArrivalGate, Engine
 from iterserve.policies.base import Policy
 from iterserve.policies.edf import bind_cost_model
-from iterserve.policies.registry import make_policy
+from iterserve.policies.registry import bind_fairness, make_policy
 from iterserve.records.codec import (
     capacity_from_json,
     dumps,
@@ -180,8 +180,8 @@ class _Replay:
     state version they were made at and checking every rejection list."""
 
     def __init__(self, header: dict[str, Any], body: list[dict[str, Any]]) -> None:
-        self.policy = _policy(header)
         manifest = parse_workload(header["workload"])
+        self.policy = bind_fairness(_policy(header), manifest.online.fairness)
         self.cursor = _LogCursor(body)
         self.executor = _LoggedExecutor(
             self.cursor, capacity_from_json(header["initial_capacity"]), self._check_rejections)

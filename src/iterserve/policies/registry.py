@@ -8,14 +8,20 @@ from iterserve.policies.base import Policy
 from iterserve.policies.bounded import BoundedDecodeFirst
 from iterserve.policies.decode_first import DecodeFirst
 from iterserve.policies.edf import EarliestDeadlineFirst
+from iterserve.policies.least_service import LeastService
 from iterserve.policies.least_slack import LeastSlack
 from iterserve.policies.orca import Orca
 from iterserve.policies.prefill_first import PrefillFirst
+from iterserve.policies.priority import StaticPriority
+from iterserve.policies.priority_aging import PriorityAging
 from iterserve.policies.refill import IterationRefill
 from iterserve.policies.sarathi import Sarathi
 from iterserve.policies.sarathi_serve import SarathiServe
 from iterserve.policies.static import StaticBatching
 from iterserve.policies.vllm import VllmFrontier, VllmPriority
+from iterserve.policies.vtc import Vtc
+from iterserve.policies.vtc_completed import VtcCompleted
+from iterserve.records.spec import FairnessSpec
 
 POLICIES: dict[str, Callable[[], Policy]] = {
     "static": StaticBatching,
@@ -30,6 +36,11 @@ POLICIES: dict[str, Callable[[], Policy]] = {
     "decode-first-bounded": BoundedDecodeFirst,
     "edf": EarliestDeadlineFirst,
     "least-slack": LeastSlack,
+    "least-service": LeastService,
+    "vtc": Vtc,
+    "vtc-completed": VtcCompleted,
+    "priority": StaticPriority,
+    "priority-aging": PriorityAging,
 }
 
 
@@ -47,3 +58,13 @@ def make_policy(name: str) -> Policy:
     if factory is None:
         raise UnknownPolicy(f"unknown policy {name!r}; valid policies: {', '.join(policy_names())}")
     return factory()
+
+
+def bind_fairness(policy: Policy, fairness: FairnessSpec | None) -> Policy:
+    """``policy`` charging the run's declared service weights when it keeps a
+    client ledger (0x09A); any other policy is returned as it is."""
+    with_fairness = getattr(policy, "with_fairness", None)
+    if fairness is None or with_fairness is None:
+        return policy
+    bound: Policy = with_fairness(fairness)
+    return bound

@@ -9,8 +9,10 @@ a policy or hidden truth.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
+from iterserve.records.ledger import Charge, ClientLedger, charge, lift
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent
 from iterserve.records.result import CompletedInterval, IterationResult
 from iterserve.records.spec import RequestSpec
@@ -25,6 +27,7 @@ def with_arrivals(
     waiting, optionally moving the clock forward to ``now`` (an idle gap)."""
     views = dict(state.views)
     waiting = list(state.waiting)
+    arrivals = list(arrivals)
     for spec, order in arrivals:
         if spec.request_id in views:
             raise ValueError(f"{spec.request_id} arrived twice")
@@ -42,8 +45,12 @@ def with_arrivals(
         waiting.append(spec.request_id)
     if now is not None and now < state.now:
         raise ValueError(f"clock cannot move back from {state.now} to {now}")
+    ledger = state.ledger
+    if ledger is not None and arrivals:
+        ledger = lift(ledger, state.active_clients(), (spec.client_id for spec, _ in arrivals))
     return _successor(state, views, tuple(waiting), state.running, state.suspended, state.finished,
-                      now=state.now if now is None else now, decision_id=state.decision_id)
+                      now=state.now if now is None else now, decision_id=state.decision_id,
+                      ledger=ledger)
 
 
 def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult) -> SchedulerState:
@@ -72,11 +79,29 @@ def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult)
         done = set(newly_finished)
         queues.running = [rid for rid in queues.running if rid not in done]
     queues.finished.extend(newly_finished)
-    return _successor(
+    successor = _successor(
         state, views, tuple(queues.waiting), tuple(queues.running), tuple(queues.suspended),
         tuple(queues.finished), now=now, decision_id=state.decision_id + 1, service=service,
         capacity=result.capacity,
     )
+    if state.ledger is None:
+        return successor
+    return _replace_ledger(successor, _charged(state.ledger, state, plan, result, successor))
+
+
+def _charged(ledger: ClientLedger, state: SchedulerState, plan: IterationPlan,
+             result: IterationResult, successor: SchedulerState) -> ClientLedger:
+    """Joins (fresh prompts whose ADMIT was applied) and completed intervals."""
+    views = state.views
+    charges = [Charge(views[i.request_id], joined=True) for i in plan.intents
+               if i.kind is IntentKind.ADMIT and views[i.request_id].num_computed == 0
+               and views[i.request_id].num_emitted == 0]
+    charges += [Charge(views[item.request_id], item.start, item.end) for item in result.completed]
+    return charge(ledger, charges, state.active_clients(), successor.active_clients())
+
+
+def _replace_ledger(state: SchedulerState, ledger: ClientLedger) -> SchedulerState:
+    return dataclasses.replace(state, ledger=ledger)
 
 
 class _Queues:
@@ -191,6 +216,7 @@ def _successor(
     decision_id: int,
     service: dict[str, int] | None = None,
     capacity: CapacityFacts | None = None,
+    ledger: ClientLedger | None = None,
 ) -> SchedulerState:
     return SchedulerState(
         decision_id=decision_id,
@@ -205,6 +231,7 @@ def _successor(
         sequence_budget=state.sequence_budget,
         capacity=state.capacity if capacity is None else capacity,
         service=state.service if service is None else service,
+        ledger=state.ledger if ledger is None else ledger,
     )
 
 

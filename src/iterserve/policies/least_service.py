@@ -1,0 +1,51 @@
+"""Least-service client order: the simple baseline of 0x09A.
+
+Running requests, then waiting ones, in order of their client's weighted
+completed service W_done (the state's client ledger, F52), oldest request
+first within a client. W_done moves only when results publish completed
+work, so several requests of the least-served client may be admitted in one
+plan: this is the baseline that VTC's charge-at-join improves on.
+"""
+
+from __future__ import annotations
+
+from iterserve.policies.base import PlanBuilder, PolicyContract
+from iterserve.policies.ordered import schedule_ordered
+from iterserve.records.keys import key_function
+from iterserve.records.plan import IterationPlan
+from iterserve.records.spec import FairnessSpec, OnlineWorkload
+from iterserve.records.state import SchedulerState
+
+
+class LeastService:
+    policy_id = "least-service"
+    policy_version = "1"
+    tie_break_key: tuple[str, ...] = ("client_done", "client_id", "arrival_order", "request_id",
+                                      "request_generation")
+    contract = PolicyContract(
+        granularity="iteration; client order for running and admission",
+        protected_identity="client_id",
+        visible_state="per-client weighted completed service W_done (state ledger), arrival order",
+        decision_output="one legal interval per selected request; admissions; shared preemption",
+        unknown_future="output lengths",
+        objective="serve the least-served client first",
+        metric="per-client service, max backlogged service gap, starvation count (0x09A)",
+        assumptions="service published from completed intervals only (F52); no charge at "
+                    "selection, so one plan may admit several requests of one client; "
+                    "no service-difference bound is claimed",
+        foreign_owners="KV allocator (capacity facts)",
+        source="spec 0x09A least-service teaching policy",
+    )
+
+    def __init__(self, weights: FairnessSpec | None = None) -> None:
+        self.ledger_weights = weights or FairnessSpec()
+
+    def with_fairness(self, weights: FairnessSpec) -> LeastService:
+        return type(self)(weights)
+
+    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
+        builder = PlanBuilder(self, state, workload=workload)
+        key = key_function(self.tie_break_key, state)
+        schedule_ordered(builder, state, lambda views: sorted(views, key=key),
+                         lambda views: sorted(views, key=key))
+        return builder.build()

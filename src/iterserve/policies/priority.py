@@ -1,0 +1,41 @@
+"""Static priority (0x09A): a priority number is not a liveness rule.
+
+Running requests, then waiting ones, by declared priority (smaller is more
+urgent), oldest first within a priority. Under a steady stream of urgent
+requests a less urgent one completes nothing: see ``priority-aging``.
+"""
+
+from __future__ import annotations
+
+from iterserve.policies.base import PlanBuilder, PolicyContract
+from iterserve.policies.ordered import schedule_ordered
+from iterserve.records.keys import key_function
+from iterserve.records.plan import IterationPlan
+from iterserve.records.spec import OnlineWorkload
+from iterserve.records.state import SchedulerState
+
+
+class StaticPriority:
+    policy_id = "priority"
+    policy_version = "1"
+    tie_break_key: tuple[str, ...] = ("priority_rank", "arrival_order", "request_id",
+                                      "request_generation")
+    contract = PolicyContract(
+        granularity="iteration; request order for running and admission",
+        protected_identity="priority class",
+        visible_state="declared priority, arrival order",
+        decision_output="one legal interval per selected request; admissions; shared preemption",
+        unknown_future="output lengths",
+        objective="serve the most urgent priority first",
+        metric="per-priority latency; starvation count (0x09A F63)",
+        assumptions="none about liveness: a persistent urgent stream starves the rest",
+        foreign_owners="KV allocator (capacity facts)",
+        source="spec 0x09A static-priority fixture",
+    )
+
+    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
+        builder = PlanBuilder(self, state, workload=workload)
+        key = key_function(self.tie_break_key, state)
+        schedule_ordered(builder, state, lambda views: sorted(views, key=key),
+                         lambda views: sorted(views, key=key))
+        return builder.build()

@@ -1,0 +1,58 @@
+"""Priority with aging (0x09A, F61): p_eff(r, t) = p_base(r) - floor((t - a_r) / q_age).
+
+Smaller p_eff runs first; ties go to the older request (arrival order).
+Waiting time is measured on the run's clock (ticks on the ``iteration``
+clock, ms on the ``ms`` clock). The tie-break evidence records both inputs
+of p_eff (arrival and base priority); q_age is the policy's setting.
+"""
+
+from __future__ import annotations
+
+import math
+
+from iterserve.policies.base import PlanBuilder, PolicyConfigError, PolicyContract
+from iterserve.policies.ordered import schedule_ordered
+from iterserve.records.plan import IterationPlan
+from iterserve.records.spec import OnlineWorkload
+from iterserve.records.state import SchedulerState
+from iterserve.records.view import RequestView
+
+DEFAULT_Q_AGE = 2.0
+
+
+class PriorityAging:
+    policy_id = "priority-aging"
+    policy_version = "1"
+    tie_break_key: tuple[str, ...] = ("arrival", "priority_rank", "arrival_order", "request_id",
+                                      "request_generation")
+    contract = PolicyContract(
+        granularity="iteration; request order for running and admission",
+        protected_identity="request (a priority class ages one request at a time)",
+        visible_state="declared priority, arrival time, the clock",
+        decision_output="one legal interval per selected request; admissions; shared preemption",
+        unknown_future="output lengths",
+        objective="urgent first, yet an old request's effective priority keeps improving",
+        metric="completed events of the low class; wait until first service (0x09A)",
+        assumptions="finite priorities, deterministic tie-breaks, continued eligibility; an "
+                    "adversarial finite trace, not a bounded-wait proof (F61)",
+        foreign_owners="KV allocator (capacity facts)",
+        source="spec 0x09A aging teaching score F61",
+    )
+
+    def __init__(self, q_age: float = DEFAULT_Q_AGE) -> None:
+        if not (math.isfinite(q_age) and q_age > 0):
+            raise PolicyConfigError(f"priority-aging: q_age must be finite and > 0, got {q_age}")
+        self.q_age = q_age
+
+    def effective_priority(self, view: RequestView, now: float) -> int:
+        return view.priority - math.floor((now - view.arrival) / self.q_age)
+
+    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
+        builder = PlanBuilder(self, state, workload=workload)
+
+        def order(views: list[RequestView]) -> list[RequestView]:
+            return sorted(views, key=lambda v: (self.effective_priority(v, state.now),
+                                                v.arrival_order))
+
+        schedule_ordered(builder, state, order, order)
+        return builder.build()

@@ -1,0 +1,67 @@
+"""completion_reconciled_vtc_teaching_v1 (0x09A): NOT VTC Algorithm 2.
+
+Two counters per client. W_done is authoritative: the state's client ledger
+publishes it only from completed intervals (F52). C_select is provisional
+and lives only inside one planning window: it starts at W_done, and each
+selected event adds its predicted weighted cost before the next pick. When
+the result comes back, C_select is reconciled to the new W_done: a completed
+event keeps its (actual) charge, a failed one is rolled back, since the
+next plan starts from W_done again. Selection: the earliest ready event
+(running or waiting) of the client with the least C_select.
+"""
+
+from __future__ import annotations
+
+from iterserve.policies.base import PlanBuilder, PolicyContract, resume_suspended, views_of
+from iterserve.records.ledger import ClientLedger, interval_cost
+from iterserve.records.plan import IterationPlan
+from iterserve.records.spec import FairnessSpec, OnlineWorkload
+from iterserve.records.state import SchedulerState
+from iterserve.records.view import RequestView
+
+
+class VtcCompleted:
+    policy_id = "vtc-completed"
+    policy_version = "1"
+    tie_break_key: tuple[str, ...] = ("client_done", "client_id", "arrival_order", "request_id",
+                                      "request_generation")
+    contract = PolicyContract(
+        granularity="iteration; one event (legal interval) per pick",
+        protected_identity="client_id",
+        visible_state="W_done per client (state ledger), frontiers of live requests",
+        decision_output="intervals in provisional-counter order; admissions; no preemption",
+        unknown_future="output lengths; whether an event will complete",
+        objective="teaching: least provisional weighted service first",
+        metric="C_select and W_done per decision (fairness.ledger_trace), service gap",
+        assumptions="charging moved from join to completion: the VTC theorem does NOT transfer "
+                    "and no bound is claimed; memory for the running batch is assumed",
+        foreign_owners="KV allocator (capacity facts)",
+        source="spec 0x09A completion_reconciled_vtc_teaching_v1 (a teaching adaptation)",
+    )
+
+    def __init__(self, weights: FairnessSpec | None = None) -> None:
+        self.ledger_weights = weights or FairnessSpec()
+
+    def with_fairness(self, weights: FairnessSpec) -> VtcCompleted:
+        return type(self)(weights)
+
+    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
+        builder = PlanBuilder(self, state, workload=workload)
+        ledger = state.ledger or ClientLedger(self.ledger_weights)
+        resume_suspended(builder, state)
+        queues: dict[str, list[RequestView]] = {}
+        live = views_of(state, state.running) + views_of(state, state.waiting)
+        for view in sorted(live, key=lambda v: v.arrival_order):
+            if view.is_ready and not builder.is_chosen(view.request_id):
+                queues.setdefault(view.client_id, []).append(view)
+        c_select = {client: ledger.done_of(client) for client in queues}
+        while queues and builder.can_add():
+            client = min(queues, key=lambda c: (c_select[c], c))
+            view = queues[client].pop(0)
+            if not queues[client]:
+                del queues[client]
+            rows = builder.take(view)
+            if rows:  # the provisional reservation for this decision
+                start = view.num_computed
+                c_select[client] += interval_cost(ledger.weights, view, start, start + rows)
+        return builder.build()
