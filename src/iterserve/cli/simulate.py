@@ -226,6 +226,8 @@ def run(args: argparse.Namespace) -> int:
         report["metrics"] = outputs.report.to_dict()
     if outputs.fairness is not None:
         report["fairness"] = outputs.fairness.to_dict()
+        if result.ledger_trace.num_decisions:
+            report["fairness"]["ledger_trace"] = result.ledger_trace.to_dict()
     (args.out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     print(_summary_line(policy.policy_id, report, args.out))
     return 0

@@ -46,6 +46,7 @@ class SimulatedExecutor:
         workload: OnlineWorkload | None = None,
     ) -> None:
         self._realized = dict(hidden.realized_output_tokens)
+        self._faults = hidden.injected_failures
         self._cost = cost_model or UnitIterationCost()
         self.kv = kv
         self._prompts: dict[str, tuple[int, ...]] = {}
@@ -69,6 +70,9 @@ class SimulatedExecutor:
         views = state.views
         for work in plan.work:
             view = views[work.request_id]
+            if self._faults and (work.request_id, plan.decision_id) in self._faults:
+                failures.append(WorkFailure(work.request_id, work.generation, "injected_fault"))
+                continue
             if work.request_id in failed_ids or not self._back(work, view):
                 failures.append(WorkFailure(work.request_id, work.generation, "kv_allocation"))
                 continue

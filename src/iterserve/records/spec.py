@@ -160,12 +160,15 @@ class OnlineWorkload:
 
 @dataclass(frozen=True, slots=True)
 class HiddenTruth:
-    """Fixture-only hidden truth: realized output lengths per request id.
+    """Fixture-only hidden truth: realized output lengths per request id, and
+    injected execution failures (the executor's facts, never a policy's).
 
     Only the simulated executor and the offline evaluator may hold this.
     """
 
     realized_output_tokens: Mapping[str, int] = field(default_factory=dict)
+    # (request_id, decision_id): that decision's work for the request fails (fault injection)
+    injected_failures: frozenset[tuple[str, int]] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

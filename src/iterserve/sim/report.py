@@ -44,6 +44,7 @@ from iterserve.policies.base import Policy
 from iterserve.records.spec import OnlineWorkload, SloTargets, WorkloadManifest
 from iterserve.sim.cost import ClockedCost, NamedCostModel, seconds_per_clock_unit
 from iterserve.sim.factory import make_simulated_executor
+from iterserve.sim.ledger_trace import LedgerTrace
 
 OCCUPANCY_LABEL = "logical slot occupancy; not measured GPU utilization"
 
@@ -131,6 +132,7 @@ class SimulationRun:
     trace: RunTrace
     recorder: EventRecorder
     executor: SimulatedExecutor
+    ledger_trace: LedgerTrace
 
 
 def costed_executor(manifest: WorkloadManifest, model: NamedCostModel) -> SimulatedExecutor:
@@ -146,7 +148,8 @@ def run_simulation(manifest: WorkloadManifest, config: RunConfig,
     executor = costed_executor(manifest, config.cost_model)
     trace = RunTrace()
     recorder = EventRecorder(seconds_per_clock_unit(online.clock, config.cost_model))
-    observers: list[EngineObserver] = [trace, recorder]
+    ledger_trace = LedgerTrace()
+    observers: list[EngineObserver] = [trace, recorder, ledger_trace]
     writer = None
     if decision_log is not None:
         gate = config.gate
@@ -159,7 +162,7 @@ def run_simulation(manifest: WorkloadManifest, config: RunConfig,
     engine.run(max_iterations=config.max_iterations)
     if writer is not None:
         writer.close(engine.state, is_done=engine.is_done)
-    return SimulationRun(engine, trace, recorder, executor)
+    return SimulationRun(engine, trace, recorder, executor, ledger_trace)
 
 
 class SloResolutionError(ValueError):

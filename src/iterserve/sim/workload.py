@@ -12,7 +12,9 @@ Schema (documented in the README):
                     "output_forecast": number?, "output_forecast_p90": number?}],
       "fairness": {"prompt_weight": number, "output_weight": number,
                    "client_weights": {client_id: number}}?,
-      "fixture_only_hidden_truth": {"realized_output_tokens": {request_id: int}}
+      "fixture_only_hidden_truth": {"realized_output_tokens": {request_id: int},
+                                    "injected_failures": [{"request_id": str,
+                                                           "decision_id": int}]?}
     }
 """
 
@@ -213,7 +215,7 @@ def _hidden(raw: Any, ids: set[str]) -> HiddenTruth:
     if raw is None:
         return HiddenTruth({})
     obj = _mapping(raw, "fixture_only_hidden_truth")
-    unknown = set(obj) - {"realized_output_tokens"}
+    unknown = set(obj) - {"realized_output_tokens", "injected_failures"}
     if unknown:
         raise WorkloadError(f"fixture_only_hidden_truth: unknown field(s) {sorted(unknown)}")
     lengths = _mapping(obj.get("realized_output_tokens", {}),
@@ -226,7 +228,28 @@ def _hidden(raw: Any, ids: set[str]) -> HiddenTruth:
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise WorkloadError(f"{where}: must be an integer >= 1")
         out[rid] = n
-    return HiddenTruth(out)
+    return HiddenTruth(out, _injected_failures(obj.get("injected_failures", []), ids))
+
+
+def _injected_failures(raw: Any, ids: set[str]) -> frozenset[tuple[str, int]]:
+    """``[{"request_id": str, "decision_id": int}]``: that decision's work
+    for the request fails in the simulated executor (fault injection)."""
+    where = "fixture_only_hidden_truth.injected_failures"
+    if not isinstance(raw, list):
+        raise WorkloadError(f"{where}: must be a list")
+    out = set()
+    for i, item in enumerate(raw):
+        obj = _mapping(item, f"{where}[{i}]")
+        if set(obj) != {"request_id", "decision_id"}:
+            raise WorkloadError(f"{where}[{i}]: needs exactly request_id and decision_id")
+        rid = _field(obj, "request_id", f"{where}[{i}]", str)
+        decision = _field(obj, "decision_id", f"{where}[{i}]", int)
+        if rid not in ids:
+            raise WorkloadError(f"{where}[{i}].request_id: no such request")
+        if decision < 0:
+            raise WorkloadError(f"{where}[{i}].decision_id: must be >= 0")
+        out.add((rid, decision))
+    return frozenset(out)
 
 
 def online_to_json(workload: OnlineWorkload) -> dict[str, Any]:

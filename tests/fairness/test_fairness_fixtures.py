@@ -1,0 +1,72 @@
+"""The 0x09A must-show fixtures, each through ``iterserve simulate``."""
+
+from __future__ import annotations
+
+from fairness_helpers import request, simulate, two_clients, workload
+
+WP1_WQ2 = {"prompt_weight": 1, "output_weight": 2}
+
+
+def _services(report: dict) -> dict[str, float]:
+    return {c: v["service"] for c, v in report["fairness"]["per_client"].items()}
+
+
+def test_least_service_alternates_and_keeps_the_shared_backlog_gap_at_2(tmp_path) -> None:
+    fifo = simulate(tmp_path, two_clients(), "refill")
+    fair = simulate(tmp_path, two_clients(), "least-service")
+    assert fifo["fairness"]["max_backlogged_gap"]["value"] == 16
+    assert fair["fairness"]["max_backlogged_gap"]["value"] == 2
+    assert _services(fifo) == _services(fair) == {"A": 16, "B": 8}
+    order = sorted(fair["requests"], key=lambda rid: fair["requests"][rid]["finish_cut"])
+    assert [rid[0] for rid in order[:8]] == list("ABABABAB")
+
+
+def test_vtc_lifts_a_newly_active_client_to_the_minimum_active_counter_f56(tmp_path) -> None:
+    # A joins at tick 0 with a 4-row prompt (charged 4 at join; its first chunk
+    # emits nothing), B becomes active at tick 1 with a stored counter of 0
+    spec = workload("vtc-lift", [request("A0", "A", prompt=4, max_out=2),
+                                 request("B0", "B", arrival=1)],
+                    token_budget=2, sequence_budget=2, fairness=WP1_WQ2)
+    trace = simulate(tmp_path, spec, "vtc")["fairness"]["ledger_trace"]["decisions"]
+    assert trace[0]["counters"] == {"A": 0.0}
+    assert trace[0]["counters_after"] == {"A": 4.0}
+    assert trace[1]["now"] == 1 and trace[1]["counters"] == {"A": 4.0, "B": 4.0}
+
+
+def test_completion_reconciled_failure_trace(tmp_path) -> None:
+    # tick 0: A's input event (4 rows of a 5-row prompt) is selected, provisional 4,
+    # and fails; tick 1 retries and completes the four input tokens
+    spec = workload("reconciled-failure", [request("A0", "A", prompt=5, max_out=1)],
+                    token_budget=4, sequence_budget=1, fairness=WP1_WQ2,
+                    fixture_only_hidden_truth={"injected_failures": [
+                        {"request_id": "A0", "decision_id": 0}]})
+    report = simulate(tmp_path, spec, "vtc-completed")
+    tick0, tick1 = report["fairness"]["ledger_trace"]["decisions"][:2]
+    assert (tick0["w_done"], tick0["c_select_reserved"], tick0["w_done_after"]) == (
+        {}, {"A": 4.0}, {})  # C_select[A] 0 -> 4 -> 0, W_done[A] stays 0
+    assert tick0["failed"] == ["A0"]
+    assert (tick1["w_done"], tick1["c_select_reserved"], tick1["w_done_after"]) == (
+        {}, {"A": 4.0}, {"A": 4.0})  # C_select[A] 0 -> 4, W_done[A] 0 -> 4
+    # paper VTC charges at join, so the failed attempt is charged all the same
+    paper = simulate(tmp_path, spec, "vtc")["fairness"]["ledger_trace"]["decisions"]
+    assert paper[0]["counters_after"] == {"A": 5.0}
+
+
+def _aging_trace() -> dict:
+    """A low request (priority 4) at tick 0, one high request (priority 0) every tick."""
+    requests = [request("low", "low", priority=4)]
+    requests += [request(f"high{t:02d}", "high", arrival=t, priority=0) for t in range(16)]
+    return workload("aging-0x09A", requests)
+
+
+def test_static_priority_gives_the_low_request_nothing_while_high_requests_flow(tmp_path) -> None:
+    report = simulate(tmp_path, _aging_trace(), "priority", "--starvation-horizon", "16")
+    assert report["requests"]["low"]["first_token_cut"] == 17  # only after the stream ends
+    assert report["fairness"]["starvation"]["starved_clients"] == ["low"]
+
+
+def test_aging_makes_the_low_request_win_at_tick_8_f61(tmp_path) -> None:
+    report = simulate(tmp_path, _aging_trace(), "priority-aging", "--starvation-horizon", "16")
+    assert report["requests"]["low"]["first_token_cut"] == 9  # chosen at now = 8, done at 9
+    assert report["requests"]["high08"]["first_token_cut"] == 10
+    assert report["fairness"]["starvation"]["num_starved"] == 0
