@@ -17,9 +17,10 @@ from typing import Any
 
 from iterserve.admission.overload import OverloadGate, make_gate
 from iterserve.metrics import ObservationWindow, SloConfig
+from iterserve.policies.base import Policy
 from iterserve.policies.edf import bind_cost_model
 from iterserve.policies.registry import bind_fairness, make_policy
-from iterserve.records.spec import FairnessSpec, WorkloadManifest
+from iterserve.records.spec import FairnessSpec, OnlineWorkload, WorkloadManifest
 from iterserve.sim.admission_report import admission_report
 from iterserve.sim.cost import (
     NamedCostModel,
@@ -27,9 +28,12 @@ from iterserve.sim.cost import (
     parse_cost_model,
     seconds_per_clock_unit,
 )
+from iterserve.sim.fairness_bound import vtc_bound_report
 from iterserve.sim.kv_report import kv_report
 from iterserve.sim.report import (
+    BoundOf,
     RunConfig,
+    SimulationRun,
     resolve_slo,
     run_simulation,
     simulate_report,
@@ -221,16 +225,32 @@ def run(args: argparse.Namespace) -> int:
     label = f"{policy.policy_id} + {setup.gate.gate_id}"
     outputs = write_metric_outputs(args.out, result, online, setup.slo, window, label,
                                    plots=not args.no_plots,
-                                   horizon_s=horizon_seconds(args, setup))
+                                   horizon_s=horizon_seconds(args, setup),
+                                   bound_of=_bound_of(policy, online, result, report["kv"]))
     if outputs.report is not None:
         report["metrics"] = outputs.report.to_dict()
     if outputs.fairness is not None:
         report["fairness"] = outputs.fairness.to_dict()
+        if outputs.bound is not None:
+            report["fairness"]["bound"] = outputs.bound
         if result.ledger_trace.num_decisions:
             report["fairness"]["ledger_trace"] = result.ledger_trace.to_dict()
     (args.out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     print(_summary_line(policy.policy_id, report, args.out))
     return 0
+
+
+def _bound_of(policy: Policy, online: OnlineWorkload, run: SimulationRun,
+              kv: dict[str, Any] | None) -> BoundOf | None:
+    """The policy's declared service-difference bound, if it declares one (vtc)."""
+    weights = getattr(policy, "ledger_weights", None)
+    if getattr(policy, "service_bound", None) != "vtc" or weights is None:
+        return None
+    facts = run.executor.capacity()
+    preemptions = 0 if kv is None else sum(
+        value for key, value in kv["preemptions"].items() if key != "reason")
+    return lambda fairness: vtc_bound_report(online, weights, facts.num_blocks_total,
+                                             facts.block_size, preemptions, fairness)
 
 
 def _summary_line(policy_id: str, report: dict[str, Any], out: Path) -> str:

@@ -58,8 +58,12 @@ def _summary(report: FairnessReport, bound: Mapping[str, Any] | None) -> list[st
         "- Jain's index over backlogged service rates: "
         + ("n/a" if jain is None else f"{jain:.4f}"),
     ]
-    if bound is not None:
+    if bound is not None and bound["bound"] is not None:
         lines.append(f"- declared bound ({bound['name']}): {bound['bound']:g} "
-                     f"(U={bound['U']:g}); observed max gap {bound['observed_max_gap']:g}; "
+                     f"(U={bound['U']:g}, L_input={bound['L_input']}, M={bound['M']}); "
+                     f"observed max gap {bound['observed_max_gap']:g}; "
                      f"premises: {bound['premises_text']}")
+    elif bound is not None:
+        lines.append(f"- declared bound ({bound['name']}): {bound['premises_text']}; "
+                     f"observed max gap {bound['observed_max_gap']:g}")
     return lines

@@ -27,6 +27,7 @@ from iterserve.records.view import RequestView
 class Vtc:
     policy_id = "vtc"
     policy_version = "1"
+    service_bound = "vtc"  # the run report prints F60's 2U beside the observed gap
     tie_break_key: tuple[str, ...] = ("client_counter", "client_id", "arrival_order",
                                       "request_id", "request_generation")
     contract = PolicyContract(

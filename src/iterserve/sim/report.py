@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -212,6 +213,9 @@ def service_weights_of(workload: OnlineWorkload) -> tuple[ServiceWeights, dict[s
     return ServiceWeights(spec.prompt_weight, spec.output_weight), dict(spec.client_weights)
 
 
+BoundOf = Callable[[FairnessReport], dict[str, Any]]
+
+
 @dataclass(frozen=True, slots=True)
 class MetricOutputs:
     """The metrics report (None without an SLO) and the fairness measures
@@ -219,6 +223,7 @@ class MetricOutputs:
 
     report: Report | None
     fairness: FairnessReport | None
+    bound: dict[str, Any] | None = None
 
 
 def run_fairness(log: EventLog, workload: OnlineWorkload, window: ObservationWindow,
@@ -231,7 +236,7 @@ def run_fairness(log: EventLog, workload: OnlineWorkload, window: ObservationWin
 def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWorkload,
                          slo: SloConfig | None, window: ObservationWindow | None,
                          label: str, *, plots: bool = True, horizon_s: float | None = None,
-                         bound: dict[str, Any] | None = None) -> MetricOutputs:
+                         bound_of: BoundOf | None = None) -> MetricOutputs:
     """events.jsonl, report.md (with its fairness section, 0x09A) and
     (unless ``plots`` is False) the PNG plots."""
     log = run.recorder.log()
@@ -243,6 +248,7 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
     report = None if slo is None or window is None else evaluate(
         log, slo, window, label=label, service_weights=weights)
     fairness = None if window is None else run_fairness(log, workload, window, horizon_s)
+    bound = None if fairness is None or bound_of is None else bound_of(fairness)
     if report is None:
         text = (f"# {label}\n\nNo SLO declared (workload `slo`, or --slo-ttft-ms/--slo-tbt-ms): "
                 f"no outcome ledger. {occupancy.label}: {occupancy.occupancy}\n")
@@ -255,7 +261,7 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
     (out_dir / "report.md").write_text(text)
     if plots:
         _plot_run(out_dir, recorder, log, report, workload.capacity.token_budget, weights)
-    return MetricOutputs(report, fairness)
+    return MetricOutputs(report, fairness, bound)
 
 
 def _plot_run(out_dir: Path, recorder: EventRecorder, log: EventLog, report: Report | None,
