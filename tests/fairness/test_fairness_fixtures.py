@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from fairness_helpers import request, simulate, two_clients, workload
 
 WP1_WQ2 = {"prompt_weight": 1, "output_weight": 2}
@@ -70,3 +72,20 @@ def test_aging_makes_the_low_request_win_at_tick_8_f61(tmp_path) -> None:
     assert report["requests"]["low"]["first_token_cut"] == 9  # chosen at now = 8, done at 9
     assert report["requests"]["high08"]["first_token_cut"] == 10
     assert report["fairness"]["starvation"]["num_starved"] == 0
+
+
+def test_client_flood_same_totals_different_on_time_owners_0x09a(tmp_path) -> None:
+    # 12 events, one per tick; a 6.5 s TTFT limit leaves six on-time completions
+    flags = ("--slo-ttft-ms", "6500")
+    reports = {policy: simulate(tmp_path, two_clients(), policy, *flags)
+               for policy in ("refill", "least-service")}
+    valid = {policy: {client: entry["outcomes"]["num_slo_valid"]
+                      for client, entry in report["metrics"]["per_client"].items()}
+             for policy, report in reports.items()}
+    assert valid == {"refill": {"A": 6, "B": 0}, "least-service": {"A": 3, "B": 3}}
+    for report in reports.values():
+        assert report["metrics"]["outcomes"]["num_completed"] == 12
+        assert report["metrics"]["outcomes"]["num_slo_valid"] == 6
+        assert _services(report) == {"A": 16, "B": 8}
+    table = (Path(reports["refill"]["_out"]) / "report.md").read_text()
+    assert "| B | 1 | 8 | 4 | 12 | 9 | no | 0 | 4 | 0 | 0 |" in table

@@ -24,7 +24,7 @@ from iterserve.policies.base import (
     views_of,
 )
 from iterserve.records.state import SchedulerState
-from iterserve.records.view import RequestView
+from iterserve.records.view import Lifecycle, RequestView
 
 Order = Callable[[list[RequestView]], list[RequestView]]
 
@@ -57,3 +57,25 @@ def running_pass(builder: PlanBuilder, running: list[RequestView]) -> bool:
         if not add_or_preempt(builder, view, rows, queue, gone, fcfs_victim):
             break
     return bool(gone)
+
+
+def schedule_ranked(builder: PlanBuilder, ranked: list[RequestView]) -> None:
+    """Legal intervals in rank order over every live request: waiting ones
+    are admitted and suspended ones resumed when they fit (else skipped);
+    running ones preempt the lowest-ranked running requests on a KV
+    shortfall, and the pass stops when one preempts itself."""
+    victims = [view for view in ranked if view.lifecycle is Lifecycle.RUNNING]
+    gone: set[str] = set()
+    for view in ranked:
+        if not builder.can_add():
+            break
+        if view.request_id in gone:
+            continue
+        if view.lifecycle is Lifecycle.WAITING:
+            builder.admit(view)
+        elif view.lifecycle is not Lifecycle.RUNNING:
+            builder.resume(view)
+        else:
+            rows = min(builder.legal_rows(view), builder.tokens_left)
+            if not add_or_preempt(builder, view, rows, victims, gone, fcfs_victim):
+                break

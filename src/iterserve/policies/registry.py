@@ -10,6 +10,7 @@ from iterserve.policies.decode_first import DecodeFirst
 from iterserve.policies.edf import EarliestDeadlineFirst
 from iterserve.policies.least_service import LeastService
 from iterserve.policies.least_slack import LeastSlack
+from iterserve.policies.mlfq import Mlfq
 from iterserve.policies.orca import Orca
 from iterserve.policies.prefill_first import PrefillFirst
 from iterserve.policies.priority import StaticPriority
@@ -41,6 +42,7 @@ POLICIES: dict[str, Callable[[], Policy]] = {
     "vtc-completed": VtcCompleted,
     "priority": StaticPriority,
     "priority-aging": PriorityAging,
+    "mlfq": Mlfq,
 }
 
 

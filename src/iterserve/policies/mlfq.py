@@ -1,0 +1,123 @@
+"""FastServe skip-join MLFQ (0x09A, F54, F55): job liveness, not client shares.
+
+Queues Q_1..Q_m have geometric quanta q_j = base * 2^(j-1) (F54) in ms of
+the run's cost model. A job's queue is derived from published state only:
+
+- skip-join (F55): it enters j_0 = min{j : q_j >= t_init}, t_init the cost
+  model's prediction of its first iteration (its prompt, up to the budget);
+- demotion: its attained cost (the prediction of its completed prefill and
+  decode iterations) spends q_j0, q_j0+1, ... in turn;
+- promotion: a job unserved for alpha (now minus its last output, or its
+  arrival) sits in Q_1 until it is served again.
+
+Every iteration the batch is rebuilt in (queue, arrival) order over every
+live request; a lower-queue running job is preempted through the shared
+mechanism when memory is short. Not an exact reproduction: after a
+promoted job is served it returns to its attained-cost queue instead of
+descending from Q_1 again, and a chunked prefill counts as unserved until
+its first output.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from iterserve.metrics.slack import FixedIterationModel, IterationCostModel
+from iterserve.policies.base import PlanBuilder, PolicyConfigError, PolicyContract, views_of
+from iterserve.policies.ordered import schedule_ranked
+from iterserve.records.plan import IterationPlan
+from iterserve.records.spec import OnlineWorkload
+from iterserve.records.state import SchedulerState
+from iterserve.records.view import RequestView
+
+_MS_PER_S = 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class MlfqConfig:
+    """``num_queues`` m; ``base_quantum_ms`` q_1; ``alpha_ms`` the promotion
+    wait (FastServe's source-reported default, 300 ms; not a universal
+    threshold); ``cost_model`` bound from the run (None: 1 s per iteration)."""
+
+    num_queues: int = 4
+    base_quantum_ms: float = 1.0
+    alpha_ms: float = 300.0
+    cost_model: IterationCostModel | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.num_queues, bool) or not isinstance(self.num_queues, int) \
+                or self.num_queues < 1:
+            raise PolicyConfigError(f"setting num_queues: must be an integer >= 1, "
+                                    f"got {self.num_queues!r}")
+        for name in ("base_quantum_ms", "alpha_ms"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise PolicyConfigError(f"setting {name}: must be finite and > 0, got {value!r}")
+
+    def quantum_ms(self, level: int) -> float:
+        return self.base_quantum_ms * 2 ** level
+
+
+class Mlfq:
+    policy_id = "mlfq"
+    policy_version = "1"
+    tie_break_key: tuple[str, ...] = ("arrival", "arrival_order", "request_id",
+                                      "request_generation")
+    contract = PolicyContract(
+        granularity="iteration; job (request) preemption at token boundaries",
+        protected_identity="request (job); no client identity",
+        visible_state="frontiers, arrival and last output time, the run's cost model",
+        decision_output="batch in (queue, arrival) order; admissions; shared preemption",
+        unknown_future="output lengths (queues approximate shortest-remaining first)",
+        objective="reduce head-of-line blocking; promotion keeps every job live",
+        metric="job completion time; starvation count (0x09A F63)",
+        assumptions="skip-join by predicted first-iteration cost; geometric quanta; promotion "
+                    "after alpha; proves no bound on weighted service between clients",
+        foreign_owners="KV allocator (capacity facts); whether preempted KV is kept (M5.5)",
+        source="FastServe (Wu et al.), skip-join MLFQ Algorithm 1; spec 0x09A",
+    )
+
+    def __init__(self, config: MlfqConfig | None = None) -> None:
+        self.config = config or MlfqConfig()
+
+    def with_cost_model(self, cost_model: IterationCostModel) -> Mlfq:
+        c = self.config
+        return type(self)(MlfqConfig(c.num_queues, c.base_quantum_ms, c.alpha_ms, cost_model))
+
+    def _cost_ms(self, num_prefill_rows: int, num_decode_rows: int) -> float:
+        model = self.config.cost_model or FixedIterationModel(1.0)
+        return model.predict_iteration_s(num_prefill_rows, num_decode_rows) * _MS_PER_S
+
+    def queue_level(self, view: RequestView, state: SchedulerState, ms_per_unit: float) -> int:
+        """0-based queue of ``view`` at this cut (see the module docstring)."""
+        last = view.arrival if view.last_output_time is None else view.last_output_time
+        if (state.now - last) * ms_per_unit >= self.config.alpha_ms:
+            return 0  # promoted: waited alpha
+        t_init = self._cost_ms(min(view.num_prompt_tokens, state.token_budget), 0)
+        top = self.config.num_queues - 1
+        level = next((j for j in range(top + 1) if self.config.quantum_ms(j) >= t_init), top)
+        attained = 0.0
+        if view.num_computed:
+            attained = self._cost_ms(min(view.num_computed, view.num_prompt_tokens), 0)
+            attained += max(view.num_emitted - 1, 0) * self._cost_ms(0, 1)
+        while level < top and attained >= self.config.quantum_ms(level):
+            attained -= self.config.quantum_ms(level)
+            level += 1
+        return level
+
+    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
+        builder = PlanBuilder(self, state, workload=workload)
+        ms_per_unit = _ms_per_unit(workload.clock, self.config.cost_model)
+        live = views_of(state, state.running + state.suspended + state.waiting)
+        ranked = sorted((view for view in live if view.is_ready), key=lambda view: (
+            self.queue_level(view, state, ms_per_unit), view.arrival_order))
+        schedule_ranked(builder, ranked)
+        return builder.build()
+
+
+def _ms_per_unit(clock: str, cost_model: IterationCostModel | None) -> float:
+    """ms in one clock unit: 1 on the ms clock; one (fixed) iteration else."""
+    if clock == "ms":
+        return 1.0
+    return _MS_PER_S if cost_model is None else cost_model.predict_iteration_s(0, 0) * _MS_PER_S
