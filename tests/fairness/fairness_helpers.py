@@ -16,8 +16,9 @@ def request(rid: str, client: str, arrival: float = 0, prompt: int = 1, max_out:
 
 
 def workload(workload_id: str, requests: list[dict[str, Any]], *, token_budget: int = 1,
-             sequence_budget: int = 1, **sections: Any) -> dict[str, Any]:
-    return {"workload_id": workload_id, "clock": "iteration",
+             sequence_budget: int = 1, clock: str = "iteration",
+             **sections: Any) -> dict[str, Any]:
+    return {"workload_id": workload_id, "clock": clock,
             "capacity": {"token_budget": token_budget, "sequence_budget": sequence_budget},
             "requests": requests, **sections}
 

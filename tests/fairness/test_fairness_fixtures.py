@@ -6,6 +6,8 @@ from pathlib import Path
 
 from fairness_helpers import request, simulate, two_clients, workload
 
+from iterserve.cli.main import main
+
 WP1_WQ2 = {"prompt_weight": 1, "output_weight": 2}
 
 
@@ -62,13 +64,13 @@ def _aging_trace() -> dict:
 
 
 def test_static_priority_gives_the_low_request_nothing_while_high_requests_flow(tmp_path) -> None:
-    report = simulate(tmp_path, _aging_trace(), "priority", "--starvation-horizon", "16")
+    report = simulate(tmp_path, _aging_trace(), "priority", "--fairness-horizon", "16")
     assert report["requests"]["low"]["first_token_cut"] == 17  # only after the stream ends
     assert report["fairness"]["starvation"]["starved_clients"] == ["low"]
 
 
 def test_aging_makes_the_low_request_win_at_tick_8_f61(tmp_path) -> None:
-    report = simulate(tmp_path, _aging_trace(), "priority-aging", "--starvation-horizon", "16")
+    report = simulate(tmp_path, _aging_trace(), "priority-aging", "--fairness-horizon", "16")
     assert report["requests"]["low"]["first_token_cut"] == 9  # chosen at now = 8, done at 9
     assert report["requests"]["high08"]["first_token_cut"] == 10
     assert report["fairness"]["starvation"]["num_starved"] == 0
@@ -89,3 +91,34 @@ def test_client_flood_same_totals_different_on_time_owners_0x09a(tmp_path) -> No
         assert _services(report) == {"A": 16, "B": 8}
     table = (Path(reports["refill"]["_out"]) / "report.md").read_text()
     assert "| B | 1 | 8 | 4 | 12 | 9 | no | 0 | 4 | 0 | 0 |" in table
+
+
+def test_starvation_guard_forces_the_starved_client_and_counts_firings(tmp_path) -> None:
+    flags = ("--fairness-horizon", "6", "--decision-log", str(tmp_path / "guarded.jsonl"))
+    plain = simulate(tmp_path, _aging_trace(), "priority", "--fairness-horizon", "6")
+    guarded = simulate(tmp_path, _aging_trace(), "priority", "--starvation-horizon", "4", *flags)
+    assert plain["fairness"]["starvation"]["starved_clients"] == ["low"]
+    assert guarded["fairness"]["starvation"]["num_starved"] == 0
+    assert guarded["requests"]["low"]["first_token_cut"] == 5  # forced at now = 4
+    guard = guarded["fairness"]["starvation_guard"]
+    assert guard["horizon"] == 4 and guard["num_fired"] == 1
+    (firing,) = guard["firings"]
+    assert (firing["now"], firing["request_id"], firing["intent"]) == (4, "low", "admit")
+    assert firing["reason"].startswith("starvation_guard: client low unserved for 4")
+    assert "fired 1 time(s)" in (Path(guarded["_out"]) / "report.md").read_text()
+    assert main(["replay", str(tmp_path / "guarded.jsonl")]) == 0
+
+
+def test_the_guard_forces_a_running_request_with_a_guard_intent(tmp_path) -> None:
+    # mlfq (1 ms per row): after its first output the long job sits in Q2 while a
+    # 1 ms job joins Q1 every ms, so its running request is left out of the batch
+    requests = [request("long", "long", prompt=1, max_out=4)]
+    requests += [request(f"s{t:02d}", "short", arrival=t) for t in range(1, 12)]
+    spec = workload("guard-running", requests, clock="ms")
+    cost = ("--cost-model", "linear:0,1,1")
+    plain = simulate(tmp_path, spec, "mlfq", *cost)
+    guarded = simulate(tmp_path, spec, "mlfq", *cost, "--starvation-horizon", "3")
+    assert plain["requests"]["long"]["finish_cut"] > 12
+    firings = guarded["fairness"]["starvation_guard"]["firings"]
+    assert firings and {f["intent"] for f in firings} == {"guard"}
+    assert guarded["requests"]["long"]["finish_cut"] < plain["requests"]["long"]["finish_cut"]

@@ -70,6 +70,10 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
                              "workload's fairness section, else 1)")
     parser.add_argument("--client-weight", action="append", default=None, metavar="CLIENT=W",
                         help="a client's share weight (repeatable; default 1)")
+    parser.add_argument("--starvation-horizon", type=float, default=None, metavar="H",
+                        help="starvation guard (F63): a client active and unserved for H clock "
+                             "units (iterations or ms) gets its oldest request's next interval "
+                             "forced into the plan (default: the workload's, else off)")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -85,10 +89,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument("--bytes-per-row", type=int, default=None,
                         help="logical KV bytes per row for the 0x09 exposure proxy")
-    parser.add_argument("--starvation-horizon", type=float, default=None, metavar="H",
-                        help="F63 horizon in clock units (iterations or ms): a client "
-                             "eligible for H without a completed event counts as starved "
-                             "(default: the observation window)")
+    parser.add_argument("--fairness-horizon", type=float, default=None, metavar="H",
+                        help="F63 observation horizon in clock units: a client eligible for H "
+                             "without a completed event counts as starved (default: the "
+                             "observation window)")
     parser.set_defaults(run=run)
 
 
@@ -105,12 +109,13 @@ class RunFlags:
     prompt_weight: float | None = None
     output_weight: float | None = None
     client_weights: tuple[str, ...] = ()
+    starvation_horizon: float | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunFlags:
         return cls(args.workload, args.cost_model, args.overload, args.max_live,
                    args.slo_ttft_ms, args.slo_tbt_ms, args.prompt_weight, args.output_weight,
-                   tuple(args.client_weight or ()))
+                   tuple(args.client_weight or ()), args.starvation_horizon)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +148,8 @@ def setup_from_flags(flags: RunFlags) -> RunSetup:
 
 def fairness_from_flags(flags: RunFlags, declared: FairnessSpec | None) -> FairnessSpec | None:
     """The workload's ``fairness`` section with each given flag overriding it."""
-    if flags.prompt_weight is None and flags.output_weight is None and not flags.client_weights:
+    if (flags.prompt_weight is None and flags.output_weight is None
+            and not flags.client_weights and flags.starvation_horizon is None):
         return declared
     base = declared or FairnessSpec()
     weights = dict(base.client_weights)
@@ -159,7 +165,9 @@ def fairness_from_flags(flags: RunFlags, declared: FairnessSpec | None) -> Fairn
         return FairnessSpec(
             base.prompt_weight if flags.prompt_weight is None else flags.prompt_weight,
             base.output_weight if flags.output_weight is None else flags.output_weight,
-            tuple(sorted(weights.items())))
+            tuple(sorted(weights.items())),
+            base.starvation_horizon if flags.starvation_horizon is None
+            else flags.starvation_horizon)
     except ValueError as exc:
         raise FlagError(str(exc)) from None
 
@@ -190,21 +198,24 @@ def window_from_flags(args: argparse.Namespace) -> ObservationWindow | None:
 
 
 def horizon_seconds(args: argparse.Namespace, setup: RunSetup) -> float | None:
-    """--starvation-horizon in seconds of the event log (clock units scaled)."""
-    if args.starvation_horizon is None:
+    """The F63 horizon in seconds of the event log: --fairness-horizon, else
+    None (the window). The guard's horizon is not reused: a forced interval
+    completes one iteration after the guard fires."""
+    online = setup.manifest.online
+    horizon = args.fairness_horizon
+    if horizon is None:
         return None
-    if not args.starvation_horizon > 0:
-        raise FlagError("--starvation-horizon must be > 0")
-    clock = setup.manifest.online.clock
-    return args.starvation_horizon * seconds_per_clock_unit(clock, setup.cost_model)
+    if not horizon > 0:
+        raise FlagError("--fairness-horizon must be > 0")
+    return float(horizon * seconds_per_clock_unit(online.clock, setup.cost_model))
 
 
 def run(args: argparse.Namespace) -> int:
     setup = setup_from_flags(RunFlags.from_args(args))
     window = window_from_flags(args)
     online = setup.manifest.online
-    policy = bind_cost_model(
-        bind_fairness(make_policy(args.policy), setup.manifest.online.fairness), setup.cost_model)
+    policy = bind_fairness(
+        bind_cost_model(make_policy(args.policy), setup.cost_model), setup.manifest.online.fairness)
     config = RunConfig(policy, setup.cost_model, setup.gate, args.max_iterations)
     with contextlib.ExitStack() as stack:
         stream = None
@@ -235,6 +246,8 @@ def run(args: argparse.Namespace) -> int:
             report["fairness"]["bound"] = outputs.bound
         if result.ledger_trace.num_decisions:
             report["fairness"]["ledger_trace"] = result.ledger_trace.to_dict()
+        if outputs.guard is not None:
+            report["fairness"]["starvation_guard"] = outputs.guard
     (args.out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     print(_summary_line(policy.policy_id, report, args.out))
     return 0

@@ -109,8 +109,8 @@ def run_trial(job: TrialJob) -> TrialResult:
     assert setup.slo is not None, "checked before the sweep starts"
     seconds = seconds_per_clock_unit(setup.manifest.online.clock, setup.cost_model)
     manifest = poisson_arrivals(setup.manifest, job.rate_per_s, job.trial_seed, seconds)
-    policy = bind_cost_model(
-        bind_fairness(make_policy(job.policy), setup.manifest.online.fairness), setup.cost_model)
+    policy = bind_fairness(
+        bind_cost_model(make_policy(job.policy), setup.cost_model), setup.manifest.online.fairness)
     result = run_simulation(manifest, RunConfig(policy, setup.cost_model, setup.gate))
     log = result.recorder.log()
     report = evaluate(log, setup.slo, default_window(log), label=job.policy)

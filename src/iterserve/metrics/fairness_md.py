@@ -16,6 +16,7 @@ def render_fairness(
     report: FairnessReport,
     outcomes: Mapping[str, OutcomeCounts] | None = None,
     bound: Mapping[str, Any] | None = None,
+    guard: Mapping[str, Any] | None = None,
 ) -> str:
     """The fairness section; ``outcomes`` per client when an SLO was judged;
     ``bound`` a policy's declared service-difference bound beside the observed gap."""
@@ -42,6 +43,9 @@ def render_fairness(
             f"| {client.longest_unserved_s:g} | {'yes' if client.is_starved else 'no'} "
             f"| {' | '.join(str(value) for value in slo)} |")
     lines += ["", *_summary(report, bound), ""]
+    if guard is not None:
+        lines.insert(-1, f"- starvation guard (horizon {guard['horizon']:g} clock units): "
+                         f"fired {guard['num_fired']} time(s)")
     return "\n".join(lines)
 
 

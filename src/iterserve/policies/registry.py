@@ -18,6 +18,7 @@ from iterserve.policies.priority_aging import PriorityAging
 from iterserve.policies.refill import IterationRefill
 from iterserve.policies.sarathi import Sarathi
 from iterserve.policies.sarathi_serve import SarathiServe
+from iterserve.policies.starvation_guard import StarvationGuard
 from iterserve.policies.static import StaticBatching
 from iterserve.policies.vllm import VllmFrontier, VllmPriority
 from iterserve.policies.vtc import Vtc
@@ -64,9 +65,13 @@ def make_policy(name: str) -> Policy:
 
 def bind_fairness(policy: Policy, fairness: FairnessSpec | None) -> Policy:
     """``policy`` charging the run's declared service weights when it keeps a
-    client ledger (0x09A); any other policy is returned as it is."""
-    with_fairness = getattr(policy, "with_fairness", None)
-    if fairness is None or with_fairness is None:
+    client ledger (0x09A), under the starvation guard when the run declares
+    a horizon; otherwise ``policy`` itself."""
+    if fairness is None:
         return policy
-    bound: Policy = with_fairness(fairness)
-    return bound
+    with_fairness = getattr(policy, "with_fairness", None)
+    if with_fairness is not None:
+        policy = with_fairness(fairness)
+    if fairness.starvation_horizon is not None:
+        return StarvationGuard(policy, fairness.starvation_horizon)
+    return policy

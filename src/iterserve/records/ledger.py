@@ -15,11 +15,14 @@ two families of counters, both divided by the client weight phi_i:
   active is lifted to the minimum counter of the other active clients, or
   to the last departing client's counter when none is active (F56).
 
-Active = has a live request (waiting, running or suspended).
+Active = has a live request (waiting, running or suspended). For the
+starvation guard (F63) the ledger also keeps, per client, when it last
+became active and when it last completed a service event.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -33,6 +36,8 @@ class ClientLedger:
     counters: Mapping[str, float] = field(default_factory=dict)
     done: Mapping[str, float] = field(default_factory=dict)
     last_departed: float = 0.0
+    active_since: Mapping[str, float] = field(default_factory=dict)
+    last_served: Mapping[str, float] = field(default_factory=dict)
 
     def counter(self, client_id: str) -> float:
         return self.counters.get(client_id, 0.0)
@@ -40,12 +45,20 @@ class ClientLedger:
     def done_of(self, client_id: str) -> float:
         return self.done.get(client_id, 0.0)
 
+    def unserved_for(self, client_id: str, now: float) -> float:
+        """How long an active client has gone without a completed event (F63)."""
+        since = max(self.active_since.get(client_id, now),
+                    self.last_served.get(client_id, -math.inf))
+        return now - since
+
     def to_json(self) -> dict[str, object]:
         spec = self.weights
         return {"prompt_weight": spec.prompt_weight, "output_weight": spec.output_weight,
                 "client_weights": dict(spec.client_weights),
                 "counters": dict(sorted(self.counters.items())),
-                "done": dict(sorted(self.done.items())), "last_departed": self.last_departed}
+                "done": dict(sorted(self.done.items())), "last_departed": self.last_departed,
+                "active_since": dict(sorted(self.active_since.items())),
+                "last_served": dict(sorted(self.last_served.items()))}
 
 
 def interval_cost(weights: FairnessSpec, view: RequestView, start: int, end: int) -> float:
@@ -63,18 +76,21 @@ def interval_cost(weights: FairnessSpec, view: RequestView, start: int, end: int
     return cost / weights.client_weight(view.client_id)
 
 
-def lift(ledger: ClientLedger, active: set[str], arriving: Iterable[str]) -> ClientLedger:
+def lift(ledger: ClientLedger, active: set[str], arriving: Iterable[str],
+         now: float) -> ClientLedger:
     """Lift each client that becomes active (in arrival order) to the minimum
     counter of the clients already active, else to the last departed (F56)."""
     counters = dict(ledger.counters)
+    since = dict(ledger.active_since)
     active = set(active)
     for client in arriving:
         if client in active:
             continue
         floor = min(counters.get(c, 0.0) for c in active) if active else ledger.last_departed
         counters[client] = max(counters.get(client, 0.0), floor)
+        since[client] = now
         active.add(client)
-    return replace(ledger, counters=counters)
+    return replace(ledger, counters=counters, active_since=since)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,11 +105,12 @@ class Charge:
 
 
 def charge(ledger: ClientLedger, charges: Iterable[Charge], active_before: set[str],
-           active_after: set[str]) -> ClientLedger:
-    """Apply one step's joins and completed intervals, then record the last
-    departed counter (the largest, if several clients leave at once)."""
+           active_after: set[str], now: float) -> ClientLedger:
+    """Apply one step's joins and completed intervals (published at ``now``),
+    then record the last departed counter (the largest, if several leave)."""
     weights = ledger.weights
     counters, done = dict(ledger.counters), dict(ledger.done)
+    served = dict(ledger.last_served)
     for item in charges:
         client = item.view.client_id
         if item.joined:
@@ -103,6 +120,8 @@ def charge(ledger: ClientLedger, charges: Iterable[Charge], active_before: set[s
             continue
         cost = interval_cost(weights, item.view, item.start, item.end)
         done[client] = done.get(client, 0.0) + cost
+        if _is_service_event(item):
+            served[client] = now
         if item.end > item.view.num_prompt_tokens + item.view.num_emitted - 1:  # emitted
             output = weights.output_weight / weights.client_weight(client)
             counters[client] = counters.get(client, 0.0) + output
@@ -110,4 +129,10 @@ def charge(ledger: ClientLedger, charges: Iterable[Charge], active_before: set[s
     last = ledger.last_departed
     if departed:
         last = max(counters.get(client, 0.0) for client in departed)
-    return ClientLedger(weights, counters, done, last)
+    return ClientLedger(weights, counters, done, last, ledger.active_since, served)
+
+
+def _is_service_event(item: Charge) -> bool:
+    """A completed prefill chunk or an emission: not a rebuild (0x0C)."""
+    view = item.view
+    return view.num_emitted == 0 or item.end > view.num_prompt_tokens + view.num_emitted - 1

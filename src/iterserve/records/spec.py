@@ -119,13 +119,18 @@ class KvSpec:
 class FairnessSpec:
     """The workload's ``fairness`` section (0x09A, F52): declared service
     weights. Weighted service W_i = (w_p * completed prompt rows + w_q *
-    completed output tokens) / client_weight_i; unnamed clients weigh 1."""
+    completed output tokens) / client_weight_i; unnamed clients weigh 1.
+    ``starvation_horizon`` turns on the run's starvation guard (F63)."""
 
     prompt_weight: float = 1.0
     output_weight: float = 1.0
     client_weights: tuple[tuple[str, float], ...] = ()
+    starvation_horizon: float | None = None  # the run's starvation guard (clock units)
 
     def __post_init__(self) -> None:
+        horizon = self.starvation_horizon
+        if horizon is not None and not (math.isfinite(horizon) and horizon > 0):
+            raise ValueError("fairness.starvation_horizon must be finite and > 0")
         for name in ("prompt_weight", "output_weight"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):

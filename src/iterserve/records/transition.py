@@ -47,7 +47,8 @@ def with_arrivals(
         raise ValueError(f"clock cannot move back from {state.now} to {now}")
     ledger = state.ledger
     if ledger is not None and arrivals:
-        ledger = lift(ledger, state.active_clients(), (spec.client_id for spec, _ in arrivals))
+        ledger = lift(ledger, state.active_clients(), (spec.client_id for spec, _ in arrivals),
+                      state.now if now is None else now)
     return _successor(state, views, tuple(waiting), state.running, state.suspended, state.finished,
                       now=state.now if now is None else now, decision_id=state.decision_id,
                       ledger=ledger)
@@ -97,7 +98,8 @@ def _charged(ledger: ClientLedger, state: SchedulerState, plan: IterationPlan,
                if i.kind is IntentKind.ADMIT and views[i.request_id].num_computed == 0
                and views[i.request_id].num_emitted == 0]
     charges += [Charge(views[item.request_id], item.start, item.end) for item in result.completed]
-    return charge(ledger, charges, state.active_clients(), successor.active_clients())
+    return charge(ledger, charges, state.active_clients(), successor.active_clients(),
+                  successor.now)
 
 
 def _replace_ledger(state: SchedulerState, ledger: ClientLedger) -> SchedulerState:
@@ -126,6 +128,8 @@ def _apply_intent(
     rid = intent.request_id
     view = views[rid]
     kind = intent.kind
+    if kind is IntentKind.GUARD:
+        return  # a record of why the interval was forced; no queue change
     if kind is IntentKind.ADMIT:
         queues.waiting.remove(rid)
         queues.running.append(rid)

@@ -91,7 +91,7 @@ def _validate_intents(state: SchedulerState, plan: IterationPlan) -> tuple[set[s
             )
         if intent.kind in (IntentKind.ADMIT, IntentKind.RESUME):
             admitted.add(intent.request_id)
-        else:
+        elif intent.kind is not IntentKind.GUARD:
             leaving.add(intent.request_id)
     return admitted, leaving
 
@@ -102,6 +102,7 @@ _INTENT_SOURCES = {
     IntentKind.PREEMPT_RECOMPUTE: frozenset({Lifecycle.RUNNING}),
     IntentKind.PREEMPT_PRESERVE: frozenset({Lifecycle.RUNNING}),
     IntentKind.REJECT: frozenset({Lifecycle.WAITING}),
+    IntentKind.GUARD: frozenset({Lifecycle.RUNNING}),
     IntentKind.ABORT: frozenset(
         {Lifecycle.WAITING, Lifecycle.RUNNING, Lifecycle.SUSPENDED_PRESERVED,
          Lifecycle.SUSPENDED_RECOMPUTE}

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from iterserve.engine.observer import EngineObserver
+from iterserve.policies.starvation_guard import GUARD_REASON
 from iterserve.records.ledger import interval_cost
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
@@ -27,6 +28,7 @@ class LedgerTrace(EngineObserver):
         self.entries: list[dict[str, Any]] = []
         self.max_decisions = max_decisions
         self.num_decisions = 0
+        self.guard_firings: list[dict[str, Any]] = []
 
     def on_step(self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
                 successor: SchedulerState) -> None:
@@ -34,6 +36,12 @@ class LedgerTrace(EngineObserver):
         if ledger is None or after is None:
             return
         self.num_decisions += 1
+        for intent in plan.intents:
+            if intent.reason.startswith(GUARD_REASON):
+                self.guard_firings.append({
+                    "decision_id": plan.decision_id, "now": state.now,
+                    "request_id": intent.request_id, "intent": intent.kind.value,
+                    "reason": intent.reason})
         if len(self.entries) >= self.max_decisions:
             return
         reserved: dict[str, float] = {}
@@ -56,3 +64,8 @@ class LedgerTrace(EngineObserver):
     def to_dict(self) -> dict[str, Any]:
         return {"decisions": self.entries, "num_decisions": self.num_decisions,
                 "truncated": self.num_decisions > len(self.entries)}
+
+    def guard_dict(self, horizon: float) -> dict[str, Any]:
+        """How often the starvation guard fired, and each firing (capped)."""
+        return {"horizon": horizon, "num_fired": len(self.guard_firings),
+                "firings": self.guard_firings[: self.max_decisions]}

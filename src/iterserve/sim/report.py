@@ -224,6 +224,7 @@ class MetricOutputs:
     report: Report | None
     fairness: FairnessReport | None
     bound: dict[str, Any] | None = None
+    guard: dict[str, Any] | None = None
 
 
 def run_fairness(log: EventLog, workload: OnlineWorkload, window: ObservationWindow,
@@ -249,6 +250,8 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
         log, slo, window, label=label, service_weights=weights)
     fairness = None if window is None else run_fairness(log, workload, window, horizon_s)
     bound = None if fairness is None or bound_of is None else bound_of(fairness)
+    horizon = None if workload.fairness is None else workload.fairness.starvation_horizon
+    guard = None if horizon is None else run.ledger_trace.guard_dict(horizon)
     if report is None:
         text = (f"# {label}\n\nNo SLO declared (workload `slo`, or --slo-ttft-ms/--slo-tbt-ms): "
                 f"no outcome ledger. {occupancy.label}: {occupancy.occupancy}\n")
@@ -257,11 +260,11 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
             [report], title=f"{workload.workload_id}: {label}", occupancy={label: occupancy})
     if fairness is not None:
         outcomes = None if report is None else counts_by_client(report.request_outcomes)
-        text += "\n" + render_fairness(fairness, outcomes, bound)
+        text += "\n" + render_fairness(fairness, outcomes, bound, guard)
     (out_dir / "report.md").write_text(text)
     if plots:
         _plot_run(out_dir, recorder, log, report, workload.capacity.token_budget, weights)
-    return MetricOutputs(report, fairness, bound)
+    return MetricOutputs(report, fairness, bound, guard)
 
 
 def _plot_run(out_dir: Path, recorder: EventRecorder, log: EventLog, report: Report | None,

@@ -11,7 +11,8 @@ Schema (documented in the README):
                     "slo": {"ttft_ms": number, "tbt_ms": number}?,
                     "output_forecast": number?, "output_forecast_p90": number?}],
       "fairness": {"prompt_weight": number, "output_weight": number,
-                   "client_weights": {client_id: number}}?,
+                   "client_weights": {client_id: number},
+                   "starvation_horizon": number (clock units; turns the guard on)}?,
       "fixture_only_hidden_truth": {"realized_output_tokens": {request_id: int},
                                     "injected_failures": [{"request_id": str,
                                                            "decision_id": int}]?}
@@ -111,7 +112,8 @@ def _kv(obj: Mapping[str, Any]) -> KvSpec:
 def fairness_from_json(raw: Any) -> FairnessSpec:
     """The ``fairness`` section (0x09A F52): w_p, w_q and client weights."""
     obj = _mapping(raw, "fairness")
-    unknown = set(obj) - {"prompt_weight", "output_weight", "client_weights"}
+    unknown = set(obj) - {"prompt_weight", "output_weight", "client_weights",
+                          "starvation_horizon"}
     if unknown:
         raise WorkloadError(f"fairness: unknown field(s) {sorted(unknown)}")
     weights = _mapping(obj.get("client_weights", {}), "fairness.client_weights")
@@ -124,16 +126,22 @@ def fairness_from_json(raw: Any) -> FairnessSpec:
     for client, weight in weights.items():
         if isinstance(weight, bool) or not isinstance(weight, int | float):
             raise WorkloadError(f"fairness.client_weights[{client!r}]: must be a number")
+    horizon = _field(obj, "starvation_horizon", "fairness", float, None)
     try:
         return FairnessSpec(values[0], values[1],
-                            tuple(sorted((str(c), float(w)) for c, w in weights.items())))
+                            tuple(sorted((str(c), float(w)) for c, w in weights.items())),
+                            horizon)
     except ValueError as exc:
         raise WorkloadError(str(exc)) from None
 
 
 def fairness_to_json(spec: FairnessSpec) -> dict[str, Any]:
-    return {"prompt_weight": spec.prompt_weight, "output_weight": spec.output_weight,
-            "client_weights": dict(spec.client_weights)}
+    out: dict[str, Any] = {"prompt_weight": spec.prompt_weight,
+                           "output_weight": spec.output_weight,
+                           "client_weights": dict(spec.client_weights)}
+    if spec.starvation_horizon is not None:
+        out["starvation_horizon"] = spec.starvation_horizon
+    return out
 
 
 def _mapping(raw: Any, where: str) -> Mapping[str, Any]:
