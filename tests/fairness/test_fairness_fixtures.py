@@ -122,3 +122,31 @@ def test_the_guard_forces_a_running_request_with_a_guard_intent(tmp_path) -> Non
     firings = guarded["fairness"]["starvation_guard"]["firings"]
     assert firings and {f["intent"] for f in firings} == {"guard"}
     assert guarded["requests"]["long"]["finish_cut"] < plain["requests"]["long"]["finish_cut"]
+
+
+def _prefix_groups() -> dict:
+    """One cold (unique) prompt and a hot prompt sharing 8 of 9 rows every tick."""
+    shared = list(range(100, 108))
+    requests = [request("hot00", "hot", prompt=shared + [200]),
+                request("cold", "cold", prompt=list(range(300, 309)))]
+    requests += [request(f"hot{t:02d}", "hot", arrival=t, prompt=shared + [200 + t])
+                 for t in range(1, 12)]
+    return workload("prefix-groups", requests, token_budget=9,
+                    kv={"num_blocks": 64, "block_size": 4})
+
+
+def test_prefix_groups_greedy_starves_cold_and_the_2_to_1_quota_does_not(tmp_path) -> None:
+    window = ("--window", "0", "9.5")  # the first nine completions
+    greedy = simulate(tmp_path, _prefix_groups(), "prefix-greedy", *window)
+    quota = simulate(tmp_path, _prefix_groups(), "prefix-quota", *window,
+                     "--decision-log", str(tmp_path / "quota.jsonl"))
+
+    def completed(report: dict) -> dict[str, int]:
+        return {c: v["num_completed_events"] for c, v in report["fairness"]["per_client"].items()}
+
+    assert completed(greedy) == {"hot": 9, "cold": 0}
+    assert completed(quota) == {"hot": 8, "cold": 1}
+    assert greedy["kv"]["prefix_cache_hit_tokens"] > 0  # the groups come from real hits
+    lines = (tmp_path / "quota.jsonl").read_text().splitlines()
+    assert any('"prefix_hits"' in line for line in lines)
+    assert main(["replay", str(tmp_path / "quota.jsonl")]) == 0

@@ -69,7 +69,7 @@ def header_line(workload: OnlineWorkload, capacity: CapacityFacts, *,
 def iteration_line(
     state: SchedulerState, plan: IterationPlan, result: IterationResult
 ) -> dict[str, Any]:
-    return {
+    line = {
         "type": "iteration",
         "decision_id": state.decision_id,
         "state_version": state.state_version,
@@ -78,6 +78,9 @@ def iteration_line(
         "plan": plan_to_json(plan),
         "result": result_to_json(result),
     }
+    if state.prefix_hits:  # the memory owner's facts this plan read (replay publishes them)
+        line["prefix_hits"] = dict(sorted(state.prefix_hits.items()))
+    return line
 
 
 def cancel_line(request_id: str, state: SchedulerState,

@@ -20,7 +20,13 @@ from iterserve.policies.base import Policy
 from iterserve.records.ledger import ClientLedger
 from iterserve.records.spec import OnlineWorkload, PolicyIdentity, RequestSpec
 from iterserve.records.state import CapacityFacts, SchedulerState
-from iterserve.records.transition import advance, cancel, with_arrivals, with_readiness
+from iterserve.records.transition import (
+    advance,
+    cancel,
+    with_arrivals,
+    with_prefix_hits,
+    with_readiness,
+)
 from iterserve.records.validate import validate_plan, validate_result, validate_state
 
 
@@ -92,6 +98,9 @@ class Engine:
         ]
         self._next_arrival = 0
         self.state = initial_state(self.workload, executor.capacity(), policy_ledger(policy))
+        # prefix-hit facts are published only for a policy that reads them
+        self._prefix_hits = (getattr(executor, "prefix_hits", None)
+                             if getattr(policy, "uses_prefix_hits", False) else None)
         self.rejected: dict[str, str] = {}
         self.num_iterations = 0
 
@@ -166,6 +175,8 @@ class Engine:
         self.state = with_readiness(self.state, self.readiness.readiness(self.state))
         if not self.state.has_live:
             return self._jump_to_next_arrival()
+        if self._prefix_hits is not None:
+            self.state = with_prefix_hits(self.state, self._prefix_hits(self.state))
         state = self.state
         plan = self.policy.choose(self.workload, state)
         if self.validate:

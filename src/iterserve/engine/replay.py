@@ -85,6 +85,18 @@ class _LoggedExecutor:
         reported after freeing the request's memory."""
         self._capacity = capacity
 
+    def prefix_hits(self, state: SchedulerState) -> dict[str, int]:
+        """The prefix-hit facts the logged decision read (the state digest
+        binds them, so a forged list fails the comparison)."""
+        line = self._cursor.peek()
+        if line is None or line.get("type") != "iteration":
+            return {}
+        hits = line.get("prefix_hits", {})
+        if not isinstance(hits, dict):
+            raise ReplayDivergence(f"decision {line.get('decision_id')}: prefix_hits "
+                                   "must be an object")
+        return {str(rid): int(rows) for rid, rows in hits.items()}
+
     def execute(self, plan: IterationPlan, state: SchedulerState) -> IterationResult:
         line = self._cursor.peek()
         if line is None or line.get("type") != "iteration":

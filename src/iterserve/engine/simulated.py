@@ -57,6 +57,20 @@ class SimulatedExecutor:
     def capacity(self) -> CapacityFacts:
         return CapacityFacts() if self.kv is None else self.kv.facts()
 
+    def prefix_hits(self, state: SchedulerState) -> dict[str, int]:
+        """Cached prompt rows a fresh allocation of each waiting request with
+        prompt token ids would reuse now (read-only; F62)."""
+        if self.kv is None:
+            return {}
+        hits = {}
+        for rid in state.waiting:
+            prompt = self._prompts.get(rid)
+            if prompt is not None and state.views[rid].num_computed == 0:
+                rows = self.kv.manager.lookup_prefix(prompt).num_cached_rows
+                if rows:
+                    hits[rid] = rows
+        return hits
+
     def execute(self, plan: IterationPlan, state: SchedulerState) -> IterationResult:
         failures: list[WorkFailure] = []
         failed_ids: set[str] = set()

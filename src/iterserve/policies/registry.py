@@ -13,6 +13,7 @@ from iterserve.policies.least_slack import LeastSlack
 from iterserve.policies.mlfq import Mlfq
 from iterserve.policies.orca import Orca
 from iterserve.policies.prefill_first import PrefillFirst
+from iterserve.policies.prefix_quota import PrefixGreedy, PrefixQuota
 from iterserve.policies.priority import StaticPriority
 from iterserve.policies.priority_aging import PriorityAging
 from iterserve.policies.refill import IterationRefill
@@ -44,6 +45,8 @@ POLICIES: dict[str, Callable[[], Policy]] = {
     "priority": StaticPriority,
     "priority-aging": PriorityAging,
     "mlfq": Mlfq,
+    "prefix-quota": PrefixQuota,
+    "prefix-greedy": PrefixGreedy,
 }
 
 

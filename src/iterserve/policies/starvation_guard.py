@@ -43,6 +43,7 @@ class StarvationGuard:
             inner.contract, assumptions=f"{inner.contract.assumptions}; run under the "
             f"starvation guard (horizon {horizon:g} clock units): no service bound is claimed")
         self.ledger_weights = getattr(inner, "ledger_weights", None) or FairnessSpec()
+        self.uses_prefix_hits = getattr(inner, "uses_prefix_hits", False)
 
     def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
         plan = self.inner.choose(workload, state)

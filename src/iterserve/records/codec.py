@@ -48,6 +48,8 @@ def state_to_json(state: SchedulerState) -> dict[str, Any]:
     }
     if state.ledger is not None:
         record["ledger"] = state.ledger.to_json()
+    if state.prefix_hits:
+        record["prefix_hits"] = dict(sorted(state.prefix_hits.items()))
     return record
 
 

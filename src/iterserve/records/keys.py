@@ -47,6 +47,11 @@ def _client_done(state: SchedulerState, view: RequestView) -> float:
     return 0.0 if ledger is None else ledger.done_of(view.client_id)
 
 
+def _prefix_hit_rows(state: SchedulerState, view: RequestView) -> int:
+    """Cached prompt rows the memory owner published for ``view`` (F62)."""
+    return state.prefix_hits.get(view.request_id, 0)
+
+
 #: Key fields that are plain view attributes: read with one C-level attrgetter.
 VIEW_ATTRIBUTES: dict[str, str] = {
     "priority_rank": "priority",
@@ -69,6 +74,7 @@ KEY_FIELDS: dict[str, KeyField] = {
     "client_service": _client_service,
     "client_counter": _client_counter,
     "client_done": _client_done,
+    "prefix_hit_rows": _prefix_hit_rows,
     **{name: _view_attribute(attribute) for name, attribute in VIEW_ATTRIBUTES.items()},
 }
 

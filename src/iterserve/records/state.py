@@ -59,6 +59,7 @@ class SchedulerState:
     capacity: CapacityFacts = CapacityFacts()
     service: Mapping[str, int] = field(default_factory=dict)
     ledger: ClientLedger | None = None
+    prefix_hits: Mapping[str, int] = field(default_factory=dict)
 
     def view(self, request_id: str) -> RequestView:
         return self.views[request_id]

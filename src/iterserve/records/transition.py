@@ -10,7 +10,7 @@ a policy or hidden truth.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from iterserve.records.ledger import Charge, ClientLedger, charge, lift
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent
@@ -236,7 +236,7 @@ def _successor(
         capacity=state.capacity if capacity is None else capacity,
         service=state.service if service is None else service,
         ledger=state.ledger if ledger is None else ledger,
-    )
+    )  # prefix_hits: facts of one cut, never carried to a successor
 
 
 def cancel(state: SchedulerState, request_id: str) -> SchedulerState:
@@ -253,6 +253,14 @@ def cancel(state: SchedulerState, request_id: str) -> SchedulerState:
     queues = [tuple(r for r in q if r != request_id) for q in (state.waiting, state.running, state.suspended)]
     return _successor(state, views, queues[0], queues[1], queues[2], state.finished + (request_id,),
                       now=state.now, decision_id=state.decision_id)
+
+
+def with_prefix_hits(state: SchedulerState, hits: Mapping[str, int]) -> SchedulerState:
+    """Publish the memory owner's prefix-hit facts for waiting requests
+    (F62); they hold for this cut only (every successor starts without)."""
+    if not hits and not state.prefix_hits:
+        return state
+    return dataclasses.replace(state, prefix_hits=dict(hits))
 
 
 def with_readiness(state: SchedulerState, ready: dict[str, bool]) -> SchedulerState:
