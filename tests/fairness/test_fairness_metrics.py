@@ -111,3 +111,14 @@ def test_bad_fairness_section_names_the_field(tmp_path, capsys) -> None:
     assert main(["simulate", "--workload", str(path), "--policy", "refill", "--out",
                  str(tmp_path / "o"), "--no-plots"]) == 2
     assert "fairness.prompt_weight" in capsys.readouterr().err
+
+
+def test_policies_vtc_prints_its_contract(capsys) -> None:
+    from iterserve.cli.main import main
+
+    assert main(["policies", "vtc"]) == 0
+    out = capsys.readouterr().out
+    assert "protected_identity: client_id" in out
+    assert "Algorithm 2" in out and "no preemption" in out
+    assert main(["policies", "vtc-completed"]) == 0
+    assert "does NOT transfer" in capsys.readouterr().out

@@ -46,6 +46,11 @@ def test_vtc_service_difference_stays_within_2u_f60(a, b, seqs) -> None:
     assert bound["M"] == seqs * (MAX_PROMPT + MAX_OUT)
     assert bound["observed_max_gap"] == report["fairness"]["max_backlogged_gap"]["value"]
     assert bound["holds"], bound
+    # one accounting: the state's W_done equals the event log's completed service
+    trace = report["fairness"]["ledger_trace"]
+    assert not trace["truncated"]
+    final = trace["decisions"][-1]["w_done_after"]
+    assert final == {c: v["service"] for c, v in report["fairness"]["per_client"].items()}
 
 
 def test_fifo_on_the_same_premises_breaks_the_bound(tmp_path) -> None:
