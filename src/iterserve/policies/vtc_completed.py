@@ -12,12 +12,19 @@ next plan starts from W_done again. Selection: the earliest ready event
 
 from __future__ import annotations
 
-from iterserve.policies.base import PlanBuilder, PolicyContract, resume_suspended, views_of
+from iterserve.policies.base import (
+    PlanBuilder,
+    PolicyContract,
+    add_or_preempt,
+    fcfs_victim,
+    resume_suspended,
+    views_of,
+)
 from iterserve.records.ledger import ClientLedger, interval_cost
 from iterserve.records.plan import IterationPlan
 from iterserve.records.spec import FairnessSpec, OnlineWorkload
 from iterserve.records.state import SchedulerState
-from iterserve.records.view import RequestView
+from iterserve.records.view import Lifecycle, RequestView
 
 
 class VtcCompleted:
@@ -29,12 +36,12 @@ class VtcCompleted:
         granularity="iteration; one event (legal interval) per pick",
         protected_identity="client_id",
         visible_state="W_done per client (state ledger), frontiers of live requests",
-        decision_output="intervals in provisional-counter order; admissions; no preemption",
+        decision_output="intervals in provisional-counter order; admissions; shared preemption",
         unknown_future="output lengths; whether an event will complete",
         objective="teaching: least provisional weighted service first",
         metric="C_select and W_done per decision (fairness.ledger_trace), service gap",
         assumptions="charging moved from join to completion: the VTC theorem does NOT transfer "
-                    "and no bound is claimed; memory for the running batch is assumed",
+                    "and no bound is claimed",
         foreign_owners="KV allocator (capacity facts)",
         source="spec 0x09A completion_reconciled_vtc_teaching_v1 (a teaching adaptation)",
     )
@@ -55,13 +62,28 @@ class VtcCompleted:
             if view.is_ready and not builder.is_chosen(view.request_id):
                 queues.setdefault(view.client_id, []).append(view)
         c_select = {client: ledger.done_of(client) for client in queues}
+        # on a KV shortfall the shared preemption step takes the most-served client's newest
+        victims = sorted(views_of(state, state.running),
+                         key=lambda v: (ledger.done_of(v.client_id), v.arrival_order))
+        gone: set[str] = set()
         while queues and builder.can_add():
             client = min(queues, key=lambda c: (c_select[c], c))
             view = queues[client].pop(0)
             if not queues[client]:
                 del queues[client]
-            rows = builder.take(view)
+            rows = 0 if view.request_id in gone else _take(builder, view, victims, gone)
             if rows:  # the provisional reservation for this decision
                 start = view.num_computed
                 c_select[client] += interval_cost(ledger.weights, view, start, start + rows)
         return builder.build()
+
+
+
+def _take(builder: PlanBuilder, view: RequestView, victims: list[RequestView],
+          gone: set[str]) -> int:
+    """Rows granted to ``view``'s next interval (a running one may preempt)."""
+    if view.lifecycle is not Lifecycle.RUNNING:
+        return builder.take(view)
+    rows = min(builder.legal_rows(view), builder.tokens_left)
+    add_or_preempt(builder, view, rows, victims, gone, fcfs_victim)
+    return rows if builder.is_chosen(view.request_id) else 0
