@@ -50,7 +50,7 @@ def bench(policy_name: str, num_decodes: int, prefill_tokens: int, steps: int) -
     # warm up: admit and prefill the decoders, so the timed steps are steady decode
     warm = 0
     while sum(1 for rid in state.running if state.views[rid].is_decoding) < num_decodes:
-        plan = policy.choose(workload, state)
+        plan = policy.choose(state)
         state = advance(state, plan, executor.execute(plan, state))
         warm += 1
         if warm > 10_000:
@@ -59,7 +59,7 @@ def bench(policy_name: str, num_decodes: int, prefill_tokens: int, steps: int) -
     exec_s: list[float] = []
     for _ in range(steps):
         t0 = time.perf_counter()
-        plan = policy.choose(workload, state)
+        plan = policy.choose(state)
         validate_state(state)
         validate_plan(workload, state, plan)
         t1 = time.perf_counter()

@@ -21,7 +21,7 @@ from iterserve.engine.trace import RunTrace
 from iterserve.model.loader import load_model
 from iterserve.model.params import SamplingParams
 from iterserve.model.tokenizer import load_tokenizer
-from iterserve.policies.registry import make_policy
+from iterserve.policies.registry import make_policy, settings_for
 from iterserve.records.spec import Capacity, OnlineWorkload, RequestSpec
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -40,6 +40,7 @@ class EngineConfig:
     chunk_size: int | None = None
     tau: int | None = None
     long_prefill_token_threshold: int | None = None
+    extra_policy_settings: tuple[tuple[str, object], ...] = ()  # NAME=VALUE flags, checked strictly
     enable_prefix_caching: bool = True
     dtype: str = "float32"
     device: str = "cpu"
@@ -52,11 +53,13 @@ class EngineConfig:
                 raise ValueError(f"{name} must be >= 1")
 
     def capacity(self) -> Capacity:
-        return Capacity(
-            token_budget=self.token_budget, sequence_budget=self.max_num_seqs,
-            max_num_seqs=self.max_num_seqs, chunk_size=self.chunk_size, tau=self.tau,
-            long_prefill_token_threshold=self.long_prefill_token_threshold,
-        )
+        return Capacity(token_budget=self.token_budget, sequence_budget=self.max_num_seqs)
+
+    def policy_settings(self) -> dict[str, int]:
+        """The knobs the policy takes (each policy keeps the ones it has)."""
+        knobs = {"max_num_seqs": self.max_num_seqs, "chunk_size": self.chunk_size,
+                 "tau": self.tau, "long_prefill_token_threshold": self.long_prefill_token_threshold}
+        return {name: value for name, value in knobs.items() if value is not None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +84,10 @@ class LLM:
         if overrides:
             config = dataclasses.replace(config, **overrides)  # type: ignore[arg-type]
         self.config = config
-        make_policy(config.policy)  # fail fast on an unknown name
+        # made once and validated here: a bad name or setting fails before any model work
+        settings = settings_for(config.policy, None, config.policy_settings(), strict=False)
+        settings.update(dict(config.extra_policy_settings))
+        self.policy = make_policy(config.policy, **settings)
         self.tokenizer = load_tokenizer(model_dir)
         model = load_model(model_dir, dtype=DTYPES[config.dtype], device=config.device)
         self.executor = TorchExecutor(
@@ -107,7 +113,7 @@ class LLM:
         workload = OnlineWorkload("offline", "ms", self.config.capacity(), tuple(specs))
         trace = RunTrace()
         self.executor.reset_clock()
-        engine = Engine(workload, make_policy(self.config.policy), self.executor, [trace])
+        engine = Engine(workload, self.policy, self.executor, [trace])
         while not engine.is_done:
             engine.step()
             if on_step is not None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from iterserve.engine.loop import Engine, bind_policy
 from iterserve.engine.observer import EngineObserver
-from iterserve.policies.registry import make_policy
+from iterserve.policies.registry import make_policy, policy_for
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import Capacity, OnlineWorkload, RequestSpec
@@ -167,7 +167,7 @@ def write_json(path: Path, obj: Any) -> Path:
 def run_engine(manifest, policy_name: str) -> tuple[Engine, Recorder]:  # noqa: ANN001
     """The CLI's run: the workload's own simulated executor, the real engine."""
     recorder = Recorder()
-    engine = Engine(manifest.online_projection(), make_policy(policy_name),
+    engine = Engine(manifest.online_projection(), policy_for(policy_name, manifest.online),
                     make_simulated_executor(manifest), [recorder])
     engine.run()
     return engine, recorder

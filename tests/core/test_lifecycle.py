@@ -163,7 +163,7 @@ def test_two_intents_for_one_request_are_refused():
 def _run_step(state, policy_name="refill"):
     policy = make_policy(policy_name)
     bound = bind_policy(WORKLOAD, policy)
-    plan = policy.choose(bound, state)
+    plan = policy.choose(state)
     validate_plan(bound, state, plan)
     result = SimulatedExecutor(HiddenTruth({})).execute(plan, state)
     validate_result(plan, state, result)
@@ -197,7 +197,7 @@ def test_recompute_preemption_then_rebuild_emits_nothing_and_earns_nothing():
 def test_rebuild_claiming_an_emission_is_refused():
     state = _state(_view("x", L.RUNNING, p=3, e=2, c=1))
     policy = make_policy("refill")
-    plan = policy.choose(bind_policy(WORKLOAD, policy), state)
+    plan = policy.choose(state)
     result = SimulatedExecutor(HiddenTruth({})).execute(plan, state)
     forged = replace(result, completed=(replace(result.completed[0], emitted=True, token_id=3),))
     with pytest.raises(E.WrongOutputClock):
@@ -269,7 +269,7 @@ def test_plan_bound_to_the_old_generation_is_rejected_after_cancel():
     """0x01A: a cancellation that changes the generation invalidates the old plan
     before packing or publication."""
     workload, state = loop2_workload(), loop2_state()
-    plan = make_policy("decode-first").choose(workload, state)
+    plan = make_policy("decode-first").choose(state)
     validate_plan(workload, state, plan)
     after = cancel(state, "req-C")
     with pytest.raises(E.StaleStateVersion):
@@ -283,7 +283,7 @@ def test_plan_bound_to_the_old_generation_is_rejected_after_cancel():
     with pytest.raises(E.StaleResult):
         validate_result(plan, after, result)
     # the policy re-plans without the cancelled generation
-    replanned = make_policy("decode-first").choose(workload, after)
+    replanned = make_policy("decode-first").choose(after)
     validate_plan(workload, after, replanned)
     assert "req-C" not in {w.request_id for w in replanned.work}
 

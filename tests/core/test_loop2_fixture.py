@@ -22,7 +22,7 @@ DECODE_FIRST_KEY = ("phase_rank", "priority_rank", "arrival_order", "request_id"
 
 def _plan():
     workload, state = loop2_workload(), loop2_state()
-    return workload, state, make_policy("decode-first").choose(workload, state)
+    return workload, state, make_policy("decode-first").choose(state)
 
 
 def _expected_result() -> IterationResult:
@@ -81,7 +81,7 @@ def test_readiness_alone_keeps_req_d_out():
     views = dict(state.views)
     views["req-D"] = replace(views["req-D"], is_ready=True)
     ready_state = replace(state, views=views)
-    plan = make_policy("decode-first").choose(loop2_workload(), ready_state)
+    plan = make_policy("decode-first").choose(ready_state)
     validate_plan(loop2_workload(), ready_state, plan)
     assert [w.request_id for w in plan.work] == ["req-B", "req-C", "req-D"]
 

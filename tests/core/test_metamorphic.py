@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from iterserve.engine.decision_log import header_line
 from iterserve.engine.loop import Engine, bind_policy
-from iterserve.policies.registry import make_policy, policy_names
+from iterserve.policies.registry import make_policy, policy_for, policy_names
 from iterserve.records import codec
 from iterserve.records.spec import HiddenTruth, OnlineWorkload, WorkloadManifest
 from iterserve.records.state import CapacityFacts
@@ -151,19 +151,19 @@ class _SpyPolicy:
         self.contract = policy.contract
         self.num_calls = 0
 
-    def choose(self, workload, state):
+    def choose(self, state):
         self.num_calls += 1
-        for arg in (workload, state):
+        for arg in (state,):
             for path, value in _walk(arg, type(arg).__name__):
                 assert not isinstance(value, (HiddenTruth, WorkloadManifest)), path
                 assert not any(word in path.rsplit(".", 1)[-1] for word in HIDDEN_NAMES), path
-        return self._policy.choose(workload, state)
+        return self._policy.choose(state)
 
 
 @pytest.mark.parametrize("policy_name", policy_names())
 def test_policies_are_never_handed_hidden_truth(policy_name):
     raw = _manifests()["abc"]
     manifest = parse_workload(raw)
-    spy = _SpyPolicy(make_policy(policy_name))
+    spy = _SpyPolicy(policy_for(policy_name, manifest.online))
     Engine(manifest.online_projection(), spy, make_simulated_executor(manifest)).run()
     assert spy.num_calls > 0

@@ -58,7 +58,7 @@ class Base:
 
 def _base() -> Base:
     workload, state = loop2_workload(), loop2_state()
-    plan = make_policy("decode-first").choose(workload, state)
+    plan = make_policy("decode-first").choose(state)
     result = SimulatedExecutor(HiddenTruth({"req-B": 2})).execute(plan, state)
     return Base(workload, state, plan, result)
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from iterserve.engine.loop import Engine, EngineStalled, bind_policy
 from iterserve.engine.simulated import SimulatedExecutor
-from iterserve.policies.registry import make_policy, policy_names
+from iterserve.policies.registry import policy_for, policy_names
 from iterserve.records import codec
 from iterserve.records import errors as E
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent
@@ -61,10 +61,11 @@ def workloads(draw):
     # so memory pressure, preemption and rebuild states are reachable
     need = max(r.num_prompt_tokens + r.max_output_tokens for r in requests)
     kv_rows = draw(st.none() | st.integers(need, need + 6))
-    capacity = Capacity(token_budget, draw(st.integers(1, 4)),
-                        chunk_size=draw(st.integers(1, 4)), kv_rows=kv_rows)
+    capacity = Capacity(token_budget, draw(st.integers(1, 4)), kv_rows=kv_rows)
     hidden = HiddenTruth({r.request_id: draw(st.integers(1, 8)) for r in requests})
-    return OnlineWorkload("prop", "iteration", capacity, requests), hidden
+    settings = {"chunk_size": draw(st.integers(1, 4))}
+    return OnlineWorkload("prop", "iteration", capacity, requests,
+                          policy_settings=settings), hidden
 
 
 @st.composite
@@ -72,7 +73,7 @@ def legal_states(draw):
     """(online workload, hidden truth, state): a cut reached by a real engine run,
     then optionally a recompute preemption and lost readiness facts."""
     online, hidden = draw(workloads())
-    engine = Engine(online, make_policy(draw(st.sampled_from(policy_names()))),
+    engine = Engine(online, policy_for(draw(st.sampled_from(policy_names())), online),
                     make_simulated_executor(WorkloadManifest(online, hidden)))
     for _ in range(draw(st.integers(0, 16))):
         if engine.is_done:
@@ -122,11 +123,11 @@ def test_every_policy_plans_legally_on_every_reachable_state(case):
     online, hidden, state = case
     validate_state(state)
     for name in policy_names():
-        policy = make_policy(name)
+        policy = policy_for(name, online)
         bound = bind_policy(online, policy)
-        plan = policy.choose(bound, state)
+        plan = policy.choose(state)
         validate_plan(bound, state, plan)
-        assert _plan_bytes(policy.choose(bound, state)) == _plan_bytes(plan), name
+        assert _plan_bytes(policy.choose(state)) == _plan_bytes(plan), name
         assert plan.tokens_used <= state.token_budget
         assert plan.sequences_used <= state.sequence_budget
         chosen = {w.request_id for w in plan.work}
@@ -189,9 +190,9 @@ def _mutate(plan, mutation, index, delta, kind_pick):
 def test_a_single_mutation_of_a_valid_plan_is_rejected(case, policy_name, mutation, pick,
                                                        delta, kind_pick):
     online, _, state = case
-    policy = make_policy(policy_name)
+    policy = policy_for(policy_name, online)
     bound = bind_policy(online, policy)
-    plan = policy.choose(bound, state)
+    plan = policy.choose(state)
     if not plan.work:
         return  # nothing to mutate; the legality property covers empty plans
     validate_plan(bound, state, plan)

@@ -13,7 +13,7 @@ from iterserve.engine.torch_executor import TorchExecutor
 from iterserve.engine.trace import RunTrace
 from iterserve.llm import LLM, RequestOutput
 from iterserve.model.params import SamplingParams
-from iterserve.policies.registry import make_policy
+from iterserve.policies.registry import policy_for
 from iterserve.records.plan import IntentKind, IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import Capacity, KvSpec, OnlineWorkload, RequestSpec
@@ -80,6 +80,7 @@ def run_engine(
     kv: KvSpec | None = None,
     params: SamplingParams = GREEDY,
     capacity: Capacity | None = None,
+    settings: dict[str, int] | None = None,
 ) -> EngineRun:
     """Drive the Engine directly (LLM builds its workload without a kv section,
     so this is the way to run a preemption mode other than recompute)."""
@@ -89,10 +90,12 @@ def run_engine(
         executor.add_request(request_id, prompt, params, seed=index)
         specs.append(RequestSpec(request_id, 0.0, len(prompt), params.max_tokens,
                                  prompt_token_ids=tuple(prompt)))
-    capacity = capacity or Capacity(token_budget=512, sequence_budget=64, max_num_seqs=64)
+    capacity = capacity or Capacity(token_budget=512, sequence_budget=64)
+    settings = {"max_num_seqs": 64, **(settings or {})}
     workload = OnlineWorkload("engine-model-test", "ms", capacity, tuple(specs), kv=kv)
     trace, log = RunTrace(), PreemptionLog()
-    Engine(workload, make_policy(policy), executor, [trace, log]).run()
+    Engine(workload, policy_for(policy, workload, settings, strict=False), executor,
+           [trace, log]).run()
     streams = [executor.streams.pop(spec.request_id) for spec in specs]
     return EngineRun(
         [tuple(s.output_token_ids) for s in streams],

@@ -79,8 +79,9 @@ def test_recompute_preemption_mid_generation(tiny_model, tiny_tokenizer, prompts
     executor = TorchExecutor(tiny_model, NUM_BLOCKS, BLOCK_SIZE, tiny_tokenizer,
                              enable_prefix_caching=prefix_caching)
     kv = KvSpec(num_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE, preemption_mode="recompute")
-    capacity = Capacity(token_budget=512, sequence_budget=64, max_num_seqs=64, tau=8)
-    run = run_engine(executor, prompts, policy, kv=kv, capacity=capacity)
+    capacity = Capacity(token_budget=512, sequence_budget=64)
+    run = run_engine(executor, prompts, policy, kv=kv, capacity=capacity,
+                     settings={"max_num_seqs": 64, "tau": 8})
     want = _unconstrained(tiny_model, tiny_tokenizer, prompts)
     _assert_mid_generation_preemptions(run, IntentKind.PREEMPT_RECOMPUTE)
     assert executor.kv.stats().intents["preempt_recompute"] > 0
@@ -97,8 +98,9 @@ def test_preserve_exact_preemption_swaps_and_keeps_greedy_outputs(tiny_model, ti
                                  num_host_blocks=NUM_HOST_BLOCKS, enable_prefix_caching=False)
     kv = KvSpec(num_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE, num_host_blocks=NUM_HOST_BLOCKS,
                 preemption_mode="preserve")
-    capacity = Capacity(token_budget=512, sequence_budget=64, max_num_seqs=64, tau=8)
-    run = run_engine(executor, prompts, policy, kv=kv, capacity=capacity)
+    capacity = Capacity(token_budget=512, sequence_budget=64)
+    run = run_engine(executor, prompts, policy, kv=kv, capacity=capacity,
+                     settings={"max_num_seqs": 64, "tau": 8})
     want = _unconstrained(tiny_model, tiny_tokenizer, prompts)
     _assert_mid_generation_preemptions(run, IntentKind.PREEMPT_PRESERVE)
     stats = executor.kv.stats()

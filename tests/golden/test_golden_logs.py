@@ -13,7 +13,13 @@ import pytest
 from .golden_cases import POLICIES, fixture_path, run_case, workload_paths
 
 # header keys a later change added on purpose; each entry says which change
-HEADER_KEYS_ADDED_SINCE: dict[str, str] = {}
+HEADER_KEYS_ADDED_SINCE: dict[str, str] = {
+    "policy_settings": "issue 9 step 4: the settings the policy was made with, for replay",
+}
+# issue 9 step 4 moved the policy knobs out of the workload's capacity: the
+# header's workload now lists them under policy_settings (same values)
+KNOBS_MOVED_TO_POLICY_SETTINGS = ("max_num_seqs", "long_prefill_token_threshold", "chunk_size",
+                                  "tau")
 
 CASES = [(w, p) for w in ("abc_fixture", "burst_0x07", "small_kv", "random_2024")
          for p in POLICIES]
@@ -27,6 +33,11 @@ def workloads(tmp_path_factory) -> dict[str, Path]:
 def _header(line: bytes) -> dict:
     header = json.loads(line)
     assert header["type"] == "header"
+    workload = header["workload"]
+    capacity = workload["capacity"]
+    moved = {k: capacity.pop(k) for k in KNOBS_MOVED_TO_POLICY_SETTINGS if k in capacity}
+    if moved:
+        workload["policy_settings"] = {**workload.get("policy_settings", {}), **moved}
     return {k: v for k, v in header.items() if k not in HEADER_KEYS_ADDED_SINCE}
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from iterserve.admission.overload import OverloadGate, make_gate
 from iterserve.metrics import ObservationWindow, Report, SloConfig, evaluate
-from iterserve.policies.edf import bind_cost_model
+from iterserve.policies.deadline import bind_cost_model
 from iterserve.policies.registry import make_policy
 from iterserve.records.spec import (
     Capacity,

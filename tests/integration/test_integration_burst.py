@@ -22,6 +22,7 @@ from integration_helpers import (
 )
 
 from iterserve.metrics import ObservationWindow, Outcome
+from iterserve.policies.deadline import DeadlineConfig
 from iterserve.policies.least_slack import LeastSlack
 from iterserve.records.spec import (
     Capacity,
@@ -125,5 +126,5 @@ def test_one_output_request_has_no_tpot_but_counts() -> None:
 
 
 def test_policy_contract_names_the_cost_model() -> None:
-    assert BURST_COST.model_id in LeastSlack(BURST_COST).contract.assumptions
+    assert BURST_COST.model_id in LeastSlack(DeadlineConfig(BURST_COST)).contract.assumptions
     assert BURST_SLO.ttft_ms == 30.0

@@ -6,7 +6,7 @@ import pytest
 
 from iterserve.engine.loop import Engine
 from iterserve.engine.trace import RunTrace
-from iterserve.policies.registry import make_policy
+from iterserve.policies.registry import make_policy, policy_for
 from iterserve.records.spec import (
     Capacity,
     HiddenTruth,
@@ -48,11 +48,12 @@ def test_failed_preservation_falls_back_to_recompute() -> None:
 def test_request_outgrowing_the_whole_pool_is_aborted_with_a_reason(policy: str) -> None:
     """'big' needs 4 + 8 rows to emit its 8th output; the pool has 10 rows."""
     requests = (RequestSpec("big", 0.0, 4, 9), RequestSpec("ok", 0.0, 4, 4))
-    online = OnlineWorkload("too-big", "iteration", Capacity(8, 2, tau=8), requests,
+    online = OnlineWorkload("too-big", "iteration", Capacity(8, 2), requests,
                             kv=KvSpec(10, block_size=1))
     manifest = WorkloadManifest(online, HiddenTruth({"big": 9, "ok": 3}))
     trace = RunTrace()
-    engine = Engine(online, make_policy(policy), make_simulated_executor(manifest), [trace])
+    policy_made = policy_for(policy, online, {"tau": 8}, strict=False)
+    engine = Engine(online, policy_made, make_simulated_executor(manifest), [trace])
     engine.run(max_iterations=200)
     assert engine.is_done
     assert trace.requests["ok"].finish_reason == "stop"

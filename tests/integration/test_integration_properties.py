@@ -15,7 +15,7 @@ from iterserve.engine.events import EventRecorder
 from iterserve.engine.loop import Engine, EngineStalled
 from iterserve.engine.observer import EngineObserver
 from iterserve.metrics import ObservationWindow, SloConfig, evaluate
-from iterserve.policies.edf import bind_cost_model
+from iterserve.policies.deadline import bind_cost_model
 from iterserve.policies.registry import make_policy
 from iterserve.records.spec import (
     Capacity,

@@ -18,7 +18,7 @@ from iterserve.cli.main import main
 from iterserve.engine.decision_log import DecisionLogWriter, GateRecord
 from iterserve.engine.loop import Engine, bind_policy
 from iterserve.engine.replay import ReplayDivergence, replay
-from iterserve.policies.edf import bind_cost_model
+from iterserve.policies.deadline import bind_cost_model
 from iterserve.policies.registry import make_policy
 from iterserve.records.spec import HiddenTruth, WorkloadManifest
 from iterserve.sim.cost import FixedIterationCost

@@ -11,7 +11,7 @@ import pytest
 
 from iterserve.engine.loop import Engine
 from iterserve.engine.trace import RunTrace
-from iterserve.policies.registry import make_policy
+from iterserve.policies.registry import policy_for
 from iterserve.records import Capacity, RequestSpec
 from iterserve.records.spec import KvSpec
 from iterserve.sim.factory import make_simulated_executor
@@ -22,7 +22,7 @@ BYTES_PER_ROW = 131072
 
 
 def _manifest(seed: int, mode: str, admission: str = "none"):
-    capacity = Capacity(token_budget=48, sequence_budget=8, max_num_seqs=8, tau=32)
+    capacity = Capacity(token_budget=48, sequence_budget=8)
     config = RandomWorkloadConfig(num_requests=30, max_prompt_tokens=40, max_output_tokens=40,
                                   mean_interarrival=0.3)
     manifest = random_workload(config, capacity, seed)
@@ -34,7 +34,9 @@ def _manifest(seed: int, mode: str, admission: str = "none"):
 def _run(manifest, policy: str):
     executor = make_simulated_executor(manifest)
     trace = RunTrace()
-    engine = Engine(manifest.online, make_policy(policy), executor, [trace])
+    knobs = {"max_num_seqs": 8, "tau": 32}
+    engine = Engine(manifest.online, policy_for(policy, manifest.online, knobs, strict=False),
+                    executor, [trace])
     engine.run(max_iterations=100_000)
     return engine, executor, trace
 

@@ -7,6 +7,7 @@ is validated against the run's workload bound to the policy identity.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -15,8 +16,8 @@ from typing import Any
 from iterserve.engine.loop import Engine, bind_policy
 from iterserve.engine.observer import EngineObserver
 from iterserve.engine.simulated import SimulatedExecutor
-from iterserve.policies.base import Policy
-from iterserve.policies.registry import make_policy
+from iterserve.plan import Policy
+from iterserve.policies.registry import policy_for
 from iterserve.records.plan import IterationPlan, WorkItem
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import (
@@ -26,7 +27,7 @@ from iterserve.records.spec import (
     RequestSpec,
     WorkloadManifest,
 )
-from iterserve.records.state import CapacityFacts, SchedulerState
+from iterserve.records.state import CapacityFacts, RunRules, SchedulerState
 from iterserve.records.transition import advance
 from iterserve.records.validate import validate_plan, validate_result, validate_state
 from iterserve.records.view import Lifecycle, RequestView, WorkKind
@@ -61,15 +62,17 @@ class Recorder(EngineObserver):
 
 def manifest_of(requests: Iterable[RequestSpec], capacity: Capacity,
                 realized: Mapping[str, int] | None = None,
-                workload_id: str = "policy-test") -> WorkloadManifest:
-    online = OnlineWorkload(workload_id, "iteration", capacity, tuple(requests))
+                workload_id: str = "policy-test",
+                policy_settings: Mapping[str, int] | None = None) -> WorkloadManifest:
+    online = OnlineWorkload(workload_id, "iteration", capacity, tuple(requests),
+                            policy_settings=dict(policy_settings or {}))
     return WorkloadManifest(online, HiddenTruth(dict(realized or {})))
 
 
 def run_engine(manifest: WorkloadManifest, policy_name: str,
                max_iterations: int | None = None) -> tuple[Engine, Recorder]:
     """Run ``manifest`` under a registered policy with a recording observer."""
-    policy = make_policy(policy_name)
+    policy = policy_for(policy_name, manifest.online)
     recorder = Recorder(bind_policy(manifest.online, policy))
     engine = Engine(manifest.online, policy, make_simulated_executor(manifest), [recorder])
     engine.run(max_iterations=max_iterations)
@@ -80,8 +83,9 @@ def choose_validated(policy: Policy, workload: OnlineWorkload,
                      state: SchedulerState) -> tuple[OnlineWorkload, IterationPlan]:
     """One plan from ``policy`` on a hand-built state, validated."""
     bound = bind_policy(workload, policy)
+    state = dataclasses.replace(state, rules=RunRules.of(workload))  # as the engine publishes it
     validate_state(state)
-    plan = policy.choose(bound, state)
+    plan = policy.choose(state)
     validate_plan(bound, state, plan)
     return bound, plan
 

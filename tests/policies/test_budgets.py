@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from policy_helpers import choose_validated, decoding_view, state_of, waiting_view, workload_for
 
 from iterserve.engine.loop import bind_policy
-from iterserve.policies.registry import make_policy, policy_names
+from iterserve.policies.registry import make_policy, policy_for, policy_names
 from iterserve.records import errors as E
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent, make_work
 from iterserve.records.spec import Capacity
@@ -79,8 +79,10 @@ def test_every_policy_respects_both_ledgers_on_the_counterexample_state(policy_n
     views = [decoding_view(f"d{i}", i, num_prompt=4, num_emitted=2) for i in range(4)]
     views += [waiting_view(f"p{i}", 4 + i, num_prompt=8) for i in range(3)]
     state = state_of(views, token_budget=B_TOK, sequence_budget=B_SEQ)
-    capacity = Capacity(B_TOK, B_SEQ, chunk_size=2, tau=B_TOK, long_prefill_token_threshold=2)
-    _, plan = choose_validated(make_policy(policy_name), workload_for(state, capacity), state)
+    capacity = Capacity(B_TOK, B_SEQ)
+    knobs = dict(chunk_size=2, tau=B_TOK, long_prefill_token_threshold=2)
+    policy = policy_for(policy_name, None, knobs, strict=False)
+    _, plan = choose_validated(policy, workload_for(state, capacity), state)
     assert plan.tokens_used <= B_TOK and plan.sequences_used <= B_SEQ
     assert plan.work, f"{policy_name} chose nothing with work available"
 

@@ -7,7 +7,7 @@ import pytest
 
 from iterserve.engine.loop import Engine
 from iterserve.engine.trace import RunTrace
-from iterserve.policies.registry import make_policy, policy_names
+from iterserve.policies.registry import policy_for, policy_names
 from iterserve.records import Capacity
 from iterserve.sim.factory import make_simulated_executor
 from iterserve.sim.generators import RandomWorkloadConfig, random_workload
@@ -18,9 +18,10 @@ KNOBS = dict(chunk_size=16, tau=48, max_num_seqs=8, long_prefill_token_threshold
 @pytest.mark.parametrize("policy_name", policy_names())
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_policy_finishes_every_request(policy_name: str, seed: int) -> None:
-    capacity = Capacity(token_budget=64, sequence_budget=8, **KNOBS)
+    capacity = Capacity(token_budget=64, sequence_budget=8)
     manifest = random_workload(RandomWorkloadConfig(num_requests=24), capacity, seed)
-    engine = Engine(manifest.online, make_policy(policy_name), make_simulated_executor(manifest))
+    engine = Engine(manifest.online, policy_for(policy_name, manifest.online, KNOBS, strict=False),
+                    make_simulated_executor(manifest))
     summary = engine.run(max_iterations=20_000)
     assert engine.is_done, f"{policy_name} left requests unfinished"
     assert summary.final_state.waiting == () and summary.final_state.running == ()
@@ -30,13 +31,14 @@ def test_policy_finishes_every_request(policy_name: str, seed: int) -> None:
 @pytest.mark.parametrize("seed", [4, 5])
 def test_preempting_policy_finishes_under_small_kv(policy_name: str, seed: int) -> None:
     """KV pool far below demand: the preempting policies still finish all."""
-    capacity = Capacity(token_budget=64, sequence_budget=8, kv_rows=160, **KNOBS)
+    capacity = Capacity(token_budget=64, sequence_budget=8, kv_rows=160)
     config = RandomWorkloadConfig(num_requests=24, max_prompt_tokens=48, max_output_tokens=48,
                                   mean_interarrival=0.2)
     manifest = random_workload(config, capacity, seed)
     executor = make_simulated_executor(manifest)
     trace = RunTrace()
-    engine = Engine(manifest.online, make_policy(policy_name), executor, [trace])
+    policy = policy_for(policy_name, manifest.online, KNOBS, strict=False)
+    engine = Engine(manifest.online, policy, executor, [trace])
     engine.run(max_iterations=50_000)
     assert engine.is_done
     reasons = {rid: r.finish_reason for rid, r in trace.requests.items()}

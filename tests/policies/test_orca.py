@@ -81,8 +81,9 @@ def test_reservation_never_exceeds_n_slots() -> None:
 
 def test_max_batch_size_is_respected() -> None:
     requests = [RequestSpec(f"q{i}", 0.0, 1, 6) for i in range(5)]
-    capacity = Capacity(token_budget=16, sequence_budget=8, max_num_seqs=2, kv_rows=1000)
-    manifest = manifest_of(requests, capacity, {r.request_id: 6 for r in requests}, "orca-max-bs")
+    capacity = Capacity(token_budget=16, sequence_budget=8, kv_rows=1000)
+    manifest = manifest_of(requests, capacity, {r.request_id: 6 for r in requests}, "orca-max-bs",
+                           {"max_num_seqs": 2})
     engine, recorder = run_engine(manifest, "orca", max_iterations=100)
     assert engine.is_done
     sizes = [len(plan.work) for _, plan, _, _ in recorder.iterations]

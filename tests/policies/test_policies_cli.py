@@ -9,8 +9,8 @@ import pytest
 from policy_helpers import write_workload
 
 from iterserve.cli.main import main
-from iterserve.policies.base import PolicyContract
-from iterserve.policies.registry import POLICIES, make_policy, policy_names
+from iterserve.plan import PolicyContract
+from iterserve.policies.registry import POLICIES, describe_policy, policy_names
 
 CONTRACT_FIELDS = [field.name for field in dataclasses.fields(PolicyContract)]
 
@@ -34,7 +34,7 @@ def test_listing_names_every_registered_policy_with_its_full_contract(capsys) ->
     blocks = listing_blocks(capsys.readouterr().out)
     expected = {}
     for name in policy_names():
-        policy = make_policy(name)
+        policy = describe_policy(name)
         assert policy.policy_id == name
         expected[f"{policy.policy_id}@{policy.policy_version}"] = [
             f"{field}: {getattr(policy.contract, field)}" for field in CONTRACT_FIELDS]
@@ -46,7 +46,7 @@ def test_listing_names_every_registered_policy_with_its_full_contract(capsys) ->
 
 @pytest.mark.parametrize("name", policy_names())
 def test_no_policy_claims_exact_runtime_reproduction(name: str) -> None:
-    contract = make_policy(name).contract
+    contract = describe_policy(name).contract
     assert contract.exact_runtime_reproduction is False
     assert all(getattr(contract, field) != "" for field in CONTRACT_FIELDS)
 

@@ -18,8 +18,8 @@ def timeline_manifest(**knobs: int):
     decoding before D (S=4096) and E (S=512) arrive at t=2."""
     requests = [RequestSpec(rid, 0.0, 1, 64) for rid in DECODES]
     requests += [RequestSpec("D", 2.0, 4096, 4), RequestSpec("E", 2.0, 512, 4)]
-    capacity = Capacity(token_budget=768, sequence_budget=8, **knobs)
-    return manifest_of(requests, capacity, {rid: 64 for rid in DECODES}, "m5-2-0x0b")
+    capacity = Capacity(token_budget=768, sequence_budget=8)
+    return manifest_of(requests, capacity, {rid: 64 for rid in DECODES}, "m5-2-0x0b", knobs)
 
 
 @pytest.mark.parametrize(

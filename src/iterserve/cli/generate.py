@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from iterserve.policies.settings import add_policy_setting_flag, parse_settings
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("generate", help="generate text with a local checkpoint")
@@ -26,6 +28,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--kv-blocks", type=int, default=1024)
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--chunk-size", type=int, default=None)
+    add_policy_setting_flag(parser)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--json", action="store_true", help="print one JSON object per output")
@@ -45,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     config = EngineConfig(
         policy=args.policy, token_budget=args.token_budget, max_num_seqs=args.max_num_seqs,
         kv_blocks=args.kv_blocks, block_size=args.block_size, chunk_size=args.chunk_size,
+        extra_policy_settings=tuple(parse_settings(args.policy_setting).items()),
         dtype=args.dtype, device=args.device,
     )
     params = SamplingParams(

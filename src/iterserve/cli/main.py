@@ -13,8 +13,8 @@ from iterserve.cli.simulate import FlagError
 from iterserve.engine.loop import EngineStalled
 from iterserve.engine.replay import ReplayDivergence
 from iterserve.model.errors import CheckpointError
-from iterserve.policies.base import PolicyConfigError
 from iterserve.policies.registry import UnknownPolicy
+from iterserve.policies.settings import PolicyConfigError
 from iterserve.records.errors import ContractViolation
 from iterserve.sim.cost import CostModelError
 from iterserve.sim.workload import WorkloadError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from iterserve.policies.registry import make_policy, policy_names
+from iterserve.policies.registry import describe_policy, policy_names
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -17,7 +17,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     names = [args.name] if args.name else policy_names()
     for name in names:
-        policy = make_policy(name)
+        policy = describe_policy(name)
         print(f"{policy.policy_id}@{policy.policy_version}  tie-break {policy.tie_break_key}")
         for field in dataclasses.fields(policy.contract):
             print(f"    {field.name}: {getattr(policy.contract, field.name)}")

@@ -17,9 +17,9 @@ from typing import Any
 
 from iterserve.admission.overload import OverloadGate, make_gate
 from iterserve.metrics import ObservationWindow, SloConfig
-from iterserve.policies.base import Policy
-from iterserve.policies.edf import bind_cost_model
-from iterserve.policies.registry import bind_fairness, make_policy
+from iterserve.plan import Policy
+from iterserve.policies.registry import bind_fairness, policy_for
+from iterserve.policies.settings import add_policy_setting_flag, parse_settings
 from iterserve.records.spec import FairnessSpec, OnlineWorkload, WorkloadManifest
 from iterserve.sim.admission_report import admission_report
 from iterserve.sim.cost import (
@@ -80,6 +80,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("simulate", help="run a workload on the simulated executor")
     add_run_flags(parser)
     parser.add_argument("--policy", required=True, help="policy name (see `iterserve policies`)")
+    add_policy_setting_flag(parser)
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     parser.add_argument("--decision-log", type=Path, help="write the JSONL decision log here")
     parser.add_argument("--max-iterations", type=int, default=None)
@@ -214,8 +215,8 @@ def run(args: argparse.Namespace) -> int:
     setup = setup_from_flags(RunFlags.from_args(args))
     window = window_from_flags(args)
     online = setup.manifest.online
-    policy = bind_fairness(
-        bind_cost_model(make_policy(args.policy), setup.cost_model), setup.manifest.online.fairness)
+    policy = bind_fairness(policy_for(args.policy, online, parse_settings(args.policy_setting),
+                                      cost_model=setup.cost_model), online.fairness)
     config = RunConfig(policy, setup.cost_model, setup.gate, args.max_iterations)
     with contextlib.ExitStack() as stack:
         stream = None

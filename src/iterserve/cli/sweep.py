@@ -41,8 +41,8 @@ from rich.progress import Progress
 
 from iterserve.cli.simulate import FlagError, RunFlags, RunSetup, add_run_flags, setup_from_flags
 from iterserve.metrics import evaluate
-from iterserve.policies.edf import bind_cost_model
-from iterserve.policies.registry import bind_fairness, make_policy
+from iterserve.policies.registry import bind_fairness, policy_for
+from iterserve.policies.settings import add_policy_setting_flag, parse_settings
 from iterserve.records.spec import WorkloadManifest
 from iterserve.sim.cost import seconds_per_clock_unit
 from iterserve.sim.report import RunConfig, default_window, run_simulation
@@ -56,6 +56,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("sweep", help="goodput capacity: SLO attainment vs offered rate")
     add_run_flags(parser)
     parser.add_argument("--policy", nargs="+", required=True, help="policy names")
+    add_policy_setting_flag(parser)
     parser.add_argument("--rates", type=float, nargs="+", required=True,
                         help="offered rates, requests per second")
     parser.add_argument("--alpha", type=float, default=0.9, help="required attainment")
@@ -74,6 +75,7 @@ class TrialJob:
     rate_per_s: float
     trial: int
     seed: int
+    settings: tuple[tuple[str, Any], ...] = ()  # --policy-setting, for every policy that takes it
 
     @property
     def trial_seed(self) -> str:
@@ -109,8 +111,9 @@ def run_trial(job: TrialJob) -> TrialResult:
     assert setup.slo is not None, "checked before the sweep starts"
     seconds = seconds_per_clock_unit(setup.manifest.online.clock, setup.cost_model)
     manifest = poisson_arrivals(setup.manifest, job.rate_per_s, job.trial_seed, seconds)
-    policy = bind_fairness(
-        bind_cost_model(make_policy(job.policy), setup.cost_model), setup.manifest.online.fairness)
+    policy = bind_fairness(policy_for(job.policy, manifest.online, dict(job.settings),
+                                      strict=False, cost_model=setup.cost_model),
+                           manifest.online.fairness)
     result = run_simulation(manifest, RunConfig(policy, setup.cost_model, setup.gate))
     log = result.recorder.log()
     report = evaluate(log, setup.slo, default_window(log), label=job.policy)
@@ -194,14 +197,17 @@ def _check(args: argparse.Namespace, setup: RunSetup) -> None:
         raise FlagError("--rates must all be > 0")
     if args.workers is not None and args.workers < 1:
         raise FlagError(f"--workers must be >= 1, got {args.workers}")
-    for name in args.policy:
-        make_policy(name)  # an unknown name fails before any work starts
+    settings = parse_settings(args.policy_setting)
+    for name in args.policy:  # a bad name or setting fails before any work starts
+        policy_for(name, setup.manifest.online, settings, strict=False,
+                   cost_model=setup.cost_model)
 
 
 def run(args: argparse.Namespace) -> int:
     setup = setup_from_flags(RunFlags.from_args(args))
     _check(args, setup)
-    jobs = [TrialJob(setup, policy, rate, trial, args.seed)
+    settings = tuple(parse_settings(args.policy_setting).items())
+    jobs = [TrialJob(setup, policy, rate, trial, args.seed, settings)
             for policy in args.policy for rate in args.rates for trial in range(args.trials)]
     workers = min(args.workers or os.cpu_count() or 1, len(jobs))
     results: list[TrialResult] = []

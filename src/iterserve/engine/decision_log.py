@@ -1,7 +1,8 @@
 """Decision log: one canonical JSON line per iteration (DESIGN rule 6).
 
 Line 1 is a header with the online workload (never hidden truth), the
-policy identity, the run's cost model (``NAME:params``, which a deadline
+policy identity and its settings (``policy_settings``, which replay makes
+the policy with), the run's cost model (``NAME:params``, which a deadline
 policy plans with) and its overload contract (``gate``: id and params, or
 null). Later lines, in the order the facts happened:
 
@@ -53,13 +54,15 @@ class GateRecord:
 
 
 def header_line(workload: OnlineWorkload, capacity: CapacityFacts, *,
-                cost_model: str | None = None, gate: GateRecord | None = None) -> dict[str, Any]:
+                cost_model: str | None = None, gate: GateRecord | None = None,
+                policy_settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
     assert workload.policy is not None, "bind the policy before logging"
     return {
         "type": "header",
         "format": LOG_FORMAT,
         "initial_capacity": capacity_to_json(capacity),
         "policy": {"id": workload.policy.policy_id, "version": workload.policy.policy_version},
+        "policy_settings": dict(policy_settings or {}),
         "cost_model": cost_model,
         "gate": None if gate is None else {"id": gate.gate_id, "params": dict(gate.params)},
         "workload": online_to_json(workload),
@@ -96,10 +99,12 @@ class DecisionLogWriter(EngineObserver):
     """An engine observer that streams the log to an open text file."""
 
     def __init__(self, stream: IO[str], workload: OnlineWorkload, capacity: CapacityFacts, *,
-                 cost_model: str | None = None, gate: GateRecord | None = None) -> None:
+                 cost_model: str | None = None, gate: GateRecord | None = None,
+                 policy_settings: Mapping[str, Any] | None = None) -> None:
         self._stream = stream
         self._rejected: list[list[str]] = []  # since the last line
-        self._write(header_line(workload, capacity, cost_model=cost_model, gate=gate))
+        self._write(header_line(workload, capacity, cost_model=cost_model, gate=gate,
+                                policy_settings=policy_settings))
 
     def _write(self, line: dict[str, Any]) -> None:
         if self._rejected:

@@ -16,10 +16,10 @@ from iterserve.admission.readiness import ReadinessFact, ReadinessRequirement
 from iterserve.engine.executor import Executor
 from iterserve.engine.observer import EngineObserver
 from iterserve.engine.readiness import ReadinessBoard
-from iterserve.policies.base import Policy
+from iterserve.plan import Policy
 from iterserve.records.ledger import ClientLedger
 from iterserve.records.spec import OnlineWorkload, PolicyIdentity, RequestSpec
-from iterserve.records.state import CapacityFacts, SchedulerState
+from iterserve.records.state import CapacityFacts, RunRules, SchedulerState
 from iterserve.records.transition import (
     advance,
     cancel,
@@ -56,7 +56,7 @@ def initial_state(workload: OnlineWorkload, capacity: CapacityFacts | None = Non
     return SchedulerState(
         decision_id=0, state_version=0, now=0.0, waiting=(), running=(), suspended=(),
         finished=(), views={}, token_budget=cap.token_budget, sequence_budget=cap.sequence_budget,
-        capacity=capacity or CapacityFacts(), ledger=ledger,
+        capacity=capacity or CapacityFacts(), rules=RunRules.of(workload), ledger=ledger,
     )
 
 
@@ -178,7 +178,7 @@ class Engine:
         if self._prefix_hits is not None:
             self.state = with_prefix_hits(self.state, self._prefix_hits(self.state))
         state = self.state
-        plan = self.policy.choose(self.workload, state)
+        plan = self.policy.choose(state)
         if self.validate:
             validate_state(state)
             validate_plan(self.workload, state, plan)

@@ -21,9 +21,10 @@ from typing import Any
 from iterserve.admission.overload import OverloadConfigError, engine_gate, make_gate
 from iterserve.engine.decision_log import READABLE_FORMATS
 from iterserve.engine.loop import ArrivalGate, Engine
-from iterserve.policies.base import Policy
-from iterserve.policies.edf import bind_cost_model
-from iterserve.policies.registry import bind_fairness, make_policy
+from iterserve.plan import Policy
+from iterserve.policies.deadline import bind_cost_model
+from iterserve.policies.registry import bind_fairness, make_policy, settings_for
+from iterserve.policies.settings import PolicyConfigError
 from iterserve.records.codec import (
     capacity_from_json,
     dumps,
@@ -34,6 +35,7 @@ from iterserve.records.codec import (
 from iterserve.records.errors import ContractViolation
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
+from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import CapacityFacts, SchedulerState
 from iterserve.sim.cost import CostModelError, parse_cost_model
 from iterserve.sim.workload import parse_workload
@@ -160,8 +162,17 @@ def read_log(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return lines[0], lines[1:]
 
 
-def _policy(header: dict[str, Any]) -> Policy:
-    policy = make_policy(header["policy"]["id"])
+def _policy(header: dict[str, Any], workload: OnlineWorkload) -> Policy:
+    """The logged policy made with the logged settings (a log written before
+    the header recorded them: the workload's, as that run read them)."""
+    name = header["policy"]["id"]
+    settings = header.get("policy_settings")
+    try:
+        if settings is None:
+            settings = settings_for(name, workload, strict=False)
+        policy = make_policy(name, **settings)
+    except PolicyConfigError as exc:
+        raise ReplayDivergence(f"header: policy cannot be rebuilt ({exc})") from None
     if policy.policy_version != header["policy"]["version"]:
         raise ReplayDivergence(
             f"header: log policy {header['policy']['id']}@{header['policy']['version']}, "
@@ -193,7 +204,7 @@ class _Replay:
 
     def __init__(self, header: dict[str, Any], body: list[dict[str, Any]]) -> None:
         manifest = parse_workload(header["workload"])
-        self.policy = bind_fairness(_policy(header), manifest.online.fairness)
+        self.policy = bind_fairness(_policy(header, manifest.online), manifest.online.fairness)
         self.cursor = _LogCursor(body)
         self.executor = _LoggedExecutor(
             self.cursor, capacity_from_json(header["initial_capacity"]), self._check_rejections)

@@ -1,10 +1,6 @@
 """Scheduling policies and their registry. A policy orders and chooses; the
-shared mechanism (budgets, legal intervals, validation) lives elsewhere."""
+shared mechanism (ledgers, passes, preemption) lives in :mod:`iterserve.plan`."""
 
-from iterserve.policies.base import PlanBuilder, Policy, PolicyContract
 from iterserve.policies.registry import POLICIES, UnknownPolicy, make_policy, policy_names
 
-__all__ = [
-    "POLICIES", "PlanBuilder", "Policy", "PolicyContract", "UnknownPolicy", "make_policy",
-    "policy_names",
-]
+__all__ = ["POLICIES", "UnknownPolicy", "make_policy", "policy_names"]

@@ -8,32 +8,29 @@ counterexample fix, not a production policy: it proves no latency bound.
 
 from __future__ import annotations
 
-from iterserve.policies.base import PlanBuilder, PolicyContract, views_of
-from iterserve.records.plan import IterationPlan
-from iterserve.records.spec import OnlineWorkload
+from iterserve.plan import PlanBuilder, PolicyContract, views_of
+from iterserve.policies.policy import PolicyBase
 from iterserve.records.state import SchedulerState
 
 
-class BoundedDecodeFirst:
+class BoundedDecodeFirst(PolicyBase):
     policy_id = "decode-first-bounded"
-    policy_version = "1"
     tie_break_key: tuple[str, ...] = ("phase_rank", "arrival_order", "request_id",
                                       "request_generation")
-    contract = PolicyContract(
-        granularity="iteration, token interval",
-        protected_identity="request_id + generation + snapshot_version",
-        visible_state="frontiers, arrival order, decision id (rotation)",
-        decision_output="rotated decode rows, one reserved prefill row or more",
-        unknown_future="output lengths",
-        objective="both classes progress under persistent pressure",
-        metric="rows per class per iteration (0x09)",
-        assumptions="no latency or fairness bound is claimed",
-        foreign_owners="readiness facts",
-        source="spec 0x09 bounded variant",
-    )
+    contract = PolicyContract.parse("""
+        granularity: iteration, token interval
+        protected_identity: request_id + generation + snapshot_version
+        visible_state: frontiers, arrival order, decision id (rotation)
+        decision_output: rotated decode rows, one reserved prefill row or more
+        unknown_future: output lengths
+        objective: both classes progress under persistent pressure
+        metric: rows per class per iteration (0x09)
+        assumptions: no latency or fairness bound is claimed
+        foreign_owners: readiness facts
+        source: spec 0x09 bounded variant
+    """)
 
-    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state, workload=workload)
+    def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         live = views_of(state, state.running) + views_of(state, state.waiting)
         live.sort(key=lambda v: v.arrival_order)
         decodes = [v for v in live if v.is_decoding and v.is_ready]
@@ -50,4 +47,3 @@ class BoundedDecodeFirst:
             if not builder.can_add():
                 break
             builder.take(view)
-        return builder.build()

@@ -9,15 +9,14 @@ plan: this is the baseline that VTC's charge-at-join improves on.
 
 from __future__ import annotations
 
-from iterserve.policies.base import PlanBuilder, PolicyContract
+from iterserve.plan import PlanBuilder, PolicyContract
+from iterserve.policies.fair_config import LedgerPolicy
 from iterserve.policies.ordered import schedule_ordered
 from iterserve.records.keys import key_function
-from iterserve.records.plan import IterationPlan
-from iterserve.records.spec import FairnessSpec, OnlineWorkload
 from iterserve.records.state import SchedulerState
 
 
-class LeastService:
+class LeastService(LedgerPolicy):
     policy_id = "least-service"
     policy_version = "1"
     tie_break_key: tuple[str, ...] = ("client_done", "client_id", "arrival_order", "request_id",
@@ -37,15 +36,7 @@ class LeastService:
         source="spec 0x09A least-service teaching policy",
     )
 
-    def __init__(self, weights: FairnessSpec | None = None) -> None:
-        self.ledger_weights = weights or FairnessSpec()
-
-    def with_fairness(self, weights: FairnessSpec) -> LeastService:
-        return type(self)(weights)
-
-    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state, workload=workload)
+    def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         key = key_function(self.tie_break_key, state)
         schedule_ordered(builder, state, lambda views: sorted(views, key=key),
                          lambda views: sorted(views, key=key))
-        return builder.build()

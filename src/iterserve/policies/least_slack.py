@@ -22,8 +22,9 @@ import math
 
 from iterserve.metrics.slack import exclusive_endpoint_cost_s, predicted_slack
 from iterserve.metrics.slo import SloConfig
-from iterserve.policies.base import PolicyContract
-from iterserve.policies.edf import DeadlineOrderedPolicy, DecisionClock
+from iterserve.plan import PolicyContract
+from iterserve.policies.deadline import DeadlineOrderedPolicy
+from iterserve.policies.deadline_clock import DecisionClock
 from iterserve.records.spec import SloTargets
 from iterserve.records.view import RequestView
 
@@ -32,19 +33,19 @@ class LeastSlack(DeadlineOrderedPolicy):
     """Urgency is predicted slack in seconds (smaller is more urgent)."""
 
     policy_id = "least-slack"
-    contract_template = PolicyContract(
-        granularity="iteration, token interval",
-        protected_identity="request_id + generation + snapshot_version",
-        visible_state="arrival, last output time, declared SLO limits, frontiers, KV facts",
-        decision_output="ready work by least predicted slack; admissions; recompute preemption",
-        unknown_future="output lengths (the model predicts one endpoint, never a length)",
-        objective="meet first-token and next-token deadlines",
-        metric="offered-load SLO attainment (0x07)",
-        assumptions="cost model {model}: exclusive-service lower bound, not calibrated; "
-                    "deadlines from original arrival / previous output; no fairness property",
-        foreign_owners="KV allocator (capacity facts); client SLO declarations",
-        source="spec 0x07 select_least_slack; SCORPIO-style slack; not a runtime reproduction",
-    )
+    contract_template = PolicyContract.parse("""
+        granularity: iteration, token interval
+        protected_identity: request_id + generation + snapshot_version
+        visible_state: arrival, last output time, declared SLO limits, frontiers, KV facts
+        decision_output: ready work by least predicted slack; admissions; recompute preemption
+        unknown_future: output lengths (the model predicts one endpoint, never a length)
+        objective: meet first-token and next-token deadlines
+        metric: offered-load SLO attainment (0x07)
+        assumptions: cost model {model}: exclusive-service lower bound, not calibrated; deadlines
+            from original arrival / previous output; no fairness property
+        foreign_owners: KV allocator (capacity facts); client SLO declarations
+        source: spec 0x07 select_least_slack; SCORPIO-style slack; not a runtime reproduction
+    """)
 
     def urgency(self, view: RequestView, slo: SloTargets | None, clock: DecisionClock) -> float:
         if slo is None or (slo.ttft_ms is None and slo.tbt_ms is None):

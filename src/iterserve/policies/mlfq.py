@@ -20,14 +20,15 @@ its first output.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 from iterserve.metrics.slack import FixedIterationModel, IterationCostModel
-from iterserve.policies.base import PlanBuilder, PolicyConfigError, PolicyContract, views_of
-from iterserve.policies.ordered import schedule_ranked
-from iterserve.records.plan import IterationPlan
-from iterserve.records.spec import OnlineWorkload
+from iterserve.plan import PlanBuilder, PolicyContract, views_of
+from iterserve.plan.passes import schedule_ranked
+from iterserve.policies.policy import PolicyBase
+from iterserve.policies.settings import PolicyConfigError
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import RequestView
 
@@ -52,16 +53,16 @@ class MlfqConfig:
                                     f"got {self.num_queues!r}")
         for name in ("base_quantum_ms", "alpha_ms"):
             value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
+            if isinstance(value, bool) or not isinstance(value, int | float) \
+                    or not (math.isfinite(value) and value > 0):
                 raise PolicyConfigError(f"setting {name}: must be finite and > 0, got {value!r}")
 
     def quantum_ms(self, level: int) -> float:
         return self.base_quantum_ms * 2 ** level
 
 
-class Mlfq:
+class Mlfq(PolicyBase[MlfqConfig]):
     policy_id = "mlfq"
-    policy_version = "1"
     tie_break_key: tuple[str, ...] = ("arrival", "arrival_order", "request_id",
                                       "request_generation")
     contract = PolicyContract(
@@ -78,12 +79,8 @@ class Mlfq:
         source="FastServe (Wu et al.), skip-join MLFQ Algorithm 1; spec 0x09A",
     )
 
-    def __init__(self, config: MlfqConfig | None = None) -> None:
-        self.config = config or MlfqConfig()
-
     def with_cost_model(self, cost_model: IterationCostModel) -> Mlfq:
-        c = self.config
-        return type(self)(MlfqConfig(c.num_queues, c.base_quantum_ms, c.alpha_ms, cost_model))
+        return type(self)(dataclasses.replace(self.config, cost_model=cost_model))
 
     def _cost_ms(self, num_prefill_rows: int, num_decode_rows: int) -> float:
         model = self.config.cost_model or FixedIterationModel(1.0)
@@ -106,14 +103,12 @@ class Mlfq:
             level += 1
         return level
 
-    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state, workload=workload)
-        ms_per_unit = _ms_per_unit(workload.clock, self.config.cost_model)
+    def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
+        ms_per_unit = _ms_per_unit(state.rules.clock, self.config.cost_model)
         live = views_of(state, state.running + state.suspended + state.waiting)
         ranked = sorted((view for view in live if view.is_ready), key=lambda view: (
             self.queue_level(view, state, ms_per_unit), view.arrival_order))
         schedule_ranked(builder, ranked)
-        return builder.build()
 
 
 def _ms_per_unit(clock: str, cost_model: IterationCostModel | None) -> float:

@@ -1,6 +1,7 @@
 """ORCA Algorithm 1 (0x03): iteration-level FCFS with max_tokens reservation.
 
-Eligible requests are scanned in arrival order. An INITIATION request
+Settings (:class:`OrcaConfig`): ``kv_rows`` (n_slots) and ``max_num_seqs``
+(max_bs). Eligible requests are scanned in arrival order. An INITIATION request
 (never scheduled: waiting) must reserve max_tokens = prompt +
 max_output_tokens slots against n_slots; if that would overflow, the scan
 ``break``s: an older initiation request is never skipped to admit a younger
@@ -12,9 +13,9 @@ iteration's token budget also stops the scan.
 
 from __future__ import annotations
 
-from iterserve.policies.base import PlanBuilder, PolicyContract, views_of
-from iterserve.records.plan import IterationPlan
-from iterserve.records.spec import OnlineWorkload
+from iterserve.plan import PlanBuilder, PolicyContract, views_of
+from iterserve.policies.policy import PolicyBase
+from iterserve.policies.settings import count_settings
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import Lifecycle, RequestView
 
@@ -24,41 +25,50 @@ def max_tokens(view: RequestView) -> int:
     return view.num_prompt_tokens + view.max_output_tokens
 
 
-def num_slots(workload: OnlineWorkload, state: SchedulerState) -> int | None:
-    """n_slots: the workload's kv_rows knob, else the published KV rows."""
-    if workload.capacity.kv_rows is not None:
-        return workload.capacity.kv_rows
+@count_settings
+class OrcaConfig:
+    """``kv_rows``: n_slots (else the published KV rows); ``max_num_seqs``:
+    max_bs (else the sequence budget)."""
+
+    kv_rows: int | None = None
+    max_num_seqs: int | None = None
+
+
+def num_slots(config: OrcaConfig, state: SchedulerState) -> int | None:
+    """n_slots: the kv_rows setting, else the published KV rows."""
+    if config.kv_rows is not None:
+        return config.kv_rows
     facts = state.capacity
     if facts.num_blocks_total is None:
         return None
     return facts.num_blocks_total * facts.block_size
 
 
-class Orca:
+class Orca(PolicyBase[OrcaConfig]):
     policy_id = "orca"
-    policy_version = "1"
     tie_break_key: tuple[str, ...] = ("arrival_order", "request_id", "request_generation")
-    contract = PolicyContract(
-        granularity="iteration",
-        protected_identity="request_id + generation",
-        visible_state="pool in arrival order, phase (INITIATION/INCREMENT), max_tokens",
-        decision_output="batch of at most max_bs requests; n_rsrv reservation",
-        unknown_future="output length (bounded by max_tokens)",
-        objective="iteration-level FCFS without KV exhaustion",
-        metric="throughput and latency under FCFS",
-        assumptions="reserve max_tokens at initiation; whole-prompt prefill; break on overflow",
-        foreign_owners="KV allocator (n_slots)",
-        source="Yu et al., ORCA (OSDI 2022), Algorithm 1; spec 0x03",
-    )
+    contract = PolicyContract.parse("""
+        granularity: iteration
+        protected_identity: request_id + generation
+        visible_state: pool in arrival order, phase (INITIATION/INCREMENT), max_tokens
+        decision_output: batch of at most max_bs requests; n_rsrv reservation
+        unknown_future: output length (bounded by max_tokens)
+        objective: iteration-level FCFS without KV exhaustion
+        metric: throughput and latency under FCFS
+        assumptions: reserve max_tokens at initiation; whole-prompt prefill; break on overflow
+        foreign_owners: KV allocator (n_slots)
+        source: Yu et al., ORCA (OSDI 2022), Algorithm 1; spec 0x03
+    """)
 
-    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state, workload=workload)
-        slots = num_slots(workload, state)
-        max_bs = min(state.sequence_budget, workload.capacity.max_num_seqs or state.sequence_budget)
+    def ledgers(self) -> dict[str, int | None]:
+        return {"sequence_budget": self.config.max_num_seqs}  # max_bs
+
+    def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
+        slots = num_slots(self.config, state)
         n_rsrv = sum(max_tokens(v) for v in views_of(state, state.running))
         pool = views_of(state, state.running) + views_of(state, state.waiting)
         for view in sorted(pool, key=lambda v: v.arrival_order):
-            if builder.num_scheduled == max_bs:
+            if builder.seqs_left == 0:
                 break
             initiation = view.lifecycle is Lifecycle.WAITING
             if initiation:
@@ -73,4 +83,3 @@ class Orca:
                 break
             if initiation:
                 n_rsrv = reserved
-        return builder.build()

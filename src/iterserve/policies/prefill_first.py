@@ -6,31 +6,16 @@ counterexample). A teaching baseline, not a production policy.
 
 from __future__ import annotations
 
-from iterserve.policies.base import PlanBuilder, PolicyContract, schedule_in_key_order
-from iterserve.records.plan import IterationPlan
-from iterserve.records.spec import OnlineWorkload
-from iterserve.records.state import SchedulerState
+from iterserve.plan import PolicyContract
+from iterserve.policies.policy import KEY_ORDERED_BASELINE, PRIORITY_THEN_FCFS, PolicyBase
 
 
-class PrefillFirst:
+class PrefillFirst(PolicyBase):
     policy_id = "prefill-first"
-    policy_version = "1"
-    tie_break_key: tuple[str, ...] = ("prefill_first_rank", "priority_rank", "arrival_order",
-                                      "request_id", "request_generation")
-    contract = PolicyContract(
-        granularity="iteration, token interval",
-        protected_identity="request_id + generation + snapshot_version",
-        visible_state="frontiers, priorities, arrival order, readiness",
-        decision_output="prefill chunks first, then decode rows in key order",
-        unknown_future="output lengths",
-        objective="TTFT",
-        metric="TTFT; decode starvation under persistent pressure (0x09)",
-        assumptions="priority: lower value is more urgent",
-        foreign_owners="readiness facts",
-        source="spec 0x09 starvation counterexample",
-    )
-
-    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state, workload=workload)
-        schedule_in_key_order(builder, state, self.tie_break_key)
-        return builder.build()
+    tie_break_key = ("prefill_first_rank", *PRIORITY_THEN_FCFS)
+    contract = PolicyContract.parse("""
+        decision_output: prefill chunks first, then decode rows in key order
+        objective: TTFT
+        metric: TTFT; decode starvation under persistent pressure (0x09)
+        source: spec 0x09 starvation counterexample
+    """, base=KEY_ORDERED_BASELINE)

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from dataclasses import dataclass
 
-from iterserve.policies.base import PlanBuilder, PolicyConfigError, PolicyContract
+from iterserve.plan import PlanBuilder, PolicyContract
 from iterserve.policies.ordered import schedule_ordered
-from iterserve.records.plan import IterationPlan
-from iterserve.records.spec import OnlineWorkload
+from iterserve.policies.policy import PolicyBase
+from iterserve.policies.settings import PolicyConfigError, check_count
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import RequestView
 
@@ -38,38 +39,60 @@ _CONTRACT = PolicyContract(
 )
 
 
-class PrefixQuota:
+@dataclass(frozen=True, slots=True)
+class QuotaConfig:
+    """``hot_share`` hot picks then ``cold_share`` cold ones per cycle; a
+    waiting request is hot when its hit fraction H/S >= ``hot_fraction``."""
+
+    hot_share: int = 2
+    cold_share: int = 1
+    hot_fraction: float = 0.5
+
+    def __post_init__(self) -> None:
+        check_count("hot_share", self.hot_share)
+        if isinstance(self.cold_share, bool) or not isinstance(self.cold_share, int) \
+                or self.cold_share < 0:
+            raise PolicyConfigError(f"setting cold_share: must be an integer >= 0, "
+                                    f"got {self.cold_share!r}")
+        fraction = self.hot_fraction
+        if isinstance(fraction, bool) or not isinstance(fraction, int | float) \
+                or not 0 < fraction <= 1:
+            raise PolicyConfigError(f"setting hot_fraction: must be in (0, 1], got {fraction!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class GreedyConfig(QuotaConfig):
+    """Reuse-greedy: hot picks only (cold when nothing hot waits)."""
+
+    hot_share: int = 1
+    cold_share: int = 0
+
+
+class PrefixQuota(PolicyBase[QuotaConfig]):
     policy_id = "prefix-quota"
-    policy_version = "1"
     uses_prefix_hits = True
     tie_break_key: tuple[str, ...] = ("prefix_hit_rows", "arrival_order", "request_id",
                                       "request_generation")
 
-    def __init__(self, hot_share: int = 2, cold_share: int = 1,
-                 hot_fraction: float = 0.5) -> None:
-        if hot_share < 1 or cold_share < 0:
-            raise PolicyConfigError("prefix-quota: hot_share must be >= 1, cold_share >= 0")
-        if not 0 < hot_fraction <= 1:
-            raise PolicyConfigError("prefix-quota: hot_fraction must be in (0, 1]")
-        self.cycle = ("hot",) * hot_share + ("cold",) * cold_share
-        self.hot_fraction = hot_fraction
-        shares = (f"cycle {hot_share} hot : {cold_share} cold, hot when H/S >= "
-                  f"{hot_fraction:g}")
+    def __init__(self, config: QuotaConfig | None = None) -> None:
+        super().__init__(config)
+        c = self.config
+        self.cycle = ("hot",) * c.hot_share + ("cold",) * c.cold_share
+        shares = (f"cycle {c.hot_share} hot : {c.cold_share} cold, hot when H/S >= "
+                  f"{c.hot_fraction:g}")
         self.contract = dataclasses.replace(
             _CONTRACT, assumptions=_CONTRACT.assumptions.format(shares=shares))
 
-    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state, workload=workload)
+    def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         schedule_ordered(builder, state, lambda views: sorted(views, key=_arrival),
                          lambda views: self._picks(views, state))
-        return builder.build()
 
     def _picks(self, waiting: list[RequestView], state: SchedulerState) -> Iterator[RequestView]:
         hits = state.prefix_hits
         groups: dict[str, list[RequestView]] = {"hot": [], "cold": []}
         for view in sorted(waiting, key=lambda v: (-hits.get(v.request_id, 0), v.arrival_order)):
             fraction = hits.get(view.request_id, 0) / view.num_prompt_tokens
-            groups["hot" if fraction >= self.hot_fraction else "cold"].append(view)
+            groups["hot" if fraction >= self.config.hot_fraction else "cold"].append(view)
         position = state.decision_id % len(self.cycle)
         while groups["hot"] or groups["cold"]:
             turn = self.cycle[position % len(self.cycle)]
@@ -82,9 +105,7 @@ class PrefixGreedy(PrefixQuota):
     """Reuse-greedy: the hot group always first, largest hit first."""
 
     policy_id = "prefix-greedy"
-
-    def __init__(self) -> None:
-        super().__init__(hot_share=1, cold_share=0)
+    config_type = GreedyConfig
 
 
 def _arrival(view: RequestView) -> int:

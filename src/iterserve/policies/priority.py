@@ -7,15 +7,14 @@ requests a less urgent one completes nothing: see ``priority-aging``.
 
 from __future__ import annotations
 
-from iterserve.policies.base import PlanBuilder, PolicyContract
+from iterserve.plan import PlanBuilder, PolicyContract
 from iterserve.policies.ordered import schedule_ordered
+from iterserve.policies.policy import PolicyBase
 from iterserve.records.keys import key_function
-from iterserve.records.plan import IterationPlan
-from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
 
 
-class StaticPriority:
+class StaticPriority(PolicyBase):
     policy_id = "priority"
     policy_version = "1"
     tie_break_key: tuple[str, ...] = ("priority_rank", "arrival_order", "request_id",
@@ -33,9 +32,7 @@ class StaticPriority:
         source="spec 0x09A static-priority fixture",
     )
 
-    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state, workload=workload)
+    def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         key = key_function(self.tie_break_key, state)
         schedule_ordered(builder, state, lambda views: sorted(views, key=key),
                          lambda views: sorted(views, key=key))
-        return builder.build()

@@ -9,18 +9,30 @@ of p_eff (arrival and base priority); q_age is the policy's setting.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from iterserve.policies.base import PlanBuilder, PolicyConfigError, PolicyContract
+from iterserve.plan import PlanBuilder, PolicyContract
 from iterserve.policies.ordered import schedule_ordered
-from iterserve.records.plan import IterationPlan
-from iterserve.records.spec import OnlineWorkload
+from iterserve.policies.policy import PolicyBase
+from iterserve.policies.settings import PolicyConfigError
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import RequestView
 
-DEFAULT_Q_AGE = 2.0
+
+@dataclass(frozen=True, slots=True)
+class AgingConfig:
+    """``q_age``: clock units per one-step improvement of p_eff (F61)."""
+
+    q_age: float = 2.0
+
+    def __post_init__(self) -> None:
+        q_age = self.q_age
+        if isinstance(q_age, bool) or not isinstance(q_age, int | float) \
+                or not (math.isfinite(q_age) and q_age > 0):
+            raise PolicyConfigError(f"setting q_age: must be finite and > 0, got {q_age!r}")
 
 
-class PriorityAging:
+class PriorityAging(PolicyBase[AgingConfig]):
     policy_id = "priority-aging"
     policy_version = "1"
     tie_break_key: tuple[str, ...] = ("arrival", "priority_rank", "arrival_order", "request_id",
@@ -39,20 +51,12 @@ class PriorityAging:
         source="spec 0x09A aging teaching score F61",
     )
 
-    def __init__(self, q_age: float = DEFAULT_Q_AGE) -> None:
-        if not (math.isfinite(q_age) and q_age > 0):
-            raise PolicyConfigError(f"priority-aging: q_age must be finite and > 0, got {q_age}")
-        self.q_age = q_age
-
     def effective_priority(self, view: RequestView, now: float) -> int:
-        return view.priority - math.floor((now - view.arrival) / self.q_age)
+        return view.priority - math.floor((now - view.arrival) / self.config.q_age)
 
-    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state, workload=workload)
-
+    def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         def order(views: list[RequestView]) -> list[RequestView]:
             return sorted(views, key=lambda v: (self.effective_priority(v, state.now),
                                                 v.arrival_order))
 
         schedule_ordered(builder, state, order, order)
-        return builder.build()

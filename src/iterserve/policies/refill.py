@@ -8,31 +8,28 @@ paper's max_tokens reservation).
 
 from __future__ import annotations
 
-from iterserve.policies.base import PlanBuilder, PolicyContract, views_of
-from iterserve.records.plan import IterationPlan
-from iterserve.records.spec import OnlineWorkload
+from iterserve.plan import PlanBuilder, PolicyContract, views_of
+from iterserve.policies.policy import PolicyBase
 from iterserve.records.state import SchedulerState
 
 
-class IterationRefill:
+class IterationRefill(PolicyBase):
     policy_id = "refill"
-    policy_version = "1"
     tie_break_key: tuple[str, ...] = ("arrival_order", "request_id", "request_generation")
-    contract = PolicyContract(
-        granularity="iteration",
-        protected_identity="request_id + generation + snapshot_version",
-        visible_state="frontiers of live requests, arrival order",
-        decision_output="one legal interval per selected request; admissions",
-        unknown_future="output lengths",
-        objective="keep slots filled (FCFS)",
-        metric="logical slot occupancy (not measured GPU utilization)",
-        assumptions="unbounded KV memory unless the workload sets a ceiling",
-        foreign_owners="KV allocator (capacity facts)",
-        source="spec 0x02 iteration refill; ORCA iteration-level scheduling",
-    )
+    contract = PolicyContract.parse("""
+        granularity: iteration
+        protected_identity: request_id + generation + snapshot_version
+        visible_state: frontiers of live requests, arrival order
+        decision_output: one legal interval per selected request; admissions
+        unknown_future: output lengths
+        objective: keep slots filled (FCFS)
+        metric: logical slot occupancy (not measured GPU utilization)
+        assumptions: unbounded KV memory unless the workload sets a ceiling
+        foreign_owners: KV allocator (capacity facts)
+        source: spec 0x02 iteration refill; ORCA iteration-level scheduling
+    """)
 
-    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state, workload=workload)
+    def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         for view in sorted(views_of(state, state.running), key=lambda v: v.arrival_order):
             if not builder.can_add():
                 break
@@ -42,4 +39,3 @@ class IterationRefill:
             if not builder.can_add():
                 break
             builder.admit(views[rid])
-        return builder.build()

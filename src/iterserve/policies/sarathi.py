@@ -1,6 +1,6 @@
 """SARATHI decode-maximal batching (0x09; Agrawal et al. 2023).
 
-One prefill chunk of size C (``capacity.chunk_size``) anchors the iteration:
+One prefill chunk of size C (setting ``chunk_size``) anchors the iteration:
 the oldest request with prefill (or rebuild) work left, running first, else
 the oldest waiting request. Decodes piggyback in the remaining request slots
 and token rows, oldest first. With no prefill work the batch is decode-only.
@@ -8,33 +8,38 @@ and token rows, oldest first. With no prefill work the batch is decode-only.
 
 from __future__ import annotations
 
-from iterserve.policies.base import PlanBuilder, PolicyContract, require_knob, views_of
-from iterserve.records.plan import IterationPlan
-from iterserve.records.spec import OnlineWorkload
+from iterserve.plan import PlanBuilder, PolicyContract, views_of
+from iterserve.policies.policy import PolicyBase
+from iterserve.policies.settings import count_settings
 from iterserve.records.state import SchedulerState
 
 
-class Sarathi:
+@count_settings
+class SarathiConfig:
+    """``chunk_size``: C, the prefill rows of the anchoring chunk (required)."""
+
+    chunk_size: int
+
+
+class Sarathi(PolicyBase[SarathiConfig]):
     policy_id = "sarathi"
-    policy_version = "1"
     tie_break_key: tuple[str, ...] = ("phase_rank", "arrival_order", "request_id",
                                       "request_generation")
-    contract = PolicyContract(
-        granularity="iteration; one prefill chunk per hybrid batch",
-        protected_identity="request_id + generation + snapshot_version",
-        visible_state="frontiers, arrival order, request slots",
-        decision_output="one chunk of C prefill rows + piggybacked decode rows",
-        unknown_future="output lengths",
-        objective="decode-maximal hybrid batches (throughput, fewer pipeline bubbles)",
-        metric="throughput; P:D = C / (B - 1)",
-        assumptions="C profiled offline for the model and hardware",
-        foreign_owners="KV capacity (B_paper is a paper approximation)",
-        source="Agrawal et al., SARATHI (2023): chunked-prefills + decode-maximal batching",
-    )
+    contract = PolicyContract.parse("""
+        granularity: iteration; one prefill chunk per hybrid batch
+        protected_identity: request_id + generation + snapshot_version
+        visible_state: frontiers, arrival order, request slots
+        decision_output: one chunk of C prefill rows + piggybacked decode rows
+        unknown_future: output lengths
+        objective: decode-maximal hybrid batches (throughput, fewer pipeline bubbles)
+        metric: throughput; P:D = C / (B - 1)
+        assumptions: C profiled offline for the model and hardware
+        foreign_owners: KV capacity (B_paper is a paper approximation)
+        source: Agrawal et al., SARATHI (2023): chunked-prefills + decode-maximal batching
+    """)
 
-    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        chunk = require_knob(workload, self.policy_id, "chunk_size")
-        builder = PlanBuilder(self, state, workload=workload)
+    def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
+        chunk = self.config.chunk_size
         running = sorted(views_of(state, state.running), key=lambda v: v.arrival_order)
         anchor = next((v for v in running if not v.is_decoding and v.is_ready), None)
         if anchor is not None:
@@ -50,4 +55,3 @@ class Sarathi:
                 break
             if view.is_decoding:
                 builder.add(view)
-        return builder.build()

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from iterserve.policies.base import PlanBuilder, Policy, PolicyConfigError
+from iterserve.plan import PlanBuilder, Policy
+from iterserve.policies.settings import PolicyConfigError
 from iterserve.records.plan import IntentKind, IterationPlan
-from iterserve.records.spec import FairnessSpec, OnlineWorkload
+from iterserve.records.spec import FairnessSpec
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import Lifecycle, RequestView
 
@@ -44,14 +45,15 @@ class StarvationGuard:
             f"starvation guard (horizon {horizon:g} clock units): no service bound is claimed")
         self.ledger_weights = getattr(inner, "ledger_weights", None) or FairnessSpec()
         self.uses_prefix_hits = getattr(inner, "uses_prefix_hits", False)
+        self.config = getattr(inner, "config", None)  # the settings a log header records
 
-    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        plan = self.inner.choose(workload, state)
+    def choose(self, state: SchedulerState) -> IterationPlan:
+        plan = self.inner.choose(state)
         served = {state.views[item.request_id].client_id for item in plan.work}
         starving = [view for view in self._oldest_starving(state) if view.client_id not in served]
         if not starving:
             return plan
-        return self._force(workload, state, plan, starving)
+        return self._force(state, plan, starving)
 
     def _oldest_starving(self, state: SchedulerState) -> list[RequestView]:
         """Per starving client, its oldest ready live request (most starved first)."""
@@ -68,9 +70,9 @@ class StarvationGuard:
         starving = [c for c in oldest if unserved[c] >= self.horizon]
         return [oldest[c] for c in sorted(starving, key=lambda c: (-unserved[c], c))]
 
-    def _force(self, workload: OnlineWorkload, state: SchedulerState, plan: IterationPlan,
+    def _force(self, state: SchedulerState, plan: IterationPlan,
                starving: list[RequestView]) -> IterationPlan:
-        builder = PlanBuilder(self.inner, state, workload=workload)
+        builder = PlanBuilder(self.inner, state, **_ledgers(self.inner))
         victims = set()
         for intent in plan.intents:
             view = state.views[intent.request_id]
@@ -91,6 +93,12 @@ class StarvationGuard:
             view = state.views[item.request_id]
             _take(builder, view, "", item.end - item.start)
         return builder.build()
+
+
+def _ledgers(policy: Policy) -> dict[str, int | None]:
+    """The inner policy's builder limits (PolicyBase.ledgers), if it has any."""
+    ledgers = getattr(policy, "ledgers", None)
+    return {} if ledgers is None else dict(ledgers())
 
 
 def _take(builder: PlanBuilder, view: RequestView, reason: str,

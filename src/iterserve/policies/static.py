@@ -7,31 +7,28 @@ waiting requests in arrival order only when the running set is empty.
 
 from __future__ import annotations
 
-from iterserve.policies.base import PlanBuilder, PolicyContract, views_of
-from iterserve.records.plan import IterationPlan
-from iterserve.records.spec import OnlineWorkload
+from iterserve.plan import PlanBuilder, PolicyContract, views_of
+from iterserve.policies.policy import PolicyBase
 from iterserve.records.state import SchedulerState
 
 
-class StaticBatching:
+class StaticBatching(PolicyBase):
     policy_id = "static"
-    policy_version = "1"
     tie_break_key: tuple[str, ...] = ("arrival_order", "request_id", "request_generation")
-    contract = PolicyContract(
-        granularity="request cohort",
-        protected_identity="request_id + generation",
-        visible_state="waiting queue in arrival order, running cohort frontiers",
-        decision_output="cohort membership; each member's next interval",
-        unknown_future="output lengths (cohort waits for the slowest)",
-        objective="none beyond completing the cohort",
-        metric="logical slot occupancy (not measured GPU utilization)",
-        assumptions="membership frozen until every member finishes",
-        foreign_owners="none",
-        source="spec 0x02; ORCA paper Figure 3 (the baseline it replaces)",
-    )
+    contract = PolicyContract.parse("""
+        granularity: request cohort
+        protected_identity: request_id + generation
+        visible_state: waiting queue in arrival order, running cohort frontiers
+        decision_output: cohort membership; each member's next interval
+        unknown_future: output lengths (cohort waits for the slowest)
+        objective: none beyond completing the cohort
+        metric: logical slot occupancy (not measured GPU utilization)
+        assumptions: membership frozen until every member finishes
+        foreign_owners: none
+        source: spec 0x02; ORCA paper Figure 3 (the baseline it replaces)
+    """)
 
-    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state, workload=workload)
+    def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         if state.running:
             for view in views_of(state, state.running):
                 builder.add(view)
@@ -40,4 +37,3 @@ class StaticBatching:
                 if not builder.can_add():
                     break
                 builder.admit(view)
-        return builder.build()

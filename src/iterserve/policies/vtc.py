@@ -14,17 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from iterserve.policies.base import PlanBuilder, PolicyContract
+from iterserve.plan import PlanBuilder, PolicyContract
+from iterserve.policies.fair_config import LedgerPolicy
 from iterserve.policies.ordered import schedule_ordered
 from iterserve.records.keys import key_function
 from iterserve.records.ledger import ClientLedger
-from iterserve.records.plan import IterationPlan
-from iterserve.records.spec import FairnessSpec, OnlineWorkload
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import RequestView
 
 
-class Vtc:
+class Vtc(LedgerPolicy):
     policy_id = "vtc"
     policy_version = "1"
     service_bound = "vtc"  # the run report prints F60's 2U beside the observed gap
@@ -46,19 +45,11 @@ class Vtc:
         source="Sheng et al., Fairness in Serving LLMs (VTC), Algorithm 2, Thm 4.4; spec 0x09A",
     )
 
-    def __init__(self, weights: FairnessSpec | None = None) -> None:
-        self.ledger_weights = weights or FairnessSpec()
-
-    def with_fairness(self, weights: FairnessSpec) -> Vtc:
-        return type(self)(weights)
-
-    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state, workload=workload)
+    def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         key = key_function(self.tie_break_key, state)
         ledger = state.ledger or ClientLedger(self.ledger_weights)
         schedule_ordered(builder, state, lambda views: sorted(views, key=key),
                          lambda views: _min_counter_picks(views, ledger))
-        return builder.build()
 
 
 def _min_counter_picks(waiting: list[RequestView], ledger: ClientLedger) -> Iterator[RequestView]:

@@ -12,22 +12,16 @@ next plan starts from W_done again. Selection: the earliest ready event
 
 from __future__ import annotations
 
-from iterserve.policies.base import (
-    PlanBuilder,
-    PolicyContract,
-    add_or_preempt,
-    fcfs_victim,
-    resume_suspended,
-    views_of,
-)
+from iterserve.plan import PlanBuilder, PolicyContract, views_of
+from iterserve.plan.passes import resume_suspended
+from iterserve.plan.victims import add_or_preempt, fcfs_victim
+from iterserve.policies.fair_config import LedgerPolicy
 from iterserve.records.ledger import ClientLedger, interval_cost
-from iterserve.records.plan import IterationPlan
-from iterserve.records.spec import FairnessSpec, OnlineWorkload
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import Lifecycle, RequestView
 
 
-class VtcCompleted:
+class VtcCompleted(LedgerPolicy):
     policy_id = "vtc-completed"
     policy_version = "1"
     tie_break_key: tuple[str, ...] = ("client_done", "client_id", "arrival_order", "request_id",
@@ -46,14 +40,7 @@ class VtcCompleted:
         source="spec 0x09A completion_reconciled_vtc_teaching_v1 (a teaching adaptation)",
     )
 
-    def __init__(self, weights: FairnessSpec | None = None) -> None:
-        self.ledger_weights = weights or FairnessSpec()
-
-    def with_fairness(self, weights: FairnessSpec) -> VtcCompleted:
-        return type(self)(weights)
-
-    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan:
-        builder = PlanBuilder(self, state, workload=workload)
+    def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         ledger = state.ledger or ClientLedger(self.ledger_weights)
         resume_suspended(builder, state)
         queues: dict[str, list[RequestView]] = {}
@@ -75,7 +62,6 @@ class VtcCompleted:
             if rows:  # the provisional reservation for this decision
                 start = view.num_computed
                 c_select[client] += interval_cost(ledger.weights, view, start, start + rows)
-        return builder.build()
 
 
 

@@ -57,19 +57,17 @@ class RequestSpec:
 
 @dataclass(frozen=True, slots=True)
 class Capacity:
-    """Per-iteration budgets and capacity knobs (0x05).
+    """Per-iteration budgets and the machine's logical KV rows (0x05).
 
     token_budget: max token rows per iteration (K_token).
     sequence_budget: max distinct requests per iteration (K_seq).
-    Policy knobs are optional and documented in the README's workload schema.
+    kv_rows: a logical KV pool of this many rows (block size 1) when the
+    workload has no ``kv`` section. Policy settings (chunk size, tau, ...)
+    belong to the policy, not here (``OnlineWorkload.policy_settings``).
     """
 
     token_budget: int
     sequence_budget: int
-    max_num_seqs: int | None = None
-    long_prefill_token_threshold: int | None = None
-    chunk_size: int | None = None
-    tau: int | None = None
     kv_rows: int | None = None
 
     def __post_init__(self) -> None:
@@ -77,10 +75,8 @@ class Capacity:
             raise ValueError("capacity.token_budget must be >= 1")
         if self.sequence_budget < 1:
             raise ValueError("capacity.sequence_budget must be >= 1")
-        for name in ("max_num_seqs", "long_prefill_token_threshold", "chunk_size", "tau", "kv_rows"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"capacity.{name} must be >= 1 when set")
+        if self.kv_rows is not None and self.kv_rows < 1:
+            raise ValueError("capacity.kv_rows must be >= 1 when set")
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +141,12 @@ class FairnessSpec:
 
 @dataclass(frozen=True, slots=True)
 class OnlineWorkload:
-    """The online projection of a workload manifest: no hidden truth."""
+    """The online projection of a workload manifest: no hidden truth.
+
+    ``policy_settings`` are the workload's suggested policy settings (name ->
+    value, for whichever policy runs it); the policy validates the ones it
+    takes when it is made (``policies.registry.policy_for``).
+    """
 
     workload_id: str
     clock: str
@@ -154,6 +155,7 @@ class OnlineWorkload:
     policy: PolicyIdentity | None = None
     kv: KvSpec | None = None
     fairness: FairnessSpec | None = None
+    policy_settings: Mapping[str, object] = field(default_factory=dict)
     _by_id: dict[str, RequestSpec] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

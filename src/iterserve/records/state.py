@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from iterserve.records.ledger import ClientLedger
+from iterserve.records.spec import OnlineWorkload
 from iterserve.records.view import RequestView
 
 
@@ -38,12 +39,33 @@ class CapacityFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class RunRules:
+    """Run-level rules every decision of a run shares, taken from the
+    workload: the clock ``now`` is measured on (``iteration`` or ``ms``), the
+    KV preemption mode (``recompute`` | ``preserve``, 0x0C) and the admission
+    estimate (``kv.admission``, 0x06). Constant over a run and recorded by the
+    log header's workload, so the state digest leaves them out."""
+
+    clock: str = "iteration"
+    preemption_mode: str = "recompute"
+    admission: str = "none"
+
+    @classmethod
+    def of(cls, workload: OnlineWorkload) -> RunRules:
+        kv = workload.kv
+        if kv is None:
+            return cls(workload.clock)
+        return cls(workload.clock, kv.preemption_mode, kv.admission)
+
+
+@dataclass(frozen=True, slots=True)
 class SchedulerState:
     """What every policy decides from at cut ``decision_id``.
 
     Queues hold request ids in their declared order; each live id appears in
     exactly one of waiting/running/suspended. ``service`` is completed token
     service per client, debited only from validated results (0x09A).
+    ``rules`` are the run's clock, preemption mode and admission estimate.
     """
 
     decision_id: int
@@ -60,6 +82,7 @@ class SchedulerState:
     service: Mapping[str, int] = field(default_factory=dict)
     ledger: ClientLedger | None = None
     prefix_hits: Mapping[str, int] = field(default_factory=dict)
+    rules: RunRules = RunRules()
 
     def view(self, request_id: str) -> RequestView:
         return self.views[request_id]

@@ -41,6 +41,9 @@ def with_arrivals(
             arrival_order=order,
             num_prompt_tokens=spec.num_prompt_tokens,
             max_output_tokens=spec.max_output_tokens,
+            slo=spec.slo,
+            output_forecast=spec.output_forecast,
+            output_forecast_p90=spec.output_forecast_p90,
         )
         waiting.append(spec.request_id)
     if now is not None and now < state.now:
@@ -183,7 +186,7 @@ def _terminal(view: RequestView, lifecycle: Lifecycle, reason: FinishReason) -> 
 
 def _complete(view: RequestView, item: CompletedInterval, now: float) -> RequestView:
     (rid, generation, snapshot, client, priority, arrival, order, p, max_out, emitted, _, _,
-     lifecycle, is_ready, epoch, first, last, reason) = view
+     lifecycle, is_ready, epoch, first, last, reason, slo, forecast, forecast_p90) = view
     end = item.end
     if item.emitted:
         emitted += 1
@@ -195,7 +198,7 @@ def _complete(view: RequestView, item: CompletedInterval, now: float) -> Request
             lifecycle = _FINISHED
     return _new_tuple(RequestView, (  # the NamedTuple's own __new__ is 3x slower (hot path)
         rid, generation, snapshot + 1, client, priority, arrival, order, p, max_out, emitted,
-        end, end, lifecycle, is_ready, epoch, first, last, reason,
+        end, end, lifecycle, is_ready, epoch, first, last, reason, slo, forecast, forecast_p90,
     ))
 
 
@@ -235,6 +238,7 @@ def _successor(
         sequence_budget=state.sequence_budget,
         capacity=state.capacity if capacity is None else capacity,
         service=state.service if service is None else service,
+        rules=state.rules,
         ledger=state.ledger if ledger is None else ledger,
     )  # prefix_hits: facts of one cut, never carried to a successor
 

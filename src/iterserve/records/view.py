@@ -11,6 +11,8 @@ from __future__ import annotations
 import enum
 from typing import NamedTuple
 
+from iterserve.records.spec import SloTargets
+
 
 class Lifecycle(enum.Enum):
     """Request lifecycle (0x0C); transitions are checked against TRANSITIONS."""
@@ -109,7 +111,10 @@ class RequestView(NamedTuple):
     ``generation`` changes on cancellation/append (a successor generation);
     ``snapshot_version`` changes whenever any frontier changes, so a plan bound
     to an older snapshot is stale. ``arrival_order`` is the declared arrival
-    rank used by tie-break keys.
+    rank used by tie-break keys. ``slo`` and the output forecasts are the
+    client's declarations (never realized lengths): they travel on the view so
+    a policy decides from the state alone; constant per request, they stay
+    out of the state digest (the log header's workload records them).
     """
 
     request_id: str
@@ -130,6 +135,9 @@ class RequestView(NamedTuple):
     first_token_time: float | None = None
     last_output_time: float | None = None
     finish_reason: FinishReason | None = None
+    slo: SloTargets | None = None
+    output_forecast: float | None = None
+    output_forecast_p90: float | None = None
 
     @property
     def is_terminal(self) -> bool:

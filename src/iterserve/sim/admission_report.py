@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from iterserve.admission.records import future_append_rows
-from iterserve.policies.admission_screen import ReservationScreen, parse_admission
+from iterserve.admission.screen import ReservationScreen, parse_admission
 from iterserve.records.spec import HiddenTruth, OnlineWorkload
 from iterserve.records.view import RequestView
 
@@ -28,8 +28,10 @@ def admission_report(workload: OnlineWorkload, hidden: HiddenTruth,
         if realized is None:
             continue
         view = RequestView(spec.request_id, 0, 0, spec.client_id, spec.priority, spec.arrival,
-                           0, spec.num_prompt_tokens, spec.max_output_tokens)
-        candidate = ReservationScreen.candidate_of(workload, view)
+                           0, spec.num_prompt_tokens, spec.max_output_tokens,
+                           output_forecast=spec.output_forecast,
+                           output_forecast_p90=spec.output_forecast_p90)
+        candidate = ReservationScreen.candidate(view)
         estimate = future_append_rows(candidate, policy.forecast_total_outputs(candidate))
         actual = future_append_rows(candidate, min(realized, spec.max_output_tokens))
         over += max(estimate - actual, 0)

@@ -41,7 +41,8 @@ from iterserve.metrics.fairness_md import render_fairness
 from iterserve.metrics.outcomes import counts_by_client
 from iterserve.metrics.series import ServiceWeights
 from iterserve.metrics.timeline import build_timelines
-from iterserve.policies.base import Policy
+from iterserve.plan import Policy
+from iterserve.policies.settings import settings_of
 from iterserve.records.spec import OnlineWorkload, SloTargets, WorkloadManifest
 from iterserve.sim.cost import ClockedCost, NamedCostModel, seconds_per_clock_unit
 from iterserve.sim.factory import make_simulated_executor
@@ -119,7 +120,7 @@ def simulate_report(workload: OnlineWorkload, policy_id: str, trace: RunTrace,
 @dataclass(frozen=True, slots=True)
 class RunConfig:
     """What one simulated run uses besides the workload. ``policy`` should
-    already be bound to ``cost_model`` (``policies.edf.bind_cost_model``)."""
+    already be bound to ``cost_model`` (``policies.deadline.bind_cost_model``)."""
 
     policy: Policy
     cost_model: NamedCostModel
@@ -157,7 +158,7 @@ def run_simulation(manifest: WorkloadManifest, config: RunConfig,
         record = None if gate is None else GateRecord(gate.gate_id, gate.params())
         writer = DecisionLogWriter(decision_log, bind_policy(online, config.policy),
                                    executor.capacity(), cost_model=config.cost_model.spec,
-                                   gate=record)
+                                   gate=record, policy_settings=settings_of(config.policy))
         observers.append(writer)
     engine = Engine(online, config.policy, executor, observers, gate=engine_gate(config.gate))
     engine.run(max_iterations=config.max_iterations)

@@ -5,7 +5,8 @@ Schema (documented in the README):
     {
       "workload_id": str,
       "clock": "iteration" | "ms",
-      "capacity": {"token_budget": int, "sequence_budget": int, ...optional knobs},
+      "capacity": {"token_budget": int, "sequence_budget": int, "kv_rows": int?},
+      "policy_settings": {name: number | str}?,   # e.g. {"chunk_size": 4}
       "requests": [{"request_id": str, "arrival": number, "prompt_tokens": int | [int],
                     "max_output_tokens": int, "client_id": str, "priority": int,
                     "slo": {"ttft_ms": number, "tbt_ms": number}?,
@@ -17,6 +18,11 @@ Schema (documented in the README):
                                     "injected_failures": [{"request_id": str,
                                                            "decision_id": int}]?}
     }
+
+Deprecated: the policy knobs ``capacity.max_num_seqs``,
+``long_prefill_token_threshold``, ``chunk_size`` and ``tau`` are still read,
+into ``policy_settings`` (setting one in both places is an error); they are
+written back under ``policy_settings``.
 """
 
 from __future__ import annotations
@@ -40,12 +46,13 @@ from iterserve.records.spec import (
 )
 
 CLOCKS = ("iteration", "ms")
-_CAPACITY_FIELDS = ("token_budget", "sequence_budget", "max_num_seqs",
-                    "long_prefill_token_threshold", "chunk_size", "tau", "kv_rows")
+_CAPACITY_FIELDS = ("token_budget", "sequence_budget", "kv_rows")
+#: deprecated policy knobs still read from ``capacity`` into ``policy_settings``
+LEGACY_CAPACITY_KNOBS = ("max_num_seqs", "long_prefill_token_threshold", "chunk_size", "tau")
 _REQUEST_FIELDS = {"request_id", "arrival", "prompt_tokens", "max_output_tokens", "client_id",
                    "priority", "slo", "output_forecast", "output_forecast_p90"}
 _TOP_FIELDS = {"workload_id", "clock", "capacity", "requests", "fixture_only_hidden_truth",
-               "description", "kv", "fairness"}
+               "description", "kv", "policy_settings", "fairness"}
 _KV_FIELDS = ("num_blocks", "block_size", "num_host_blocks", "bytes_per_row", "admission",
               "preemption_mode")
 
@@ -78,12 +85,14 @@ def parse_workload(raw: Any) -> WorkloadManifest:
     duplicates = sorted({rid for rid in ids if ids.count(rid) > 1})
     if duplicates:
         raise WorkloadError(f"requests: duplicate request_id(s) {duplicates}")
+    capacity_obj = _mapping(obj.get("capacity"), "capacity")
     online = OnlineWorkload(
         workload_id=_field(obj, "workload_id", "workload", str),
         clock=clock,
-        capacity=_capacity(_mapping(obj.get("capacity"), "capacity")),
+        capacity=_capacity(capacity_obj),
         requests=requests,
         kv=None if obj.get("kv") is None else _kv(_mapping(obj["kv"], "kv")),
+        policy_settings=_policy_settings(obj.get("policy_settings", {}), capacity_obj),
         fairness=None if obj.get("fairness") is None else fairness_from_json(obj["fairness"]),
     )
     return WorkloadManifest(online, _hidden(obj.get("fixture_only_hidden_truth"), set(ids)))
@@ -166,8 +175,24 @@ def _field(obj: Mapping[str, Any], name: str, where: str, kind: type, default: A
     return value
 
 
+def _policy_settings(raw: Any, capacity: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``policy_settings`` section plus the deprecated capacity knobs.
+    Values are scalars; each policy checks the ones it takes when made."""
+    settings = dict(_mapping(raw, "policy_settings"))
+    for name, value in settings.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise WorkloadError(f"policy_settings.{name}: must be a number or a string")
+    for name in LEGACY_CAPACITY_KNOBS:
+        if name in capacity:
+            if name in settings:
+                raise WorkloadError(f"capacity.{name}: also set in policy_settings; keep that one "
+                                    "(capacity policy knobs are deprecated)")
+            settings[name] = _field(capacity, name, "capacity", int)
+    return settings
+
+
 def _capacity(obj: Mapping[str, Any]) -> Capacity:
-    unknown = set(obj) - set(_CAPACITY_FIELDS)
+    unknown = set(obj) - set(_CAPACITY_FIELDS) - set(LEGACY_CAPACITY_KNOBS)
     if unknown:
         raise WorkloadError(f"capacity: unknown field(s) {sorted(unknown)}")
     values = {name: _field(obj, name, "capacity", int, None) for name in _CAPACITY_FIELDS}
@@ -269,6 +294,7 @@ def online_to_json(workload: OnlineWorkload) -> dict[str, Any]:
         "capacity": {n: getattr(cap, n) for n in _CAPACITY_FIELDS if getattr(cap, n) is not None},
         "requests": [_request_to_json(r) for r in workload.requests],
         **({} if workload.kv is None else {"kv": _kv_to_json(workload.kv)}),
+        **({"policy_settings": dict(workload.policy_settings)} if workload.policy_settings else {}),
         **({} if workload.fairness is None
            else {"fairness": fairness_to_json(workload.fairness)}),
     }

@@ -1,55 +1,24 @@
-"""Policy interface and the shared plan-building mechanism.
+"""The plan mechanism every policy shares (0x01A, 0x05).
 
-A policy orders and chooses; :class:`PlanBuilder` is the mechanism every
-policy shares: it clamps each request to its only legal interval (0x01A),
-keeps the token and sequence ledgers (0x05), records tie-break evidence and
-emits the plan in key order. A policy never builds a ``WorkItem`` by hand.
+A policy orders and chooses; :class:`PlanBuilder` clamps each request to its
+only legal interval (0x01A), keeps every ledger (tokens, sequences, KV
+blocks, and the running cap ``max_num_seqs``), records tie-break evidence
+and emits the plan in key order. A policy never builds a ``WorkItem`` by
+hand and never counts budgets itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
-
-from iterserve.policies.admission_screen import ReservationScreen
+from iterserve.admission.screen import ReservationScreen
+from iterserve.plan.contract import Policy
 from iterserve.records.keys import key_function
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent, WorkItem
-from iterserve.records.spec import OnlineWorkload
-from iterserve.records.state import SchedulerState
+from iterserve.records.state import RunRules, SchedulerState
 from iterserve.records.view import Lifecycle, RequestView, WorkKind
 
 # hot-path constants: enum attribute access and NamedTuple.__new__ are slow
 _DECODE, _PREFILL, _REBUILD = WorkKind.DECODE_ROW, WorkKind.PREFILL_CHUNK, WorkKind.REBUILD
 _new_tuple = tuple.__new__
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyContract:
-    """A paper contract record (0x0E): what the policy claims and assumes."""
-
-    granularity: str
-    protected_identity: str
-    visible_state: str
-    decision_output: str
-    unknown_future: str
-    objective: str
-    metric: str
-    assumptions: str
-    foreign_owners: str
-    source: str
-    exact_runtime_reproduction: bool = False
-
-
-class Policy(Protocol):
-    """Chooses one plan from one state; pure and deterministic (DESIGN rule 6)."""
-
-    policy_id: str
-    policy_version: str
-    tie_break_key: tuple[str, ...]
-    contract: PolicyContract
-
-    def choose(self, workload: OnlineWorkload, state: SchedulerState) -> IterationPlan: ...
 
 
 class PlanBuilder:
@@ -60,31 +29,40 @@ class PlanBuilder:
     """
 
     __slots__ = ("_state", "_policy", "_key", "_work", "_intents", "tokens_left", "seqs_left",
-                 "_facts", "blocks_free", "_token_budget", "_screen", "_preempt_kind")
+                 "_facts", "blocks_free", "_token_budget", "_screen", "_preempt_kind",
+                 "_max_running", "_num_joined")
 
     def __init__(self, policy: Policy, state: SchedulerState,
-                 token_budget: int | None = None, *,
-                 workload: OnlineWorkload | None = None) -> None:
-        """``token_budget`` may only tighten the state's budget (e.g. tau).
-        ``workload`` brings the run's admission screen and preemption mode."""
+                 token_budget: int | None = None, *, sequence_budget: int | None = None,
+                 max_num_seqs: int | None = None) -> None:
+        """``token_budget`` and ``sequence_budget`` may only tighten the
+        state's budgets (e.g. tau, ORCA's max batch size). ``max_num_seqs``
+        caps the running set (running + resumed + admitted; vLLM's
+        ``max_num_seqs``), the state's sequence budget when None. The
+        state's run rules bring the admission screen and preemption mode."""
         self._state = state
         self._policy = policy
         self._key = key_function(policy.tie_break_key, state)
         self._work: dict[str, tuple[WorkItem, int]] = {}  # id -> (item, blocks charged)
         self._intents: list[QueueIntent] = []
         self._facts = state.capacity
-        self._token_budget = state.token_budget
-        if token_budget is not None and token_budget < state.token_budget:
-            self._token_budget = token_budget
+        self._token_budget = _tightened(state.token_budget, token_budget)
         self.tokens_left = self._token_budget
-        self.seqs_left = state.sequence_budget
+        self.seqs_left = _tightened(state.sequence_budget, sequence_budget)
         self.blocks_free = state.capacity.num_blocks_free  # None: unbounded
-        self._screen = ReservationScreen.for_run(workload, state)
-        self._preempt_kind = (IntentKind.PREEMPT_RECOMPUTE if workload is None
-                              else preemption_kind(workload))
+        self._max_running = state.sequence_budget if max_num_seqs is None else max_num_seqs
+        self._num_joined = 0  # requests resumed or admitted into the running set
+        self._screen = ReservationScreen.for_state(state)
+        self._preempt_kind = preemption_kind(state.rules)
 
     def can_add(self) -> bool:
         return self.tokens_left > 0 and self.seqs_left > 0
+
+    @property
+    def running_slots_left(self) -> int:
+        """Room left under ``max_num_seqs`` for requests joining the running
+        set (the running queue counts whole, preempted victims included)."""
+        return self._max_running - len(self._state.running) - self._num_joined
 
     def legal_rows(self, view: RequestView) -> int:
         """Width of the widest legal interval now: 1 for decode, else the
@@ -161,6 +139,7 @@ class PlanBuilder:
         rows = self.add(view, max_rows)
         if rows:
             self.intend(IntentKind.ADMIT, view, reason)
+            self._num_joined += 1
             if screen is not None:
                 screen.reserve(view)
         return rows
@@ -201,6 +180,7 @@ class PlanBuilder:
         rows = self.add(view, max_rows)
         if rows:
             self.intend(IntentKind.RESUME, view, reason)
+            self._num_joined += 1
         elif self.blocks_free is not None:
             self.blocks_free += held
         return rows
@@ -227,89 +207,18 @@ class PlanBuilder:
         )
 
 
+
 def views_of(state: SchedulerState, request_ids: tuple[str, ...]) -> list[RequestView]:
     views = state.views
     return [views[rid] for rid in request_ids]
 
 
-class PolicyConfigError(ValueError):
-    """A policy needs a capacity knob the workload did not set."""
+def _tightened(budget: int, limit: int | None) -> int:
+    return budget if limit is None or limit >= budget else limit
 
 
-def require_knob(workload: OnlineWorkload, policy_id: str, name: str) -> int:
-    value = getattr(workload.capacity, name)
-    if value is None:
-        raise PolicyConfigError(f"policy {policy_id!r} needs capacity.{name} in the workload")
-    return int(value)
-
-
-def schedule_in_key_order(builder: PlanBuilder, state: SchedulerState,
-                          key: tuple[str, ...]) -> None:
-    """Give every live request its legal interval in ``key`` order while the
-    budgets allow; waiting requests are admitted (shared by the baselines)."""
-    live = views_of(state, state.running) + views_of(state, state.waiting)
-    for view in sorted(live, key=key_function(key, state)):
-        if not builder.can_add():
-            break
-        builder.take(view)
-
-
-VictimChooser = Callable[[list[RequestView]], RequestView]
-
-
-def fcfs_victim(candidates: list[RequestView]) -> RequestView:
-    """vLLM FCFS: the tail of the running queue (0x0D)."""
-    return candidates[-1]
-
-
-def priority_victim(candidates: list[RequestView]) -> RequestView:
-    """vLLM PRIORITY: max of (priority, arrival): least favoured, later
-    arrival breaking ties (lower priority value = more urgent, 0x0D)."""
-    return max(candidates, key=lambda v: (v.priority, v.arrival, v.arrival_order))
-
-
-def preemption_kind(workload: OnlineWorkload) -> IntentKind:
+def preemption_kind(rules: RunRules) -> IntentKind:
     """The run's preemption mode (workload ``kv.preemption_mode``, 0x0C)."""
-    if workload.kv is not None and workload.kv.preemption_mode == "preserve":
+    if rules.preemption_mode == "preserve":
         return IntentKind.PREEMPT_PRESERVE
     return IntentKind.PREEMPT_RECOMPUTE
-
-
-def resume_suspended(builder: PlanBuilder, state: SchedulerState,
-                     max_rows: int | None = None) -> int:
-    """Resume preserved requests in suspension order while memory allows;
-    the first that does not fit stops the pass. Returns how many resumed."""
-    resumed = 0
-    for view in views_of(state, state.suspended):
-        if not builder.can_add() or not view.is_ready:
-            break
-        if not builder.resume(view, max_rows):
-            break
-        resumed += 1
-    return resumed
-
-
-def add_or_preempt(builder: PlanBuilder, view: RequestView, num_rows: int,
-                   queue: list[RequestView], gone: set[str],
-                   choose_victim: VictimChooser, kind: IntentKind | None = None) -> bool:
-    """Schedule ``num_rows`` of a running request, preempting victims from
-    ``queue`` (victims leave it and join ``gone``) until the KV ledger fits.
-
-    ``kind`` overrides the run's preemption mode (default: the workload's).
-    Returns False when ``view`` itself was chosen as the victim: the
-    running pass must stop (vLLM v0.23.0 ``can_schedule = False``, 0x0D).
-    """
-    while not builder.fits_memory(view, num_rows):
-        victim = choose_victim(queue)
-        reason = (  # the score inputs, so the log shows why this victim (0x0C)
-            f"kv_exhausted; victim by {getattr(choose_victim, '__name__', 'policy')}: "
-            f"queue_position={queue.index(victim)}/{len(queue)}, priority={victim.priority}, "
-            f"arrival={victim.arrival}, held_rows={victim.num_computed}"
-        )
-        queue.remove(victim)
-        gone.add(victim.request_id)
-        builder.preempt(victim, kind, reason)
-        if victim.request_id == view.request_id:
-            return False
-    builder.add(view, num_rows)
-    return True

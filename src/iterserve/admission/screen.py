@@ -8,7 +8,7 @@ ceiling (the soft ceiling C_hard - W for the watermark family). This is a
 reservation, not an allocation: the block manager still publishes what
 physically exists (0x00D). Forecasts come from the request declarations
 (``output_forecast``, ``output_forecast_p90``); max_output_tokens stands in
-when a request declares none. Never hidden truth.
+when a request declares none; they travel on the views. Never hidden truth.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from iterserve.admission.records import (
     future_append_rows,
 )
 from iterserve.admission.registry import AdmissionPolicyConfig, build_admission_policy
-from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import RequestView
 
@@ -38,11 +37,9 @@ def parse_admission(name: str) -> AdmissionPolicy | None:
 
 
 class ReservationScreen:
-    __slots__ = ("_workload", "_policy", "_soft_rows", "reserved_rows")
+    __slots__ = ("_policy", "_soft_rows", "reserved_rows")
 
-    def __init__(self, workload: OnlineWorkload, state: SchedulerState,
-                 policy: AdmissionPolicy, hard_rows: int) -> None:
-        self._workload = workload
+    def __init__(self, state: SchedulerState, policy: AdmissionPolicy, hard_rows: int) -> None:
         self._policy = policy
         self._soft_rows = soft_ceiling_rows(hard_rows, policy.watermark_rows)
         self.reserved_rows = sum(
@@ -51,27 +48,24 @@ class ReservationScreen:
         )
 
     @classmethod
-    def for_run(cls, workload: OnlineWorkload | None,
-                state: SchedulerState) -> ReservationScreen | None:
+    def for_state(cls, state: SchedulerState) -> ReservationScreen | None:
+        """The screen of the run's ``kv.admission`` (``state.rules``), or None
+        without one or without a bounded pool."""
         facts = state.capacity
-        if workload is None or workload.kv is None or facts.num_blocks_total is None:
+        if state.rules.admission == "none" or facts.num_blocks_total is None:
             return None
-        policy = parse_admission(workload.kv.admission)
+        policy = parse_admission(state.rules.admission)
         if policy is None:
             return None
-        return cls(workload, state, policy, facts.num_blocks_total * facts.block_size)
-
-    def candidate(self, view: RequestView) -> AdmissionCandidate:
-        return self.candidate_of(self._workload, view)
+        return cls(state, policy, facts.num_blocks_total * facts.block_size)
 
     @staticmethod
-    def candidate_of(workload: OnlineWorkload, view: RequestView) -> AdmissionCandidate:
+    def candidate(view: RequestView) -> AdmissionCandidate:
         """The admission candidate for a view: declared forecasts, capped at
         max_output_tokens (which stands in when none is declared)."""
-        spec = workload.spec(view.request_id)
         cap = view.max_output_tokens
-        point = min(cap, max(1, round(spec.output_forecast or cap)))
-        p90 = min(cap, max(point, round(spec.output_forecast_p90 or cap)))
+        point = min(cap, max(1, round(view.output_forecast or cap)))
+        p90 = min(cap, max(point, round(view.output_forecast_p90 or cap)))
         forecast = OutputForecast("declared", point, (QuantileForecast(0.9, p90),))
         return AdmissionCandidate(
             view.request_id, view.generation, -view.priority, view.num_prompt_tokens,

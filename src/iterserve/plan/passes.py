@@ -1,0 +1,126 @@
+"""The scheduling passes policies share: each walks views in the order a
+policy gives and hands every request its legal interval through the
+builder's ledgers. A policy picks the order, the rows and the victim
+chooser; the loops, the stop rules and the preemption step live here once.
+
+- :func:`schedule_in_key_order`: the baselines (one key, admit on the way);
+- :func:`running_pass`: running requests first, preempting on a KV shortfall
+  (vLLM's running loop, Sarathi-Serve's decode pass);
+- :func:`resume_suspended`: preserved requests, oldest suspension first;
+- :func:`waiting_pass`: admissions under ``max_num_seqs`` and the budgets;
+- :func:`resume_then_admit`: resume every preserved request before any new one;
+- :func:`schedule_ranked`: one ranked list of every live request (deadlines).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+from iterserve.plan.builder import PlanBuilder, views_of
+from iterserve.plan.victims import VictimChooser, add_or_preempt, least_urgent_victim
+from iterserve.records.keys import key_function
+from iterserve.records.state import SchedulerState
+from iterserve.records.view import Lifecycle, RequestView
+
+RowsOf = Callable[[RequestView], int]
+
+
+class RunningPass(NamedTuple):
+    """What a running pass leaves: the running queue without its victims,
+    and the ids it preempted (non-empty: vLLM runs no waiting pass)."""
+
+    queue: list[RequestView]
+    gone: set[str]
+
+
+def schedule_in_key_order(builder: PlanBuilder, state: SchedulerState,
+                          key: tuple[str, ...]) -> None:
+    """Give every live request its legal interval in ``key`` order while the
+    budgets allow; waiting requests are admitted (shared by the baselines)."""
+    live = views_of(state, state.running) + views_of(state, state.waiting)
+    for view in sorted(live, key=key_function(key, state)):
+        if not builder.can_add():
+            break
+        builder.take(view)
+
+
+def running_pass(builder: PlanBuilder, running: list[RequestView], rows_of: RowsOf,
+                 choose_victim: VictimChooser,
+                 skip: Callable[[RequestView], bool] | None = None) -> RunningPass:
+    """Schedule ``rows_of(view)`` rows of each running request in order
+    (``skip`` passes some over), preempting victims on a KV shortfall; the
+    pass stops when the budgets run out or a request preempts itself."""
+    queue = list(running)
+    gone: set[str] = set()  # victims preempted earlier in this pass
+    for view in running:
+        if view.request_id in gone or (skip is not None and skip(view)):
+            continue
+        if not builder.can_add():
+            break
+        if not add_or_preempt(builder, view, rows_of(view), queue, gone, choose_victim):
+            break
+    return RunningPass(queue, gone)
+
+
+def resume_suspended(builder: PlanBuilder, state: SchedulerState,
+                     max_rows: int | None = None) -> int:
+    """Resume preserved requests in suspension order while memory allows;
+    the first that does not fit stops the pass. Returns how many resumed."""
+    resumed = 0
+    for view in views_of(state, state.suspended):
+        if not builder.can_add() or not view.is_ready:
+            break
+        if not builder.resume(view, max_rows):
+            break
+        resumed += 1
+    return resumed
+
+
+def waiting_pass(builder: PlanBuilder, waiting: list[RequestView],
+                 rows_of: RowsOf | None = None) -> None:
+    """Admit ready waiting requests in order while ``max_num_seqs`` and the
+    budgets allow; the first that is not admitted stops the pass. With
+    ``rows_of`` (vLLM) a request whose rows do not fit the KV ledger stops
+    it before admission is tried."""
+    for view in waiting:
+        if builder.running_slots_left <= 0 or not builder.can_add():
+            break
+        if not view.is_ready:
+            continue
+        rows = None if rows_of is None else rows_of(view)
+        if rows is not None and not builder.fits_memory(view, rows):
+            break
+        if not builder.admit(view, rows):
+            break
+
+
+def resume_then_admit(builder: PlanBuilder, state: SchedulerState, waiting: list[RequestView],
+                      rows_of: RowsOf | None = None, max_rows: int | None = None) -> None:
+    """Preserved requests go before new work: the waiting pass runs only
+    when every suspended request resumed."""
+    if resume_suspended(builder, state, max_rows) == len(state.suspended):
+        waiting_pass(builder, waiting, rows_of)
+
+
+def schedule_ranked(builder: PlanBuilder, ranked: list[RequestView]) -> None:
+    """Legal intervals in rank order: waiting requests are admitted and
+    suspended ones resumed when they fit; running ones preempt the least
+    urgent running requests (in the run's mode, 0x0C) on a KV shortfall,
+    and the pass stops when one preempts itself (as vLLM's)."""
+    victims = [view for view in ranked if view.lifecycle is Lifecycle.RUNNING]
+    gone: set[str] = set()
+    for view in ranked:
+        if not builder.can_add():
+            break
+        if view.request_id in gone:
+            continue
+        if view.lifecycle is Lifecycle.WAITING:
+            builder.admit(view)
+        elif view.lifecycle is not Lifecycle.RUNNING:
+            builder.resume(view)
+        else:
+            rows = min(builder.legal_rows(view), builder.tokens_left)
+            if not add_or_preempt(builder, view, rows, victims, gone, least_urgent_victim):
+                break
+

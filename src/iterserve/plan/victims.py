@@ -1,0 +1,64 @@
+"""Victim choice and the preemption step (0x0C, 0x0D).
+
+A victim chooser picks one request from the running candidates (the queue
+in its policy's order); :func:`add_or_preempt` preempts victims, in the
+run's preemption mode, until a running request's rows fit the KV ledger.
+The intent reason names the chooser and its score inputs, so the decision
+log shows why this victim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from iterserve.plan.builder import PlanBuilder
+from iterserve.records.plan import IntentKind
+from iterserve.records.view import RequestView
+
+VictimChooser = Callable[[list[RequestView]], RequestView]
+
+
+def fcfs_victim(candidates: list[RequestView]) -> RequestView:
+    """vLLM FCFS: the tail of the running queue (0x0D)."""
+    return candidates[-1]
+
+
+def priority_victim(candidates: list[RequestView]) -> RequestView:
+    """vLLM PRIORITY: max of (priority, arrival): least favoured, later
+    arrival breaking ties (lower priority value = more urgent, 0x0D)."""
+    return max(candidates, key=lambda v: (v.priority, v.arrival, v.arrival_order))
+
+
+def _least_urgent(candidates: list[RequestView]) -> RequestView:
+    """Deadline policies: the tail of the candidates in urgency order (the
+    decision log names this chooser ``_least_urgent``)."""
+    return fcfs_victim(candidates)
+
+
+least_urgent_victim: VictimChooser = _least_urgent
+
+
+def add_or_preempt(builder: PlanBuilder, view: RequestView, num_rows: int,
+                   queue: list[RequestView], gone: set[str],
+                   choose_victim: VictimChooser, kind: IntentKind | None = None) -> bool:
+    """Schedule ``num_rows`` of a running request, preempting victims from
+    ``queue`` (victims leave it and join ``gone``) until the KV ledger fits.
+
+    ``kind`` overrides the run's preemption mode (default: the workload's).
+    Returns False when ``view`` itself was chosen as the victim: the
+    running pass must stop (vLLM v0.23.0 ``can_schedule = False``, 0x0D).
+    """
+    while not builder.fits_memory(view, num_rows):
+        victim = choose_victim(queue)
+        reason = (  # the score inputs, so the log shows why this victim (0x0C)
+            f"kv_exhausted; victim by {getattr(choose_victim, '__name__', 'policy')}: "
+            f"queue_position={queue.index(victim)}/{len(queue)}, priority={victim.priority}, "
+            f"arrival={victim.arrival}, held_rows={victim.num_computed}"
+        )
+        queue.remove(victim)
+        gone.add(victim.request_id)
+        builder.preempt(victim, kind, reason)
+        if victim.request_id == view.request_id:
+            return False
+    builder.add(view, num_rows)
+    return True
