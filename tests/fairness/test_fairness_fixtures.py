@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
 from fairness_helpers import request, simulate, two_clients, workload
 
 from iterserve.cli.main import main
@@ -150,3 +152,71 @@ def test_prefix_groups_greedy_starves_cold_and_the_2_to_1_quota_does_not(tmp_pat
     lines = (tmp_path / "quota.jsonl").read_text().splitlines()
     assert any('"prefix_hits"' in line for line in lines)
     assert main(["replay", str(tmp_path / "quota.jsonl")]) == 0
+
+
+def _mlfq_trace() -> dict:
+    """A long job (first step 4 ms) and a 1 ms job arriving every ms (0x09A)."""
+    requests = [request("long", "long", prompt=4, max_out=3)]
+    requests += [request(f"s{t:02d}", "short", arrival=t) for t in range(20)]
+    return workload("mlfq-0x09A", requests, token_budget=4, clock="ms")
+
+
+def test_mlfq_skip_join_starvation_and_promotion(tmp_path) -> None:
+    cost = ("--cost-model", "linear:0,1,1", "--fairness-horizon", "15")
+    never = simulate(tmp_path, _mlfq_trace(), "mlfq", *cost,
+                     "--policy-setting", "alpha_ms=1000000")
+    promoted = simulate(tmp_path, _mlfq_trace(), "mlfq", *cost, "--policy-setting", "alpha_ms=3")
+    last_short = never["requests"]["s19"]["finish_cut"]
+    # skip-join: cost 4 enters the 4 ms queue, so the 1 ms jobs go first
+    assert never["requests"]["s00"]["first_token_cut"] == 1
+    assert never["requests"]["long"]["first_token_cut"] > last_short  # starves meanwhile
+    assert never["fairness"]["starvation"]["starved_clients"] == ["long"]
+    assert promoted["requests"]["long"]["first_token_cut"] == 7  # promoted at 3 ms
+    assert promoted["requests"]["long"]["finish_cut"] < promoted["requests"]["s19"]["finish_cut"]
+    assert promoted["fairness"]["starvation"]["num_starved"] == 0
+
+
+def test_mlfq_queue_levels_f54_f55() -> None:
+    from iterserve.policies.mlfq import Mlfq, MlfqConfig
+    from iterserve.records.state import RunRules, SchedulerState
+    from iterserve.records.view import RequestView
+    from iterserve.sim.cost import LinearIterationCost
+
+    policy = Mlfq(MlfqConfig(cost_model=LinearIterationCost(0, 1, 1)))
+    state = SchedulerState(0, 0, 0.0, (), (), (), (), {}, 4, 1, rules=RunRules("ms"))
+
+    def view(prompt: int, computed: int = 0, emitted: int = 0) -> RequestView:
+        return RequestView("r", 0, 0, "c", 0, 0.0, 0, prompt, 8, num_emitted=emitted,
+                           num_computed=computed, num_committed=computed,
+                           last_output_time=0.0 if emitted else None)
+
+    assert policy.config.quantum_ms(0) < policy.config.quantum_ms(1)  # F54
+    assert policy.queue_level(view(1), state, 1.0) == 0
+    assert policy.queue_level(view(4), state, 1.0) == 2  # F55: min{j : q_j >= 4}
+    assert policy.queue_level(view(4, 4, 1), state, 1.0) == 3  # q_3 = 4 spent: demoted
+
+
+def test_policy_settings_reach_the_fair_policies_and_replay(tmp_path) -> None:
+    spec = workload("settings", [request("A0", "A", prompt=2), request("B0", "B", prompt=3)],
+                    token_budget=8, sequence_budget=2, fairness=WP1_WQ2)
+    log = str(tmp_path / "vtc.jsonl")
+    report = simulate(tmp_path, spec, "vtc", "--policy-setting", "prompt_weight=3",
+                      "--decision-log", log)
+    after = report["fairness"]["ledger_trace"]["decisions"][0]["counters_after"]
+    assert after == {"A": 3 * 2 + 2, "B": 3 * 3 + 2}  # the setting's w_p, the run's w_q
+    assert main(["replay", log]) == 0
+    aging = simulate(tmp_path, _aging_trace(), "priority-aging", "--policy-setting", "q_age=1")
+    assert aging["requests"]["low"]["first_token_cut"] == 5  # 4 - floor(4 / 1) = 0 at tick 4
+
+
+@pytest.mark.parametrize(("policy", "setting"), [
+    ("priority-aging", "q_age=0"), ("mlfq", "alpha_ms=-1"), ("mlfq", "num_queues=0"),
+    ("vtc", "output_weight=-2"), ("prefix-quota", "hot_fraction=2"),
+    ("prefix-quota", "cold_share=-1")])
+def test_bad_fair_policy_settings_are_one_line_exit_2(tmp_path, capsys, policy, setting) -> None:
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(two_clients()))
+    assert main(["simulate", "--workload", str(path), "--policy", policy, "--out",
+                 str(tmp_path / "o"), "--no-plots", "--policy-setting", setting]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and setting.split("=")[0] in err[0]
