@@ -21,7 +21,10 @@ from iterserve.records import codec
 from iterserve.records.spec import HiddenTruth, OnlineWorkload, WorkloadManifest
 from iterserve.records.state import CapacityFacts
 from iterserve.sim.factory import make_simulated_executor
+from iterserve.sim.generators import generate_document
 from iterserve.sim.workload import load_workload, online_to_json, parse_workload
+from iterserve.sim.workload_json import dumps_workload
+from iterserve.sim.workload_spec import parse_spec
 
 from .helpers import ABC_FIXTURE, random_workload_json, run_engine
 
@@ -32,7 +35,27 @@ def _manifests():
     abc = json.loads(ABC_FIXTURE.read_text())
     abc["capacity"].setdefault("chunk_size", 1)  # a knob the chunked policies require
     rnd = random_workload_json(seed=11)
-    return {"abc": abc, "random": rnd}
+    return {"abc": abc, "random": rnd, "generated": generate_document(parse_spec(GENERATED_SPEC))}
+
+
+# a generated workload (iterserve workload gen): weighted clients, SLO classes,
+# priorities and shared-prefix token ids; prompts fit the token budget
+GENERATED_SPEC = {
+    "workload_id": "metamorphic-gen", "seed": 21, "num_requests": 10, "clock": "iteration",
+    "iteration_s": 1.0, "capacity": {"token_budget": 12, "sequence_budget": 3},
+    "policy_settings": {"chunk_size": 4},
+    "arrival": {"process": "gamma", "rate_per_s": 1.5, "cv": 2.0},
+    "slo_classes": {"fast": {"ttft_ms": 3000, "tbt_ms": 2000}},
+    "prefix_groups": {"sys": {"num_prefix_tokens": 3, "num_variants": 2}}, "vocab_size": 50,
+    "clients": [
+        {"client_id": "a", "weight": 2, "slo_class": "fast", "prefix_group": "sys",
+         "prompt_tokens": {"kind": "uniform", "min": 1, "max": 8},
+         "output_tokens": {"kind": "uniform", "min": 1, "max": 12}, "max_output_tokens": 9},
+        {"client_id": "b", "priority": 1,
+         "prompt_tokens": {"kind": "lognormal", "median": 4, "sigma": 0.6, "min": 1, "max": 10},
+         "output_tokens": {"kind": "fixed", "value": 4}, "max_output_tokens": 9},
+    ],
+}
 
 
 def _with_lengths(raw, lengths):
@@ -73,7 +96,7 @@ def _walk(obj, path="projection"):
             yield from _walk(item, f"{path}[{key!r}]")
 
 
-@pytest.mark.parametrize("name", ["abc", "random"])
+@pytest.mark.parametrize("name", ["abc", "random", "generated"])
 def test_projection_is_identical_across_hidden_truths(name):
     variants = _variants(_manifests()[name])
     projections = {label: m.online_projection() for label, m in variants.items()}
@@ -106,7 +129,7 @@ def test_projection_has_no_hidden_truth_field():
 
 
 @pytest.mark.parametrize("policy_name", policy_names())
-@pytest.mark.parametrize("name", ["abc", "random"])
+@pytest.mark.parametrize("name", ["abc", "random", "generated"])
 def test_first_plan_is_byte_identical(name, policy_name):
     runs = {label: run_engine(m, policy_name)[1] for label, m in _variants(_manifests()[name]).items()}
     first = {label: _plan_bytes(rec.plans[0]) for label, rec in runs.items()}
@@ -167,3 +190,35 @@ def test_policies_are_never_handed_hidden_truth(policy_name):
     spy = _SpyPolicy(policy_for(policy_name, manifest.online))
     Engine(manifest.online_projection(), spy, make_simulated_executor(manifest)).run()
     assert spy.num_calls > 0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_generated_hidden_truth_is_never_online(seed):
+    """Generated workloads: a different output-length distribution changes
+    only fixture_only_hidden_truth; the online projection and the written
+    online section stay byte-identical, and no realized length leaks in."""
+    spec = {**GENERATED_SPEC, "seed": seed}
+    other = json.loads(json.dumps(spec))
+    other["clients"][0]["output_tokens"] = {"kind": "fixed", "value": 2}
+    other["clients"][1]["output_tokens"] = {"kind": "uniform", "min": 5, "max": 40}
+    docs = [generate_document(parse_spec(s)) for s in (spec, other)]
+    manifests = [parse_workload(d) for d in docs]
+    wire = [codec.dumps(online_to_json(m.online_projection())) for m in manifests]
+    assert wire[0] == wire[1]
+    assert manifests[0].online_projection() == manifests[1].online_projection()
+    assert manifests[0].hidden != manifests[1].hidden  # the test can fail
+    texts = [dumps_workload(d).split('"fixture_only_hidden_truth"') for d in docs]
+    assert texts[0][0] == texts[1][0] and texts[0][1] != texts[1][1]
+    assert "realized" not in texts[0][0] and "hidden" not in texts[0][0]
+    assert dumps_workload(docs[0]) == dumps_workload(generate_document(parse_spec(spec)))
+
+
+@settings(max_examples=10, deadline=None, database=None)
+@given(seed=st.integers(0, 10_000), policy_name=st.sampled_from(policy_names()),
+       lengths=st.lists(st.integers(1, 12), min_size=10, max_size=10))
+def test_generated_plans_agree_until_a_different_stop_is_published(seed, policy_name, lengths):
+    raw = generate_document(parse_spec({**GENERATED_SPEC, "seed": seed}))
+    ids = [r["request_id"] for r in raw["requests"]]
+    a = run_engine(parse_workload(raw), policy_name)[1]
+    b = run_engine(_with_lengths(raw, dict(zip(ids, lengths, strict=True))), policy_name)[1]
+    _assert_plans_agree_until_stop_facts_differ(a, b)

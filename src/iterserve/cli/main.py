@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from iterserve.admission.overload import OverloadConfigError
-from iterserve.cli import generate, make_model, policies, replay, simulate, sweep
+from iterserve.cli import generate, make_model, policies, replay, simulate, sweep, workload
 from iterserve.cli.simulate import FlagError
 from iterserve.engine.loop import EngineStalled
 from iterserve.engine.replay import ReplayDivergence
@@ -17,16 +17,19 @@ from iterserve.policies.registry import UnknownPolicy
 from iterserve.policies.settings import PolicyConfigError
 from iterserve.records.errors import ContractViolation
 from iterserve.sim.cost import CostModelError
+from iterserve.sim.traces import TraceError
 from iterserve.sim.workload import WorkloadError
+from iterserve.sim.workload_spec import WorkloadSpecError
 
 EXPECTED_ERRORS = (CheckpointError, WorkloadError, UnknownPolicy, PolicyConfigError, ReplayDivergence, ContractViolation,
-                   EngineStalled, FileNotFoundError, FlagError, OverloadConfigError, CostModelError)
+                   EngineStalled, FileNotFoundError, FlagError, OverloadConfigError, CostModelError,
+                   WorkloadSpecError, TraceError)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="iterserve", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for module in (simulate, sweep, replay, policies, generate, make_model):
+    for module in (simulate, sweep, replay, policies, generate, make_model, workload):
         module.add_parser(subparsers)
     return parser
 

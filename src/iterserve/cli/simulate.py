@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from iterserve.admission.overload import OverloadGate, make_gate
+from iterserve.cli.progress import RunProgress
 from iterserve.metrics import ObservationWindow, SloConfig
+from iterserve.metrics.capacity import token_budget_utilisation
 from iterserve.plan import Policy
 from iterserve.policies.registry import bind_fairness, policy_for
 from iterserve.policies.settings import add_policy_setting_flag, parse_settings
@@ -223,7 +225,9 @@ def run(args: argparse.Namespace) -> int:
         if args.decision_log:
             args.decision_log.parent.mkdir(parents=True, exist_ok=True)
             stream = stack.enter_context(args.decision_log.open("w"))
-        result = run_simulation(setup.manifest, config, stream)
+        progress = RunProgress(len(online.requests))
+        stack.callback(progress.close)
+        result = run_simulation(setup.manifest, config, stream, [progress])
     bytes_per_row = args.bytes_per_row
     if bytes_per_row is None and online.kv is not None:
         bytes_per_row = online.kv.bytes_per_row
@@ -239,6 +243,10 @@ def run(args: argparse.Namespace) -> int:
                                    plots=not args.no_plots,
                                    horizon_s=horizon_seconds(args, setup),
                                    bound_of=_bound_of(policy, online, result, report["kv"]))
+    report["token_budget_utilisation"] = token_budget_utilisation(
+        result.recorder.iterations, online.capacity.token_budget).to_dict()
+    if outputs.summary is not None:
+        report["summary"] = outputs.summary.to_dict()
     if outputs.report is not None:
         report["metrics"] = outputs.report.to_dict()
     if outputs.fairness is not None:

@@ -15,6 +15,13 @@ pooled N_valid / N_off); the capacity is the highest qualifying tested rate
 (null when none). This is a synthetic-model estimate: no warmup, the named
 (uncalibrated) cost model, one workload distribution.
 
+A rate is only evidence of capacity when the run offered it: the observed
+offered rate is N_off over the evaluation window (first arrival to last
+event). When its mean over trials falls below ``MIN_OFFERED_FRACTION`` of the
+nominal rate (a workload too small for the rate: the run is mostly drain),
+the rate is marked ``offered_rate_sustained: false``, cannot be the capacity,
+and the sweep warns on stderr and in sweep.json ``warnings``.
+
 Trials run on local processes (``--workers``, default ``os.cpu_count()``).
 Outputs: DIR/sweep.json and DIR/attainment_vs_rate.png.
 """
@@ -27,6 +34,7 @@ import dataclasses
 import json
 import os
 import random
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -48,8 +56,10 @@ from iterserve.sim.cost import seconds_per_clock_unit
 from iterserve.sim.report import RunConfig, default_window, run_simulation
 
 SCHEMA = "iterserve.sweep/v1"
+MIN_OFFERED_FRACTION = 0.5
 CAPACITY_RULE = ("highest tested rate whose mean over trials of offered-load attainment "
-                 "(N_valid / N_off, every request resolved) is >= alpha")
+                 "(N_valid / N_off, every request resolved) is >= alpha and whose mean observed "
+                 f"offered rate is >= {MIN_OFFERED_FRACTION} x the nominal rate")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -137,14 +147,31 @@ def summarize_policy(results: Iterable[TrialResult], alpha: float) -> dict[str, 
     for result in sorted(results, key=lambda r: (r.job.rate_per_s, r.job.trial)):
         by_rate.setdefault(result.job.rate_per_s, []).append(result)
     rates = [_rate_entry(rate, trials, alpha) for rate, trials in by_rate.items()]
-    qualifying = [entry["rate_per_s"] for entry in rates if entry["meets_alpha"]]
+    qualifying = [entry["rate_per_s"] for entry in rates
+                  if entry["meets_alpha"] and entry["offered_rate_sustained"]]
     return {"capacity_rate_per_s": max(qualifying) if qualifying else None, "rates": rates}
+
+
+def offered_rate_warnings(policies: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per (policy, rate) whose observed offered rate fell well
+    below the nominal rate."""
+    warnings = []
+    for name, summary in policies.items():
+        for entry in summary["rates"]:
+            if not entry["offered_rate_sustained"]:
+                warnings.append(
+                    f"{name} at {entry['rate_per_s']:g} req/s: observed offered rate "
+                    f"{entry['mean_observed_offered_rate_per_s']:.4g} req/s is below "
+                    f"{MIN_OFFERED_FRACTION:g} x nominal (the workload is too small for this "
+                    f"rate; not counted as capacity)")
+    return warnings
 
 
 def _rate_entry(rate: float, trials: list[TrialResult], alpha: float) -> dict[str, Any]:
     attained = [r.offered_load if r.offered_load is not None else 0.0 for r in trials]
     conditioned = [r.completion_conditioned for r in trials if r.completion_conditioned is not None]
     mean = fmean(attained)
+    observed = fmean(r.observed_offered_rate_per_s for r in trials)
     return {
         "rate_per_s": rate,
         "offered_load_attainment": attained,
@@ -155,6 +182,8 @@ def _rate_entry(rate: float, trials: list[TrialResult], alpha: float) -> dict[st
         "num_offered": [r.num_offered for r in trials],
         "num_rejected": [r.num_rejected for r in trials],
         "observed_offered_rate_per_s": [r.observed_offered_rate_per_s for r in trials],
+        "mean_observed_offered_rate_per_s": observed,
+        "offered_rate_sustained": observed >= MIN_OFFERED_FRACTION * rate,
     }
 
 
@@ -222,6 +251,7 @@ def run(args: argparse.Namespace) -> int:
             progress.advance(task)
     policies = {name: summarize_policy([r for r in results if r.job.policy == name], args.alpha)
                 for name in args.policy}
+    warnings = offered_rate_warnings(policies)
     args.out.mkdir(parents=True, exist_ok=True)
     document = {
         "schema": SCHEMA, "workload": str(args.workload),
@@ -232,10 +262,12 @@ def run(args: argparse.Namespace) -> int:
         "cost_model": setup.cost_model.spec, "overload": {"contract": setup.gate.gate_id,
                                                           "params": setup.gate.params()},
         "slo": setup.slo.to_dict() if setup.slo else None, "capacity_rule": CAPACITY_RULE,
-        "policies": policies,
+        "policies": policies, "warnings": warnings,
     }
     (args.out / "sweep.json").write_text(json.dumps(document, indent=2) + "\n")
     plot_sweep(policies, args.alpha, args.out / "attainment_vs_rate.png")
+    for warning in warnings:
+        print(f"iterserve sweep: warning: {warning}", file=sys.stderr)
     for name, summary in policies.items():
         print(f"{name}: goodput capacity {summary['capacity_rate_per_s']} req/s "
               f"(alpha {args.alpha}, {args.trials} trials) -> {args.out / 'sweep.json'}")

@@ -24,10 +24,11 @@ or after it, so an arrival can be recorded after facts stamped later than
 it; :meth:`EventRecorder.log` therefore orders the facts by time with a
 stable sort, which keeps each request's causal order.
 
-Per executed iteration the recorder also keeps its row composition and a
-resource sample at the decision (waiting requests, suspended ones included;
-running requests; KV blocks used of the total, both 0 when memory is
-unbounded) for plots.
+Per executed iteration the recorder also keeps its row composition (and the
+number of sequences with work) and a resource sample at the decision
+(waiting requests, suspended ones included, and the suspended count; running
+requests; KV blocks used of the total, both 0 when memory is unbounded) for
+plots and the run summary.
 """
 
 from __future__ import annotations
@@ -158,9 +159,10 @@ class EventRecorder(EngineObserver):
             rows[item.kind] += item.end - item.start
         self.iterations.append(IterationComposition(
             time_s, rows[WorkKind.PREFILL_CHUNK], rows[WorkKind.DECODE_ROW],
-            rows[WorkKind.REBUILD]))
+            rows[WorkKind.REBUILD], num_sequences=len({item.request_id for item in plan.work})))
         facts = state.capacity
         total = facts.num_blocks_total or 0
         used = 0 if facts.num_blocks_free is None else total - facts.num_blocks_free
         self.samples.append(ResourceSample(
-            time_s, len(state.waiting) + len(state.suspended), len(state.running), used, total))
+            time_s, len(state.waiting) + len(state.suspended), len(state.running), used, total,
+            num_suspended=len(state.suspended)))

@@ -13,6 +13,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 SLOT_OCCUPANCY_LABEL = "logical slot occupancy (not measured GPU utilization)"
+SEQUENCE_SLOT_OCCUPANCY_LABEL = (
+    "logical slot occupancy: sequences per iteration / sequence_budget "
+    "(not measured GPU utilization)"
+)
+TOKEN_BUDGET_UTILISATION_LABEL = (
+    "token-budget utilisation: token rows per iteration / token_budget "
+    "(not measured GPU utilization)"
+)
 _TICK_ROUNDING = 1e-9  # 1.3 / 0.01 is 129.99999999999997 in floats; a tick count is exact
 
 
@@ -25,6 +33,7 @@ class IterationComposition:
     num_prefill_rows: int
     num_decode_rows: int
     num_rebuild_rows: int = 0
+    num_sequences: int | None = None  # distinct requests with work; None when not recorded
 
     def __post_init__(self) -> None:
         counts = (self.num_prefill_rows, self.num_decode_rows, self.num_rebuild_rows)
@@ -81,6 +90,50 @@ def slot_occupancy(
         num_rebuild_slot_iterations=sum(item.num_rebuild_rows for item in iterations),
         occupancy=useful / available if available else None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetUse:
+    """A used / available ratio over executed iterations with the name of
+    what it counts: sequences against sequence_budget (logical slot
+    occupancy) or token rows against token_budget (token-budget
+    utilisation). The two are different figures and never share a name."""
+
+    label: str
+    num_used: int
+    num_available: int
+
+    @property
+    def fraction(self) -> float | None:
+        return self.num_used / self.num_available if self.num_available else None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"label": self.label, "num_used": self.num_used,
+                "num_available": self.num_available, "fraction": self.fraction}
+
+
+def token_budget_utilisation(
+    iterations: Sequence[IterationComposition], token_budget: int
+) -> BudgetUse:
+    """Token rows carried / (token_budget x iterations)."""
+    if token_budget < 1:
+        raise ValueError("token_budget must be >= 1")
+    return BudgetUse(TOKEN_BUDGET_UTILISATION_LABEL, sum(item.num_rows for item in iterations),
+                     token_budget * len(iterations))
+
+
+def sequence_slot_occupancy(
+    iterations: Sequence[IterationComposition], sequence_budget: int
+) -> BudgetUse | None:
+    """Sequences with work / (sequence_budget x iterations); None when the
+    iterations do not record their sequence counts."""
+    if sequence_budget < 1:
+        raise ValueError("sequence_budget must be >= 1")
+    counts = [item.num_sequences for item in iterations]
+    if any(count is None for count in counts):
+        return None
+    return BudgetUse(SEQUENCE_SLOT_OCCUPANCY_LABEL, sum(c for c in counts if c is not None),
+                     sequence_budget * len(iterations))
 
 
 def num_window_iterations(window_s: float, iteration_s: float) -> int:

@@ -2,8 +2,10 @@
 
 Figures are built with ``matplotlib.figure.Figure`` on an explicit Agg canvas:
 no pyplot, no global backend switch, no state shared between calls. Each
-function writes one PNG and returns its path. Slot occupancy, wherever shown,
-is labelled "not measured GPU utilization" (0x02).
+function writes one PNG and returns its path. Capacity use, wherever shown,
+is labelled "not measured GPU utilization" (0x02); token rows against the
+token budget are "token-budget utilisation", never slot occupancy. Runs on
+the iteration clock pass ``unit`` so that axes count iterations.
 """
 
 from __future__ import annotations
@@ -17,11 +19,16 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from iterserve.metrics.capacity import SLOT_OCCUPANCY_LABEL, IterationComposition, slot_occupancy
+from iterserve.metrics.capacity import (
+    TOKEN_BUDGET_UTILISATION_LABEL,
+    IterationComposition,
+    token_budget_utilisation,
+)
 from iterserve.metrics.events import Event
-from iterserve.metrics.report import Report
+from iterserve.metrics.report import LatencySamples, Report
 from iterserve.metrics.series import ResourceSample, ServiceWeights, client_service_series
 from iterserve.metrics.slo import ObservationWindow
+from iterserve.metrics.time_unit import SECONDS, TimeUnit
 from iterserve.metrics.timeline import build_timelines
 
 _MS_PER_S = 1000.0
@@ -49,16 +56,51 @@ def plot_latency_cdfs(reports: Sequence[Report], path: str | Path) -> Path:
     return _save(figure, path)
 
 
+_LATENCY_PANELS = (("ttft", "TTFT"), ("tbt", "TBT"), ("end_to_end", "end-to-end"),
+                   ("queue", "queue time"))
+
+
+def plot_latency_distributions(
+    samples: LatencySamples,
+    path: str | Path,
+    *,
+    label: str,
+    unit: TimeUnit = SECONDS,
+    ttft_limit_ms: float | None = None,
+    tbt_limit_ms: float | None = None,
+) -> Path:
+    """Empirical CDFs of TTFT, TBT, end-to-end and queue time (ms, or
+    iterations on the iteration clock), with declared limits dotted."""
+    figure, axes = _figure(2, 2, width_in=11.0, height_in=8.0)
+    limits = {"ttft": ttft_limit_ms, "tbt": tbt_limit_ms}
+    for axis, (name, title) in zip(axes, _LATENCY_PANELS, strict=True):
+        values = [value * unit.latency_scale for value in samples.named()[name]]
+        _step_cdf(axis, values, f"{label} (n={len(values)})")
+        limit_ms = limits.get(name)
+        if limit_ms is not None:
+            shown = limit_ms / 1000.0 * unit.latency_scale
+            axis.axvline(shown, color="black", linestyle=":",
+                         label=f"limit {limit_ms:g} ms")
+        axis.set_xlabel(f"{title} ({unit.latency_name})")
+        axis.set_ylabel("fraction of samples <= x")
+        axis.set_ylim(0.0, 1.02)
+        axis.set_title(f"{title} CDF")
+        axis.legend(fontsize="small", loc="lower right")  # "best" is slow on large samples
+    return _save(figure, path)
+
+
 def plot_batch_composition(
     iterations: Sequence[IterationComposition],
     path: str | Path,
     *,
     max_rows_per_iteration: int | None = None,
+    unit: TimeUnit = SECONDS,
 ) -> Path:
-    """Stacked rows per iteration: prefill, decode, rebuild."""
+    """Stacked rows per iteration: prefill, decode, rebuild;
+    ``max_rows_per_iteration`` is the token budget."""
     figure, axes = _figure(1, 1, width_in=10.0)
     axis = axes[0]
-    times_s = [item.time_s for item in iterations]
+    times_s = [unit.from_s(item.time_s) for item in iterations]
     width_s = _bar_width_s(times_s)
     prefill = [item.num_prefill_rows for item in iterations]
     decode = [item.num_decode_rows for item in iterations]
@@ -87,31 +129,37 @@ def plot_batch_composition(
     tallest = max([item.num_rows for item in iterations] + [max_rows_per_iteration or 0, 1])
     axis.set_ylim(0.0, 1.2 * tallest)
     if max_rows_per_iteration is not None:
-        axis.axhline(max_rows_per_iteration, color="black", linestyle=":", label="row slots")
-        occupancy = slot_occupancy(iterations, max_rows_per_iteration).occupancy
-        if occupancy is not None:
-            title += f"\n{SLOT_OCCUPANCY_LABEL}: {100 * occupancy:.1f}%"
+        axis.axhline(max_rows_per_iteration, color="black", linestyle=":", label="token budget")
+        fraction = token_budget_utilisation(iterations, max_rows_per_iteration).fraction
+        if fraction is not None:
+            title += f"\n{TOKEN_BUDGET_UTILISATION_LABEL}: {100 * fraction:.1f}%"
     axis.set_title(title)
-    axis.set_xlabel("iteration start (s)")
+    axis.set_xlabel(unit.axis_label("iteration start"))
     axis.set_ylabel("rows")
-    axis.legend(fontsize="small")
+    axis.legend(fontsize="small", loc="upper right")
     return _save(figure, path)
 
 
-def plot_queue_and_kv(samples: Sequence[ResourceSample], path: str | Path) -> Path:
-    """Queue depth (waiting, running) and KV block usage over time."""
+def plot_queue_and_kv(
+    samples: Sequence[ResourceSample], path: str | Path, *, unit: TimeUnit = SECONDS
+) -> Path:
+    """Queue depth (waiting, suspended after preemption, running) and KV
+    block usage over time."""
     figure, axes = _figure(2, 1, width_in=10.0, height_in=6.5, sharex=True)
-    times_s = [sample.time_s for sample in samples]
-    axes[0].step(times_s, [s.num_waiting for s in samples], where="post", label="waiting")
+    times_s = [unit.from_s(sample.time_s) for sample in samples]
+    axes[0].step(times_s, [s.num_waiting - s.num_suspended for s in samples], where="post",
+                 label="waiting (not yet admitted)")
+    axes[0].step(times_s, [s.num_suspended for s in samples], where="post",
+                 label="suspended (preempted)")
     axes[0].step(times_s, [s.num_running for s in samples], where="post", label="running")
     axes[0].set_ylabel("requests")
     axes[0].set_title("Queue depth")
-    axes[0].legend(fontsize="small")
+    axes[0].legend(fontsize="small", loc="upper right")
     usage = [_nan_if_none(sample.kv_usage_fraction) for sample in samples]
     axes[1].step(times_s, usage, where="post", color="tab:green")
     axes[1].set_ylim(0.0, 1.02)
     axes[1].set_ylabel("KV blocks used / total")
-    axes[1].set_xlabel("time (s)")
+    axes[1].set_xlabel(unit.axis_label())
     axes[1].set_title("KV block usage")
     return _save(figure, path)
 
@@ -122,6 +170,7 @@ def plot_client_service(
     *,
     weights: ServiceWeights | None = None,
     window: ObservationWindow | None = None,
+    unit: TimeUnit = SECONDS,
 ) -> Path:
     """Cumulative weighted completed service per client (0x09A F53)."""
     service_weights = weights or ServiceWeights()
@@ -132,7 +181,8 @@ def plot_client_service(
     figure, axes = _figure(1, 1, width_in=10.0)
     for client, points in series.items():
         axes[0].step(
-            [0.0 if window is None else window.start_s] + [p.time_s for p in points],
+            [unit.from_s(0.0 if window is None else window.start_s)]
+            + [unit.from_s(p.time_s) for p in points],
             [0.0] + [p.cumulative_service for p in points],
             where="post",
             label=client,
@@ -141,9 +191,9 @@ def plot_client_service(
         "Completed service per client "
         f"(w_p={service_weights.prompt_weight:g}, w_q={service_weights.output_weight:g})"
     )
-    axes[0].set_xlabel("time (s)")
+    axes[0].set_xlabel(unit.axis_label())
     axes[0].set_ylabel("cumulative weighted service")
-    axes[0].legend(fontsize="small", title="client")
+    axes[0].legend(fontsize="small", title="client", loc="upper left")
     return _save(figure, path)
 
 

@@ -183,9 +183,13 @@ def evaluate(
 
 
 def _samples(clocks: Sequence[RequestClocks], verdicts: Sequence[RequestOutcome]) -> LatencySamples:
-    completed = [
-        clock for clock, verdict in zip(clocks, verdicts, strict=True) if verdict.is_completed
-    ]
+    return latency_samples(clocks, [verdict.is_completed for verdict in verdicts])
+
+
+def latency_samples(clocks: Sequence[RequestClocks], is_completed: Sequence[bool]) -> LatencySamples:
+    """The sample definitions of the module docstring: TTFT, TBT and queue
+    time over every request; TPOT and end-to-end over completed ones."""
+    completed = [clock for clock, done in zip(clocks, is_completed, strict=True) if done]
     return LatencySamples(
         ttft_s=_ascending(clock.ttft_s for clock in clocks),
         tbt_s=tuple(sorted(gap for clock in clocks for gap in clock.tbt_gaps_s)),

@@ -85,17 +85,23 @@ def client_service_totals(
 
 @dataclass(frozen=True, slots=True)
 class ResourceSample:
-    """One sample of queue depth and KV block usage, as the engine observed it."""
+    """One sample of queue depth and KV block usage, as the engine observed it.
+    ``num_waiting`` counts every request not running, suspended (preempted)
+    ones included; ``num_suspended`` is that suspended subset."""
 
     time_s: float
     num_waiting: int
     num_running: int
     num_kv_blocks_used: int
     num_kv_blocks_total: int
+    num_suspended: int = 0
 
     def __post_init__(self) -> None:
-        if min(self.num_waiting, self.num_running, self.num_kv_blocks_used) < 0:
+        if min(self.num_waiting, self.num_running, self.num_kv_blocks_used,
+               self.num_suspended) < 0:
             raise ValueError("counts must be >= 0")
+        if self.num_suspended > self.num_waiting:
+            raise ValueError("num_suspended is a subset of num_waiting")
         if not 0 <= self.num_kv_blocks_used <= self.num_kv_blocks_total:
             raise ValueError("need 0 <= num_kv_blocks_used <= num_kv_blocks_total")
 

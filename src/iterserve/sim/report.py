@@ -7,14 +7,16 @@ and is labelled "not measured GPU utilization" wherever it appears (0x02).
 :func:`run_simulation` wires one run: the workload's simulated executor timed
 by a named cost model, the overload gate, the run trace, the metric event
 recorder and optionally the decision log. :func:`write_metric_outputs` turns
-its events into events.jsonl, report.md and PNG plots (0x07).
+its events into events.jsonl, report.md and PNG plots (0x07): the run
+summary (latency distributions, throughput, preemptions, KV use) always, the
+SLO outcome ledger when an SLO is declared.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -33,13 +35,15 @@ from iterserve.metrics import (
     SloConfig,
     evaluate,
     render_markdown,
-    slot_occupancy,
 )
 from iterserve.metrics.chunk_ledger import PROXY_LABEL, ledger_from_starts
 from iterserve.metrics.fairness import FairnessReport, evaluate_fairness
 from iterserve.metrics.fairness_md import render_fairness
 from iterserve.metrics.outcomes import counts_by_client
+from iterserve.metrics.run_summary import RunSummary, summarize_run
 from iterserve.metrics.series import ServiceWeights
+from iterserve.metrics.summary_md import render_summary
+from iterserve.metrics.time_unit import TimeUnit, clock_time_unit
 from iterserve.metrics.timeline import build_timelines
 from iterserve.plan import Policy
 from iterserve.policies.settings import settings_of
@@ -48,7 +52,8 @@ from iterserve.sim.cost import ClockedCost, NamedCostModel, seconds_per_clock_un
 from iterserve.sim.factory import make_simulated_executor
 from iterserve.sim.ledger_trace import LedgerTrace
 
-OCCUPANCY_LABEL = "logical slot occupancy; not measured GPU utilization"
+OCCUPANCY_LABEL = ("logical slot occupancy: sequences per iteration / sequence_budget; "
+                   "not measured GPU utilization")
 
 
 def chunk_ledger_report(workload: OnlineWorkload, trace: RunTrace,
@@ -143,9 +148,11 @@ def costed_executor(manifest: WorkloadManifest, model: NamedCostModel) -> Simula
 
 
 def run_simulation(manifest: WorkloadManifest, config: RunConfig,
-                   decision_log: IO[str] | None = None) -> SimulationRun:
+                   decision_log: IO[str] | None = None,
+                   extra_observers: Sequence[EngineObserver] = ()) -> SimulationRun:
     """Run to completion (or ``max_iterations``), recording the run trace,
-    the metric events and, when a stream is given, the decision log."""
+    the metric events and, when a stream is given, the decision log;
+    ``extra_observers`` (a progress display) see every step too."""
     online = manifest.online
     executor = costed_executor(manifest, config.cost_model)
     trace = RunTrace()
@@ -160,6 +167,7 @@ def run_simulation(manifest: WorkloadManifest, config: RunConfig,
                                    executor.capacity(), cost_model=config.cost_model.spec,
                                    gate=record, policy_settings=settings_of(config.policy))
         observers.append(writer)
+    observers.extend(extra_observers)
     engine = Engine(online, config.policy, executor, observers, gate=engine_gate(config.gate))
     engine.run(max_iterations=config.max_iterations)
     if writer is not None:
@@ -219,13 +227,11 @@ BoundOf = Callable[[FairnessReport], dict[str, Any]]
 
 @dataclass(frozen=True, slots=True)
 class MetricOutputs:
-    """The metrics report (None without an SLO) and the fairness measures
-    (None when nothing arrived)."""
-
-    report: Report | None
-    fairness: FairnessReport | None
-    bound: dict[str, Any] | None = None
-    guard: dict[str, Any] | None = None
+    summary: RunSummary | None  # None when nothing arrived
+    report: Report | None  # the SLO evaluation; None without an SLO
+    fairness: FairnessReport | None = None  # 0x09A measures; None when nothing arrived
+    bound: dict[str, Any] | None = None  # a policy's declared service bound (vtc)
+    guard: dict[str, Any] | None = None  # the starvation guard's firings
 
 
 def run_fairness(log: EventLog, workload: OnlineWorkload, window: ObservationWindow,
@@ -239,51 +245,63 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
                          slo: SloConfig | None, window: ObservationWindow | None,
                          label: str, *, plots: bool = True, horizon_s: float | None = None,
                          bound_of: BoundOf | None = None) -> MetricOutputs:
-    """events.jsonl, report.md (with its fairness section, 0x09A) and
-    (unless ``plots`` is False) the PNG plots."""
+    """events.jsonl, report.md (with the fairness section, 0x09A) and
+    (unless ``plots`` is False) the PNG plots. The run summary and the
+    fairness measures are written with or without an SLO; the metrics
+    report (outcome ledger, attainment) only when one is declared."""
     log = run.recorder.log()
     log.write_jsonl(out_dir / "events.jsonl")
     recorder = run.recorder
-    occupancy = slot_occupancy(recorder.iterations, workload.capacity.token_budget)
+    unit = clock_time_unit(workload.clock, recorder.seconds_per_clock_unit)
+    title = f"{workload.workload_id}: {label}"
+    if not len(log):
+        (out_dir / "report.md").write_text(f"# {title}\n\nNothing arrived: no events.\n")
+        return MetricOutputs(None, None)
+    window = window or default_window(log)
+    summary = summarize_run(list(log), window, unit, label=label,
+                            iterations=recorder.iterations, resources=recorder.samples,
+                            token_budget=workload.capacity.token_budget,
+                            sequence_budget=workload.capacity.sequence_budget)
     weights, _ = service_weights_of(workload)
-    window = window if window is not None or not len(log) else default_window(log)
-    report = None if slo is None or window is None else evaluate(
-        log, slo, window, label=label, service_weights=weights)
-    fairness = None if window is None else run_fairness(log, workload, window, horizon_s)
-    bound = None if fairness is None or bound_of is None else bound_of(fairness)
+    report = None if slo is None else evaluate(log, slo, window, label=label,
+                                               service_weights=weights)
+    fairness = run_fairness(log, workload, window, horizon_s)
+    bound = None if bound_of is None else bound_of(fairness)
     horizon = None if workload.fairness is None else workload.fairness.starvation_horizon
     guard = None if horizon is None else run.ledger_trace.guard_dict(horizon)
+    lines = [f"# {title}", "", *render_summary(summary), ""]
     if report is None:
-        text = (f"# {label}\n\nNo SLO declared (workload `slo`, or --slo-ttft-ms/--slo-tbt-ms): "
-                f"no outcome ledger. {occupancy.label}: {occupancy.occupancy}\n")
+        lines += ["## SLO", "", "No SLO declared (workload `slo`, or --slo-ttft-ms/--slo-tbt-ms): "
+                  "no outcome ledger, no attainment.", ""]
+        text = "\n".join(lines)
     else:
-        text = render_markdown(
-            [report], title=f"{workload.workload_id}: {label}", occupancy={label: occupancy})
-    if fairness is not None:
-        outcomes = None if report is None else counts_by_client(report.request_outcomes)
-        text += "\n" + render_fairness(fairness, outcomes, bound, guard)
+        text = "\n".join(lines) + "\n" + render_markdown([report], title=f"SLO evaluation: {label}")
+    outcomes = None if report is None else counts_by_client(report.request_outcomes)
+    text += "\n" + render_fairness(fairness, outcomes, bound, guard)
     (out_dir / "report.md").write_text(text)
     if plots:
-        _plot_run(out_dir, recorder, log, report, workload.capacity.token_budget, weights)
-    return MetricOutputs(report, fairness, bound, guard)
+        _plot_run(out_dir, recorder, log, summary, slo, workload.capacity.token_budget, unit,
+                  weights)
+    return MetricOutputs(summary, report, fairness, bound, guard)
 
 
-def _plot_run(out_dir: Path, recorder: EventRecorder, log: EventLog, report: Report | None,
-              max_rows_per_iteration: int, weights: ServiceWeights) -> None:
+def _plot_run(out_dir: Path, recorder: EventRecorder, log: EventLog, summary: RunSummary,
+              slo: SloConfig | None, token_budget: int, unit: TimeUnit,
+              weights: ServiceWeights) -> None:
     # imported here: matplotlib costs ~2 s of start-up that other commands should not pay
     from iterserve.metrics.plots import (
         plot_batch_composition,
         plot_client_service,
-        plot_latency_cdfs,
+        plot_latency_distributions,
         plot_queue_and_kv,
     )
 
-    if report is not None:
-        plot_latency_cdfs([report], out_dir / "latency_cdfs.png")
+    plot_latency_distributions(summary.samples, out_dir / "latency_cdfs.png", label=summary.label,
+                               unit=unit, ttft_limit_ms=None if slo is None else slo.ttft_ms,
+                               tbt_limit_ms=None if slo is None else slo.tbt_ms)
     if recorder.iterations:
         plot_batch_composition(recorder.iterations, out_dir / "batch_composition.png",
-                               max_rows_per_iteration=max_rows_per_iteration)
-        plot_queue_and_kv(recorder.samples, out_dir / "queue_and_kv.png")
-    if len(log):
-        plot_client_service(log, out_dir / "client_service.png", weights=weights,
-                            window=None if report is None else report.window)
+                               max_rows_per_iteration=token_budget, unit=unit)
+        plot_queue_and_kv(recorder.samples, out_dir / "queue_and_kv.png", unit=unit)
+    plot_client_service(log, out_dir / "client_service.png", window=summary.window, unit=unit,
+                        weights=weights)

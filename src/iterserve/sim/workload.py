@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -82,7 +83,7 @@ def parse_workload(raw: Any) -> WorkloadManifest:
     requests_raw = _field(obj, "requests", "workload", list)
     requests = tuple(_request(item, f"requests[{i}]") for i, item in enumerate(requests_raw))
     ids = [r.request_id for r in requests]
-    duplicates = sorted({rid for rid in ids if ids.count(rid) > 1})
+    duplicates = sorted(rid for rid, n in Counter(ids).items() if n > 1)  # linear: 100k ids
     if duplicates:
         raise WorkloadError(f"requests: duplicate request_id(s) {duplicates}")
     capacity_obj = _mapping(obj.get("capacity"), "capacity")

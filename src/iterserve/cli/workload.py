@@ -1,0 +1,121 @@
+"""``iterserve workload gen SPEC -o FILE`` and ``iterserve workload convert
+TRACE --format jsonl|azure|burstgpt -o FILE``: workload files from a
+generator spec or a request trace (docs/workloads.md). Both write the
+workload-file schema; realized output lengths go to the hidden-truth section
+only, and the written document is checked by the workload loader first."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from iterserve.cli.simulate import FlagError
+from iterserve.sim.generators import generate_document
+from iterserve.sim.trace_workload import (
+    TraceSelection,
+    TraceTarget,
+    select_records,
+    trace_document,
+)
+from iterserve.sim.traces import FORMATS, read_trace, trace_lengths
+from iterserve.sim.workload import parse_workload
+from iterserve.sim.workload_json import write_workload
+from iterserve.sim.workload_spec import WorkloadSpecError, parse_spec
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("workload", help="generate or convert workload files")
+    commands = parser.add_subparsers(dest="workload_command", required=True)
+    gen = commands.add_parser("gen", help="generate a workload from a JSON spec")
+    gen.add_argument("spec", type=Path, help="generator spec (JSON, docs/workloads.md)")
+    gen.add_argument("-o", "--out", type=Path, required=True, help="workload JSON to write")
+    gen.set_defaults(run=run_gen)
+    convert = commands.add_parser("convert", help="a request trace as a workload")
+    convert.add_argument("trace", type=Path, help="trace file")
+    convert.add_argument("--format", required=True, choices=FORMATS, help="trace layout")
+    convert.add_argument("-o", "--out", type=Path, required=True, help="workload JSON to write")
+    convert.add_argument("--start", type=float, default=0.0, metavar="S",
+                         help="keep requests at or after S trace seconds")
+    convert.add_argument("--end", type=float, default=None, metavar="S",
+                         help="keep requests before S trace seconds")
+    convert.add_argument("--limit", type=int, default=None, help="keep the first N requests")
+    convert.add_argument("--sample", type=float, default=1.0, metavar="FRACTION",
+                         help="keep each request with this probability (seeded)")
+    convert.add_argument("--seed", type=int, default=0, help="seed for --sample")
+    convert.add_argument("--time-scale", type=float, default=1.0,
+                         help="multiply arrival times (0.5 doubles the rate)")
+    convert.add_argument("--workload-id", default=None, help="default: the trace file name")
+    convert.add_argument("--max-output-tokens", type=int, default=4096,
+                         help="declared output cap of every request (realized lengths stay "
+                              "hidden; longer ones are truncated to it)")
+    convert.add_argument("--token-budget", type=int, default=2048)
+    convert.add_argument("--sequence-budget", type=int, default=256)
+    convert.add_argument("--kv-blocks", type=int, default=None,
+                         help="paged KV pool size (default: unbounded)")
+    convert.add_argument("--block-size", type=int, default=16)
+    convert.set_defaults(run=run_convert)
+
+
+def run_gen(args: argparse.Namespace) -> int:
+    raw = _read_json(args.spec)
+    base_dir = args.spec.parent
+
+    def read_lengths(path: str, fmt: str, column: str) -> tuple[int, ...]:
+        return trace_lengths(base_dir / path, fmt, column)
+
+    document = generate_document(parse_spec(raw, read_lengths))
+    parse_workload(document)
+    write_workload(document, args.out)
+    print(f"{_summary(document)} -> {args.out}")
+    return 0
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    try:
+        selection = TraceSelection(args.start, args.end, args.limit, args.sample, args.seed,
+                                   args.time_scale)
+        target = TraceTarget(args.workload_id or args.trace.name,
+                             {"token_budget": args.token_budget,
+                              "sequence_budget": args.sequence_budget},
+                             args.max_output_tokens, kv=_kv(args))
+    except ValueError as exc:
+        raise FlagError(str(exc)) from None
+    trace = read_trace(args.trace, args.format)
+    try:
+        document, num_truncated = trace_document(select_records(trace.records, selection),
+                                                 selection, target)
+    except ValueError as exc:
+        raise FlagError(str(exc)) from None
+    parse_workload(document)
+    write_workload(document, args.out)
+    print(f"{_summary(document)}; {len(trace.records)} trace requests read, "
+          f"{trace.num_failed_skipped} failed rows skipped, {num_truncated} outputs truncated "
+          f"to --max-output-tokens -> {args.out}")
+    return 0
+
+
+def _kv(args: argparse.Namespace) -> dict[str, int] | None:
+    if args.kv_blocks is None:
+        return None
+    return {"num_blocks": args.kv_blocks, "block_size": args.block_size}
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise WorkloadSpecError(f"{path}: no such file") from None
+    except json.JSONDecodeError as exc:
+        raise WorkloadSpecError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") \
+            from None
+
+
+def _summary(document: dict[str, Any]) -> str:
+    requests = document["requests"]
+    clients = Counter(r["client_id"] for r in requests)
+    span = (requests[-1]["arrival"] - requests[0]["arrival"]) if requests else 0
+    return (f"{document['workload_id']}: {len(requests)} requests over {span:g} "
+            f"{document['clock']} ({', '.join(f'{c}={n}' for c, n in sorted(clients.items()))})")

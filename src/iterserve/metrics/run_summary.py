@@ -1,0 +1,164 @@
+"""The run summary a person reads, with or without an SLO (0x07).
+
+Every ``simulate`` report carries it: request counts, throughput, gated
+latency distributions (TTFT, TBT, TPOT, end-to-end, queue time; nearest
+rank, withheld below their sample gate), preemptions, KV block use, and the
+two capacity-use figures under their own names (logical slot occupancy of
+sequences, token-budget utilisation of rows; both over every executed
+iteration, not only the window). It judges nothing: the outcome
+ledger and attainment need an SLO and live in :mod:`iterserve.metrics.report`.
+
+Cohort and samples follow :mod:`iterserve.metrics.report`: requests whose
+original arrival lies in the window, facts stamped inside it. Times are shown
+in the run's :class:`~iterserve.metrics.time_unit.TimeUnit` (iterations on
+the iteration clock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import fmean
+from typing import Any
+
+from iterserve.metrics.capacity import (
+    BudgetUse,
+    IterationComposition,
+    sequence_slot_occupancy,
+    token_budget_utilisation,
+)
+from iterserve.metrics.clocks import request_clocks
+from iterserve.metrics.events import Event, PreemptEvent, ResumeEvent
+from iterserve.metrics.percentiles import summarize
+from iterserve.metrics.report import LatencySamples, latency_samples
+from iterserve.metrics.series import ResourceSample
+from iterserve.metrics.slo import ObservationWindow
+from iterserve.metrics.time_unit import TimeUnit
+from iterserve.metrics.timeline import build_timelines
+
+SUMMARY_SCHEMA = "iterserve.metrics.run_summary/v1"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestCounts:
+    num_offered: int
+    num_completed: int
+    num_rejected: int
+    num_cancelled: int
+    num_unfinished: int
+    num_emitted_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class KvUse:
+    """KV blocks in use, sampled at each decision."""
+
+    num_blocks_total: int
+    peak_num_blocks_used: int
+    mean_usage_fraction: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    label: str
+    window: ObservationWindow
+    unit: TimeUnit
+    counts: RequestCounts
+    samples: LatencySamples
+    num_preemptions: dict[str, int]  # by mode: recompute, swap
+    num_resumes: int
+    kv: KvUse | None
+    slot_occupancy: BudgetUse | None
+    token_budget_utilisation: BudgetUse
+
+    def window_in_units(self) -> float:
+        return self.unit.from_s(self.window.duration_s)
+
+    def latency(self) -> dict[str, Any]:
+        return {name: summarize(values).to_dict(scale=self.unit.latency_scale)
+                for name, values in self.samples.named().items()}
+
+    def throughput(self) -> dict[str, Any]:
+        span = self.window_in_units()
+        suffix = self.unit.rate_suffix
+        return {
+            f"window_{'iterations' if self.unit.is_iterations else 's'}": span,
+            f"offered_rate_{suffix}": self.counts.num_offered / span,
+            f"request_throughput_{suffix}": self.counts.num_completed / span,
+            f"emitted_token_throughput_{suffix}": self.counts.num_emitted_tokens / span,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        kv = self.kv
+        return {
+            "schema": SUMMARY_SCHEMA,
+            "label": self.label,
+            "time_unit": self.unit.name,
+            "seconds_per_clock_unit": self.unit.seconds_per_unit,
+            "window": self.window.to_dict(),
+            "requests": vars_of(self.counts),
+            "throughput": self.throughput(),
+            f"latency_{self.unit.latency_name}": self.latency(),
+            "preemptions": {**self.num_preemptions, "resumes": self.num_resumes},
+            "kv_blocks": None if kv is None else {
+                "num_blocks_total": kv.num_blocks_total,
+                "peak_num_blocks_used": kv.peak_num_blocks_used,
+                "peak_usage_fraction": kv.peak_num_blocks_used / kv.num_blocks_total,
+                "mean_usage_fraction": kv.mean_usage_fraction,
+            },
+            "logical_slot_occupancy": (None if self.slot_occupancy is None
+                                       else self.slot_occupancy.to_dict()),
+            "token_budget_utilisation": self.token_budget_utilisation.to_dict(),
+        }
+
+
+def vars_of(counts: RequestCounts) -> dict[str, int]:
+    return {name: getattr(counts, name) for name in RequestCounts.__dataclass_fields__}
+
+
+def summarize_run(
+    events: Sequence[Event],
+    window: ObservationWindow,
+    unit: TimeUnit,
+    *,
+    label: str,
+    iterations: Sequence[IterationComposition],
+    resources: Sequence[ResourceSample],
+    token_budget: int,
+    sequence_budget: int,
+) -> RunSummary:
+    observed = build_timelines(events, end_s=window.end_s)
+    cohort = [t for _, t in sorted(observed.items()) if window.contains(t.arrival_s)]
+    clocks = [request_clocks(t) for t in cohort]
+    completed = [t.is_finished for t in cohort]
+    counts = RequestCounts(
+        num_offered=len(cohort),
+        num_completed=sum(completed),
+        num_rejected=sum(t.is_rejected for t in cohort),
+        num_cancelled=sum(t.is_cancelled and not t.is_finished for t in cohort),
+        num_unfinished=sum(not (t.is_finished or t.is_rejected or t.is_cancelled)
+                           for t in cohort),
+        num_emitted_tokens=sum(len(t.emission_s) for t in cohort),
+    )
+    inside = [e for e in events if window.contains(e.time_s)]
+    modes = [e.mode for e in inside if isinstance(e, PreemptEvent)]
+    return RunSummary(
+        label=label, window=window, unit=unit, counts=counts,
+        samples=latency_samples(clocks, completed),
+        num_preemptions={"recompute": modes.count("recompute"), "swap": modes.count("swap")},
+        num_resumes=sum(isinstance(e, ResumeEvent) for e in inside),
+        kv=_kv_use(resources),
+        slot_occupancy=sequence_slot_occupancy(iterations, sequence_budget),
+        token_budget_utilisation=token_budget_utilisation(iterations, token_budget),
+    )
+
+
+def _kv_use(resources: Sequence[ResourceSample]) -> KvUse | None:
+    bounded = [s for s in resources if s.num_kv_blocks_total > 0]
+    if not bounded:
+        return None
+    return KvUse(
+        num_blocks_total=max(s.num_kv_blocks_total for s in bounded),
+        peak_num_blocks_used=max(s.num_kv_blocks_used for s in bounded),
+        mean_usage_fraction=fmean(s.num_kv_blocks_used / s.num_kv_blocks_total for s in bounded),
+    )

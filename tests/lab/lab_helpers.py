@@ -1,0 +1,40 @@
+"""Small generator specs for the lab tests."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TRACES = REPO_ROOT / "examples" / "traces"
+CHAT_MIX = REPO_ROOT / "examples" / "specs" / "chat_mix.json"
+
+SMALL_SPEC: dict[str, Any] = {
+    "workload_id": "lab-small",
+    "seed": 3,
+    "num_requests": 12,
+    "clock": "iteration",
+    "iteration_s": 1.0,
+    # prompts fit the token budget (orca runs whole prompts); chunk_size for the chunked policies
+    "capacity": {"token_budget": 24, "sequence_budget": 4},
+    "policy_settings": {"chunk_size": 6},
+    "arrival": {"process": "poisson", "rate_per_s": 0.8},
+    "slo_classes": {"fast": {"ttft_ms": 4000, "tbt_ms": 2000}},
+    "prefix_groups": {"sys": {"num_prefix_tokens": 4, "num_variants": 2}},
+    "vocab_size": 100,
+    "clients": [
+        {"client_id": "a", "weight": 2, "slo_class": "fast", "prefix_group": "sys",
+         "prompt_tokens": {"kind": "uniform", "min": 2, "max": 12},
+         "output_tokens": {"kind": "uniform", "min": 1, "max": 9}, "max_output_tokens": 8},
+        {"client_id": "b", "priority": 1,
+         "prompt_tokens": {"kind": "lognormal", "median": 6, "sigma": 0.5, "min": 1, "max": 16},
+         "output_tokens": {"kind": "fixed", "value": 5}, "max_output_tokens": 8},
+    ],
+}
+
+
+def small_spec(**changes: Any) -> dict[str, Any]:
+    spec = copy.deepcopy(SMALL_SPEC)
+    spec.update(changes)
+    return spec
