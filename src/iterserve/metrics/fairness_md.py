@@ -10,6 +10,7 @@ from typing import Any
 
 from iterserve.metrics.fairness import FairnessReport
 from iterserve.metrics.outcomes import OutcomeCounts
+from iterserve.metrics.time_unit import SECONDS, TimeUnit
 
 
 def render_fairness(
@@ -17,10 +18,13 @@ def render_fairness(
     outcomes: Mapping[str, OutcomeCounts] | None = None,
     bound: Mapping[str, Any] | None = None,
     guard: Mapping[str, Any] | None = None,
+    unit: TimeUnit = SECONDS,
 ) -> str:
     """The fairness section; ``outcomes`` per client when an SLO was judged;
-    ``bound`` a policy's declared service-difference bound beside the observed gap."""
+    ``bound`` a policy's declared service-difference bound beside the observed
+    gap. Times are shown in ``unit`` (iterations on the iteration clock)."""
     weights = report.weights
+    name = "iterations" if unit.is_iterations else "s"
     lines = [
         "## Fairness (0x09A)",
         "",
@@ -28,8 +32,8 @@ def render_fairness(
         f"w_q={weights.output_weight:g} per completed output, divided by the client weight; "
         "published from completed facts only (rebuild and planned work earn 0).",
         "",
-        "| client | weight | service | completed events | backlogged (s) "
-        "| longest unserved (s) | starved | SLO-valid | miss | rejected | unfinished |",
+        f"| client | weight | service | completed events | backlogged ({name}) "
+        f"| longest unserved ({name}) | starved | SLO-valid | miss | rejected | unfinished |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for client in report.per_client:
@@ -39,25 +43,28 @@ def render_fairness(
             counts.num_unfinished)
         lines.append(
             f"| {client.client_id} | {client.weight:g} | {client.service:g} "
-            f"| {client.num_completed_events} | {client.backlogged_s:g} "
-            f"| {client.longest_unserved_s:g} | {'yes' if client.is_starved else 'no'} "
+            f"| {client.num_completed_events} | {unit.from_s(client.backlogged_s):g} "
+            f"| {unit.from_s(client.longest_unserved_s):g} "
+            f"| {'yes' if client.is_starved else 'no'} "
             f"| {' | '.join(str(value) for value in slo)} |")
-    lines += ["", *_summary(report, bound), ""]
+    lines += ["", *_summary(report, bound, unit, name), ""]
     if guard is not None:
         lines.insert(-1, f"- starvation guard (horizon {guard['horizon']:g} clock units): "
                          f"fired {guard['num_fired']} time(s)")
     return "\n".join(lines)
 
 
-def _summary(report: FairnessReport, bound: Mapping[str, Any] | None) -> list[str]:
+def _summary(report: FairnessReport, bound: Mapping[str, Any] | None, unit: TimeUnit,
+             name: str) -> list[str]:
     gap = report.max_backlogged_gap
     jain = report.jain_index
     lines = [
         "- max service gap while both backlogged: "
         + ("n/a (no two clients backlogged together)" if gap is None else
            f"{gap.value:g} ({gap.clients[0]} over {gap.clients[1]} on "
-           f"({gap.interval_s[0]:g} s, {gap.interval_s[1]:g} s])"),
-        f"- starved (F63, horizon {report.horizon_s:g} s, {report.horizon_source}): "
+           f"({unit.from_s(gap.interval_s[0]):g}, {unit.from_s(gap.interval_s[1]):g}] {name})"),
+        f"- starved (F63, horizon {unit.from_s(report.horizon_s):g} {name}, "
+        f"{report.horizon_source}): "
         f"{len(report.starved_clients)} {list(report.starved_clients)}",
         "- Jain's index over backlogged service rates: "
         + ("n/a" if jain is None else f"{jain:.4f}"),

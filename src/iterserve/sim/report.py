@@ -277,7 +277,7 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
     else:
         text = "\n".join(lines) + "\n" + render_markdown([report], title=f"SLO evaluation: {label}")
     outcomes = None if report is None else counts_by_client(report.request_outcomes)
-    text += "\n" + render_fairness(fairness, outcomes, bound, guard)
+    text += "\n" + render_fairness(fairness, outcomes, bound, guard, unit)
     (out_dir / "report.md").write_text(text)
     if plots:
         _plot_run(out_dir, recorder, log, summary, slo, workload.capacity.token_budget, unit,
