@@ -122,3 +122,25 @@ def test_policies_vtc_prints_its_contract(capsys) -> None:
     assert "Algorithm 2" in out and "no preemption" in out
     assert main(["policies", "vtc-completed"]) == 0
     assert "does NOT transfer" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("section", "value", "named"), [
+    ("fairness", {"client_weights": {"A": 0}}, "client_weights"),
+    ("fairness", {"starvation_horizon": -1}, "starvation_horizon"),
+    ("fairness", {"bogus": 1}, "bogus"),
+    ("fixture_only_hidden_truth", {"injected_failures": [{"request_id": "zz", "decision_id": 0}]},
+     "request_id"),
+    ("fixture_only_hidden_truth", {"injected_failures": [{"request_id": "a"}]},
+     "injected_failures"),
+])
+def test_bad_fairness_workload_sections_are_one_line(tmp_path, capsys, section, value,
+                                                      named) -> None:
+    from iterserve.cli.main import main
+
+    spec = workload("bad", [request("a", "A")], **{section: value})
+    path = tmp_path / "w.json"
+    path.write_text(__import__("json").dumps(spec))
+    assert main(["simulate", "--workload", str(path), "--policy", "refill", "--out",
+                 str(tmp_path / "o"), "--no-plots"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and named in err[0]
