@@ -29,7 +29,9 @@ class LeastService(LedgerPolicy):
         unknown_future="output lengths",
         objective="serve the least-served client first",
         metric="per-client service, max backlogged service gap, starvation count (0x09A)",
-        assumptions="service published from completed intervals only (F52); no charge at "
+        assumptions="0x09A: eligible while backlogged; cost F52 weighted tokens / client weight; "
+                    "publication: completed intervals; guarantee: none (a baseline). "
+                    "No charge at "
                     "selection, so one plan may admit several requests of one client; "
                     "no service-difference bound is claimed",
         foreign_owners="KV allocator (capacity facts)",

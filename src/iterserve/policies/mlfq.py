@@ -10,12 +10,9 @@ the run's cost model. A job's queue is derived from published state only:
 - promotion: a job unserved for alpha (now minus its last output, or its
   arrival) sits in Q_1 until it is served again.
 
-Every iteration the batch is rebuilt in (queue, arrival) order over every
-live request; a lower-queue running job is preempted through the shared
-mechanism when memory is short. Not an exact reproduction: after a
-promoted job is served it returns to its attained-cost queue instead of
-descending from Q_1 again, and a chunked prefill counts as unserved until
-its first output.
+Each iteration ranks every live request by (queue, arrival); a lower-queue
+running job is preempted through the shared mechanism when memory is short.
+Not exact: a chunked prefill counts as unserved until its first output.
 """
 
 from __future__ import annotations
@@ -73,7 +70,11 @@ class Mlfq(PolicyBase[MlfqConfig]):
         unknown_future="output lengths (queues approximate shortest-remaining first)",
         objective="reduce head-of-line blocking; promotion keeps every job live",
         metric="job completion time; starvation count (0x09A F63)",
-        assumptions="skip-join by predicted first-iteration cost; geometric quanta; promotion "
+        assumptions="0x09A: identity job; eligible while live and ready; cost: predicted "
+                    "iteration time; publication: completed iterations; guarantee: job liveness "
+                    "by promotion. Queues derived from published state (a promoted job "
+                    "returns to its attained-cost queue after service); "
+                    "skip-join by predicted first-iteration cost; geometric quanta; promotion "
                     "after alpha; proves no bound on weighted service between clients",
         foreign_owners="KV allocator (capacity facts); whether preempted KV is kept (M5.5)",
         source="FastServe (Wu et al.), skip-join MLFQ Algorithm 1; spec 0x09A",

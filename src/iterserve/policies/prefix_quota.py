@@ -32,7 +32,9 @@ _CONTRACT = PolicyContract(
     unknown_future="output lengths; future cache contents",
     objective="reuse cached prefixes without starving unique prompts",
     metric="completed requests per group; starvation count (0x09A F63)",
-    assumptions="exact prefix facts from the memory owner at each cut; {shares}; "
+    assumptions="0x09A: identity hit group; eligible while waiting; cost: admissions; "
+                "publication: admission; guarantee: a waiting group is picked once per "
+                "cycle. Exact prefix facts from the memory owner at each cut; {shares}; "
                 "no client-service bound (two clients in one group may differ)",
     foreign_owners="prefix cache / KV allocator (hit facts); placement (M5.6)",
     source="spec 0x09A teaching 2:1 group quota after Preble's local policy (not Preble)",

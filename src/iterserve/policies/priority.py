@@ -27,7 +27,8 @@ class StaticPriority(PolicyBase):
         unknown_future="output lengths",
         objective="serve the most urgent priority first",
         metric="per-priority latency; starvation count (0x09A F63)",
-        assumptions="none about liveness: a persistent urgent stream starves the rest",
+        assumptions="0x09A: identity priority class; eligible from arrival; cost: none; "
+                    "publication: selection; guarantee: priority order only, none about liveness: a persistent urgent stream starves the rest",
         foreign_owners="KV allocator (capacity facts)",
         source="spec 0x09A static-priority fixture",
     )

@@ -45,7 +45,8 @@ class PriorityAging(PolicyBase[AgingConfig]):
         unknown_future="output lengths",
         objective="urgent first, yet an old request's effective priority keeps improving",
         metric="completed events of the low class; wait until first service (0x09A)",
-        assumptions="finite priorities, deterministic tie-breaks, continued eligibility; an "
+        assumptions="0x09A: identity request; eligible from arrival; cost: none; publication: "
+                    "selection; guarantee: a finite-trace escape (F61), assuming finite priorities, deterministic tie-breaks, continued eligibility; an "
                     "adversarial finite trace, not a bounded-wait proof (F61)",
         foreign_owners="KV allocator (capacity facts)",
         source="spec 0x09A aging teaching score F61",

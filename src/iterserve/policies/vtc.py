@@ -37,7 +37,10 @@ class Vtc(LedgerPolicy):
         unknown_future="output lengths",
         objective="weighted max-min service between clients (w_p input, w_q output)",
         metric="|W_f - W_g| over intervals where both are backlogged, beside 2U (F57-F60)",
-        assumptions="theorem premises: both clients backlogged; counter lift and charging "
+        assumptions="0x09A: eligible while it has a waiting request; cost w_p x input at join "
+                    "+ w_q per output, / client weight; publication: join and each output "
+                    "(the counter), completed facts (W); guarantee: F60 2U under the "
+                    "theorem premises: both clients backlogged; counter lift and charging "
                     "preserved; work-conserving under the memory criterion; no preemption; "
                     "finite L_input and M. A run that preempts or has unbounded memory "
                     "carries no bound",

@@ -34,7 +34,9 @@ class VtcCompleted(LedgerPolicy):
         unknown_future="output lengths; whether an event will complete",
         objective="teaching: least provisional weighted service first",
         metric="C_select and W_done per decision (fairness.ledger_trace), service gap",
-        assumptions="charging moved from join to completion: the VTC theorem does NOT transfer "
+        assumptions="0x09A: eligible while backlogged; cost F52 / client weight; publication: "
+                    "completed intervals (C_select provisional in one plan); guarantee: none. "
+                    "Charging moved from join to completion: the VTC theorem does NOT transfer "
                     "and no bound is claimed",
         foreign_owners="KV allocator (capacity facts)",
         source="spec 0x09A completion_reconciled_vtc_teaching_v1 (a teaching adaptation)",
