@@ -19,4 +19,4 @@ $bin generate "$out/tiny-model" --policy sarathi-serve --max-tokens 16 --ignore-
 $bin simulate --workload examples/abc_fixture.json --policy static --out "$out/static"
 $bin simulate --workload examples/abc_fixture.json --policy refill --out "$out/refill" \
     --decision-log "$out/refill/decisions.jsonl"
-$bin replay "$out/refill/decisions.jsonl"
+$bin replay "$out/refill/decisions.jsonl" --workload examples/abc_fixture.json

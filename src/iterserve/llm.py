@@ -12,16 +12,19 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import torch
 
-from iterserve.engine.loop import Engine
+from iterserve.engine.decision_log import DecisionLogWriter
+from iterserve.engine.loop import Engine, bind_policy
 from iterserve.engine.torch_executor import TorchExecutor
 from iterserve.engine.trace import RunTrace
 from iterserve.model.loader import load_model
 from iterserve.model.params import SamplingParams
 from iterserve.model.tokenizer import load_tokenizer
 from iterserve.policies.registry import make_policy, settings_for
+from iterserve.policies.settings import settings_of
 from iterserve.records.spec import Capacity, OnlineWorkload, RequestSpec
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -102,23 +105,32 @@ class LLM:
         prompts: Sequence[str | Sequence[int]],
         params: SamplingParams | Sequence[SamplingParams] | None = None,
         on_step: Callable[[int, int], None] | None = None,
+        decision_log: IO[str] | None = None,
     ) -> list[RequestOutput]:
         """Generate for every prompt (text, or token ids); outputs in prompt order.
 
         ``on_step(num_finished, num_total)`` is called after every iteration
-        (progress bars).
+        (progress bars). ``decision_log``, an open text stream, receives the
+        run's decision log (executor ``torch``: replay re-derives its plans
+        and checks its results against the digest chain).
         """
         params_list = _expand(params, len(prompts))
         specs = [self._register(prompt, p) for prompt, p in zip(prompts, params_list, strict=True)]
         workload = OnlineWorkload("offline", "ms", self.config.capacity(), tuple(specs))
         trace = RunTrace()
         self.executor.reset_clock()
-        engine = Engine(workload, self.policy, self.executor, [trace])
+        writer = None if decision_log is None else DecisionLogWriter(
+            decision_log, bind_policy(workload, self.policy), self.executor.capacity(),
+            policy_settings=settings_of(self.policy), executor="torch")
+        engine = Engine(workload, self.policy, self.executor,
+                        [trace] + ([writer] if writer else []))
         while not engine.is_done:
             engine.step()
             if on_step is not None:
                 done = sum(1 for r in trace.requests.values() if r.finish_time is not None)
                 on_step(done, len(specs))
+        if writer is not None:
+            writer.close(engine.state)
         return [self._output(spec, trace) for spec in specs]
 
     def _register(self, prompt: str | Sequence[int], params: SamplingParams) -> RequestSpec:

@@ -220,3 +220,21 @@ def test_bad_fair_policy_settings_are_one_line_exit_2(tmp_path, capsys, policy, 
                  str(tmp_path / "o"), "--no-plots", "--policy-setting", setting]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and setting.split("=")[0] in err[0]
+
+
+def test_replay_with_the_workload_rederives_faults_and_prefix_hits(tmp_path) -> None:
+    # results and prefix-hit facts are re-derived from the workload's hidden truth
+    failing = workload("reconciled-failure", [request("A0", "A", prompt=5, max_out=1)],
+                       token_budget=4, fairness=WP1_WQ2,
+                       fixture_only_hidden_truth={"injected_failures": [
+                           {"request_id": "A0", "decision_id": 0}]})
+    for name, spec, policy in (("fail", failing, "vtc-completed"),
+                               ("prefix", _prefix_groups(), "prefix-quota")):
+        log, path = tmp_path / f"{name}.jsonl", tmp_path / f"{name}.json"
+        simulate(tmp_path, spec, policy, "--decision-log", str(log))
+        path.write_text(json.dumps(spec))
+        assert main(["replay", str(log), "--workload", str(path)]) == 0
+    edited = dict(failing, fixture_only_hidden_truth={"injected_failures": []})
+    (tmp_path / "edited.json").write_text(json.dumps(edited))
+    assert main(["replay", str(tmp_path / "fail.jsonl"), "--workload",
+                 str(tmp_path / "edited.json")]) == 2  # the hidden-truth digest binds the faults

@@ -1,11 +1,14 @@
 """Every decision of every example under every policy is what it was before
 the consolidation (issue 9): decision lines byte-identical to the committed
-logs, the header identical up to keys named in HEADER_KEYS_ADDED_SINCE."""
+logs once the per-line fields in LINE_KEYS_ADDED_SINCE are stripped, the
+header identical up to keys named in HEADER_KEYS_ADDED_SINCE and values
+named in HEADER_VALUES_CHANGED_SINCE."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -14,8 +17,26 @@ from .golden_cases import POLICIES, fixture_path, run_case, workload_paths
 
 # header keys a later change added on purpose; each entry says which change
 HEADER_KEYS_ADDED_SINCE: dict[str, str] = {
+    "executor": "issue 14: what produced the results (simulated or torch), so replay knows "
+                "whether they can be re-derived",
+    "output_lengths_sha256": "issue 14: sha256 of the realized output lengths, so replay "
+                           "--workload checks it re-runs the hidden truth the run used",
+    "chain": "issue 14: the header's link of the digest chain (log format 3)",
     "policy_settings": "issue 9 step 4: the settings the policy was made with, for replay",
 }
+# header values a later change altered on purpose: key -> (committed, now, which change)
+HEADER_VALUES_CHANGED_SINCE: dict[str, tuple[object, object, str]] = {
+    "format": (2, 3, "issue 14: format 3 adds executor, output_lengths_sha256 and the chain"),
+}
+# per-line fields a later change appended to every decision line. The writer
+# appends each as the line's last key (after the canonical text), so exactly
+# this suffix is stripped and every other byte of the line is still compared.
+LINE_KEYS_ADDED_SINCE: dict[str, str] = {
+    "chain": "issue 14: sha256(previous chain + this line's canonical text)",
+}
+_LINE_SUFFIX = re.compile(
+    rb',"(' + b"|".join(re.escape(k.encode()) for k in LINE_KEYS_ADDED_SINCE)
+    + rb')":"[0-9a-f]{64}"}$')
 # issue 9 step 4 moved the policy knobs out of the workload's capacity: the
 # header's workload now lists them under policy_settings (same values)
 KNOBS_MOVED_TO_POLICY_SETTINGS = ("max_num_seqs", "long_prefill_token_threshold", "chunk_size",
@@ -30,15 +51,26 @@ def workloads(tmp_path_factory) -> dict[str, Path]:
     return workload_paths(tmp_path_factory.mktemp("golden"))
 
 
-def _header(line: bytes) -> dict:
+def _header(line: bytes, *, committed: bool) -> dict:
     header = json.loads(line)
     assert header["type"] == "header"
+    for key, (old, new, _) in HEADER_VALUES_CHANGED_SINCE.items():
+        assert header.pop(key) == (old if committed else new), key
     workload = header["workload"]
     capacity = workload["capacity"]
     moved = {k: capacity.pop(k) for k in KNOBS_MOVED_TO_POLICY_SETTINGS if k in capacity}
     if moved:
         workload["policy_settings"] = {**workload.get("policy_settings", {}), **moved}
     return {k: v for k, v in header.items() if k not in HEADER_KEYS_ADDED_SINCE}
+
+
+def _strip_added(line: bytes) -> bytes:
+    """The decision line without the appended LINE_KEYS_ADDED_SINCE fields
+    (each must be there, exactly once, as the last key)."""
+    for _ in LINE_KEYS_ADDED_SINCE:
+        line, count = _LINE_SUFFIX.subn(b"}", line)
+        assert count == 1, f"no appended field at the end of {line[-80:]!r}"
+    return line
 
 
 @pytest.mark.parametrize(("workload", "policy"), CASES)
@@ -52,7 +84,7 @@ def test_decisions_are_byte_identical(workloads, workload, policy, tmp_path):
     assert data is not None, f"{workload} under {policy} no longer runs"
     expected = gzip.decompress(expected_path.read_bytes()).splitlines()
     actual = data.splitlines()
-    assert _header(actual[0]) == _header(expected[0])
+    assert _header(actual[0], committed=False) == _header(expected[0], committed=True)
     assert len(actual) == len(expected), "number of decision lines changed"
     for number, (got, want) in enumerate(zip(actual[1:], expected[1:], strict=True), start=2):
-        assert got == want, f"{workload} under {policy}: line {number} differs"
+        assert _strip_added(got) == want, f"{workload} under {policy}: line {number} differs"

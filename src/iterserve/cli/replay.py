@@ -1,4 +1,5 @@
-"""``iterserve replay``: re-derive every plan of a decision log."""
+"""``iterserve replay``: re-derive every plan (and, given the workload file,
+every result) of a decision log."""
 
 from __future__ import annotations
 
@@ -11,13 +12,16 @@ from iterserve.engine.replay import replay
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("replay", help="re-derive a decision log; non-zero on divergence")
     parser.add_argument("log", type=Path, help="decision log (JSONL) written by --decision-log")
+    parser.add_argument("--workload", type=Path, default=None,
+                        help="the simulated run's workload file (with its hidden truth): "
+                             "re-derive results and durations too, not only the digest chain")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    report = replay(args.log)
+    report = replay(args.log, args.workload)
     print(
         f"replay ok: {report.num_iterations} iterations re-derived bit for bit "
-        f"({report.policy_id}@{report.policy_version})"
+        f"({report.policy_id}@{report.policy_version}); {report.results_check}"
     )
     return 0

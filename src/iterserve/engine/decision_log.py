@@ -1,10 +1,16 @@
-"""Decision log: one canonical JSON line per iteration (DESIGN rule 6).
+"""Decision log: one canonical JSON line per fact of a run (DESIGN rule 6).
 
 Line 1 is a header with the online workload (never hidden truth), the
 policy identity and its settings (``policy_settings``, which replay makes
 the policy with), the run's cost model (``NAME:params``, which a deadline
-policy plans with) and its overload contract (``gate``: id and params, or
-null). Later lines, in the order the facts happened:
+policy plans with), its overload contract (``gate``: id and params, or
+null), the ``executor`` that produced the results (``simulated`` or
+``torch``) and, for a simulated run, ``output_lengths_sha256`` (the
+hidden-truth digest): sha256 of the canonical realized-output-length map,
+so replay can check that a workload file holds the hidden truth the run used
+without the log revealing it. (No header key names hidden truth: the 0x06
+projection test scans the header for such names.)
+Later lines, in the order the facts happened:
 
 - ``iteration``: decision id, the input state's version and digest, the plan
   and the result, and ``rejected`` ([[request_id, reason], ...], present when
@@ -16,13 +22,17 @@ null). Later lines, in the order the facts happened:
   stopped before it was done, or rejections happened after the last line):
   the state version the run ended at and the trailing ``rejected``.
 
-Rejections are not replayed from the log: replay re-derives them from the
-gate and checks they match these lists. ``iterserve replay`` re-derives
-every plan and state from this file alone.
+Every line (format 3) is the canonical encoding of its fields followed by
+``chain``, its last key: sha256 of the previous line's chain (empty for the
+header) and this line's canonical text without ``chain``. An edited,
+dropped or reordered line breaks the chain from there on. The chain detects
+edits; it is not a signature (no secret: whoever rewrites the rest of the
+file can recompute it).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -37,12 +47,16 @@ from iterserve.records.codec import (
 )
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
-from iterserve.records.spec import OnlineWorkload, RequestSpec
+from iterserve.records.spec import HiddenTruth, OnlineWorkload, RequestSpec
 from iterserve.records.state import CapacityFacts, SchedulerState
 from iterserve.sim.workload import online_to_json
 
-LOG_FORMAT = 2
-READABLE_FORMATS = (1, 2)  # format 1: no cost model, gate or cancel lines
+LOG_FORMAT = 3
+# format 1: no cost model, gate or cancel lines; format 2: no executor,
+# hidden-truth digest or chain
+READABLE_FORMATS = (1, 2, 3)
+EXECUTORS = ("simulated", "torch")
+CHAIN_KEY = "chain"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +67,30 @@ class GateRecord:
     params: Mapping[str, Any] = field(default_factory=dict)
 
 
+def hidden_truth_digest(hidden: HiddenTruth) -> str:
+    """sha256 of the canonical realized-output-length map (0x06): binds a
+    log to its hidden truth without revealing it."""
+    lengths = dict(sorted(hidden.realized_output_tokens.items()))
+    if not hidden.injected_failures:
+        return hashlib.sha256(dumps(lengths).encode()).hexdigest()
+    # injected execution failures are hidden truth too; logs without any keep their digest
+    faults = sorted([rid, decision] for rid, decision in hidden.injected_failures)
+    return hashlib.sha256(dumps({"injected_failures": faults,
+                                 "realized_output_tokens": lengths}).encode()).hexdigest()
+
+
+def chain_digest(previous: str, canonical_text: str) -> str:
+    """The next link: sha256 of the previous chain and a line's canonical
+    text (its fields without ``chain``)."""
+    return hashlib.sha256((previous + canonical_text).encode()).hexdigest()
+
+
 def header_line(workload: OnlineWorkload, capacity: CapacityFacts, *,
                 cost_model: str | None = None, gate: GateRecord | None = None,
-                policy_settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                policy_settings: Mapping[str, Any] | None = None,
+                executor: str = "simulated", hidden: HiddenTruth | None = None) -> dict[str, Any]:
     assert workload.policy is not None, "bind the policy before logging"
+    assert executor in EXECUTORS, executor
     return {
         "type": "header",
         "format": LOG_FORMAT,
@@ -66,6 +100,8 @@ def header_line(workload: OnlineWorkload, capacity: CapacityFacts, *,
         "cost_model": cost_model,
         "gate": None if gate is None else {"id": gate.gate_id, "params": dict(gate.params)},
         "workload": online_to_json(workload),
+        "executor": executor,
+        "output_lengths_sha256": None if hidden is None else hidden_truth_digest(hidden),
     }
 
 
@@ -96,21 +132,31 @@ def cancel_line(request_id: str, state: SchedulerState,
 
 
 class DecisionLogWriter(EngineObserver):
-    """An engine observer that streams the log to an open text file."""
+    """An engine observer that streams the log to an open text file.
+
+    ``executor`` names what produced the results; a simulated run passes its
+    ``hidden`` truth so the header carries its digest (never the lengths).
+    """
 
     def __init__(self, stream: IO[str], workload: OnlineWorkload, capacity: CapacityFacts, *,
                  cost_model: str | None = None, gate: GateRecord | None = None,
-                 policy_settings: Mapping[str, Any] | None = None) -> None:
+                 policy_settings: Mapping[str, Any] | None = None,
+                 executor: str = "simulated", hidden: HiddenTruth | None = None) -> None:
         self._stream = stream
         self._rejected: list[list[str]] = []  # since the last line
+        self._chain = ""
         self._write(header_line(workload, capacity, cost_model=cost_model, gate=gate,
-                                policy_settings=policy_settings))
+                                policy_settings=policy_settings, executor=executor,
+                                hidden=hidden))
 
     def _write(self, line: dict[str, Any]) -> None:
         if self._rejected:
             line["rejected"] = self._rejected
             self._rejected = []
-        self._stream.write(dumps(line) + "\n")
+        text = dumps(line)
+        self._chain = chain_digest(self._chain, text)
+        # the canonical text, then the chain as the last key
+        self._stream.write(f'{text[:-1]},"{CHAIN_KEY}":"{self._chain}"}}\n')
 
     def on_reject(self, spec: RequestSpec, reason: str, now: float) -> None:
         self._rejected.append([spec.request_id, reason])

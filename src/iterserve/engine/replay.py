@@ -1,48 +1,62 @@
-"""Replay: re-derive every plan and state of a decision log (DESIGN rule 6).
+"""Replay: re-derive every plan, state and result of a decision log (DESIGN rule 6).
 
 The engine runs again with the logged policy (bound to the logged cost
-model) and the logged overload contract, one step at a time; a replay
-executor returns the logged results instead of executing. Logged
-cancellations are applied at the state version they were made at;
-rejections are re-derived by the gate and must match the logged lists.
-Each step compares the input state's digest and the re-derived plan with the
-log and stops at the first divergence, naming it; a logged result that fails
-validation is a divergence at its decision too.
+model) and the logged overload contract, one step at a time. Each step
+compares the input state's digest and the re-derived plan with the log and
+stops at the first divergence, naming its line and field. Results come from
+one of two places:
+
+- a simulated run replayed with its workload file (``workload``): the
+  simulated executor runs again with the header's cost model and the file's
+  hidden truth, whose digest must match the header's; every result
+  (tokens, stops, durations, capacity facts) is re-derived and compared;
+- otherwise the logged results are used as they are, after their chain
+  link is checked (format 3): an edited line breaks the chain there.
+
+Logged cancellations are applied at the state version they were made at;
+rejections are re-derived by the gate and must match the logged lists. A
+logged result that fails validation is a divergence at its line too.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from iterserve.admission.overload import OverloadConfigError, engine_gate, make_gate
-from iterserve.engine.decision_log import READABLE_FORMATS
-from iterserve.engine.loop import ArrivalGate, Engine
-from iterserve.plan import Policy
-from iterserve.policies.deadline import bind_cost_model
-from iterserve.policies.registry import bind_fairness, make_policy, settings_for
-from iterserve.policies.settings import PolicyConfigError
+from iterserve.engine.decision_log import CHAIN_KEY, chain_digest
+from iterserve.engine.log_reader import (
+    DecisionLogFile,
+    LogLine,
+    MalformedLog,
+    ReplayDivergence,
+    read_log,
+)
+from iterserve.engine.loop import Engine
+from iterserve.engine.replay_header import (
+    header_manifest,
+    rebuild_gate,
+    rebuild_policy,
+    rebuild_simulated_executor,
+)
+from iterserve.engine.simulated import SimulatedExecutor
+from iterserve.policies.registry import bind_fairness
 from iterserve.records.codec import (
     capacity_from_json,
+    capacity_to_json,
     dumps,
     plan_to_json,
     result_from_json,
+    result_to_json,
     state_digest,
 )
 from iterserve.records.errors import ContractViolation
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
-from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import CapacityFacts, SchedulerState
-from iterserve.sim.cost import CostModelError, parse_cost_model
-from iterserve.sim.workload import parse_workload
 
-
-class ReplayDivergence(RuntimeError):
-    """The log and the re-derivation disagree; the message names where."""
+__all__ = ["MalformedLog", "ReplayDivergence", "ReplayReport", "read_log", "replay"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,37 +64,74 @@ class ReplayReport:
     num_iterations: int
     policy_id: str
     policy_version: str
+    results_check: str  # how the results were checked, for the success line
+
+
+class _Chain:
+    """Checks each line's chain link in file order (format 3)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._previous = ""
+
+    def verify(self, line: LogLine) -> None:
+        if not self.enabled:
+            return
+        fields = dict(line.fields)
+        logged = fields.pop(CHAIN_KEY)
+        if logged != chain_digest(self._previous, dumps(fields)):
+            what = ("a header field (policy, cost_model, gate, workload, executor, "
+                    "output_lengths_sha256, ...) was edited" if line.kind == "header" else
+                    "the line was edited after it was written, or one before it was "
+                    "dropped or moved")
+            raise ReplayDivergence(f"{line.where}: chain does not match: {what}")
+        self._previous = logged
 
 
 class _LogCursor:
     """The body lines in order; replay consumes them as it re-derives the run."""
 
-    def __init__(self, lines: list[dict[str, Any]]) -> None:
+    def __init__(self, lines: tuple[LogLine, ...], chain: _Chain) -> None:
         self._lines = lines
+        self._chain = chain
         self.index = 0
 
-    def peek(self) -> dict[str, Any] | None:
+    def peek(self) -> LogLine | None:
         return self._lines[self.index] if self.index < len(self._lines) else None
 
-    def take(self) -> dict[str, Any]:
+    def take(self) -> LogLine:
         line = self._lines[self.index]
         self.index += 1
         return line
 
+    def verify(self, line: LogLine) -> None:
+        self._chain.verify(line)
 
-class _LoggedExecutor:
-    """Answers each plan with the next logged iteration line; checks that
-    line belongs to the live plan and that the rejections re-derived since
-    the previous line match its ``rejected`` list."""
+    @property
+    def last(self) -> LogLine | None:
+        return self._lines[self.index - 1] if self.index else None
+
+    @property
+    def end_where(self) -> str:
+        number = self._lines[-1].number + 1 if self._lines else 2
+        return f"line {number} (end of log)"
+
+
+class _ReplayExecutor:
+    """Answers each plan with the next logged iteration line (checked
+    against the live plan and state), or, given a simulated executor,
+    re-runs it and compares its result with the logged one."""
 
     def __init__(self, cursor: _LogCursor, capacity: CapacityFacts,
-                 check_rejections: Callable[[dict[str, Any]], None]) -> None:
+                 check_rejections: Callable[[LogLine], None],
+                 simulated: SimulatedExecutor | None) -> None:
         self._cursor = cursor
         self._capacity = capacity
         self._check_rejections = check_rejections
+        self._simulated = simulated
 
     def capacity(self) -> CapacityFacts:
-        return self._capacity
+        return self._capacity if self._simulated is None else self._simulated.capacity()
 
     def released(self, capacity: CapacityFacts) -> None:
         """A logged cancellation's capacity facts: what the real executor
@@ -88,51 +139,63 @@ class _LoggedExecutor:
         self._capacity = capacity
 
     def prefix_hits(self, state: SchedulerState) -> dict[str, int]:
-        """The prefix-hit facts the logged decision read (the state digest
-        binds them, so a forged list fails the comparison)."""
+        """The prefix-hit facts the decision read: re-derived by the simulated
+        executor, else the logged ones (the state digest binds them)."""
+        if self._simulated is not None:
+            return self._simulated.prefix_hits(state)
         line = self._cursor.peek()
-        if line is None or line.get("type") != "iteration":
+        if line is None or line.kind != "iteration":
             return {}
-        hits = line.get("prefix_hits", {})
-        if not isinstance(hits, dict):
-            raise ReplayDivergence(f"decision {line.get('decision_id')}: prefix_hits "
-                                   "must be an object")
-        return {str(rid): int(rows) for rid, rows in hits.items()}
+        return dict(line.fields.get("prefix_hits", {}))
 
     def execute(self, plan: IterationPlan, state: SchedulerState) -> IterationResult:
         line = self._cursor.peek()
-        if line is None or line.get("type") != "iteration":
-            what = "the log has ended" if line is None else f"the log has a {line.get('type')} line"
-            raise ReplayDivergence(
-                f"decision {state.decision_id}: the policy scheduled work but {what}"
-            )
+        if line is None or line.kind != "iteration":
+            where = self._cursor.end_where if line is None else line.where
+            what = "the log has ended" if line is None else f"the log has a {line.kind} line"
+            raise ReplayDivergence(f"{where}: the policy scheduled work at decision "
+                                   f"{state.decision_id} but {what}")
         self._cursor.take()
         _compare(line, state, plan)
+        result = self._result(line, plan, state)
         self._check_rejections(line)
-        return result_from_json(line["result"])
+        self._cursor.verify(line)
+        return result
+
+    def _result(self, line: LogLine, plan: IterationPlan,
+                state: SchedulerState) -> IterationResult:
+        if self._simulated is None:
+            return result_from_json(line.fields["result"])
+        derived = self._simulated.execute(plan, state)
+        _compare_json(line, "result", line.fields["result"], result_to_json(derived))
+        return derived
 
     def release(self, request_ids: Iterable[str]) -> None:
-        return None
+        if self._simulated is not None:
+            self._simulated.release(request_ids)
 
 
-def _compare(line: dict[str, Any], state: SchedulerState, plan: IterationPlan) -> None:
-    where = f"decision {line.get('decision_id')}"
-    if line.get("decision_id") != state.decision_id:
-        raise ReplayDivergence(f"{where}: replay is at decision {state.decision_id}")
-    if line.get("state_version") != state.state_version:
-        raise ReplayDivergence(
-            f"{where}: state_version logged {line.get('state_version')}, replayed {state.state_version}"
-        )
-    if line.get("state_digest") != state_digest(state):
-        raise ReplayDivergence(f"{where}: state_digest differs from the replayed state")
-    derived = plan_to_json(plan)
-    logged = line.get("plan")
+def _compare(line: LogLine, state: SchedulerState, plan: IterationPlan) -> None:
+    fields = line.fields
+    if fields["decision_id"] != state.decision_id:
+        raise ReplayDivergence(f"{line.where}: replay is at decision {state.decision_id}")
+    if fields["state_version"] != state.state_version:
+        raise ReplayDivergence(f"{line.where}: state_version logged {fields['state_version']}, "
+                               f"replayed {state.state_version}")
+    if fields["state_digest"] != state_digest(state):
+        raise ReplayDivergence(f"{line.where}: state_digest differs from the replayed state")
+    _compare_json(line, "plan", fields["plan"], plan_to_json(plan))
+    _compare_json(line, "policy", fields["policy"],
+                  {"id": plan.policy_id, "version": plan.policy_version})
+
+
+def _compare_json(line: LogLine, name: str, logged: Any, derived: Any) -> None:
     if dumps(logged) != dumps(derived):
-        field = _first_difference(logged, derived)
-        raise ReplayDivergence(f"{where}: plan differs at {field}")
+        raise ReplayDivergence(
+            f"{line.where}: {name} differs at {_first_difference(logged, derived, name)}")
 
 
-def _first_difference(logged: Any, derived: Any, path: str = "plan") -> str:
+def _first_difference(logged: Any, derived: Any, path: str) -> str:
     if isinstance(logged, dict) and isinstance(derived, dict):
         for key in sorted(set(logged) | set(derived)):
             if key not in logged or key not in derived or dumps(logged[key]) != dumps(derived[key]):
@@ -143,121 +206,91 @@ def _first_difference(logged: Any, derived: Any, path: str = "plan") -> str:
                 return _first_difference(a, b, f"{path}[{i}]")
         if len(logged) != len(derived):
             return f"{path} (logged {len(logged)} items, derived {len(derived)})"
-    return f"{path} (logged {dumps(logged)}, derived {dumps(derived)})"
+    return f"{path} (logged {_short(logged)}, derived {_short(derived)})"
 
 
-def read_log(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    lines = []
-    with Path(path).open() as stream:
-        for number, text in enumerate(stream, 1):
-            if text.strip():
-                try:
-                    lines.append(json.loads(text))
-                except json.JSONDecodeError as exc:
-                    raise ReplayDivergence(f"line {number}: not valid JSON ({exc.msg})") from None
-    if not lines or lines[0].get("type") != "header":
-        raise ReplayDivergence("line 1: missing decision-log header")
-    if lines[0].get("format") not in READABLE_FORMATS:
-        raise ReplayDivergence(f"line 1: unsupported log format {lines[0].get('format')}")
-    return lines[0], lines[1:]
+def _short(value: Any) -> str:
+    text = dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _policy(header: dict[str, Any], workload: OnlineWorkload) -> Policy:
-    """The logged policy made with the logged settings (a log written before
-    the header recorded them: the workload's, as that run read them)."""
-    name = header["policy"]["id"]
-    settings = header.get("policy_settings")
-    try:
-        if settings is None:
-            settings = settings_for(name, workload, strict=False)
-        policy = make_policy(name, **settings)
-    except PolicyConfigError as exc:
-        raise ReplayDivergence(f"header: policy cannot be rebuilt ({exc})") from None
-    if policy.policy_version != header["policy"]["version"]:
-        raise ReplayDivergence(
-            f"header: log policy {header['policy']['id']}@{header['policy']['version']}, "
-            f"installed version is {policy.policy_version}"
-        )
-    spec = header.get("cost_model")
-    if spec is None:
-        return policy
-    try:
-        return bind_cost_model(policy, parse_cost_model(str(spec)))
-    except CostModelError as exc:
-        raise ReplayDivergence(f"header: cost model cannot be rebuilt ({exc})") from None
-
-
-def _gate(header: dict[str, Any]) -> ArrivalGate | None:
-    record = header.get("gate")
-    if record is None:
-        return None
-    try:
-        return engine_gate(make_gate(str(record.get("id")), record.get("params")))
-    except (OverloadConfigError, CostModelError) as exc:
-        raise ReplayDivergence(f"header: gate {record.get('id')!r} cannot be rebuilt ({exc})") \
-            from None
-
-
+# --- the run ---------------------------------------------------------------------------
 class _Replay:
     """Drives the engine step by step, applying logged cancellations at the
     state version they were made at and checking every rejection list."""
 
-    def __init__(self, header: dict[str, Any], body: list[dict[str, Any]]) -> None:
-        manifest = parse_workload(header["workload"])
-        self.policy = bind_fairness(_policy(header, manifest.online), manifest.online.fairness)
-        self.cursor = _LogCursor(body)
-        self.executor = _LoggedExecutor(
-            self.cursor, capacity_from_json(header["initial_capacity"]), self._check_rejections)
-        self.engine = Engine(manifest.online, self.policy, self.executor, gate=_gate(header))
+    def __init__(self, log: DecisionLogFile, workload_path: Path | None) -> None:
+        header = log.header
+        manifest = header_manifest(header)
+        self.policy = bind_fairness(rebuild_policy(header, manifest.online),
+                                    manifest.online.fairness)
+        gate = rebuild_gate(header)
+        simulated = (None if workload_path is None
+                     else rebuild_simulated_executor(header, manifest, workload_path))
+        chain = _Chain(log.has_chain)
+        chain.verify(header)
+        self.cursor = _LogCursor(log.body, chain)
+        self.executor = _ReplayExecutor(self.cursor, capacity_from_json(
+            header.fields["initial_capacity"]), self._check_rejections, simulated)
+        self.engine = Engine(manifest.online, self.policy, self.executor, gate=gate)
+        self._is_rederiving = simulated is not None
         self._num_rejected_checked = 0
 
-    def _check_rejections(self, line: dict[str, Any]) -> None:
+    def _check_rejections(self, line: LogLine | None) -> None:
         derived = [[rid, reason] for rid, reason in self.engine.rejected.items()]
         new = derived[self._num_rejected_checked:]
         self._num_rejected_checked = len(derived)
-        logged = line.get("rejected", [])
+        logged = [] if line is None else line.fields.get("rejected", [])
         if dumps(logged) != dumps(new):
-            raise ReplayDivergence(
-                f"decision {line.get('decision_id')}: rejections differ: logged {dumps(logged)}, "
-                f"re-derived {dumps(new)}"
-            )
+            where = self.cursor.end_where if line is None else line.where
+            raise ReplayDivergence(f"{where}: rejected differs: logged {dumps(logged)}, "
+                                   f"re-derived {dumps(new)}")
 
     def _apply_due_lines(self) -> bool:
         """Apply the cancel lines logged at the engine's current cut; True
         when the summary line that ends the original run is reached."""
-        state = self.engine.state
-        while (line := self.cursor.peek()) is not None and line.get("type") != "iteration":
-            if line.get("type") not in ("cancel", "summary"):
-                raise ReplayDivergence(f"decision {line.get('decision_id')}: unknown line type "
-                                       f"{line.get('type')!r}")
-            logged_version = line.get("state_version", -1)
-            if logged_version > state.state_version:
+        while (line := self.cursor.peek()) is not None and line.kind != "iteration":
+            version = self.engine.state.state_version
+            if line.fields["state_version"] > version:
                 return False
-            if logged_version < state.state_version:
+            if line.fields["state_version"] < version:
                 raise ReplayDivergence(
-                    f"decision {line.get('decision_id')}: the log has a {line.get('type')} line "
-                    f"at state_version {logged_version}, replay is at {state.state_version}"
-                )
+                    f"{line.where}: the log has a {line.kind} line at state_version "
+                    f"{line.fields['state_version']}, replay is at {version}")
             self.cursor.take()
             self._check_rejections(line)
-            if line.get("type") == "summary":
+            if line.kind == "summary":
+                self._check_summary(line)
                 return True
             self._cancel(line)
-            state = self.engine.state
         return False
 
-    def _cancel(self, line: dict[str, Any]) -> None:
+    def _check_summary(self, line: LogLine) -> None:
+        state = self.engine.state
+        if line.fields["decision_id"] != state.decision_id:
+            raise ReplayDivergence(f"{line.where}: summary at decision "
+                                   f"{line.fields['decision_id']}, replay is at "
+                                   f"{state.decision_id}")
+        if line.fields["is_done"] != self.engine.is_done:
+            raise ReplayDivergence(f"{line.where}: summary says is_done "
+                                   f"{line.fields['is_done']}, the replayed run has is_done "
+                                   f"{self.engine.is_done}")
+        self.cursor.verify(line)
+
+    def _cancel(self, line: LogLine) -> None:
         """A logged cancellation; only a live request's is ever logged."""
-        request_id = str(line.get("request_id"))
+        request_id = line.fields["request_id"]
         view = self.engine.state.views.get(request_id)
         if view is None or view.is_terminal:
-            raise ReplayDivergence(
-                f"decision {line.get('decision_id')}: the log cancels {request_id!r}, "
-                f"which is not live in the replayed state"
-            )
-        if "capacity" in line:
-            self.executor.released(capacity_from_json(line["capacity"]))
+            raise ReplayDivergence(f"{line.where}: the log cancels {request_id!r}, which is "
+                                   f"not live in the replayed state")
+        logged = line.fields.get("capacity")
+        if logged is not None and not self._is_rederiving:
+            self.executor.released(capacity_from_json(logged))
         self.engine.cancel(request_id)
+        if logged is not None:
+            _compare_json(line, "capacity", logged, capacity_to_json(self.engine.state.capacity))
+        self.cursor.verify(line)
 
     def run(self) -> None:
         engine = self.engine
@@ -265,22 +298,35 @@ class _Replay:
             try:
                 engine.step()
             except ContractViolation as exc:
-                raise ReplayDivergence(
-                    f"decision {engine.state.decision_id}: logged result rejected "
-                    f"({exc.code}): {exc}"
-                ) from None
+                line = self.cursor.last
+                where = self.cursor.end_where if line is None else line.where
+                raise ReplayDivergence(f"{where}: logged result rejected ({exc.code}): "
+                                       f"{exc}") from None
         line = self.cursor.peek()
         if line is not None:
-            raise ReplayDivergence(
-                f"decision {line.get('decision_id')}: the log continues but the replayed run "
-                f"ended after {engine.num_iterations} iterations"
-            )
-        self._check_rejections({"decision_id": engine.state.decision_id, "rejected": []})
+            raise ReplayDivergence(f"{line.where}: the log continues but the replayed run "
+                                   f"ended after {engine.num_iterations} iterations")
+        self._check_rejections(None)
 
 
-def replay(path: Path) -> ReplayReport:
-    header, body = read_log(path)
-    run = _Replay(header, body)
+def replay(path: Path, workload: Path | None = None) -> ReplayReport:
+    """Re-derive the log at ``path``; with ``workload`` (the simulated run's
+    workload file, hidden truth included) re-derive its results as well."""
+    log = read_log(path)
+    run = _Replay(log, workload)
     run.run()
-    policy = run.policy
-    return ReplayReport(run.engine.num_iterations, policy.policy_id, policy.policy_version)
+    return ReplayReport(run.engine.num_iterations, run.policy.policy_id,
+                        run.policy.policy_version, _results_check(log, workload))
+
+
+def _results_check(log: DecisionLogFile, workload: Path | None) -> str:
+    if workload is not None:
+        return ("results and durations re-derived on the simulated executor "
+                "(hidden-truth digest " + ("matches" if log.header.fields.get(
+                    "output_lengths_sha256") else "not logged") + ")")
+    if not log.has_chain:
+        return f"results NOT checked (a format-{log.format} log has no digest chain)"
+    if log.header.fields["executor"] == "simulated":
+        return ("results checked against the digest chain only; pass --workload FILE "
+                "to re-derive them")
+    return "real-model results checked against the digest chain"

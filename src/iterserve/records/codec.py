@@ -9,11 +9,11 @@ into a plan raise :class:`InformationLeak` (0x01A negative fixtures).
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from iterserve.records import errors as E
+from iterserve.records.canonical_json import canonical_json
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent, WorkItem
 from iterserve.records.result import CompletedInterval, IterationResult, WorkFailure
 from iterserve.records.state import CapacityFacts, SchedulerState
@@ -26,7 +26,8 @@ LEAK_FIELDS = frozenset(
 
 
 def dumps(obj: object) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+    """Canonical text (sorted keys, compact, ASCII); orjson-fast, stdlib bytes."""
+    return canonical_json(obj)
 
 
 def state_to_json(state: SchedulerState) -> dict[str, Any]:

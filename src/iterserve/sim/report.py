@@ -165,7 +165,8 @@ def run_simulation(manifest: WorkloadManifest, config: RunConfig,
         record = None if gate is None else GateRecord(gate.gate_id, gate.params())
         writer = DecisionLogWriter(decision_log, bind_policy(online, config.policy),
                                    executor.capacity(), cost_model=config.cost_model.spec,
-                                   gate=record, policy_settings=settings_of(config.policy))
+                                   gate=record, policy_settings=settings_of(config.policy),
+                                   hidden=manifest.hidden)
         observers.append(writer)
     observers.extend(extra_observers)
     engine = Engine(online, config.policy, executor, observers, gate=engine_gate(config.gate))

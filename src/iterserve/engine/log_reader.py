@@ -1,0 +1,306 @@
+"""Reading a decision log: every line parsed and shape-checked up front.
+
+A malformed line (not UTF-8, not JSON, not an object, a missing or
+mistyped field, an unknown line type, an unreadable format) is one
+:class:`MalformedLog` error naming its line number and field; replay then
+only meets well-typed lines. The header's unknown keys are tolerated (a
+later format may add one; the chain still covers them); a body line's are
+not. Plans are not shape-checked here: replay compares them with the
+re-derived plan and names the first difference.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from iterserve.engine.decision_log import CHAIN_KEY, EXECUTORS, READABLE_FORMATS
+from iterserve.records.view import FinishReason
+
+MAX_LINE_BYTES = 64 * 1024 * 1024
+
+
+class ReplayDivergence(RuntimeError):
+    """The log and the re-derivation disagree; the message names where."""
+
+
+class MalformedLog(ReplayDivergence):
+    """A log line cannot be read; the message names the line and field."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One parsed line and its 1-based line number in the file."""
+
+    number: int
+    fields: Mapping[str, Any]
+
+    @property
+    def kind(self) -> str:
+        return str(self.fields["type"])
+
+    @property
+    def where(self) -> str:
+        """``line N, decision D`` (``line 1, header`` for the header)."""
+        if self.kind == "header":
+            return f"line {self.number}, header"
+        return f"line {self.number}, decision {self.fields['decision_id']}"
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionLogFile:
+    header: LogLine
+    body: tuple[LogLine, ...]
+
+    @property
+    def format(self) -> int:
+        return int(self.header.fields["format"])
+
+    @property
+    def has_chain(self) -> bool:
+        return self.format >= 3
+
+
+def read_log(path: Path) -> DecisionLogFile:
+    lines = [line for line in _parsed_lines(Path(path)) if line is not None]
+    if not lines or lines[0].fields.get("type") != "header":
+        number = lines[0].number if lines else 1
+        raise MalformedLog(f"line {number}: missing decision-log header")
+    header = lines[0]
+    _check_header(header)
+    chained = header.fields["format"] >= 3
+    for line in lines[1:]:
+        _check_body_line(line, chained)
+    return DecisionLogFile(header, tuple(lines[1:]))
+
+
+def _parsed_lines(path: Path) -> list[LogLine | None]:
+    try:
+        data = path.read_bytes()
+    except IsADirectoryError:
+        raise MalformedLog(f"{path}: is a directory, not a decision log") from None
+    except PermissionError:
+        raise MalformedLog(f"{path}: permission denied") from None
+    return [_parse(number, raw) for number, raw in enumerate(data.split(b"\n"), 1)]
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _parse(number: int, raw: bytes) -> LogLine | None:
+    if not raw.strip():
+        return None
+    if len(raw) > MAX_LINE_BYTES:
+        raise MalformedLog(f"line {number}: longer than {MAX_LINE_BYTES} bytes")
+    try:
+        obj = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except UnicodeDecodeError:
+        raise MalformedLog(f"line {number}: not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise MalformedLog(f"line {number}: not valid JSON ({exc.msg} at column {exc.colno})") \
+            from None
+    except (ValueError, RecursionError) as exc:
+        raise MalformedLog(f"line {number}: not valid JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise MalformedLog(f"line {number}: must be a JSON object, got {_kind(obj)}")
+    return LogLine(number, obj)
+
+
+# --- field checks -------------------------------------------------------------------------
+def _kind(value: Any) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+             int: "an integer", float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
+_CHECKS = {
+    "int": (_is_int, "an integer"),
+    "int?": (lambda v: v is None or _is_int(v), "an integer or null"),
+    "int>=0": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "number": (_is_number, "a finite number"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "str?": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "bool": (lambda v: isinstance(v, bool), "a boolean"),
+    "object": (lambda v: isinstance(v, dict), "an object"),
+    "object?": (lambda v: v is None or isinstance(v, dict), "an object or null"),
+    "list": (lambda v: isinstance(v, list), "an array"),
+    "sha256": (lambda v: isinstance(v, str) and len(v) == 64
+               and all(c in "0123456789abcdef" for c in v), "a sha256 hex digest"),
+}
+
+
+def _require(obj: Mapping[str, Any], name: str, check: str, where: str) -> Any:
+    if name not in obj:
+        raise MalformedLog(f"{where}: {name} missing")
+    is_valid, expected = _CHECKS[check]
+    if not is_valid(obj[name]):
+        raise MalformedLog(f"{where}: {name} must be {expected}, got {_brief(obj[name])}")
+    return obj[name]
+
+
+def _brief(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, float) or math.isfinite(value) else "inf"
+    return text if len(text) <= 40 else f"{_kind(value)} ({text[:30]}...)"
+
+
+def _exact_keys(obj: Mapping[str, Any], required: set[str], optional: set[str],
+                where: str) -> None:
+    missing = sorted(required - set(obj))
+    if missing:
+        raise MalformedLog(f"{where}: {missing[0]} missing")
+    unknown = sorted(set(obj) - required - optional)
+    if unknown:
+        raise MalformedLog(f"{where}: unknown field {unknown[0]!r}")
+
+
+# --- the header ---------------------------------------------------------------------------
+def _check_header(line: LogLine) -> None:
+    obj, where = line.fields, f"line {line.number}, header"
+    log_format = obj.get("format")
+    if not _is_int(log_format) or log_format not in READABLE_FORMATS:
+        raise MalformedLog(f"{where}: unsupported log format {_brief(log_format)} "
+                           f"(readable: {', '.join(map(str, READABLE_FORMATS))})")
+    _check_policy(_require(obj, "policy", "object", where), f"{where}: policy")
+    _check_capacity(_require(obj, "initial_capacity", "object", where),
+                    f"{where}: initial_capacity")
+    _require(obj, "workload", "object", where)
+    if obj.get("policy_settings") is not None:
+        _require(obj, "policy_settings", "object", where)
+    if log_format >= 2:
+        _require(obj, "cost_model", "str?", where)
+        gate = _require(obj, "gate", "object?", where)
+        if gate is not None:
+            _require(gate, "id", "str", f"{where}: gate")
+            _require(gate, "params", "object", f"{where}: gate")
+    if log_format >= 3:
+        if _require(obj, "executor", "str", where) not in EXECUTORS:
+            raise MalformedLog(f"{where}: executor must be one of {list(EXECUTORS)}, "
+                               f"got {_brief(obj['executor'])}")
+        if obj.get("output_lengths_sha256") is not None:
+            _require(obj, "output_lengths_sha256", "sha256", where)
+        _require(obj, CHAIN_KEY, "sha256", where)
+
+
+def _check_policy(obj: Mapping[str, Any], where: str) -> None:
+    _exact_keys(obj, {"id", "version"}, set(), where)
+    _require(obj, "id", "str", where)
+    _require(obj, "version", "str", where)
+
+
+def _check_capacity(obj: Mapping[str, Any], where: str) -> None:
+    _exact_keys(obj, {"block_size", "num_blocks_total", "num_blocks_free"}, set(), where)
+    _require(obj, "block_size", "int", where)
+    _require(obj, "num_blocks_total", "int?", where)
+    _require(obj, "num_blocks_free", "int?", where)
+
+
+# --- body lines ---------------------------------------------------------------------------
+_BODY_KEYS = {
+    "iteration": {"type", "decision_id", "state_version", "state_digest", "policy", "plan",
+                  "result"},
+    "cancel": {"type", "decision_id", "state_version", "request_id"},
+    "summary": {"type", "decision_id", "state_version", "is_done"},
+}
+
+
+def _check_body_line(line: LogLine, chained: bool) -> None:
+    obj = line.fields
+    kind = obj.get("type")
+    if not isinstance(kind, str) or kind not in _BODY_KEYS:
+        raise MalformedLog(f"line {line.number}: unknown line type {_brief(kind)} "
+                           f"(expected one of {sorted(_BODY_KEYS)})")
+    where = f"line {line.number} ({kind})"
+    required = _BODY_KEYS[kind] | ({CHAIN_KEY} if chained else set())
+    optional = {"cancel": {"rejected", "capacity"}, "iteration": {"rejected", "prefix_hits"}}
+    _exact_keys(obj, required, optional.get(kind, {"rejected"}), where)
+    _require(obj, "decision_id", "int>=0", where)
+    _require(obj, "state_version", "int>=0", where)
+    if chained:
+        _require(obj, CHAIN_KEY, "sha256", where)
+    if "rejected" in obj:
+        _check_rejected(obj["rejected"], f"{where}: rejected")
+    if kind == "iteration":
+        _require(obj, "state_digest", "sha256", where)
+        _check_policy(_require(obj, "policy", "object", where), f"{where}: policy")
+        _require(obj, "plan", "object", where)
+        _check_result(_require(obj, "result", "object", where), f"{where}: result")
+        if "prefix_hits" in obj:
+            _check_prefix_hits(obj["prefix_hits"], f"{where}: prefix_hits")
+    elif kind == "cancel":
+        _require(obj, "request_id", "str", where)
+        if "capacity" in obj:
+            _check_capacity(_require(obj, "capacity", "object", where), f"{where}: capacity")
+    else:
+        _require(obj, "is_done", "bool", where)
+
+
+def _check_prefix_hits(value: Any, where: str) -> None:
+    """The memory owner's prefix-hit facts a decision read: {request_id: rows >= 1}."""
+    ok = isinstance(value, dict) and all(
+        isinstance(rows, int) and not isinstance(rows, bool) and rows >= 1
+        for rows in value.values())
+    if not ok:
+        raise MalformedLog(f"{where}: must be an object of request_id: cached rows >= 1")
+
+
+def _check_rejected(value: Any, where: str) -> None:
+    ok = isinstance(value, list) and all(
+        isinstance(item, list) and len(item) == 2 and all(isinstance(s, str) for s in item)
+        for item in value)
+    if not ok:
+        raise MalformedLog(f"{where}: must be an array of [request_id, reason] strings")
+
+
+_RESULT_KEYS = {"decision_id", "input_state_version", "completed", "failures", "service",
+                "duration", "capacity"}
+_RESULT_OPTIONAL = {"failures", "service", "duration", "capacity"}  # format 1 may omit them
+_COMPLETED = {"request_id": "str", "generation": "int>=0", "start": "int>=0", "end": "int>=0",
+              "emitted": "bool", "token_id": "int?", "finish_reason": "str?"}
+_FAILURE = {"request_id": "str", "generation": "int>=0", "reason": "str"}
+_FINISH_REASONS = {reason.value for reason in FinishReason}
+
+
+def _check_result(obj: Mapping[str, Any], where: str) -> None:
+    _exact_keys(obj, _RESULT_KEYS - _RESULT_OPTIONAL, _RESULT_OPTIONAL, where)
+    _require(obj, "decision_id", "int>=0", where)
+    _require(obj, "input_state_version", "int>=0", where)
+    for i, item in enumerate(_require(obj, "completed", "list", where)):
+        _check_record(item, _COMPLETED, f"{where}.completed[{i}]")
+        if item["finish_reason"] is not None and item["finish_reason"] not in _FINISH_REASONS:
+            raise MalformedLog(f"{where}.completed[{i}]: finish_reason must be one of "
+                               f"{sorted(_FINISH_REASONS)} or null")
+    for i, item in enumerate(_require(obj, "failures", "list", where) if "failures" in obj else ()):
+        _check_record(item, _FAILURE, f"{where}.failures[{i}]")
+    service = _require(obj, "service", "object", where) if "service" in obj else {}
+    for client in service:
+        _require(service, client, "int", f"{where}.service")
+    if "duration" in obj:
+        _require(obj, "duration", "number", where)
+    if obj.get("capacity") is not None:
+        _check_capacity(_require(obj, "capacity", "object", where), f"{where}.capacity")
+
+
+def _check_record(item: Any, fields: Mapping[str, str], where: str) -> None:
+    if not isinstance(item, dict):
+        raise MalformedLog(f"{where}: must be an object, got {_kind(item)}")
+    _exact_keys(item, set(fields), set(), where)
+    for name, check in fields.items():
+        _require(item, name, check, where)

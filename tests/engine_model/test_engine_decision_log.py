@@ -1,0 +1,63 @@
+"""A real-model run's decision log (issue 14 part 3): replay re-derives its
+plans and states and checks its results against the digest chain, since a
+TorchExecutor's tokens and timings cannot be re-derived without the model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from engine_model_helpers import GREEDY, make_prompts
+
+from iterserve.cli.main import main
+from iterserve.llm import LLM
+
+
+@pytest.fixture(scope="module")
+def torch_log(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    llm = LLM(tiny_dir, policy="vllm", block_size=4, token_budget=16)
+    log = tmp_path_factory.mktemp("torch-log") / "decisions.jsonl"
+    prompts = make_prompts([5, 9, 14], llm.tokenizer.vocab_size)
+    with log.open("w") as stream:
+        outputs = llm.generate(prompts, GREEDY, decision_log=stream)
+    assert all(len(out.token_ids) == GREEDY.max_tokens for out in outputs)
+    return log
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(text) for text in path.read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_torch_log_replays_with_its_results_checked_by_the_chain(torch_log, capsys):
+    header = _lines(torch_log)[0]
+    assert header["executor"] == "torch" and header["output_lengths_sha256"] is None
+    capsys.readouterr()
+    assert main(["replay", str(torch_log)]) == 0
+    assert "real-model results checked against the digest chain" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("field", ["token_id", "duration", "num_blocks_free"])
+@pytest.mark.parametrize("position", [1, "middle", -1])
+def test_an_edited_torch_result_breaks_the_chain_at_its_line(torch_log, field, position,
+                                                            tmp_path, capsys):
+    lines = _lines(torch_log)
+    index = len(lines) // 2 if position == "middle" else position
+    index = index if index > 0 else len(lines) + index
+    result = lines[index]["result"]
+    if field == "token_id":
+        completion = next(c for c in reversed(result["completed"]) if c["emitted"])
+        completion["token_id"] += 1
+    elif field == "duration":
+        result["duration"] *= 2
+    else:
+        result["capacity"]["num_blocks_free"] -= 1
+    edited = tmp_path / "edited.jsonl"
+    edited.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    capsys.readouterr()
+    assert main(["replay", str(edited)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"line {index + 1}, decision {lines[index]['decision_id']}: chain does not match" in err
