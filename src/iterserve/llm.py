@@ -1,68 +1,55 @@
-"""Offline API: ``LLM(model_dir, policy=...).generate(prompts, params)``.
+"""Offline API: ``LLM(model=..., policy=...).generate(prompts, sampling_params)``.
 
 Every prompt becomes a request on the real engine loop: the named policy
 plans, the contract validates, the TorchExecutor runs exactly the planned
 intervals. Results carry text, token ids, finish reason and per-request
-timings on the engine clock (milliseconds since the generate call began).
+timings on the engine clock (milliseconds since the generate call began),
+also as vLLM spells them (``out.outputs[0].text``, ``out.metrics``). A
+request that could never run (prompt + max_tokens past ``max_model_len`` or
+the KV pool) is refused when it is submitted, before anything runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-import torch
-
-from iterserve.engine.decision_log import DecisionLogWriter
-from iterserve.engine.loop import Engine, bind_policy
-from iterserve.engine.torch_executor import TorchExecutor
-from iterserve.engine.trace import RunTrace
-from iterserve.model.loader import load_model
+from iterserve.config import DTYPE_NAMES, EngineConfig
+from iterserve.engine.observer import EngineObserver
+from iterserve.engine.online import Submission
+from iterserve.engine.streams import BlockingOutputStream
 from iterserve.model.params import SamplingParams
-from iterserve.model.tokenizer import load_tokenizer
-from iterserve.policies.registry import make_policy, settings_for
-from iterserve.policies.settings import settings_of
-from iterserve.records.spec import Capacity, OnlineWorkload, RequestSpec
+from iterserve.records.plan import IterationPlan
+from iterserve.records.result import IterationResult
+from iterserve.records.state import SchedulerState
+from iterserve.runtime import DTYPES, load_runtime
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+__all__ = ["DTYPES", "DTYPE_NAMES", "LLM", "CompletionOutput", "EngineConfig", "RequestMetrics",
+           "RequestOutput", "SamplingParams"]
 
 
 @dataclass(frozen=True, slots=True)
-class EngineConfig:
-    """Scheduler and memory knobs of a real run (validated on construction)."""
+class CompletionOutput:
+    """One generated sequence (vLLM's ``RequestOutput.outputs[i]``)."""
 
-    policy: str = "vllm"
-    token_budget: int = 512
-    max_num_seqs: int = 64
-    kv_blocks: int = 1024
-    block_size: int = 16
-    num_host_blocks: int = 0
-    chunk_size: int | None = None
-    tau: int | None = None
-    long_prefill_token_threshold: int | None = None
-    extra_policy_settings: tuple[tuple[str, object], ...] = ()  # NAME=VALUE flags, checked strictly
-    enable_prefix_caching: bool = True
-    dtype: str = "float32"
-    device: str = "cpu"
+    index: int
+    text: str
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    finish_reason: str | None
 
-    def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
-        for name in ("token_budget", "max_num_seqs", "kv_blocks", "block_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
 
-    def capacity(self) -> Capacity:
-        return Capacity(token_budget=self.token_budget, sequence_budget=self.max_num_seqs)
+@dataclass(frozen=True, slots=True)
+class RequestMetrics:
+    """Engine-clock times of one request, in ms since the generate call began."""
 
-    def policy_settings(self) -> dict[str, int]:
-        """The knobs the policy takes (each policy keeps the ones it has)."""
-        knobs = {"max_num_seqs": self.max_num_seqs, "chunk_size": self.chunk_size,
-                 "tau": self.tau, "long_prefill_token_threshold": self.long_prefill_token_threshold}
-        return {name: value for name, value in knobs.items() if value is not None}
+    arrival_ms: float
+    first_token_ms: float | None
+    finish_ms: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,81 +64,167 @@ class RequestOutput:
     first_token_ms: float | None
     finish_ms: float | None
 
+    @property
+    def outputs(self) -> list[CompletionOutput]:
+        return [CompletionOutput(0, self.text, self.token_ids, self.logprobs, self.finish_reason)]
+
+    @property
+    def metrics(self) -> RequestMetrics:
+        return RequestMetrics(self.arrival_ms, self.first_token_ms, self.finish_ms)
+
+
+Prompt = str | Sequence[int]
+
 
 class LLM:
-    """A local checkpoint behind the iterserve engine (offline batch API)."""
+    """A local checkpoint behind the iterserve online engine (offline batch API).
 
-    def __init__(self, model_dir: str | Path, config: EngineConfig | None = None,
+    Each ``generate`` call submits its prompts as one batch (one arrival
+    instant, in prompt order) to the engine thread and waits for every
+    stream; the engine is the one the server runs.
+    """
+
+    def __init__(self, model: str | Path, config: EngineConfig | None = None,
                  **overrides: object) -> None:
         config = config or EngineConfig()
         if overrides:
             config = dataclasses.replace(config, **overrides)  # type: ignore[arg-type]
         self.config = config
-        # made once and validated here: a bad name or setting fails before any model work
-        settings = settings_for(config.policy, None, config.policy_settings(), strict=False)
-        settings.update(dict(config.extra_policy_settings))
-        self.policy = make_policy(config.policy, **settings)
-        self.tokenizer = load_tokenizer(model_dir)
-        model = load_model(model_dir, dtype=DTYPES[config.dtype], device=config.device)
-        self.executor = TorchExecutor(
-            model, config.kv_blocks, config.block_size, self.tokenizer,
-            num_host_blocks=config.num_host_blocks,
-            enable_prefix_caching=config.enable_prefix_caching,
-        )
-        self._num_requests = 0
+        self._steps = _StepRelay()
+        self.runtime = load_runtime(model, config, observers=[self._steps])
+        self.engine = self.runtime.engine
+        self.executor = self.runtime.executor
+        self.tokenizer = self.runtime.tokenizer
+        self.max_model_len = self.runtime.max_model_len
+
+    def close(self) -> None:
+        """Stop the engine thread (it also stops with the process)."""
+        self.engine.shutdown(0.0)
 
     def generate(
         self,
-        prompts: Sequence[str | Sequence[int]],
-        params: SamplingParams | Sequence[SamplingParams] | None = None,
+        prompts: Prompt | Sequence[Prompt],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         on_step: Callable[[int, int], None] | None = None,
+        use_tqdm: bool = False,
         decision_log: IO[str] | None = None,
     ) -> list[RequestOutput]:
         """Generate for every prompt (text, or token ids); outputs in prompt order.
 
-        ``on_step(num_finished, num_total)`` is called after every iteration
-        (progress bars). ``decision_log``, an open text stream, receives the
-        run's decision log (executor ``torch``: replay re-derives its plans
-        and checks its results against the digest chain).
+        One string (or one list of token ids) is one request. ``on_step(num_finished,
+        num_total)`` is called after every iteration (on the engine thread);
+        ``use_tqdm`` shows a progress bar. ``decision_log``, an open text
+        stream, receives the engine's decision log once the batch is done
+        (executor ``torch``; every request this LLM has run so far): replay
+        re-derives its plans and checks its results against the digest chain.
         """
-        params_list = _expand(params, len(prompts))
-        specs = [self._register(prompt, p) for prompt, p in zip(prompts, params_list, strict=True)]
-        workload = OnlineWorkload("offline", "ms", self.config.capacity(), tuple(specs))
-        trace = RunTrace()
-        self.executor.reset_clock()
-        writer = None if decision_log is None else DecisionLogWriter(
-            decision_log, bind_policy(workload, self.policy), self.executor.capacity(),
-            policy_settings=settings_of(self.policy), executor="torch")
-        engine = Engine(workload, self.policy, self.executor,
-                        [trace] + ([writer] if writer else []))
-        while not engine.is_done:
-            engine.step()
-            if on_step is not None:
-                done = sum(1 for r in trace.requests.values() if r.finish_time is not None)
-                on_step(done, len(specs))
-        if writer is not None:
-            writer.close(engine.state)
-        return [self._output(spec, trace) for spec in specs]
+        batch = [self._ids(prompt) for prompt in _as_prompts(prompts)]
+        params_list = _expand(sampling_params, len(batch))
+        for ids, p in zip(batch, params_list, strict=True):
+            self.engine.check_request(len(ids), p.max_tokens)
+        if use_tqdm:
+            outputs = self._generate_with_bar(batch, params_list, on_step)
+        else:
+            outputs = self._run(batch, params_list, on_step)
+        if decision_log is not None:
+            self.engine.wait_idle(60.0)
+            decision_log.write(self.engine.decision_log())
+        return outputs
 
-    def _register(self, prompt: str | Sequence[int], params: SamplingParams) -> RequestSpec:
+    def chat(self, messages: Sequence[Mapping[str, str]],
+             sampling_params: SamplingParams | None = None,
+             use_tqdm: bool = False) -> list[RequestOutput]:
+        """One conversation, rendered with the tokenizer's chat template."""
+        ids = self.tokenizer.apply_chat_template(messages)
+        return self.generate([ids], sampling_params, use_tqdm=use_tqdm)
+
+    def _ids(self, prompt: Prompt) -> list[int]:
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
         if not ids:
             raise ValueError("a prompt must have at least one token")
-        request_id = f"req-{self._num_requests}"
-        self._num_requests += 1
-        seed = params.seed if params.seed is not None else self._num_requests
-        self.executor.add_request(request_id, ids, params, seed)
-        return RequestSpec(request_id, 0.0, len(ids), params.max_tokens,
-                           prompt_token_ids=tuple(ids))
+        return ids
 
-    def _output(self, spec: RequestSpec, trace: RunTrace) -> RequestOutput:
-        stream = self.executor.streams.pop(spec.request_id)
-        record = trace.requests[spec.request_id]
-        return RequestOutput(
-            spec.request_id, stream.prompt_token_ids, stream.text,
-            tuple(stream.output_token_ids), tuple(stream.logprobs), record.finish_reason,
-            spec.arrival, record.first_token_time, record.finish_time,
-        )
+    def _generate_with_bar(self, batch: list[list[int]], params_list: list[SamplingParams],
+                           on_step: Callable[[int, int], None] | None) -> list[RequestOutput]:
+        from rich.progress import Progress
+
+        with Progress(transient=True) as progress:
+            task = progress.add_task("generating", total=len(batch))
+
+            def step(done: int, total: int) -> None:
+                progress.update(task, completed=done)
+                if on_step is not None:
+                    on_step(done, total)
+
+            return self._run(batch, params_list, step)
+
+    def _run(self, batch: list[list[int]], params_list: list[SamplingParams],
+             on_step: Callable[[int, int], None] | None) -> list[RequestOutput]:
+        streams = [BlockingOutputStream("") for _ in batch]
+        submissions = [Submission(ids, p, stream)
+                       for ids, p, stream in zip(batch, params_list, streams, strict=True)]
+        with self._steps.relay(on_step, len(batch)):
+            request_ids, arrival_ms = self.engine.add_requests(submissions)
+            outputs = [_collect(rid, ids, stream, arrival_ms)
+                       for rid, ids, stream in zip(request_ids, batch, streams, strict=True)]
+        error = self.engine.take_error()
+        if error is not None:
+            raise error
+        return outputs
+
+
+class _StepRelay(EngineObserver):
+    """Calls the current ``generate`` call's ``on_step(done, total)`` after
+    every executed plan (on the engine thread, before the streams hear of it)."""
+
+    def __init__(self) -> None:
+        self._callback: Callable[[int, int], None] | None = None
+        self._num_total = 0
+        self._num_done = 0
+
+    @contextlib.contextmanager
+    def relay(self, callback: Callable[[int, int], None] | None,
+              num_total: int) -> Iterator[None]:
+        self._callback, self._num_total, self._num_done = callback, num_total, 0
+        try:
+            yield
+        finally:
+            self._callback = None
+
+    def on_step(self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
+                successor: SchedulerState) -> None:
+        self._num_done += sum(1 for item in result.completed if item.finish_reason is not None)
+        callback = self._callback
+        if callback is not None:
+            callback(self._num_done, self._num_total)
+
+
+def _collect(request_id: str, prompt_ids: list[int], stream: BlockingOutputStream,
+             arrival_ms: float) -> RequestOutput:
+    tokens: list[int] = []
+    logprobs: list[float] = []
+    times_ms: list[float] = []
+    text = ""
+    reason: str | None = None
+    for event in stream:
+        tokens.extend(event.token_ids)
+        logprobs.extend(event.logprobs)
+        times_ms.extend(t * 1000.0 - arrival_ms for t in event.token_times_s)
+        text += event.text
+        reason = event.finish_reason or reason
+    return RequestOutput(request_id, tuple(prompt_ids), text, tuple(tokens), tuple(logprobs),
+                         reason, 0.0, times_ms[0] if times_ms else None,
+                         times_ms[-1] if times_ms else None)
+
+
+def _as_prompts(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
+    """One string or one flat list of token ids is one prompt, not many."""
+    if isinstance(prompts, str):
+        return [prompts]
+    items = list(prompts)
+    if items and all(isinstance(t, int) for t in items):
+        return [[int(t) for t in items]]  # type: ignore[arg-type]
+    return items  # type: ignore[return-value]
 
 
 def _expand(params: SamplingParams | Sequence[SamplingParams] | None,

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from iterserve.admission.overload import OverloadConfigError
-from iterserve.cli import generate, make_model, policies, replay, simulate, sweep, workload
+from iterserve.cli import generate, make_model, policies, replay, serve, simulate, sweep, workload
 from iterserve.cli.simulate import FlagError
 from iterserve.engine.loop import EngineStalled
 from iterserve.engine.replay import ReplayDivergence
@@ -29,7 +29,7 @@ EXPECTED_ERRORS = (CheckpointError, WorkloadError, UnknownPolicy, PolicyConfigEr
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="iterserve", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for module in (simulate, sweep, replay, policies, generate, make_model, workload):
+    for module in (simulate, sweep, replay, policies, generate, make_model, workload, serve):
         module.add_parser(subparsers)
     return parser
 

@@ -108,6 +108,28 @@ class Engine:
     def is_done(self) -> bool:
         return not self.state.has_live and self._next_arrival == len(self._pending)
 
+    @property
+    def last_arrival(self) -> float:
+        """The latest arrival declared so far (0 before any)."""
+        return self._pending[-1][0].arrival if self._pending else 0.0
+
+    def submit(self, specs: Sequence[RequestSpec]) -> None:
+        """Declare requests while the engine runs (the online front).
+
+        They join the workload in arrival order, none before the last one
+        declared, and are published by the same rule as a workload's: at the
+        first cut at or after their arrival. A decision log whose header
+        holds the grown workload therefore replays the run.
+        """
+        last = self.last_arrival
+        for spec in specs:
+            if spec.arrival < last:
+                raise ValueError(f"{spec.request_id}: arrival {spec.arrival} precedes {last}")
+            last = spec.arrival
+            self._pending.append((spec, len(self._pending)))
+        self.workload = dataclasses.replace(
+            self.workload, requests=self.workload.requests + tuple(specs))
+
     def _publish_arrivals(self, now: float | None = None) -> None:
         """Publish arrivals due by the clock (or by ``now``, an idle jump).
 

@@ -100,9 +100,12 @@ class TorchExecutor:
         self.num_cached_rows_skipped = 0
         self._last_end: float | None = None  # wall time the previous iteration ended
 
-    def reset_clock(self) -> None:
-        """Start a new run: the next iteration is timed from its own start."""
-        self._last_end = None
+    def reset_clock(self, start_s: float | None = None) -> None:
+        """Start a new run: the next iteration is timed from its own start, or
+        from ``start_s`` (a ``time.perf_counter`` reading) when given: an
+        online engine resuming after an idle gap times it from the arrival
+        its clock jumped to, so the run's clock keeps tracking the wall."""
+        self._last_end = start_s
 
     def add_request(self, request_id: str, prompt_token_ids: Sequence[int],
                     params: SamplingParams, seed: int) -> None:

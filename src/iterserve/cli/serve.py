@@ -1,0 +1,136 @@
+"""``iterserve serve [MODEL_DIR]``: the OpenAI-compatible server.
+
+Without MODEL_DIR the built-in tiny model is served (written once with
+``make-model`` into ``--model-cache-dir``). Flags take vLLM's names where the
+meaning is the same. SIGTERM (or Ctrl-C) stops accepting (503), drains the
+in-flight requests up to ``--drain-timeout``, aborts the rest, writes the
+decision and event logs and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from iterserve.cli.simulate import FlagError
+from iterserve.policies.settings import add_policy_setting_flag, parse_settings
+
+if TYPE_CHECKING:
+    from iterserve.llm import EngineConfig
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("serve", help="serve a checkpoint over an OpenAI-compatible API")
+    parser.add_argument("model_dir", type=Path, nargs="?", default=None,
+                        help="a local checkpoint (default: the built-in tiny model)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--api-key", default=None)
+    parser.add_argument("--served-model-name", default=None)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=512)
+    parser.add_argument("--max-num-seqs", type=int, default=64)
+    parser.add_argument("--block-size", type=int, default=16)
+    kv = parser.add_mutually_exclusive_group()
+    kv.add_argument("--num-kv-blocks", type=int, default=None)
+    kv.add_argument("--kv-cache-memory", type=int, default=None, help="KV pool size in bytes")
+    parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--policy", default="vllm")
+    add_policy_setting_flag(parser)
+    parser.add_argument("--admission", default="none")
+    parser.add_argument("--overload", default="accept-all",
+                        choices=["accept-all", "bounded", "slo-feasible"])
+    parser.add_argument("--max-live", type=int, default=None)
+    parser.add_argument("--cost-model", default=None, help="for --overload slo-feasible")
+    parser.add_argument("--decision-log", type=Path, default=None)
+    parser.add_argument("--event-log", type=Path, default=None)
+    parser.add_argument("--drain-timeout", type=float, default=30.0, help="seconds")
+    parser.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
+    parser.add_argument("--model-cache-dir", type=Path, default=None,
+                        help="where the built-in tiny model is kept (~/.cache/iterserve)")
+    parser.set_defaults(run=run)
+
+
+def builtin_model(cache_dir: Path | None) -> Path:
+    """The built-in tiny checkpoint, made once into the cache directory."""
+    from iterserve.model.make_model import make_model
+
+    path = (cache_dir or Path.home() / ".cache" / "iterserve") / "tiny"
+    if not (path / "config.json").is_file():
+        make_model(path, preset="tiny", seed=0)
+    return path
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    for flag in ("port", "max_num_batched_tokens", "max_num_seqs", "block_size",
+                 "num_kv_blocks", "kv_cache_memory", "max_model_len", "max_live",
+                 "max_body_bytes"):
+        value = getattr(args, flag)
+        if value is not None and value < (0 if flag == "port" else 1):
+            raise FlagError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+    if args.port > 65535:
+        raise FlagError(f"--port must be <= 65535, got {args.port}")
+    if not args.drain_timeout >= 0:
+        raise FlagError(f"--drain-timeout must be >= 0, got {args.drain_timeout}")
+    if args.overload == "bounded" and args.max_live is None:
+        raise FlagError("--overload bounded needs --max-live N")
+    if args.overload == "slo-feasible" and args.cost_model is None:
+        raise FlagError("--overload slo-feasible needs --cost-model NAME:PARAMS")
+
+
+def _num_kv_blocks(args: argparse.Namespace, model_dir: Path, dtype: str) -> int:
+    if args.kv_cache_memory is None:
+        return args.num_kv_blocks or 1024
+    from iterserve.model.loader import load_config
+
+    config = load_config(model_dir)
+    per_block = (2 * config.num_layers * config.num_kv_heads * config.head_dim
+                 * args.block_size * DTYPE_BYTES[dtype])
+    if args.kv_cache_memory < per_block:
+        raise FlagError(f"--kv-cache-memory {args.kv_cache_memory} holds no block "
+                        f"({per_block} bytes each)")
+    return int(args.kv_cache_memory // per_block)
+
+
+def build_config(args: argparse.Namespace, model_dir: Path) -> EngineConfig:
+    from iterserve.llm import EngineConfig
+
+    dtype = "float32" if args.dtype == "auto" else args.dtype
+    try:
+        return EngineConfig(
+            policy=args.policy, token_budget=args.max_num_batched_tokens,
+            max_num_seqs=args.max_num_seqs, kv_blocks=_num_kv_blocks(args, model_dir, dtype),
+            block_size=args.block_size, dtype=dtype, device=args.device,
+            max_model_len=args.max_model_len, admission=args.admission, overload=args.overload,
+            max_live=args.max_live, cost_model=args.cost_model,
+            extra_policy_settings=tuple(parse_settings(args.policy_setting).items()))
+    except ValueError as exc:
+        raise FlagError(str(exc)) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from iterserve.runtime import load_runtime
+    from iterserve.server.app import ServerSettings, create_app
+    from iterserve.server.shutdown import DrainingServer
+
+    _check_flags(args)
+    model_dir = args.model_dir or builtin_model(args.model_cache_dir)
+    config = build_config(args, model_dir)
+    runtime = load_runtime(model_dir, config, served_model_name=args.served_model_name)
+    app = create_app(runtime, ServerSettings(args.api_key, args.max_body_bytes))
+    server = DrainingServer(uvicorn.Config(app, host=args.host, port=args.port,
+                                           log_level="warning"),
+                            app.state.gatekeeper, runtime.engine, args.drain_timeout)
+    print(f"iterserve: serving {runtime.model_name!r} on http://{args.host}:{args.port}/v1",
+          flush=True)
+    server.run()
+    runtime.engine.shutdown(0.0)
+    runtime.engine.write_logs(args.decision_log, args.event_log)
+    return 0
+

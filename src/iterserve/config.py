@@ -1,0 +1,52 @@
+"""The knobs of a real-model engine (the offline API and the server share
+them). Torch-free: the runtime maps the dtype name to a torch dtype."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from iterserve.records.spec import Capacity
+
+DTYPE_NAMES = ("float32", "bfloat16")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Scheduler and memory knobs of a real run (validated on construction)."""
+
+    policy: str = "vllm"
+    token_budget: int = 512
+    max_num_seqs: int = 64
+    kv_blocks: int = 1024
+    block_size: int = 16
+    num_host_blocks: int = 0
+    chunk_size: int | None = None
+    tau: int | None = None
+    long_prefill_token_threshold: int | None = None
+    extra_policy_settings: tuple[tuple[str, object], ...] = ()  # NAME=VALUE flags, checked strictly
+    enable_prefix_caching: bool = True
+    dtype: str = "float32"
+    device: str = "cpu"
+    max_model_len: int | None = None  # None: the checkpoint's max_position_embeddings
+    admission: str = "none"  # kv reservation estimate (see ``iterserve.admission``)
+    overload: str = "accept-all"  # arrival gate: accept-all | bounded | slo-feasible
+    max_live: int | None = None  # the bounded gate's cap on live requests
+    cost_model: str | None = None  # the slo-feasible gate's cost model (NAME:params)
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPE_NAMES:
+            raise ValueError(f"dtype must be one of {list(DTYPE_NAMES)}, got {self.dtype!r}")
+        for name in ("token_budget", "max_num_seqs", "kv_blocks", "block_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ValueError("max_model_len must be >= 2")
+
+    def capacity(self) -> Capacity:
+        return Capacity(token_budget=self.token_budget, sequence_budget=self.max_num_seqs)
+
+    def policy_settings(self) -> dict[str, int]:
+        """The knobs the policy takes (each policy keeps the ones it has)."""
+        knobs = {"max_num_seqs": self.max_num_seqs, "chunk_size": self.chunk_size,
+                 "tau": self.tau, "long_prefill_token_threshold": self.long_prefill_token_threshold}
+        return {name: value for name, value in knobs.items() if value is not None}

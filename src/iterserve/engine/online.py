@@ -1,0 +1,299 @@
+"""The online engine front: requests arrive while the engine runs (issue 10).
+
+One thread owns the :class:`Engine` and runs its step loop unchanged
+(plan -> validate -> execute -> validate -> advance); other threads only put
+submissions and aborts into an inbox under a condition and read immutable
+snapshots. An idle engine waits on the condition; it never spins.
+
+Clock: the engine clock is milliseconds of ``clock()`` since the front was
+made. A submission is stamped with it when ``add_request`` is called (TTFT
+counts from there, 0x07). After an idle jump the executor times the next
+iteration from the jumped-to instant, so ``state.now`` keeps tracking the
+engine clock. The loop drains the inbox only between steps and stamps no
+arrival at or before the cut the previous step published at, so the grown
+workload in the decision log's header replays the run bit for bit.
+
+Abort (0x0C): ``Engine.cancel`` publishes a successor generation and frees
+the request's blocks; it counts as cancelled (client) or aborted (engine).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from iterserve.admission.overload import OverloadGate, engine_gate
+from iterserve.engine.decision_log import GateRecord
+from iterserve.engine.events import EventRecorder
+from iterserve.engine.executor import Executor
+from iterserve.engine.loop import Engine
+from iterserve.engine.observer import EngineObserver
+from iterserve.engine.online_log import BufferedDecisionLog
+from iterserve.engine.publisher import StreamPublisher
+from iterserve.engine.streams import StreamSink
+from iterserve.model.params import SamplingParams
+from iterserve.plan import Policy
+from iterserve.policies.settings import settings_of
+from iterserve.records.spec import Capacity, KvSpec, OnlineWorkload, RequestSpec, SloTargets
+from iterserve.records.state import SchedulerState
+
+
+class EngineClosed(RuntimeError):
+    """The engine is shutting down and accepts no new requests."""
+
+
+class RequestRefused(ValueError):
+    """A request that can never run here (too long for the model or the pool)."""
+
+
+class TokenExecutor(Executor, Protocol):
+    """An executor that holds real tokens (``TorchExecutor``)."""
+
+    @property
+    def streams(self) -> MutableMapping[str, Any]: ...  # request id -> OutputSource
+
+    def add_request(self, request_id: str, prompt_token_ids: Sequence[int],
+                    params: SamplingParams, seed: int) -> None: ...
+
+    def reset_clock(self, start_s: float | None = None) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """One request as a client declares it."""
+
+    prompt_token_ids: Sequence[int]
+    params: SamplingParams
+    sink: StreamSink
+    client_id: str = "anonymous"
+    priority: int = 0
+    slo: SloTargets | None = None
+
+
+class OnlineEngine:
+    def __init__(self, executor: TokenExecutor, policy: Policy, capacity: Capacity, *,
+                 max_model_len: int, kv: KvSpec | None = None, gate: OverloadGate | None = None,
+                 observers: Sequence[EngineObserver] = (), executor_name: str = "torch",
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+        self._start_s = clock()
+        self.executor = executor
+        self.max_model_len = max_model_len
+        self.publisher = StreamPublisher(executor.streams)
+        self.events = EventRecorder(seconds_per_clock_unit=1e-3)
+        workload = OnlineWorkload("online", "ms", capacity, (), kv=kv)
+        # caller observers see a step before the streams do
+        self.engine = Engine(workload, policy, executor,
+                             [self.events, *observers, self.publisher], gate=engine_gate(gate))
+        self._initial_capacity = executor.capacity()
+        self._gate_record = None if engine_gate(gate) is None or gate is None else \
+            GateRecord(gate.gate_id, gate.params())
+        self._log = BufferedDecisionLog(self.engine.workload, self._initial_capacity,
+                                        gate=self._gate_record,
+                                        policy_settings=settings_of(policy), executor=executor_name)
+        self.engine.observers.append(self._log)
+        self._cond = threading.Condition()
+        self._inbox: list[tuple[RequestSpec, StreamSink]] = []
+        self._aborts: list[tuple[str, str]] = []
+        self._deferred_aborts: dict[str, str] = {}
+        self._published_through = 0.0  # the cut the last step published arrivals at
+        self._last_stamp = 0.0
+        self._num_submitted = 0
+        self._is_accepting = True
+        self._is_stopping = False
+        self._thread = threading.Thread(target=self._run, name="iterserve-engine", daemon=True)
+        self.error: BaseException | None = None
+
+    # -- any thread -----------------------------------------------------------
+    def now_ms(self) -> float:
+        return (self._clock() - self._start_s) * 1000.0
+
+    @property
+    def state(self) -> SchedulerState:
+        """The latest published state (immutable; safe to read from any thread)."""
+        return self.engine.state
+
+    @property
+    def num_submitted(self) -> int:
+        return self._num_submitted
+
+    @property
+    def is_accepting(self) -> bool:
+        return self._is_accepting
+
+    def start(self) -> OnlineEngine:
+        self._thread.start()
+        return self
+
+    def check_request(self, num_prompt_tokens: int, max_tokens: int) -> None:
+        """Refuse at submission what could never run (a clear error, not a stall)."""
+        if num_prompt_tokens < 1:
+            raise RequestRefused("the prompt is empty")
+        total = num_prompt_tokens + max_tokens
+        if total > self.max_model_len:
+            raise RequestRefused(
+                f"prompt ({num_prompt_tokens} tokens) + max_tokens ({max_tokens}) = {total} "
+                f"exceeds the maximum model length {self.max_model_len}")
+        facts = self._initial_capacity
+        if facts.num_blocks_total is not None and facts.blocks_for(total) > facts.num_blocks_total:
+            raise RequestRefused(
+                f"prompt + max_tokens needs {facts.blocks_for(total)} KV blocks; the pool has "
+                f"{facts.num_blocks_total}")
+
+    def add_request(self, prompt_token_ids: Sequence[int], params: SamplingParams,
+                    sink: StreamSink, *, client_id: str = "anonymous", priority: int = 0,
+                    slo: SloTargets | None = None) -> str:
+        """Submit one request; its events go to ``sink``. Returns its id."""
+        ids, _ = self.add_requests([Submission(prompt_token_ids, params, sink, client_id,
+                                               priority, slo)])
+        return ids[0]
+
+    def add_requests(self, submissions: Sequence[Submission]) -> tuple[list[str], float]:
+        """Submit requests as one batch: one arrival instant, in this order.
+        Returns their ids and the arrival (engine-clock ms)."""
+        for sub in submissions:
+            self.check_request(len(sub.prompt_token_ids), sub.params.max_tokens)
+        with self._cond:
+            if not self._is_accepting:
+                raise EngineClosed("the engine is shutting down")
+            self._last_stamp = max(self._last_stamp, self.now_ms())
+            request_ids = [self._declare(sub, self._last_stamp) for sub in submissions]
+            self._cond.notify()
+        return request_ids, self._last_stamp
+
+    def _declare(self, sub: Submission, arrival_ms: float) -> str:
+        self._num_submitted += 1
+        request_id = f"req-{self._num_submitted}"
+        ids = tuple(int(t) for t in sub.prompt_token_ids)
+        spec = RequestSpec(request_id, arrival_ms, len(ids), sub.params.max_tokens,
+                           client_id=sub.client_id, priority=sub.priority, prompt_token_ids=ids,
+                           slo=sub.slo)
+        seed = sub.params.seed if sub.params.seed is not None else self._num_submitted
+        self.executor.add_request(request_id, ids, sub.params, seed)
+        self.publisher.register(spec, sub.sink)
+        self._inbox.append((spec, sub.sink))
+        return request_id
+
+    def take_error(self) -> BaseException | None:
+        """The engine failure that ended the live requests, if any (cleared)."""
+        error, self.error = self.error, None
+        return error
+
+    def abort(self, request_id: str, reason: str = "cancelled") -> None:
+        """Cancel a request (0x0C); ``reason`` other than cancelled counts as aborted."""
+        with self._cond:
+            self._aborts.append((request_id, reason))
+            self._cond.notify()
+
+    def stop_accepting(self) -> None:
+        with self._cond:
+            self._is_accepting = False
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no request is live or pending; False on timeout."""
+        deadline = self._clock() + timeout_s
+        while self._clock() < deadline:
+            with self._cond:
+                if not self._inbox and self.engine.is_done:
+                    return True
+            time.sleep(0.01)
+        return False
+
+    def shutdown(self, drain_timeout_s: float = 0.0) -> None:
+        """Stop accepting, drain up to the timeout, abort the rest, stop the thread."""
+        self.stop_accepting()
+        if not self.wait_idle(drain_timeout_s):
+            for request_id in self._live_ids():
+                self.abort(request_id, "shutdown")
+        with self._cond:
+            self._is_stopping = True
+            self._cond.notify()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def decision_log(self) -> str:
+        """The decision log so far: a header holding every request declared,
+        then the logged lines, chained (call it while the engine is idle, or
+        after :meth:`shutdown`, for a log that replays to its end)."""
+        with self._cond:
+            return self._log.text(self.engine.workload, self.engine.state,
+                                  is_done=self.engine.is_done)
+
+    def write_logs(self, decision_log: Path | None, event_log: Path | None) -> None:
+        if decision_log is not None:
+            Path(decision_log).write_text(self.decision_log())
+        if event_log is not None:
+            self.events.log().write_jsonl(event_log)
+
+    def _live_ids(self) -> list[str]:
+        with self._cond:
+            pending = [spec.request_id for spec, _ in self._inbox]
+        state = self.engine.state
+        return pending + [rid for rid in (*state.waiting, *state.running, *state.suspended)]
+
+    # -- the engine thread ----------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._inbox or self._aborts or self._is_stopping
+                           or not self.engine.is_done):
+                    self._cond.wait()
+                if self._is_stopping and not self._inbox and self.engine.is_done:
+                    return
+                arrivals, self._inbox = self._inbox, []
+                aborts, self._aborts = self._aborts, []
+                self._submit(spec for spec, _ in arrivals)
+            self._apply_aborts(aborts)
+            if not self.engine.is_done:
+                self._step()
+
+    def _submit(self, specs: Iterable[RequestSpec]) -> None:
+        floor = math.nextafter(self._published_through, math.inf)
+        stamped = []
+        for spec in specs:
+            arrival = max(spec.arrival, floor, self.engine.last_arrival)
+            stamped.append(spec if arrival == spec.arrival else _restamp(spec, arrival))
+        self.engine.submit(stamped)
+
+    def _apply_aborts(self, aborts: Iterable[tuple[str, str]]) -> None:
+        due = list(self._deferred_aborts.items()) + list(aborts)
+        self._deferred_aborts = {}
+        for request_id, reason in due:
+            view = self.engine.state.views.get(request_id)
+            if view is None:
+                if self.publisher.is_open(request_id):  # declared, not yet published
+                    self._deferred_aborts[request_id] = reason
+            elif not view.is_terminal:
+                self.publisher.end_reasons[request_id] = reason
+                self.engine.cancel(request_id)
+
+    def _step(self) -> None:
+        engine = self.engine
+        before_now, before_iterations = engine.state.now, engine.num_iterations
+        try:
+            engine.step()
+        except Exception as exc:  # EngineStalled or a failed forward: end the live requests
+            self.error = exc
+            self._abort_live(f"engine error: {type(exc).__name__}")
+            return
+        if engine.num_iterations == before_iterations:  # an idle jump (or intents only)
+            self._published_through = engine.state.now
+            self.executor.reset_clock(self._start_s + engine.state.now / 1000.0)
+        else:
+            self._published_through = before_now
+
+    def _abort_live(self, reason: str) -> None:
+        state = self.engine.state
+        for request_id in (*state.waiting, *state.running, *state.suspended):
+            self.publisher.end_reasons[request_id] = reason
+            self.engine.cancel(request_id)
+
+
+def _restamp(spec: RequestSpec, arrival: float) -> RequestSpec:
+    return dataclasses.replace(spec, arrival=arrival)

@@ -1,0 +1,78 @@
+"""Wiring of a served model: checkpoint + tokenizer + TorchExecutor + policy
++ overload gate -> a started :class:`OnlineEngine`. The server and the
+offline API both build their engine here, so there is one engine, not two."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from iterserve.admission.overload import OverloadGate, make_gate
+from iterserve.config import EngineConfig
+from iterserve.engine.observer import EngineObserver
+from iterserve.engine.online import OnlineEngine
+from iterserve.engine.torch_executor import TorchExecutor
+from iterserve.model.loader import load_model
+from iterserve.model.tokenizer import TextTokenizer, load_tokenizer
+from iterserve.plan import Policy
+from iterserve.policies.registry import make_policy, settings_for
+from iterserve.records.spec import KvSpec
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    engine: OnlineEngine
+    tokenizer: TextTokenizer
+    model_name: str
+    max_model_len: int
+
+    @property
+    def executor(self) -> TorchExecutor:
+        executor = self.engine.executor
+        assert isinstance(executor, TorchExecutor)
+        return executor
+
+
+def make_overload_gate(config: EngineConfig) -> OverloadGate:
+    """The configured overload contract; unknown names or missing params raise."""
+    params: dict[str, Any] = {}
+    if config.overload == "bounded":
+        params = {"max_live": config.max_live}
+    elif config.overload == "slo-feasible":
+        params = {"cost_model": config.cost_model, "clock": "ms"}
+    return make_gate(config.overload, params)
+
+
+def make_engine_policy(config: EngineConfig) -> Policy:
+    """The configured policy, made once with the settings it takes."""
+    settings = settings_for(config.policy, None, config.policy_settings(), strict=False)
+    settings.update(dict(config.extra_policy_settings))
+    return make_policy(config.policy, **settings)
+
+
+def load_runtime(model_dir: str | Path, config: EngineConfig, *,
+                 served_model_name: str | None = None,
+                 observers: Sequence[EngineObserver] = ()) -> Runtime:
+    """Load the checkpoint and start its online engine thread."""
+    policy = make_engine_policy(config)  # a bad name or setting fails before any model work
+    gate = make_overload_gate(config)
+    tokenizer = load_tokenizer(model_dir)
+    model = load_model(model_dir, dtype=DTYPES[config.dtype], device=config.device)
+    executor = TorchExecutor(model, config.kv_blocks, config.block_size, tokenizer,
+                             num_host_blocks=config.num_host_blocks,
+                             enable_prefix_caching=config.enable_prefix_caching)
+    max_model_len = config.max_model_len or model.config.max_position_embeddings
+    # the workload's kv section carries the admission estimate; without one the
+    # policies plan exactly as the offline runs always have (no kv section)
+    kv = None if config.admission == "none" else KvSpec(
+        config.kv_blocks, config.block_size, config.num_host_blocks, admission=config.admission)
+    engine = OnlineEngine(executor, policy, config.capacity(), max_model_len=max_model_len,
+                          kv=kv, gate=gate, observers=observers)
+    name = served_model_name or Path(model_dir).resolve().name
+    return Runtime(engine.start(), tokenizer, name, max_model_len)

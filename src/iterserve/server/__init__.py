@@ -1,0 +1,1 @@
+"""OpenAI-compatible HTTP server over the online engine (issue 10)."""
