@@ -39,6 +39,14 @@ class EngineConfig:
         for name in ("token_budget", "max_num_seqs", "kv_blocks", "block_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.num_host_blocks < 0:
+            raise ValueError("num_host_blocks must be >= 0")
+        for name in ("chunk_size", "tau", "long_prefill_token_threshold"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 when set")
+        device, _, index = self.device.partition(":")
+        if device not in ("cpu", "cuda") or (index and (device != "cuda" or not index.isdigit())):
+            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError("max_model_len must be >= 2")
 

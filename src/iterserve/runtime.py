@@ -62,6 +62,8 @@ def load_runtime(model_dir: str | Path, config: EngineConfig, *,
     """Load the checkpoint and start its online engine thread."""
     policy = make_engine_policy(config)  # a bad name or setting fails before any model work
     gate = make_overload_gate(config)
+    if config.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {config.device!r}: this torch build has no usable CUDA device")
     tokenizer = load_tokenizer(model_dir)
     model = load_model(model_dir, dtype=DTYPES[config.dtype], device=config.device)
     executor = TorchExecutor(model, config.kv_blocks, config.block_size, tokenizer,

@@ -29,8 +29,15 @@ from iterserve.admission import (
     plan_admission,
     soft_ceiling_rows,
 )
+from iterserve.engine.loop import Engine
+from iterserve.engine.observer import EngineObserver
+from iterserve.policies.registry import make_policy
+from iterserve.records import codec
+from iterserve.sim.factory import make_simulated_executor
+from iterserve.sim.workload import WorkloadError, parse_workload
 
 FIXTURE = Path(__file__).parent / "fixtures" / "admission_0x06.json"
+SMALL_KV = Path(__file__).resolve().parents[2] / "examples" / "small_kv.json"
 KIB = 1024
 MIB = 1024 * KIB
 ONLINE_FIELDS = {"request_id", "generation", "priority", "prompt_rows", "uncached_prompt_rows",
@@ -172,19 +179,66 @@ def test_plans_are_intents_without_physical_results(data: dict[str, Any]) -> Non
                 assert request is None
 
 
-def test_metamorphic_hidden_truth_never_changes_a_plan(data: dict[str, Any]) -> None:
-    """Changing every realized length leaves every online plan byte-for-byte unchanged."""
-    altered = json.loads(json.dumps(data))
-    altered["fixture_only_hidden_truth"]["realized_total_outputs"] = {"A": 1, "B": 12, "C": 3}
-    assert _plans(altered) == _plans(data)
-    assert _evaluations(altered) != _evaluations(data)  # only the hindsight scores move
+class _PlanRecorder(EngineObserver):
+    def __init__(self) -> None:
+        self.steps: list[tuple[bytes, bytes]] = []
+
+    def on_step(self, state, plan, result, successor) -> None:  # noqa: ANN001
+        self.steps.append((codec.dumps(codec.plan_to_json(plan)).encode(),
+                           codec.dumps(codec.result_to_json(result)).encode()))
 
 
-def test_hidden_truth_column_is_refused_online(data: dict[str, Any]) -> None:
-    leaked = [dict(row, realized_total_outputs=8) for row in data["requests"]]
-    with pytest.raises(ValueError, match="non-online"):
-        online_candidates(leaked)
-    physical = [dict(row, block_ids=[0, 1]) for row in data["requests"]]
-    with pytest.raises(ValueError, match="non-online"):
-        online_candidates(physical)
+def _run_small_kv(admission: str, lengths: Mapping[str, int] | None) -> list[tuple[bytes, bytes]]:
+    """examples/small_kv.json through the loader, the real engine (every policy
+    screens admissions by ``kv.admission``) and the simulated executor, which
+    holds the hidden truth: the only place a leak could come from."""
+    raw = json.loads(SMALL_KV.read_text())
+    raw["kv"] |= {"admission": admission, "preemption_mode": "recompute"}
+    if lengths is not None:
+        raw["fixture_only_hidden_truth"]["realized_output_tokens"] = dict(lengths)
+    manifest = parse_workload(raw)
+    recorder = _PlanRecorder()
+    Engine(manifest.online_projection(), make_policy("sarathi-serve"),
+           make_simulated_executor(manifest), [recorder]).run()
+    return recorder.steps
+
+
+@pytest.mark.parametrize("admission", ["max", "point", "quantile", "watermark:8"])
+def test_metamorphic_hidden_truth_never_changes_a_plan(data: dict[str, Any], admission: str) -> None:
+    """Changing every realized length leaves every plan byte-for-byte unchanged
+    until a result the changed truth produced is published; the runs differ
+    after that, so the comparison has something to find."""
+    realized = json.loads(SMALL_KV.read_text())["fixture_only_hidden_truth"][
+        "realized_output_tokens"]
+    declared = _run_small_kv(admission, None)
+    altered = _run_small_kv(admission, {rid: 1 + (n * 7) % 13 for rid, n in realized.items()})
+    first_difference = next(i for i, (a, b) in enumerate(zip(declared, altered, strict=False))
+                            if a[1] != b[1])
+    assert first_difference > 0
+    for i in range(first_difference + 1):
+        assert declared[i][0] == altered[i][0], f"plan {i} moved before any result differed"
+    assert declared != altered
+    changed = json.loads(json.dumps(data))
+    changed["fixture_only_hidden_truth"]["realized_total_outputs"] = {"A": 1, "B": 12, "C": 3}
+    assert _evaluations(changed) != _evaluations(data)  # only the hindsight scores move
+
+
+@pytest.mark.parametrize("column", [("realized_output_tokens", 8), ("realized_total_outputs", 8),
+                                    ("block_ids", [0, 1])], ids=lambda c: c[0])
+def test_hidden_truth_column_is_refused_online(data: dict[str, Any], column) -> None:
+    """A hidden-truth or physical column is refused where a user hands it in:
+    the workload loader names it, and the online candidate record has no slot
+    for it (the engine builds candidates only from the online workload)."""
+    name, value = column
+    raw = json.loads(SMALL_KV.read_text())
+    raw["requests"][3][name] = value
+    with pytest.raises(WorkloadError, match=rf"requests\[3\]\.{name}: unknown field"):
+        parse_workload(raw)
+    candidate = online_candidates(data["requests"])[0]
+    online = {field: getattr(candidate, field) for field in AdmissionCandidate.__slots__}
+    with pytest.raises(TypeError, match=name):
+        AdmissionCandidate(**online, **{name: value})
     assert "realized" not in " ".join(AdmissionCandidate.__slots__)
+    leaked = [dict(r, **{name: value}) for r in data["requests"]]
+    with pytest.raises(ValueError, match="non-online"):
+        online_candidates(leaked)  # the fixture's own reader refuses it too

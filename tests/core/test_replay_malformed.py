@@ -168,7 +168,7 @@ def test_a_path_that_is_no_log_is_one_line(tmp_path, target, capsys):
 
 
 @pytest.mark.parametrize(("target", "words"), [("not-json", "not valid JSON"),
-                                               ("directory", "Is a directory"),
+                                               ("directory", "is a directory"),
                                                ("missing", "no such file")])
 def test_replay_with_a_bad_workload_file_is_one_line(base_lines, target, words, tmp_path,
                                                      capsys):

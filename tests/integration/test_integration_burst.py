@@ -1,5 +1,8 @@
 """0x07 "One Burst, Two Overload Contracts", reproduced by the real simulator.
 
+(The metrics-layer twin, tests/metrics/test_metrics_burst.py, scored logs it
+built itself; its assertions live here now, on the simulator's own logs.)
+
 10 ms iterations (ms clock, fixed 10 ms cost), 2 rows per iteration, six
 requests at t=0 each needing 1 first-token unit + 1 next-token unit,
 TTFT 30 ms, TBT 20 ms, least predicted slack (tie-break: next token,
@@ -71,6 +74,7 @@ def test_four_live_cap_protects_the_four_admitted(capped) -> None:
     assert (counts.num_completed_miss, counts.num_rejected, counts.num_unfinished) == (0, 2, 0)
     assert dict(counts.reject_reasons) == {"max_live": 2}
     assert capped.engine.rejected == {"E": "max_live", "F": "max_live"}
+    assert report.rates.num_emitted_tokens == 8
     assert emission_ms(capped) == {"A": [10, 20], "B": [10, 20], "C": [30, 40], "D": [30, 40]}
     assert report.attainment.admitted == pytest.approx(1.0)
 
@@ -85,11 +89,20 @@ def test_both_contracts_give_the_same_request_goodput(accept_all, capped) -> Non
     assert all(closes(r) for r in both)
     assert both[0].attainment.offered_load == both[1].attainment.offered_load == \
         pytest.approx(4 / 6)
+    assert both[0].attainment.admitted == pytest.approx(4 / 6)
+    assert both[1].attainment.admitted == pytest.approx(1.0)
+    for report in both:
+        counts = report.outcomes
+        assert counts.num_slo_valid + counts.num_completed_miss + counts.num_rejected \
+            + counts.num_unfinished == counts.num_offered == 6
 
 
 def test_twelve_samples_withhold_the_tail(accept_all) -> None:
     latency = evaluate_run(accept_all, WINDOW, "accept-all").to_dict()["latency_ms"]
+    assert latency["ttft"]["n"] == 6
     assert latency["ttft"]["p95"] == {"status": "insufficient_sample", "n": 6}
+    assert latency["ttft"]["p50"]["status"] == "ok"
+    assert latency["ttft"]["p50"]["value"] == pytest.approx(30.0)
     assert latency["tbt"]["p99"] == {"status": "insufficient_sample", "n": 6}
 
 

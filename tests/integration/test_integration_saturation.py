@@ -6,10 +6,22 @@ least-slack with a four-live ``bounded`` overload contract.
 
 from __future__ import annotations
 
-import pytest
-from integration_helpers import TICK_MS, closes, evaluate_run, gate, saturation_workload, simulate
+import importlib.util
+import sys
+from pathlib import Path
 
-from iterserve.metrics import ObservationWindow, window_overload
+import pytest
+from integration_helpers import (
+    BURST_SLO,
+    TICK_MS,
+    closes,
+    evaluate_run,
+    gate,
+    saturation_workload,
+    simulate,
+)
+
+from iterserve.metrics import ObservationWindow, evaluate, window_overload
 
 WINDOW = ObservationWindow(0.0, 1.3)
 
@@ -56,11 +68,37 @@ def test_executed_rows_never_exceed_window_capacity(bounded) -> None:
     assert all(it.num_rows <= 2 for it in in_window)
 
 
+def _tick_oracle():
+    """tests/metrics/metrics_fixtures.py: an independent 0x07 tick oracle (10 ms
+    ticks, 2 rows, least predicted slack, the spec's tie-break), not the simulator."""
+    path = Path(__file__).resolve().parents[1] / "metrics" / "metrics_fixtures.py"
+    spec = importlib.util.spec_from_file_location("saturation_tick_oracle", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_accept_all_rejects_nothing_and_attains_almost_nothing(manifest) -> None:
     """Without the cap nothing is rejected; least slack then serves the most
     overdue work first and nearly every request misses (the deadline-order
-    domino under overload). Figures as the simulator produces them."""
+    domino under overload). The figures are derived twice: by the real
+    simulator and by the independent tick oracle from the 0x07 rules; every
+    request's outcome must agree, not only the totals."""
     report = evaluate_run(simulate(manifest, gate("accept-all")), WINDOW, "accept-all")
+    oracle = _tick_oracle()
+    derived = evaluate(oracle.least_slack_tick_oracle(oracle.saturation_arrivals(),
+                                                      max_live=None),
+                       BURST_SLO, WINDOW, label="oracle")
+    outcome = {v.request_id: (v.outcome, v.missed_clocks) for v in report.request_outcomes}
+    assert outcome == {v.request_id: (v.outcome, v.missed_clocks)
+                       for v in derived.request_outcomes}
+    fields = ("num_offered", "num_slo_valid", "num_completed", "num_completed_miss",
+              "num_rejected", "num_unfinished")
+    assert [getattr(report.outcomes, f) for f in fields] == \
+        [getattr(derived.outcomes, f) for f in fields]
+    assert report.attainment.offered_load == derived.attainment.offered_load
     counts = report.outcomes
     assert counts.num_rejected == 0 and closes(report)
     assert (counts.num_slo_valid, counts.num_completed, counts.num_unfinished) == (6, 98, 142)

@@ -1,6 +1,7 @@
 """report.md rendering and PNG plots from the real code path."""
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,15 @@ from iterserve.metrics.series import queue_depth_from_events
 
 WINDOW = ObservationWindow(0.0, 0.1)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_hand_built_logs_follow_the_least_slack_rules() -> None:
+    """A self-check of the fixtures these rendering tests draw (moved from the
+    deleted test_metrics_burst.py, whose scores tests/integration/
+    test_integration_burst.py now checks on the real simulator's logs)."""
+    burst = [(request_id, 0) for request_id in "ABCDEF"]
+    assert Counter(least_slack_tick_oracle(burst, max_live=None)) == Counter(burst_accept_all())
+    assert Counter(least_slack_tick_oracle(burst, max_live=4)) == Counter(burst_four_live_cap())
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 from policy_helpers import FIXTURES, write_workload
 
 from iterserve.cli.main import main
-from iterserve.metrics.chunk_ledger import chunk_pairs, ledger_from_sizes, visible_pairs
+from iterserve.metrics.chunk_ledger import chunk_pairs, ledger_from_sizes
 
 BYTES_PER_ROW = 131072  # M5.1 m5-1-gqa-fp16-logical-row-v1 (0x05)
 
@@ -24,37 +24,48 @@ def triangle(num_positions: int) -> set[tuple[int, int]]:
     return {(q, k) for q in range(num_positions) for k in range(q + 1)}
 
 
-def regions(sizes: list[int]) -> list[tuple[set[tuple[int, int]], set[tuple[int, int]]]]:
-    """Per chunk, the two K/V regions 0x09 says a legal call exposes:
-    committed history [0, s_m) and the in-chunk causal prefix [s_m, q]."""
-    out = []
-    start = 0
-    for size in sizes:
-        queries = range(start, start + size)
-        history = {(q, k) for q in queries for k in range(start)}
-        in_chunk = {(q, k) for q in queries for k in range(start, q + 1)}
-        out.append((history, in_chunk))
-        start += size
-    return out
+def executed_prefill_chunks(decision_log, request_id: str,
+                            num_prompt_tokens: int) -> list[tuple[int, int]]:
+    """The (start, end) prefill intervals the engine actually executed, from the log."""
+    chunks = []
+    for line in decision_log.read_text().splitlines()[1:]:
+        record = json.loads(line)
+        for item in (record.get("result") or {}).get("completed", []):
+            if item["request_id"] == request_id and item["start"] < num_prompt_tokens:
+                chunks.append((item["start"], item["end"]))
+    return chunks
 
 
 @pytest.mark.parametrize("chunk_size", [1, 2, 3, 4, 5, 6, 12])
-def test_s12_partition_is_the_full_causal_triangle(chunk_size: int) -> None:
-    sizes = sizes_for(12, chunk_size)
+def test_s12_partition_is_the_full_causal_triangle(chunk_size: int, tmp_path, capsys) -> None:
+    """S = 12 under sarathi at chunk size C: the prefill intervals the engine
+    executed (read from the decision log) expose every causal pair exactly
+    once, and the report's ledger counts the pairs each executed chunk
+    exposes (P_m) at the starts it really had."""
+    workload = write_workload(
+        tmp_path / "s12.json",
+        [{"request_id": "p12", "arrival": 0, "prompt_tokens": 12, "max_output_tokens": 2}],
+        {"token_budget": 12, "sequence_budget": 2, "chunk_size": chunk_size}, {"p12": 1})
+    out, log = tmp_path / "out", tmp_path / "decisions.jsonl"
+    assert main(["simulate", "--workload", str(workload), "--policy", "sarathi", "--no-plots",
+                 "--out", str(out), "--decision-log", str(log)]) == 0, capsys.readouterr().err
+    executed = executed_prefill_chunks(log, "p12", 12)
+    assert [end - start for start, end in executed] == sizes_for(12, chunk_size)
     full = triangle(12)
     assert len(full) == 78
-    visible = visible_pairs(sizes)
-    assert full - visible == set(), "pairs missing"
-    assert visible - full == set(), "future (extra) pairs exposed"
-    ledger = ledger_from_sizes(sizes)
-    assert ledger.total_pairs == 78
     union: set[tuple[int, int]] = set()
-    for m, (history, in_chunk) in enumerate(regions(sizes)):
-        assert not history & in_chunk
+    entry = json.loads((out / "report.json").read_text())["chunk_ledger"]["requests"]["p12"]
+    assert entry["chunk_starts"] == [start for start, _ in executed]
+    assert entry["total_pairs"] == 78
+    for m, (start, end) in enumerate(executed):
+        queries = range(start, end)
+        history = {(q, k) for q in queries for k in range(start)}
+        in_chunk = {(q, k) for q in queries for k in range(start, q + 1)}
         assert not union & (history | in_chunk), "a pair is processed by two chunks"
         union |= history | in_chunk
-        assert ledger.causal_pairs[m] == len(history) + len(in_chunk)
-    assert union == full
+        assert entry["causal_pairs"][m] == len(history) + len(in_chunk)
+    assert full - union == set(), "pairs missing"
+    assert union - full == set(), "future (extra) pairs exposed"
 
 
 def test_s16_sweep_matches_the_hand_derived_table() -> None:

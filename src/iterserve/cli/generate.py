@@ -6,33 +6,62 @@ import argparse
 import json
 from pathlib import Path
 
-from iterserve.policies.settings import add_policy_setting_flag, parse_settings
+from iterserve.cli.flag_types import POSITIVE_INT, SEED, finite_float, int_at_least, non_empty
+from iterserve.cli.simulate import FlagError
+from iterserve.policies.settings import add_policy_setting_flag
+from iterserve.records.limits import MAX_BLOCK_SIZE, MAX_BUDGET, MAX_NUM_BLOCKS, MAX_OUTPUT_TOKENS
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("generate", help="generate text with a local checkpoint")
     parser.add_argument("model_dir", type=Path)
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--prompt", action="append", help="a prompt (repeatable)")
-    source.add_argument("--prompts-file", type=Path, help="one prompt per line")
-    parser.add_argument("--policy", default="vllm")
-    parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--top-k", type=int, default=None)
-    parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    source.add_argument("--prompt", action="append", type=non_empty, help="a prompt (repeatable)")
+    source.add_argument("--prompts-file", type=Path, help="one prompt per line (UTF-8)")
+    parser.add_argument("--policy", default="vllm", type=non_empty)
+    parser.add_argument("--max-tokens", type=int_at_least(1, MAX_OUTPUT_TOKENS), default=32)
+    parser.add_argument("--temperature", type=finite_float(0.0), default=0.0)
+    parser.add_argument("--top-k", type=POSITIVE_INT, default=None)
+    parser.add_argument("--top-p", type=finite_float(0.0, 1.0, exclusive_min=True), default=1.0)
+    parser.add_argument("--seed", type=SEED, default=None)
+    parser.add_argument("--stop", action="append", type=non_empty, default=[],
+                        help="stop string (repeatable)")
     parser.add_argument("--ignore-eos", action="store_true")
-    parser.add_argument("--token-budget", type=int, default=512)
-    parser.add_argument("--max-num-seqs", type=int, default=64)
-    parser.add_argument("--kv-blocks", type=int, default=1024)
-    parser.add_argument("--block-size", type=int, default=16)
-    parser.add_argument("--chunk-size", type=int, default=None)
+    parser.add_argument("--token-budget", type=int_at_least(1, MAX_BUDGET), default=512)
+    parser.add_argument("--max-num-seqs", type=int_at_least(1, MAX_BUDGET), default=64)
+    parser.add_argument("--kv-blocks", type=int_at_least(1, MAX_NUM_BLOCKS), default=1024)
+    parser.add_argument("--block-size", type=int_at_least(1, MAX_BLOCK_SIZE), default=16)
+    parser.add_argument("--chunk-size", type=int_at_least(1, MAX_BUDGET), default=None)
     add_policy_setting_flag(parser)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--json", action="store_true", help="print one JSON object per output")
     parser.set_defaults(run=run)
+
+
+def read_prompts(path: Path) -> list[str]:
+    """The non-blank lines of a UTF-8 file; anything else is a :class:`FlagError`."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FlagError(f"--prompts-file: {path}: no such file") from None
+    except IsADirectoryError:
+        raise FlagError(f"--prompts-file: {path}: is a directory, not a file") from None
+    except UnicodeDecodeError as exc:
+        raise FlagError(f"--prompts-file: {path}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise FlagError(f"--prompts-file: {path}: cannot read ({exc.strerror or exc})") from None
+    prompts = [line for line in text.splitlines() if line.strip()]
+    if not prompts:
+        raise FlagError(f"--prompts-file: {path}: holds no prompt")
+    return prompts
+
+
+def check_device(device: str) -> None:
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise FlagError("--device cuda: this torch build has no usable CUDA device; use --device cpu")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,13 +71,12 @@ def run(args: argparse.Namespace) -> int:
     from iterserve.llm import LLM, EngineConfig
     from iterserve.model.params import SamplingParams
 
-    prompts = args.prompt or [
-        line.rstrip("\n") for line in args.prompts_file.read_text().splitlines() if line.strip()
-    ]
+    prompts = args.prompt or read_prompts(args.prompts_file)
+    check_device(args.device)
     config = EngineConfig(
         policy=args.policy, token_budget=args.token_budget, max_num_seqs=args.max_num_seqs,
         kv_blocks=args.kv_blocks, block_size=args.block_size, chunk_size=args.chunk_size,
-        extra_policy_settings=tuple(parse_settings(args.policy_setting).items()),
+        extra_policy_settings=tuple(dict(args.policy_setting).items()),
         dtype=args.dtype, device=args.device,
     )
     params = SamplingParams(

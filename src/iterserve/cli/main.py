@@ -1,14 +1,22 @@
-"""Entry point: ``iterserve <command>``. Expected errors become one line on
-stderr and exit status 2; only bugs produce tracebacks."""
+"""Entry point: ``iterserve <command>``.
+
+Every failure is one line on stderr and exit status 2, never a traceback:
+a bad flag (``cli/flag_types.py``), an expected error (bad workload field,
+unknown policy, damaged checkpoint, replay divergence) and, caught last here,
+anything else, named by its type. Nothing is written by a run that fails.
+A reader that closes the pipe early (``iterserve policies | head``) ends the
+command quietly with status 141, as a process killed by SIGPIPE would.
+"""
 
 from __future__ import annotations
 
-import argparse
+import os
 import sys
 from collections.abc import Sequence
 
 from iterserve.admission.overload import OverloadConfigError
 from iterserve.cli import generate, make_model, policies, replay, serve, simulate, sweep, workload
+from iterserve.cli.flag_types import OneLineParser, UsageError
 from iterserve.cli.simulate import FlagError
 from iterserve.engine.loop import EngineStalled
 from iterserve.engine.replay import ReplayDivergence
@@ -24,10 +32,11 @@ from iterserve.sim.workload_spec import WorkloadSpecError
 EXPECTED_ERRORS = (CheckpointError, WorkloadError, UnknownPolicy, PolicyConfigError, ReplayDivergence, ContractViolation,
                    EngineStalled, FileNotFoundError, FlagError, OverloadConfigError, CostModelError,
                    WorkloadSpecError, TraceError)
+EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="iterserve", description=__doc__)
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog="iterserve", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module in (simulate, sweep, replay, policies, generate, make_model, workload, serve):
         module.add_parser(subparsers)
@@ -35,12 +44,36 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
-        return int(args.run(args))
+        args = build_parser().parse_args(argv)
+    except UsageError as exc:
+        return _fail(str(exc))
+    prefix = f"iterserve {args.command}: error:"
+    try:
+        status = int(args.run(args))
+        sys.stdout.flush()  # a closed pipe surfaces here, not in the interpreter's exit flush
+        return status
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     except EXPECTED_ERRORS as exc:
-        print(f"iterserve {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return _fail(f"{prefix} {exc}")
+    except Exception as exc:  # the top-level net: one line, never a traceback
+        return _fail(f"{prefix} {type(exc).__name__}: {exc}")
+
+
+def _fail(message: str) -> int:
+    print(" ".join(message.split()), file=sys.stderr)
+    return 2
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a file descriptor (captured in tests)
+        pass
 
 
 if __name__ == "__main__":

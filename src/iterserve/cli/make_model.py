@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+
+from iterserve.cli.flag_types import SEED, output_dir
+from iterserve.model.presets import PRESETS
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("make-model", help="write a random-weight Llama checkpoint")
-    parser.add_argument("dir", type=Path, help="output directory")
-    parser.add_argument("--preset", default="tiny", help="tiny (tests, demo) or small (benchmarks)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("dir", type=output_dir, help="output directory (absent or a directory)")
+    parser.add_argument("--preset", default="tiny", choices=sorted(PRESETS),
+                        help="tiny (tests, demo) or small (benchmarks)")
+    parser.add_argument("--seed", type=SEED, default=0)
     parser.set_defaults(run=run)
 
 

@@ -11,18 +11,36 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import os
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from iterserve.admission.overload import OverloadGate, make_gate
+from iterserve.cli.fairness_flags import (
+    FairnessFlagError,
+    add_fairness_flags,
+    add_fairness_horizon_flag,
+    bound_of,
+    fairness_from_flags,
+    horizon_seconds,
+)
+from iterserve.cli.flag_types import (
+    POSITIVE_INT,
+    finite_float,
+    int_at_least,
+    output_dir,
+    output_file,
+)
 from iterserve.cli.progress import RunProgress
 from iterserve.metrics import ObservationWindow, SloConfig
 from iterserve.metrics.capacity import token_budget_utilisation
-from iterserve.plan import Policy
 from iterserve.policies.registry import bind_fairness, policy_for
-from iterserve.policies.settings import add_policy_setting_flag, parse_settings
-from iterserve.records.spec import FairnessSpec, OnlineWorkload, WorkloadManifest
+from iterserve.policies.settings import add_policy_setting_flag
+from iterserve.records.limits import MAX_BYTES_PER_ROW
+from iterserve.records.spec import WorkloadManifest
 from iterserve.sim.admission_report import admission_report
 from iterserve.sim.cost import (
     NamedCostModel,
@@ -30,10 +48,9 @@ from iterserve.sim.cost import (
     parse_cost_model,
     seconds_per_clock_unit,
 )
-from iterserve.sim.fairness_bound import vtc_bound_report
 from iterserve.sim.kv_report import kv_report
 from iterserve.sim.report import (
-    BoundOf,
+    MetricOutputs,
     RunConfig,
     SimulationRun,
     resolve_slo,
@@ -60,22 +77,11 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
                         help="overload contract: accept-all, bounded, slo-feasible")
     parser.add_argument("--max-live", type=int, default=None,
                         help="live-request cap for --overload bounded")
-    parser.add_argument("--slo-ttft-ms", type=float, default=None,
+    parser.add_argument("--slo-ttft-ms", type=finite_float(), default=None,
                         help="TTFT limit (default: the workload's per-request slo)")
-    parser.add_argument("--slo-tbt-ms", type=float, default=None,
+    parser.add_argument("--slo-tbt-ms", type=finite_float(), default=None,
                         help="TBT limit (default: the workload's per-request slo)")
-    parser.add_argument("--prompt-weight", type=float, default=None,
-                        help="service weight w_p per completed prompt row (default: the "
-                             "workload's fairness section, else 1)")
-    parser.add_argument("--output-weight", type=float, default=None,
-                        help="service weight w_q per completed output (default: the "
-                             "workload's fairness section, else 1)")
-    parser.add_argument("--client-weight", action="append", default=None, metavar="CLIENT=W",
-                        help="a client's share weight (repeatable; default 1)")
-    parser.add_argument("--starvation-horizon", type=float, default=None, metavar="H",
-                        help="starvation guard (F63): a client active and unserved for H clock "
-                             "units (iterations or ms) gets its oldest request's next interval "
-                             "forced into the plan (default: the workload's, else off)")
+    add_fairness_flags(parser)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -83,19 +89,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_run_flags(parser)
     parser.add_argument("--policy", required=True, help="policy name (see `iterserve policies`)")
     add_policy_setting_flag(parser)
-    parser.add_argument("--out", type=Path, required=True, help="output directory")
-    parser.add_argument("--decision-log", type=Path, help="write the JSONL decision log here")
-    parser.add_argument("--max-iterations", type=int, default=None)
-    parser.add_argument("--window", type=float, nargs=2, metavar=("START_S", "END_S"),
+    parser.add_argument("--out", type=output_dir, required=True,
+                        help="output directory (absent or a directory)")
+    parser.add_argument("--decision-log", type=output_file,
+                        help="write the JSONL decision log here (only once the run succeeds)")
+    parser.add_argument("--max-iterations", type=POSITIVE_INT, default=None)
+    parser.add_argument("--window", type=finite_float(0.0), nargs=2, metavar=("START_S", "END_S"),
                         help="observation window in seconds (default: first arrival to the "
                              "last event)")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    parser.add_argument("--bytes-per-row", type=int, default=None,
+    parser.add_argument("--bytes-per-row", type=int_at_least(1, MAX_BYTES_PER_ROW), default=None,
                         help="logical KV bytes per row for the 0x09 exposure proxy")
-    parser.add_argument("--fairness-horizon", type=float, default=None, metavar="H",
-                        help="F63 observation horizon in clock units: a client eligible for H "
-                             "without a completed event counts as starved (default: the "
-                             "observation window)")
+    add_fairness_horizon_flag(parser)
     parser.set_defaults(run=run)
 
 
@@ -144,35 +149,14 @@ def setup_from_flags(flags: RunFlags) -> RunSetup:
         raise FlagError(str(exc)) from None
     if slo is not None:
         online = with_default_slo(online, slo)
-    online = dataclasses.replace(online, fairness=fairness_from_flags(flags, online.fairness))
-    manifest = WorkloadManifest(online, manifest.hidden)
-    return RunSetup(manifest, slo, model, gate_from_flags(flags, model, online.clock))
-
-
-def fairness_from_flags(flags: RunFlags, declared: FairnessSpec | None) -> FairnessSpec | None:
-    """The workload's ``fairness`` section with each given flag overriding it."""
-    if (flags.prompt_weight is None and flags.output_weight is None
-            and not flags.client_weights and flags.starvation_horizon is None):
-        return declared
-    base = declared or FairnessSpec()
-    weights = dict(base.client_weights)
-    for text in flags.client_weights:
-        client, sep, value = text.partition("=")
-        try:
-            weights[client] = float(value)
-        except ValueError:
-            sep = ""
-        if not sep or not client:
-            raise FlagError(f"--client-weight: expected CLIENT=W, got {text!r}")
     try:
-        return FairnessSpec(
-            base.prompt_weight if flags.prompt_weight is None else flags.prompt_weight,
-            base.output_weight if flags.output_weight is None else flags.output_weight,
-            tuple(sorted(weights.items())),
-            base.starvation_horizon if flags.starvation_horizon is None
-            else flags.starvation_horizon)
-    except ValueError as exc:
+        fairness = fairness_from_flags(flags.prompt_weight, flags.output_weight,
+                                       flags.client_weights, flags.starvation_horizon,
+                                       online.fairness)
+    except FairnessFlagError as exc:
         raise FlagError(str(exc)) from None
+    manifest = WorkloadManifest(dataclasses.replace(online, fairness=fairness), manifest.hidden)
+    return RunSetup(manifest, slo, model, gate_from_flags(flags, model, online.clock))
 
 
 def gate_from_flags(flags: RunFlags, model: NamedCostModel, clock: str) -> OverloadGate:
@@ -200,79 +184,66 @@ def window_from_flags(args: argparse.Namespace) -> ObservationWindow | None:
         raise FlagError(f"--window: {exc}") from None
 
 
-def horizon_seconds(args: argparse.Namespace, setup: RunSetup) -> float | None:
-    """The F63 horizon in seconds of the event log: --fairness-horizon, else
-    None (the window). The guard's horizon is not reused: a forced interval
-    completes one iteration after the guard fires."""
-    online = setup.manifest.online
-    horizon = args.fairness_horizon
-    if horizon is None:
-        return None
-    if not horizon > 0:
-        raise FlagError("--fairness-horizon must be > 0")
-    return float(horizon * seconds_per_clock_unit(online.clock, setup.cost_model))
-
-
 def run(args: argparse.Namespace) -> int:
     setup = setup_from_flags(RunFlags.from_args(args))
     window = window_from_flags(args)
     online = setup.manifest.online
-    policy = bind_fairness(policy_for(args.policy, online, parse_settings(args.policy_setting),
+    policy = bind_fairness(policy_for(args.policy, online, dict(args.policy_setting),
                                       cost_model=setup.cost_model), online.fairness)
     config = RunConfig(policy, setup.cost_model, setup.gate, args.max_iterations)
     with contextlib.ExitStack() as stack:
         stream = None
-        if args.decision_log:
-            args.decision_log.parent.mkdir(parents=True, exist_ok=True)
-            stream = stack.enter_context(args.decision_log.open("w"))
+        if args.decision_log:  # committed only when everything below succeeds
+            stream = stack.enter_context(pending_file(args.decision_log))
         progress = RunProgress(len(online.requests))
         stack.callback(progress.close)
         result = run_simulation(setup.manifest, config, stream, [progress])
+        report = _report(args, setup, policy.policy_id, result)
+        args.out.mkdir(parents=True, exist_ok=True)
+        outputs = write_metric_outputs(
+            args.out, result, online, setup.slo, window,
+            f"{policy.policy_id} + {setup.gate.gate_id}", plots=not args.no_plots,
+            horizon_s=horizon_seconds(args.fairness_horizon, online, setup.cost_model),
+            bound_of=bound_of(policy, online, result, report["kv"]))
+        if outputs.summary is not None:
+            report["summary"] = outputs.summary.to_dict()
+        if outputs.report is not None:
+            report["metrics"] = outputs.report.to_dict()
+        if outputs.fairness is not None:
+            report["fairness"] = _fairness_section(outputs, result)
+        (args.out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    print(_summary_line(policy.policy_id, report, args.out))
+    return 0
+
+
+def _report(args: argparse.Namespace, setup: RunSetup, policy_id: str,
+            result: SimulationRun) -> dict[str, Any]:
+    online = setup.manifest.online
     bytes_per_row = args.bytes_per_row
     if bytes_per_row is None and online.kv is not None:
         bytes_per_row = online.kv.bytes_per_row
-    report = simulate_report(online, policy.policy_id, result.trace, bytes_per_row)
+    report = simulate_report(online, policy_id, result.trace, bytes_per_row)
     report["kv"] = kv_report(result.executor.kv, result.trace, bytes_per_row)
     report["admission_evaluation"] = admission_report(online, setup.manifest.hidden, bytes_per_row)
     report["cost_model"] = {"spec": setup.cost_model.spec, "model_id": setup.cost_model.model_id}
     report["overload"] = {"contract": setup.gate.gate_id, "params": setup.gate.params(),
                           "num_rejected": len(result.engine.rejected)}
-    args.out.mkdir(parents=True, exist_ok=True)
-    label = f"{policy.policy_id} + {setup.gate.gate_id}"
-    outputs = write_metric_outputs(args.out, result, online, setup.slo, window, label,
-                                   plots=not args.no_plots,
-                                   horizon_s=horizon_seconds(args, setup),
-                                   bound_of=_bound_of(policy, online, result, report["kv"]))
     report["token_budget_utilisation"] = token_budget_utilisation(
         result.recorder.iterations, online.capacity.token_budget).to_dict()
-    if outputs.summary is not None:
-        report["summary"] = outputs.summary.to_dict()
-    if outputs.report is not None:
-        report["metrics"] = outputs.report.to_dict()
-    if outputs.fairness is not None:
-        report["fairness"] = outputs.fairness.to_dict()
-        if outputs.bound is not None:
-            report["fairness"]["bound"] = outputs.bound
-        if result.ledger_trace.num_decisions:
-            report["fairness"]["ledger_trace"] = result.ledger_trace.to_dict()
-        if outputs.guard is not None:
-            report["fairness"]["starvation_guard"] = outputs.guard
-    (args.out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-    print(_summary_line(policy.policy_id, report, args.out))
-    return 0
+    return report
 
 
-def _bound_of(policy: Policy, online: OnlineWorkload, run: SimulationRun,
-              kv: dict[str, Any] | None) -> BoundOf | None:
-    """The policy's declared service-difference bound, if it declares one (vtc)."""
-    weights = getattr(policy, "ledger_weights", None)
-    if getattr(policy, "service_bound", None) != "vtc" or weights is None:
-        return None
-    facts = run.executor.capacity()
-    preemptions = 0 if kv is None else sum(
-        value for key, value in kv["preemptions"].items() if key != "reason")
-    return lambda fairness: vtc_bound_report(online, weights, facts.num_blocks_total,
-                                             facts.block_size, preemptions, fairness)
+def _fairness_section(outputs: MetricOutputs, result: SimulationRun) -> dict[str, Any]:
+    """report.json ``fairness`` (0x09A, docs/metrics.md section 8)."""
+    assert outputs.fairness is not None
+    section = outputs.fairness.to_dict()
+    if outputs.bound is not None:
+        section["bound"] = outputs.bound
+    if result.ledger_trace.num_decisions:
+        section["ledger_trace"] = result.ledger_trace.to_dict()
+    if outputs.guard is not None:
+        section["starvation_guard"] = outputs.guard
+    return section
 
 
 def _summary_line(policy_id: str, report: dict[str, Any], out: Path) -> str:
@@ -286,3 +257,19 @@ def _summary_line(policy_id: str, report: dict[str, Any], out: Path) -> str:
                  f"rejected {outcomes['num_rejected']}, offered-load attainment "
                  f"{metrics['attainment']['offered_load']}")
     return f"{text} -> {out / 'report.json'}"
+
+
+@contextlib.contextmanager
+def pending_file(path: Path) -> Iterator[TextIO]:
+    """A text stream that becomes ``path`` only when the block succeeds: a run
+    that fails leaves no partial decision log behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as stream:
+            yield stream
+        os.chmod(tmp_name, 0o644)
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise

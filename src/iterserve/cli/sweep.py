@@ -47,15 +47,18 @@ from matplotlib.figure import Figure
 from rich.console import Console
 from rich.progress import Progress
 
+from iterserve.cli.flag_types import SEED, finite_float, int_at_least, output_dir
 from iterserve.cli.simulate import FlagError, RunFlags, RunSetup, add_run_flags, setup_from_flags
 from iterserve.metrics import evaluate
 from iterserve.policies.registry import bind_fairness, policy_for
-from iterserve.policies.settings import add_policy_setting_flag, parse_settings
+from iterserve.policies.settings import add_policy_setting_flag
 from iterserve.records.spec import WorkloadManifest
 from iterserve.sim.cost import seconds_per_clock_unit
 from iterserve.sim.report import RunConfig, default_window, run_simulation
 
 SCHEMA = "iterserve.sweep/v1"
+MAX_TRIALS = 10_000
+MAX_WORKERS = 1024
 MIN_OFFERED_FRACTION = 0.5
 CAPACITY_RULE = ("highest tested rate whose mean over trials of offered-load attainment "
                  "(N_valid / N_off, every request resolved) is >= alpha and whose mean observed "
@@ -67,14 +70,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_run_flags(parser)
     parser.add_argument("--policy", nargs="+", required=True, help="policy names")
     add_policy_setting_flag(parser)
-    parser.add_argument("--rates", type=float, nargs="+", required=True,
+    parser.add_argument("--rates", type=finite_float(), nargs="+", required=True,
                         help="offered rates, requests per second")
-    parser.add_argument("--alpha", type=float, default=0.9, help="required attainment")
-    parser.add_argument("--trials", type=int, default=3, help="seeded trials per rate")
-    parser.add_argument("--seed", type=int, default=0, help="base seed")
-    parser.add_argument("--workers", type=int, default=None,
+    parser.add_argument("--alpha", type=finite_float(), default=0.9, help="required attainment")
+    parser.add_argument("--trials", type=int_at_least(-MAX_TRIALS, MAX_TRIALS), default=3,
+                        help=f"seeded trials per rate (at most {MAX_TRIALS})")
+    parser.add_argument("--seed", type=SEED, default=0, help="base seed")
+    parser.add_argument("--workers", type=int_at_least(-MAX_WORKERS, MAX_WORKERS), default=None,
                         help="worker processes (default: os.cpu_count())")
-    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    parser.add_argument("--out", type=output_dir, required=True, help="output directory")
     parser.set_defaults(run=run)
 
 
@@ -226,7 +230,7 @@ def _check(args: argparse.Namespace, setup: RunSetup) -> None:
         raise FlagError("--rates must all be > 0")
     if args.workers is not None and args.workers < 1:
         raise FlagError(f"--workers must be >= 1, got {args.workers}")
-    settings = parse_settings(args.policy_setting)
+    settings = dict(args.policy_setting)
     for name in args.policy:  # a bad name or setting fails before any work starts
         policy_for(name, setup.manifest.online, settings, strict=False,
                    cost_model=setup.cost_model)
@@ -235,7 +239,7 @@ def _check(args: argparse.Namespace, setup: RunSetup) -> None:
 def run(args: argparse.Namespace) -> int:
     setup = setup_from_flags(RunFlags.from_args(args))
     _check(args, setup)
-    settings = tuple(parse_settings(args.policy_setting).items())
+    settings = tuple(dict(args.policy_setting).items())
     jobs = [TrialJob(setup, policy, rate, trial, args.seed, settings)
             for policy in args.policy for rate in args.rates for trial in range(args.trials)]
     workers = min(args.workers or os.cpu_count() or 1, len(jobs))

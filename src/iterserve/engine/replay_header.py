@@ -29,6 +29,8 @@ def rebuild_policy(header: LogLine, workload: OnlineWorkload) -> Policy:
     to the logged cost model."""
     logged = header.fields["policy"]
     settings = header.fields.get("policy_settings")
+    if settings is not None and not isinstance(settings, dict):
+        raise ReplayDivergence(f"{header.where}: policy_settings: must be an object")
     try:
         if settings is None:
             settings = settings_for(logged["id"], workload, strict=False)
@@ -93,7 +95,7 @@ def header_manifest(header: LogLine) -> WorkloadManifest:
     try:
         return parse_workload(header.fields["workload"])
     except WorkloadError as exc:
-        raise MalformedLog(f"{header.where}: workload: {exc}") from None
+        raise MalformedLog(f"{header.where}: {exc}") from None  # exc names "workload: FIELD"
 
 
 def _hidden_truth(path: Path) -> HiddenTruth:

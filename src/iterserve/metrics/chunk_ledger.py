@@ -63,15 +63,3 @@ def ledger_from_starts(starts: Sequence[int], num_positions: int,
         total_pairs=sum(pairs), history_rows=history,
         history_bytes_proxy=None if bytes_per_row is None else history * bytes_per_row,
     )
-
-
-def visible_pairs(sizes: Sequence[int]) -> set[tuple[int, int]]:
-    """Every (query, key) pair a chunked prefill exposes: history plus the
-    in-chunk causal prefix (for checking 'none missing or extra')."""
-    pairs: set[tuple[int, int]] = set()
-    start = 0
-    for size in sizes:
-        for q in range(start, start + size):
-            pairs.update((q, k) for k in range(0, q + 1))
-        start += size
-    return pairs

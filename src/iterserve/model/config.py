@@ -13,7 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from iterserve.model.errors import UnsupportedArchitectureError, UnsupportedConfigError
+from iterserve.model.errors import (
+    CheckpointError,
+    UnsupportedArchitectureError,
+    UnsupportedConfigError,
+)
 
 SUPPORTED_ARCHITECTURES: tuple[str, ...] = (
     "LlamaForCausalLM",
@@ -63,18 +67,51 @@ class ModelConfig:
         return self.num_heads // self.num_kv_heads
 
 
+REQUIRED_KEYS = ("num_hidden_layers", "num_attention_heads", "hidden_size",
+                 "intermediate_size", "vocab_size")
+MAX_DIMENSION = 1 << 20  # any shape past this is a damaged config, not a model
+
+
 def parse_model_config(raw: Mapping[str, Any]) -> ModelConfig:
     """Validate a `config.json` mapping and build a `ModelConfig`.
 
     Raises UnsupportedArchitectureError for any family outside
-    SUPPORTED_ARCHITECTURES and UnsupportedConfigError for features the packed
-    forward does not implement (rope scaling, non-SiLU activations).
+    SUPPORTED_ARCHITECTURES, UnsupportedConfigError for features the packed
+    forward does not implement (rope scaling, non-SiLU activations) and
+    CheckpointError naming the key for a missing or ill-typed value.
     """
+    for key in REQUIRED_KEYS:
+        _check_dimension(raw, key, required=True)
+    for key in ("num_key_value_heads", "head_dim", "max_position_embeddings"):
+        _check_dimension(raw, key, required=False)
+    try:
+        return _parse(raw)
+    except (TypeError, ValueError, KeyError, AttributeError, ArithmeticError) as exc:
+        if isinstance(exc, CheckpointError):
+            raise
+        raise CheckpointError(f"config.json: bad value ({type(exc).__name__}: {exc})") from None
+
+
+def _check_dimension(raw: Mapping[str, Any], key: str, *, required: bool) -> None:
+    value = raw.get(key)
+    if value is None and not required:
+        return
+    if key not in raw:
+        raise CheckpointError(f"config.json: missing key {key!r}")
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_DIMENSION:
+        raise CheckpointError(
+            f"config.json: {key} must be an integer in [1, {MAX_DIMENSION}], got {value!r}")
+
+
+def _parse(raw: Mapping[str, Any]) -> ModelConfig:
     architecture = _architecture(raw)
     _reject_unsupported_features(raw)
     num_layers = int(raw["num_hidden_layers"])
     num_heads = int(raw["num_attention_heads"])
     hidden_size = int(raw["hidden_size"])
+    if not raw.get("head_dim") and hidden_size % num_heads:
+        raise UnsupportedConfigError(
+            f"hidden_size={hidden_size} is not a multiple of num_attention_heads={num_heads}")
     head_dim = raw.get("head_dim") or hidden_size // num_heads
     return ModelConfig(
         architecture=architecture,
@@ -97,6 +134,8 @@ def parse_model_config(raw: Mapping[str, Any]) -> ModelConfig:
 
 def _architecture(raw: Mapping[str, Any]) -> str:
     architectures = raw.get("architectures") or []
+    if not isinstance(architectures, list):
+        raise CheckpointError(f"config.json: architectures must be a list, got {architectures!r}")
     if not architectures:
         raise UnsupportedArchitectureError(
             f"<none declared; model_type={raw.get('model_type')!r}>", SUPPORTED_ARCHITECTURES
@@ -115,6 +154,8 @@ def _reject_unsupported_features(raw: Mapping[str, Any]) -> None:
         raise UnsupportedConfigError("mlp_bias=true is not implemented")
     for key in ("rope_scaling", "rope_parameters"):
         rope = raw.get(key)
+        if rope is not None and not isinstance(rope, Mapping):
+            raise UnsupportedConfigError(f"{key} must be an object or null, got {rope!r}")
         rope_type = (rope or {}).get("rope_type", (rope or {}).get("type", "default"))
         if rope_type != "default":
             raise UnsupportedConfigError(

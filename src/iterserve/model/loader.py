@@ -18,7 +18,7 @@ from safetensors import safe_open
 from iterserve.model.config import ModelConfig, parse_model_config
 from iterserve.model.errors import CheckpointError, MissingCheckpointFileError
 from iterserve.model.llama import PackedCausalLM
-from iterserve.model.weights import assemble_weights
+from iterserve.model.weights import assemble_weights, expected_shape
 
 CONFIG_FILE = "config.json"
 SINGLE_WEIGHTS_FILE = "model.safetensors"
@@ -36,20 +36,39 @@ def load_model(
     if dtype not in SUPPORTED_DTYPES:
         raise ValueError(f"dtype {dtype} not supported; use one of {SUPPORTED_DTYPES}")
     model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise CheckpointError(f"{model_dir}: not a checkpoint directory")
     config = load_config(model_dir)
     with ExitStack() as stack:
-        handles = [
-            stack.enter_context(safe_open(str(path), framework="pt", device="cpu"))
-            for path in _shard_paths(model_dir)
-        ]
-        shard_of = {name: handle for handle in handles for name in handle.keys()}  # noqa: SIM118
+        handles = {path: _open_safetensors(stack, path) for path in _shard_paths(model_dir)}
+        shard_of = {name: (path, handle) for path, handle in handles.items()
+                    for name in handle.keys()}  # noqa: SIM118
 
         def get(name: str) -> torch.Tensor | None:
-            handle = shard_of.get(name)
-            return None if handle is None else handle.get_tensor(name)
+            if name not in shard_of:
+                return None
+            path, handle = shard_of[name]
+            try:
+                tensor = handle.get_tensor(name)
+            except Exception as exc:  # safetensors raises its own error types
+                raise CheckpointError(f"{path}: tensor {name!r} unreadable ({exc})") from None
+            expected = expected_shape(config, name)
+            if expected is not None and tuple(tensor.shape) != expected:
+                raise CheckpointError(f"{path}: tensor {name!r} has shape {tuple(tensor.shape)}, "
+                                      f"config.json implies {expected}")
+            return tensor
 
         weights = assemble_weights(config, get, dtype, device)
     return PackedCausalLM(config, weights)
+
+
+def _open_safetensors(stack: ExitStack, path: Path) -> Any:
+    """A safetensors handle; a truncated or corrupt file is a CheckpointError naming it."""
+    try:
+        return stack.enter_context(safe_open(str(path), framework="pt", device="cpu"))
+    except Exception as exc:  # SafetensorError, OSError: the file is damaged
+        message = " ".join(str(exc).split())
+        raise CheckpointError(f"{path}: not a readable safetensors file ({message})") from None
 
 
 def load_config(model_dir: Path) -> ModelConfig:
@@ -94,6 +113,8 @@ def _read_json(path: Path) -> dict[str, Any]:
         payload = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
         raise CheckpointError(f"{path} is not valid JSON: {error}") from error
+    except (UnicodeDecodeError, OSError, RecursionError, ValueError) as error:
+        raise CheckpointError(f"{path} is unreadable: {type(error).__name__}") from None
     if not isinstance(payload, dict):
         raise CheckpointError(f"{path} must hold a JSON object")
     return payload

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from tokenizers import Tokenizer
 
-from iterserve.model.errors import MissingCheckpointFileError
+from iterserve.model.errors import CheckpointError, MissingCheckpointFileError
 
 ChatMessage = Mapping[str, str]
 
@@ -99,7 +99,11 @@ def load_tokenizer(model_dir: Path | str) -> HFTokenizer:
     tokenizer_path = model_dir / "tokenizer.json"
     if not tokenizer_path.is_file():
         raise MissingCheckpointFileError(str(tokenizer_path))
-    tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    try:
+        tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    except Exception as exc:  # the tokenizers library raises a bare Exception
+        message = " ".join(str(exc).split())[:200]
+        raise CheckpointError(f"{tokenizer_path}: not a readable tokenizer ({message})") from None
     settings = _optional_json(model_dir / "tokenizer_config.json")
     bos_id = _special_id(tokenizer, settings.get("bos_token"))
     eos_ids = [_special_id(tokenizer, settings.get("eos_token"))]
@@ -164,7 +168,10 @@ class FakeTokenizer:
 def _optional_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
-    payload = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, OSError, RecursionError, ValueError) as error:
+        raise CheckpointError(f"{path} is unreadable: {type(error).__name__}") from None
     return payload if isinstance(payload, dict) else {}
 
 

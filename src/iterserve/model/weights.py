@@ -39,6 +39,26 @@ class ModelWeights:
 TensorSource = Callable[[str], torch.Tensor | None]
 
 
+def expected_shape(config: ModelConfig, name: str) -> tuple[int, ...] | None:
+    """The shape ``config.json`` implies for a Hugging Face weight name (None: unchecked)."""
+    hidden, inter = config.hidden_size, config.intermediate_size
+    q_size = config.num_heads * config.head_dim
+    kv_size = config.num_kv_heads * config.head_dim
+    suffix = name.rsplit(".", 2)[-2:] if name.startswith("model.layers.") else [name]
+    shapes = {
+        "model.embed_tokens.weight": (config.vocab_size, hidden),
+        "lm_head.weight": (config.vocab_size, hidden),
+        "model.norm.weight": (hidden,),
+        "input_layernorm": (hidden,), "post_attention_layernorm": (hidden,),
+        "q_proj": (q_size, hidden), "k_proj": (kv_size, hidden), "v_proj": (kv_size, hidden),
+        "o_proj": (hidden, q_size), "gate_proj": (inter, hidden), "up_proj": (inter, hidden),
+        "down_proj": (hidden, inter),
+    }
+    if len(suffix) == 2 and suffix[1] == "weight":
+        return shapes.get(suffix[0])
+    return shapes.get(name)
+
+
 def assemble_weights(
     config: ModelConfig, get: TensorSource, dtype: torch.dtype, device: torch.device | str
 ) -> ModelWeights:

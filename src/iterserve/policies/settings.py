@@ -117,8 +117,20 @@ def parse_settings(texts: Iterable[str] | None) -> dict[str, Any]:
     return dict(parse_setting(text) for text in texts or ())
 
 
+def setting_flag(text: str) -> tuple[str, Any]:
+    """The ``--policy-setting`` flag type: a malformed flag is an argparse
+    error, one line through the CLI's parser, before anything runs. Names
+    and values are checked by the policy when it is made."""
+    try:
+        return parse_setting(text)
+    except PolicyConfigError:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}") from None
+
+
 def add_policy_setting_flag(parser: argparse.ArgumentParser) -> None:
+    """``--policy-setting NAME=VALUE`` (repeatable); ``args.policy_setting``
+    holds ``(name, value)`` pairs, later ones winning (``dict(...)``)."""
     parser.add_argument(
-        "--policy-setting", action="append", default=[], metavar="NAME=VALUE",
+        "--policy-setting", action="append", type=setting_flag, default=[], metavar="NAME=VALUE",
         help="a policy setting, e.g. chunk_size=4 (repeatable; overrides the workload's "
              "policy_settings)")

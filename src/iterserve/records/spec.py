@@ -11,6 +11,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from iterserve.records.limits import MAX_WATERMARK_ROWS
+
 
 @dataclass(frozen=True, slots=True)
 class SloTargets:
@@ -44,6 +46,12 @@ class RequestSpec:
     def __post_init__(self) -> None:
         if not self.request_id:
             raise ValueError("request_id must be non-empty")
+        if not self.client_id:
+            raise ValueError(f"{self.request_id}: client_id must be a non-empty string")
+        for name in ("output_forecast", "output_forecast_p90"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{self.request_id}: {name} must be a finite number >= 0")
         if self.num_prompt_tokens < 1:
             raise ValueError(f"{self.request_id}: prompt_tokens must be >= 1")
         if self.max_output_tokens < 1:
@@ -86,6 +94,23 @@ class PolicyIdentity:
 
 
 PREEMPTION_MODES = ("recompute", "preserve")
+ADMISSION_NAMES = ("none", "max", "point", "quantile")
+
+
+def check_admission(name: str) -> None:
+    """``none`` | ``max`` | ``point`` | ``quantile`` | ``watermark:W`` with W a
+    decimal row count in [0, MAX_WATERMARK_ROWS]. Anything else (``max:5``,
+    ``watermark:``, ``watermark:-5``, ``watermark:nan``) raises: it used to be
+    read silently as another estimate."""
+    family, sep, arg = name.partition(":")
+    if not sep and family in ADMISSION_NAMES:
+        return
+    if family == "watermark" and sep and arg.isascii() and arg.isdigit():
+        if int(arg) <= MAX_WATERMARK_ROWS:
+            return
+        raise ValueError(f"watermark rows must be <= {MAX_WATERMARK_ROWS}, got {arg}")
+    raise ValueError(f"must be one of {list(ADMISSION_NAMES)} or 'watermark:ROWS' "
+                     f"(ROWS an integer >= 0), got {name!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +134,10 @@ class KvSpec:
             raise ValueError(f"kv.preemption_mode must be one of {list(PREEMPTION_MODES)}")
         if self.bytes_per_row is not None and self.bytes_per_row < 1:
             raise ValueError("kv.bytes_per_row must be >= 1")
+        try:
+            check_admission(self.admission)
+        except ValueError as exc:
+            raise ValueError(f"kv.admission: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,8 @@
 """Workload files (JSON): strict loading with one-line errors naming the field.
 
-Schema (documented in the README):
+The schema is checked once, by ``sim/workload_schema.py`` (types, ranges,
+the size limits of ``records/limits.py``); this module reads the file and
+builds the records. Shape (documented in the README):
 
     {
       "workload_id": str,
@@ -28,13 +30,12 @@ written back under ``policy_settings``.
 from __future__ import annotations
 
 import json
-import math
 from collections import Counter
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from iterserve.kv.abi import kv_row_abi_from_hf_config
+from iterserve.records.limits import MAX_BYTES_PER_ROW
 from iterserve.records.spec import (
     Capacity,
     FairnessSpec,
@@ -45,15 +46,22 @@ from iterserve.records.spec import (
     SloTargets,
     WorkloadManifest,
 )
+from iterserve.sim.workload_schema import (
+    CapacityDoc,
+    FairnessDoc,
+    HiddenDoc,
+    KvDoc,
+    RequestDoc,
+    SchemaError,
+    WorkloadDoc,
+    field_path,
+    validate_workload,
+)
 
 CLOCKS = ("iteration", "ms")
 _CAPACITY_FIELDS = ("token_budget", "sequence_budget", "kv_rows")
 #: deprecated policy knobs still read from ``capacity`` into ``policy_settings``
 LEGACY_CAPACITY_KNOBS = ("max_num_seqs", "long_prefill_token_threshold", "chunk_size", "tau")
-_REQUEST_FIELDS = {"request_id", "arrival", "prompt_tokens", "max_output_tokens", "client_id",
-                   "priority", "slo", "output_forecast", "output_forecast_p90"}
-_TOP_FIELDS = {"workload_id", "clock", "capacity", "requests", "fixture_only_hidden_truth",
-               "description", "kv", "policy_settings", "fairness"}
 _KV_FIELDS = ("num_blocks", "block_size", "num_host_blocks", "bytes_per_row", "admission",
               "preemption_mode")
 
@@ -63,86 +71,78 @@ class WorkloadError(ValueError):
 
 
 def load_workload(path: Path) -> WorkloadManifest:
+    """Read and validate a workload file; every failure is a :class:`WorkloadError`."""
+    return parse_workload(read_json_document(Path(path), WorkloadError))
+
+
+def read_json_document(path: Path, error: type[ValueError]) -> Any:
+    """One JSON document from a UTF-8 file; unreadable, non-UTF-8, malformed
+    or too deeply nested input raises ``error`` naming the file."""
     try:
-        raw = json.loads(Path(path).read_text())
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise WorkloadError(f"{path}: no such file") from None
+        raise error(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise error(f"{path}: is a directory, not a file") from None
+    except UnicodeDecodeError as exc:
+        raise error(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise WorkloadError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    return parse_workload(raw)
+        raise error(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise error(f"{path}: JSON nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer literal longer than Python converts
+        raise error(f"{path}: not valid JSON ({exc})") from None
 
 
 def parse_workload(raw: Any) -> WorkloadManifest:
-    obj = _mapping(raw, "workload")
-    unknown = set(obj) - _TOP_FIELDS
-    if unknown:
-        raise WorkloadError(f"workload: unknown field(s) {sorted(unknown)}")
-    clock = _field(obj, "clock", "workload", str)
-    if clock not in CLOCKS:
-        raise WorkloadError(f"clock: must be one of {list(CLOCKS)}, got {clock!r}")
-    requests_raw = _field(obj, "requests", "workload", list)
-    requests = tuple(_request(item, f"requests[{i}]") for i, item in enumerate(requests_raw))
+    """Validate ``raw`` against the one schema (``sim/workload_schema.py``),
+    then the cross-field rules; raises :class:`WorkloadError` naming the field."""
+    try:
+        doc = validate_workload(raw)
+    except SchemaError as exc:
+        raise WorkloadError(str(exc)) from None
+    except RecursionError:
+        raise WorkloadError("workload: nested too deeply") from None
+    requests = tuple(_request(item, f"requests[{i}]") for i, item in enumerate(doc.requests))
     ids = [r.request_id for r in requests]
-    duplicates = sorted(rid for rid, n in Counter(ids).items() if n > 1)  # linear: 100k ids
+    duplicates = sorted({rid for rid, n in Counter(ids).items() if n > 1})
     if duplicates:
-        raise WorkloadError(f"requests: duplicate request_id(s) {duplicates}")
-    capacity_obj = _mapping(obj.get("capacity"), "capacity")
+        raise WorkloadError(f"workload: requests: duplicate request_id(s) {duplicates}")
     online = OnlineWorkload(
-        workload_id=_field(obj, "workload_id", "workload", str),
-        clock=clock,
-        capacity=_capacity(capacity_obj),
+        workload_id=doc.workload_id,
+        clock=doc.clock,
+        capacity=_capacity(doc.capacity),
         requests=requests,
-        kv=None if obj.get("kv") is None else _kv(_mapping(obj["kv"], "kv")),
-        policy_settings=_policy_settings(obj.get("policy_settings", {}), capacity_obj),
-        fairness=None if obj.get("fairness") is None else fairness_from_json(obj["fairness"]),
+        kv=None if doc.kv is None else _kv(doc.kv),
+        policy_settings=_policy_settings(doc),
+        fairness=None if doc.fairness is None else _fairness(doc.fairness),
     )
-    return WorkloadManifest(online, _hidden(obj.get("fixture_only_hidden_truth"), set(ids)))
+    return WorkloadManifest(online, _hidden(doc.fixture_only_hidden_truth, set(ids)))
 
 
-def _kv(obj: Mapping[str, Any]) -> KvSpec:
-    unknown = set(obj) - set(_KV_FIELDS) - {"model_config"}
-    if unknown:
-        raise WorkloadError(f"kv: unknown field(s) {sorted(unknown)}")
-    if "model_config" in obj:
-        obj = {**obj, "bytes_per_row": _bytes_per_row_from(obj)}
-    values = {
-        "num_blocks": _field(obj, "num_blocks", "kv", int),
-        "block_size": _field(obj, "block_size", "kv", int, 16),
-        "num_host_blocks": _field(obj, "num_host_blocks", "kv", int, 0),
-        "bytes_per_row": _field(obj, "bytes_per_row", "kv", int, None),
-        "admission": _field(obj, "admission", "kv", str, "none"),
-        "preemption_mode": _field(obj, "preemption_mode", "kv", str, "recompute"),
-    }
+def _kv(doc: KvDoc) -> KvSpec:
+    bytes_per_row = doc.bytes_per_row
+    if doc.model_config_ is not None:
+        bytes_per_row = _bytes_per_row_from(doc.model_config_, bytes_per_row)
     try:
-        return KvSpec(**values)
+        return KvSpec(doc.num_blocks, doc.block_size, doc.num_host_blocks, bytes_per_row,
+                      doc.admission, doc.preemption_mode)
     except ValueError as exc:
-        raise WorkloadError(str(exc)) from None
+        raise WorkloadError(f"workload: {exc}") from None
 
 
-def fairness_from_json(raw: Any) -> FairnessSpec:
-    """The ``fairness`` section (0x09A F52): w_p, w_q and client weights."""
-    obj = _mapping(raw, "fairness")
-    unknown = set(obj) - {"prompt_weight", "output_weight", "client_weights",
-                          "starvation_horizon"}
-    if unknown:
-        raise WorkloadError(f"fairness: unknown field(s) {sorted(unknown)}")
-    weights = _mapping(obj.get("client_weights", {}), "fairness.client_weights")
-    values = []
-    for name in ("prompt_weight", "output_weight"):
-        value = obj.get(name, 1.0)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise WorkloadError(f"fairness.{name}: must be a number")
-        values.append(float(value))
-    for client, weight in weights.items():
-        if isinstance(weight, bool) or not isinstance(weight, int | float):
-            raise WorkloadError(f"fairness.client_weights[{client!r}]: must be a number")
-    horizon = _field(obj, "starvation_horizon", "fairness", float, None)
+def _fairness(doc: FairnessDoc) -> FairnessSpec:
+    """The ``fairness`` section (0x09A F52): w_p, w_q, client weights, guard horizon."""
+    weights = tuple(sorted((client, float(w)) for client, w in doc.client_weights.items()))
+    horizon = None if doc.starvation_horizon is None else float(doc.starvation_horizon)
     try:
-        return FairnessSpec(values[0], values[1],
-                            tuple(sorted((str(c), float(w)) for c, w in weights.items())),
-                            horizon)
+        return FairnessSpec(float(doc.prompt_weight), float(doc.output_weight), weights, horizon)
     except ValueError as exc:
-        raise WorkloadError(str(exc)) from None
+        raise WorkloadError(f"workload: {exc}") from None
 
 
 def fairness_to_json(spec: FairnessSpec) -> dict[str, Any]:
@@ -154,136 +154,68 @@ def fairness_to_json(spec: FairnessSpec) -> dict[str, Any]:
     return out
 
 
-def _mapping(raw: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(raw, Mapping):
-        raise WorkloadError(f"{where}: must be an object")
-    return raw
-
-
-def _field(obj: Mapping[str, Any], name: str, where: str, kind: type, default: Any = ...) -> Any:
-    if name not in obj:
-        if default is ...:
-            raise WorkloadError(f"{where}.{name}: missing")
-        return default
-    value = obj[name]
-    ok = isinstance(value, kind) and not (kind in (int, float) and isinstance(value, bool))
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        ok, value = True, float(value)
-    if ok and kind is float and not math.isfinite(value):
-        raise WorkloadError(f"{where}.{name}: must be a finite number, got {value!r}")
-    if not ok:
-        raise WorkloadError(f"{where}.{name}: must be {kind.__name__}, got {value!r}")
-    return value
-
-
-def _policy_settings(raw: Any, capacity: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``policy_settings`` section plus the deprecated capacity knobs.
-    Values are scalars; each policy checks the ones it takes when made."""
-    settings = dict(_mapping(raw, "policy_settings"))
-    for name, value in settings.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise WorkloadError(f"policy_settings.{name}: must be a number or a string")
+def _policy_settings(doc: WorkloadDoc) -> dict[str, Any]:
+    """The ``policy_settings`` section plus the deprecated capacity knobs (the
+    schema checked their shapes; each policy checks the values it takes when
+    it is made). A knob set in both places is an error."""
+    settings: dict[str, Any] = dict(doc.policy_settings)
     for name in LEGACY_CAPACITY_KNOBS:
-        if name in capacity:
-            if name in settings:
-                raise WorkloadError(f"capacity.{name}: also set in policy_settings; keep that one "
-                                    "(capacity policy knobs are deprecated)")
-            settings[name] = _field(capacity, name, "capacity", int)
+        value = getattr(doc.capacity, name)
+        if value is None:
+            continue
+        if name in settings:
+            raise WorkloadError(f"workload: capacity.{name}: also set in policy_settings; keep "
+                                "that one (capacity policy knobs are deprecated)")
+        settings[name] = value
     return settings
 
 
-def _capacity(obj: Mapping[str, Any]) -> Capacity:
-    unknown = set(obj) - set(_CAPACITY_FIELDS) - set(LEGACY_CAPACITY_KNOBS)
-    if unknown:
-        raise WorkloadError(f"capacity: unknown field(s) {sorted(unknown)}")
-    values = {name: _field(obj, name, "capacity", int, None) for name in _CAPACITY_FIELDS}
-    for name in ("token_budget", "sequence_budget"):
-        if values[name] is None:
-            raise WorkloadError(f"capacity.{name}: missing")
+def _capacity(doc: CapacityDoc) -> Capacity:
     try:
-        return Capacity(**values)
+        return Capacity(**{name: getattr(doc, name) for name in _CAPACITY_FIELDS})
     except ValueError as exc:
-        raise WorkloadError(str(exc)) from None
+        raise WorkloadError(f"workload: {exc}") from None
 
 
-def _request(raw: Any, where: str) -> RequestSpec:
-    obj = _mapping(raw, where)
-    unknown = set(obj) - _REQUEST_FIELDS
-    if unknown:
-        raise WorkloadError(f"{where}: unknown field(s) {sorted(unknown)}")
-    prompt = obj.get("prompt_tokens")
-    token_ids: tuple[int, ...] | None = None
-    if isinstance(prompt, list):
-        if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
-            raise WorkloadError(f"{where}.prompt_tokens: token ids must be integers >= 0")
-        token_ids = tuple(prompt)
-        num_prompt = len(prompt)
-    else:
-        num_prompt = _field(obj, "prompt_tokens", where, int)
-    slo = None
-    if "slo" in obj:
-        slo_obj = _mapping(obj["slo"], f"{where}.slo")
-        unknown_slo = set(slo_obj) - {"ttft_ms", "tbt_ms"}
-        if unknown_slo:
-            raise WorkloadError(f"{where}.slo: unknown field(s) {sorted(unknown_slo)}")
-        slo = SloTargets(_field(slo_obj, "ttft_ms", f"{where}.slo", float, None),
-                         _field(slo_obj, "tbt_ms", f"{where}.slo", float, None))
+def _request(doc: RequestDoc, where: str) -> RequestSpec:
+    prompt = doc.prompt_tokens
+    token_ids = tuple(prompt) if isinstance(prompt, list) else None
+    slo = None if doc.slo is None else SloTargets(doc.slo.ttft_ms, doc.slo.tbt_ms)
     try:
         return RequestSpec(
-            request_id=_field(obj, "request_id", where, str),
-            arrival=_field(obj, "arrival", where, float),
-            num_prompt_tokens=num_prompt,
-            max_output_tokens=_field(obj, "max_output_tokens", where, int),
-            client_id=_field(obj, "client_id", where, str, "default"),
-            priority=_field(obj, "priority", where, int, 0),
+            request_id=doc.request_id,
+            arrival=float(doc.arrival),
+            num_prompt_tokens=len(prompt) if isinstance(prompt, list) else prompt,
+            max_output_tokens=doc.max_output_tokens,
+            client_id=doc.client_id,
+            priority=doc.priority,
             prompt_token_ids=token_ids,
             slo=slo,
-            output_forecast=_field(obj, "output_forecast", where, float, None),
-            output_forecast_p90=_field(obj, "output_forecast_p90", where, float, None),
+            output_forecast=_as_float(doc.output_forecast),
+            output_forecast_p90=_as_float(doc.output_forecast_p90),
         )
     except ValueError as exc:
-        raise WorkloadError(f"{where}: {exc}") from None
+        raise WorkloadError(f"workload: {where}: {exc}") from None
 
 
-def _hidden(raw: Any, ids: set[str]) -> HiddenTruth:
-    if raw is None:
+def _as_float(value: float | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _hidden(doc: HiddenDoc | None, ids: set[str]) -> HiddenTruth:
+    if doc is None:
         return HiddenTruth({})
-    obj = _mapping(raw, "fixture_only_hidden_truth")
-    unknown = set(obj) - {"realized_output_tokens", "injected_failures"}
-    if unknown:
-        raise WorkloadError(f"fixture_only_hidden_truth: unknown field(s) {sorted(unknown)}")
-    lengths = _mapping(obj.get("realized_output_tokens", {}),
-                       "fixture_only_hidden_truth.realized_output_tokens")
-    out: dict[str, int] = {}
-    for rid, n in lengths.items():
-        where = f"fixture_only_hidden_truth.realized_output_tokens.{rid}"
+    for rid in doc.realized_output_tokens:
         if rid not in ids:
-            raise WorkloadError(f"{where}: no such request")
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise WorkloadError(f"{where}: must be an integer >= 1")
-        out[rid] = n
-    return HiddenTruth(out, _injected_failures(obj.get("injected_failures", []), ids))
-
-
-def _injected_failures(raw: Any, ids: set[str]) -> frozenset[tuple[str, int]]:
-    """``[{"request_id": str, "decision_id": int}]``: that decision's work
-    for the request fails in the simulated executor (fault injection)."""
-    where = "fixture_only_hidden_truth.injected_failures"
-    if not isinstance(raw, list):
-        raise WorkloadError(f"{where}: must be a list")
-    out = set()
-    for i, item in enumerate(raw):
-        obj = _mapping(item, f"{where}[{i}]")
-        if set(obj) != {"request_id", "decision_id"}:
-            raise WorkloadError(f"{where}[{i}]: needs exactly request_id and decision_id")
-        rid = _field(obj, "request_id", f"{where}[{i}]", str)
-        decision = _field(obj, "decision_id", f"{where}[{i}]", int)
-        if rid not in ids:
-            raise WorkloadError(f"{where}[{i}].request_id: no such request")
-        if decision < 0:
-            raise WorkloadError(f"{where}[{i}].decision_id: must be >= 0")
-        out.add((rid, decision))
-    return frozenset(out)
+            where = field_path(("fixture_only_hidden_truth", "realized_output_tokens", rid))
+            raise WorkloadError(f"workload: {where}: no such request")
+    faults = set()
+    for i, fault in enumerate(doc.injected_failures):
+        if fault.request_id not in ids:
+            where = f"fixture_only_hidden_truth.injected_failures[{i}].request_id"
+            raise WorkloadError(f"workload: {where}: no such request")
+        faults.add((fault.request_id, fault.decision_id))
+    return HiddenTruth(dict(doc.realized_output_tokens), frozenset(faults))
 
 
 def online_to_json(workload: OnlineWorkload) -> dict[str, Any]:
@@ -301,19 +233,20 @@ def online_to_json(workload: OnlineWorkload) -> dict[str, Any]:
     }
 
 
-def _bytes_per_row_from(obj: Mapping[str, Any]) -> int:
+def _bytes_per_row_from(config: dict[str, Any], declared: int | None) -> int:
     """delta_KV_row = 2 x layers x kv_heads x head_dim x dtype bytes (0x05),
     from an inline Hugging Face config object; it must agree with an explicit
     bytes_per_row when both are given."""
-    config = _mapping(obj["model_config"], "kv.model_config")
     try:
         derived = kv_row_abi_from_hf_config(config, profile_id="workload").bytes_per_row
-    except (ValueError, KeyError) as exc:
-        raise WorkloadError(f"kv.model_config: {exc}") from None
-    declared = obj.get("bytes_per_row")
+    except (ValueError, KeyError, TypeError, ArithmeticError) as exc:
+        raise WorkloadError(f"workload: kv.model_config: {exc}") from None
+    if not 1 <= derived <= MAX_BYTES_PER_ROW:
+        raise WorkloadError(f"workload: kv.model_config: bytes per row {derived} outside "
+                            f"[1, {MAX_BYTES_PER_ROW}] (documented limit)")
     if declared is not None and declared != derived:
         raise WorkloadError(
-            f"kv.bytes_per_row: {declared} disagrees with kv.model_config ({derived})")
+            f"workload: kv.bytes_per_row: {declared} disagrees with kv.model_config ({derived})")
     return derived
 
 
