@@ -117,11 +117,16 @@ class LLM:
         stream, receives the engine's decision log once the batch is done
         (executor ``torch``; every request this LLM has run so far): replay
         re-derives its plans and checks its results against the digest chain.
+        Raises :class:`iterserve.plan.feasibility.InfeasibleRun` before any of
+        the batch runs when the policy has no preemption path and the KV pool
+        cannot hold its worst running set.
         """
         batch = [self._ids(prompt) for prompt in _as_prompts(prompts)]
         params_list = _expand(sampling_params, len(batch))
-        for ids, p in zip(batch, params_list, strict=True):
-            self.engine.check_request(len(ids), p.max_tokens)
+        sizes = [(len(ids), p.max_tokens) for ids, p in zip(batch, params_list, strict=True)]
+        for num_prompt_tokens, max_tokens in sizes:
+            self.engine.check_request(num_prompt_tokens, max_tokens)
+        self.engine.check_batch(sizes)
         if use_tqdm:
             outputs = self._generate_with_bar(batch, params_list, on_step)
         else:

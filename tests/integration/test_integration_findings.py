@@ -23,7 +23,7 @@ def test_cancel_publishes_the_freed_memory() -> None:
     online = OnlineWorkload("cancel-kv", "iteration", Capacity(8, 2, kv_rows=10), requests)
     manifest = WorkloadManifest(online, HiddenTruth({"a": 8, "b": 8}))
     executor = make_simulated_executor(manifest)
-    engine = Engine(online, make_policy("refill"), executor)
+    engine = Engine(online, make_policy("vllm"), executor)  # refill: refused here (issue 14)
     engine.step()
     assert engine.state.capacity.num_blocks_free == 2
     engine.cancel("a")

@@ -21,6 +21,7 @@ from iterserve.cli.simulate import FlagError
 from iterserve.engine.loop import EngineStalled
 from iterserve.engine.replay import ReplayDivergence
 from iterserve.model.errors import CheckpointError
+from iterserve.plan.feasibility import InfeasibleRun
 from iterserve.policies.registry import UnknownPolicy
 from iterserve.policies.settings import PolicyConfigError
 from iterserve.records.errors import ContractViolation
@@ -30,7 +31,7 @@ from iterserve.sim.workload import WorkloadError
 from iterserve.sim.workload_spec import WorkloadSpecError
 
 EXPECTED_ERRORS = (CheckpointError, WorkloadError, UnknownPolicy, PolicyConfigError, ReplayDivergence, ContractViolation,
-                   EngineStalled, FileNotFoundError, FlagError, OverloadConfigError, CostModelError,
+                   EngineStalled, InfeasibleRun, FileNotFoundError, FlagError, OverloadConfigError, CostModelError,
                    WorkloadSpecError, TraceError)
 EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE
 

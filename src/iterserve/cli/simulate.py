@@ -37,6 +37,7 @@ from iterserve.cli.flag_types import (
 from iterserve.cli.progress import RunProgress
 from iterserve.metrics import ObservationWindow, SloConfig
 from iterserve.metrics.capacity import token_budget_utilisation
+from iterserve.plan.feasibility import check_run
 from iterserve.policies.registry import bind_fairness, policy_for
 from iterserve.policies.settings import add_policy_setting_flag
 from iterserve.records.limits import MAX_BYTES_PER_ROW
@@ -48,6 +49,7 @@ from iterserve.sim.cost import (
     parse_cost_model,
     seconds_per_clock_unit,
 )
+from iterserve.sim.factory import make_simulated_executor
 from iterserve.sim.kv_report import kv_report
 from iterserve.sim.report import (
     MetricOutputs,
@@ -191,6 +193,8 @@ def run(args: argparse.Namespace) -> int:
     policy = bind_fairness(policy_for(args.policy, online, dict(args.policy_setting),
                                       cost_model=setup.cost_model), online.fairness)
     config = RunConfig(policy, setup.cost_model, setup.gate, args.max_iterations)
+    # refused before anything is written (the engine checks again when made)
+    check_run(policy, online, make_simulated_executor(setup.manifest).capacity())
     with contextlib.ExitStack() as stack:
         stream = None
         if args.decision_log:  # committed only when everything below succeeds

@@ -17,6 +17,7 @@ from iterserve.engine.executor import Executor
 from iterserve.engine.observer import EngineObserver
 from iterserve.engine.readiness import ReadinessBoard
 from iterserve.plan import Policy
+from iterserve.plan.feasibility import check_run
 from iterserve.records.ledger import ClientLedger
 from iterserve.records.spec import OnlineWorkload, PolicyIdentity, RequestSpec
 from iterserve.records.state import CapacityFacts, RunRules, SchedulerState
@@ -98,6 +99,7 @@ class Engine:
         ]
         self._next_arrival = 0
         self.state = initial_state(self.workload, executor.capacity(), policy_ledger(policy))
+        check_run(policy, self.workload, self.state.capacity)  # InfeasibleRun, before decision 0
         # prefix-hit facts are published only for a policy that reads them
         self._prefix_hits = (getattr(executor, "prefix_hits", None)
                              if getattr(policy, "uses_prefix_hits", False) else None)

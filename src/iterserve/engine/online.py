@@ -39,6 +39,7 @@ from iterserve.engine.publisher import StreamPublisher
 from iterserve.engine.streams import StreamSink
 from iterserve.model.params import SamplingParams
 from iterserve.plan import Policy
+from iterserve.plan.feasibility import check_run
 from iterserve.policies.settings import settings_of
 from iterserve.records.spec import Capacity, KvSpec, OnlineWorkload, RequestSpec, SloTargets
 from iterserve.records.state import SchedulerState
@@ -145,6 +146,15 @@ class OnlineEngine:
             raise RequestRefused(
                 f"prompt + max_tokens needs {facts.blocks_for(total)} KV blocks; the pool has "
                 f"{facts.num_blocks_total}")
+
+    def check_batch(self, requests: Sequence[tuple[int, int]]) -> None:
+        """Refuse a batch of (prompt tokens, max tokens) that the policy,
+        having no preemption path, could not finish on this pool when it runs
+        alone (as ``LLM.generate`` runs it): ``InfeasibleRun`` before any of
+        it runs (``plan/feasibility.py``)."""
+        specs = tuple(RequestSpec(f"batch-{i}", 0.0, p, m) for i, (p, m) in enumerate(requests))
+        workload = dataclasses.replace(self.engine.workload, requests=specs)
+        check_run(self.engine.policy, workload, self._initial_capacity)
 
     def add_request(self, prompt_token_ids: Sequence[int], params: SamplingParams,
                     sink: StreamSink, *, client_id: str = "anonymous", priority: int = 0,

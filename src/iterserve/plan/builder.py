@@ -30,7 +30,7 @@ class PlanBuilder:
 
     __slots__ = ("_state", "_policy", "_key", "_work", "_intents", "tokens_left", "seqs_left",
                  "_facts", "blocks_free", "_token_budget", "_screen", "_preempt_kind",
-                 "_max_running", "_num_joined")
+                 "_max_running", "_num_joined", "_aborted")
 
     def __init__(self, policy: Policy, state: SchedulerState,
                  token_budget: int | None = None, *, sequence_budget: int | None = None,
@@ -54,6 +54,9 @@ class PlanBuilder:
         self._num_joined = 0  # requests resumed or admitted into the running set
         self._screen = ReservationScreen.for_state(state)
         self._preempt_kind = preemption_kind(state.rules)
+        self._aborted: set[str] = set()
+        if self._facts.num_blocks_total is not None:
+            self._abort_what_never_fits()
 
     def can_add(self) -> bool:
         return self.tokens_left > 0 and self.seqs_left > 0
@@ -86,7 +89,7 @@ class PlanBuilder:
         budgets or the KV ledger (the caller may then preempt).
         """
         rid = view.request_id
-        if rid in self._work or not view.is_ready or self.seqs_left == 0:
+        if rid in self._work or rid in self._aborted or not view.is_ready or self.seqs_left == 0:
             return 0
         c = view.num_computed
         e = view.num_emitted
@@ -131,7 +134,7 @@ class PlanBuilder:
         """Admit a waiting request and schedule its first interval, if the
         run's admission screen (0x06) reserves room for it."""
         if self._can_never_fit(view):
-            self.intend(IntentKind.ABORT, view, "exceeds_kv_capacity")
+            self.abort(view)
             return 0
         screen = self._screen
         if screen is not None and not screen.fits(view):
@@ -152,6 +155,35 @@ class PlanBuilder:
         if total is None:
             return False
         return self._facts.blocks_for(view.num_prompt_tokens + view.num_emitted) > total
+
+    def _abort_what_never_fits(self) -> None:
+        """Abort every live request whose next step can never fit the whole
+        device pool, at the first decision that proves it (0x0C): running,
+        suspended or waiting, in any preemption mode. Nothing a policy or a
+        preemption does can make room, so waiting would only stall the run."""
+        state = self._state
+        views = state.views
+        for queue in (state.running, state.suspended, state.waiting):
+            for rid in queue:
+                view = views[rid]
+                if self._can_never_fit(view):
+                    self.abort(view)
+
+    def abort(self, view: RequestView, reason: str = "exceeds_kv_capacity") -> None:
+        """End a live request with ``reason`` (once per plan): its scheduled
+        work is removed and the device blocks it holds count as free."""
+        rid = view.request_id
+        if rid in self._aborted:
+            return
+        self._aborted.add(rid)
+        if rid in self._work:
+            self.unschedule(view)
+        if self.blocks_free is not None and view.lifecycle is Lifecycle.RUNNING:
+            self.blocks_free += self._facts.blocks_for(view.num_computed)
+        self.intend(IntentKind.ABORT, view, reason)
+
+    def is_aborted(self, view: RequestView) -> bool:
+        return view.request_id in self._aborted
 
     def take(self, view: RequestView, max_rows: int | None = None) -> int:
         """Schedule a live request's next interval, admitting it if it waits."""

@@ -51,9 +51,9 @@ def running_pass(builder: PlanBuilder, running: list[RequestView], rows_of: Rows
     """Schedule ``rows_of(view)`` rows of each running request in order
     (``skip`` passes some over), preempting victims on a KV shortfall; the
     pass stops when the budgets run out or a request preempts itself."""
-    queue = list(running)
+    queue = [view for view in running if not builder.is_aborted(view)]
     gone: set[str] = set()  # victims preempted earlier in this pass
-    for view in running:
+    for view in list(queue):
         if view.request_id in gone or (skip is not None and skip(view)):
             continue
         if not builder.can_add():
@@ -66,9 +66,13 @@ def running_pass(builder: PlanBuilder, running: list[RequestView], rows_of: Rows
 def resume_suspended(builder: PlanBuilder, state: SchedulerState,
                      max_rows: int | None = None) -> int:
     """Resume preserved requests in suspension order while memory allows;
-    the first that does not fit stops the pass. Returns how many resumed."""
+    the first that does not fit stops the pass. Returns how many resumed
+    (an aborted request counts: it no longer waits to resume)."""
     resumed = 0
     for view in views_of(state, state.suspended):
+        if builder.is_aborted(view):
+            resumed += 1
+            continue
         if not builder.can_add() or not view.is_ready:
             break
         if not builder.resume(view, max_rows):
@@ -86,7 +90,7 @@ def waiting_pass(builder: PlanBuilder, waiting: list[RequestView],
     for view in waiting:
         if builder.running_slots_left <= 0 or not builder.can_add():
             break
-        if not view.is_ready:
+        if not view.is_ready or builder.is_aborted(view):
             continue
         rows = None if rows_of is None else rows_of(view)
         if rows is not None and not builder.fits_memory(view, rows):
@@ -108,12 +112,13 @@ def schedule_ranked(builder: PlanBuilder, ranked: list[RequestView]) -> None:
     suspended ones resumed when they fit; running ones preempt the least
     urgent running requests (in the run's mode, 0x0C) on a KV shortfall,
     and the pass stops when one preempts itself (as vLLM's)."""
-    victims = [view for view in ranked if view.lifecycle is Lifecycle.RUNNING]
+    victims = [view for view in ranked
+               if view.lifecycle is Lifecycle.RUNNING and not builder.is_aborted(view)]
     gone: set[str] = set()
     for view in ranked:
         if not builder.can_add():
             break
-        if view.request_id in gone:
+        if view.request_id in gone or builder.is_aborted(view):
             continue
         if view.lifecycle is Lifecycle.WAITING:
             builder.admit(view)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from iterserve.metrics.slack import FixedIterationModel, IterationCostModel
 from iterserve.plan import PlanBuilder, Policy, PolicyContract, views_of
+from iterserve.plan.feasibility import RunningSet
 from iterserve.plan.passes import schedule_ranked
 from iterserve.policies.deadline_clock import DecisionClock, seconds_per_unit
 from iterserve.policies.policy import PolicyBase
@@ -51,6 +52,7 @@ class DeadlineOrderedPolicy(PolicyBase[DeadlineConfig]):
     the ``iteration`` clock). ``contract_template``'s assumptions name it."""
 
     policy_id = "deadline"
+    running_set = RunningSet.PREEMPTS
     tie_break_key: tuple[str, ...] = TIE_BREAK_KEY
     contract_template: PolicyContract
 

@@ -10,6 +10,7 @@ plan: this is the baseline that VTC's charge-at-join improves on.
 from __future__ import annotations
 
 from iterserve.plan import PlanBuilder, PolicyContract
+from iterserve.plan.feasibility import RunningSet
 from iterserve.policies.fair_config import LedgerPolicy
 from iterserve.policies.ordered import schedule_ordered
 from iterserve.records.keys import key_function
@@ -18,6 +19,7 @@ from iterserve.records.state import SchedulerState
 
 class LeastService(LedgerPolicy):
     policy_id = "least-service"
+    running_set = RunningSet.PREEMPTS  # the shared preemption step (plan.victims)
     policy_version = "1"
     tie_break_key: tuple[str, ...] = ("client_done", "client_id", "arrival_order", "request_id",
                                       "request_generation")

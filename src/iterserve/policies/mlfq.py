@@ -23,9 +23,10 @@ from dataclasses import dataclass
 
 from iterserve.metrics.slack import FixedIterationModel, IterationCostModel
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
+from iterserve.plan.feasibility import RunningSet
 from iterserve.plan.passes import schedule_ranked
 from iterserve.policies.policy import PolicyBase
-from iterserve.policies.settings import PolicyConfigError
+from iterserve.policies.settings import PolicyConfigError, check_count
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import RequestView
 
@@ -44,10 +45,7 @@ class MlfqConfig:
     cost_model: IterationCostModel | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.num_queues, bool) or not isinstance(self.num_queues, int) \
-                or self.num_queues < 1:
-            raise PolicyConfigError(f"setting num_queues: must be an integer >= 1, "
-                                    f"got {self.num_queues!r}")
+        check_count("num_queues", self.num_queues)
         for name in ("base_quantum_ms", "alpha_ms"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) \
@@ -60,6 +58,7 @@ class MlfqConfig:
 
 class Mlfq(PolicyBase[MlfqConfig]):
     policy_id = "mlfq"
+    running_set = RunningSet.PREEMPTS  # the shared preemption step (plan.victims)
     tie_break_key: tuple[str, ...] = ("arrival", "arrival_order", "request_id",
                                       "request_generation")
     contract = PolicyContract(

@@ -8,14 +8,24 @@ max_output_tokens slots against n_slots; if that would overflow, the scan
 one. n_rsrv is derived from the state (the admitted, unfinished requests'
 max_tokens), so the reservation is released exactly when a request leaves.
 Prefill is whole-prompt, as in the paper: a prompt that does not fit the
-iteration's token budget also stops the scan.
+iteration's token budget also stops the scan. A request whose max_tokens
+exceed n_slots can never be reserved: it is aborted (``exceeds_kv_capacity``).
+With n_slots at most the pool's rows the running requests can never all
+wait for a block (their rows stay below the reserved total), so the scan
+is the paper's. When the ``kv_rows`` setting exceeds the pool they can:
+then a running request short of blocks preempts the youngest running one by
+recompute (initiated again in arrival order) and no request is initiated in
+that iteration, rather than a stall.
 """
 
 from __future__ import annotations
 
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
+from iterserve.plan.feasibility import RunningSet
+from iterserve.plan.victims import add_or_preempt, fcfs_victim
 from iterserve.policies.policy import PolicyBase
 from iterserve.policies.settings import count_settings
+from iterserve.records.plan import IntentKind
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import Lifecycle, RequestView
 
@@ -46,6 +56,8 @@ def num_slots(config: OrcaConfig, state: SchedulerState) -> int | None:
 
 class Orca(PolicyBase[OrcaConfig]):
     policy_id = "orca"
+    running_set = RunningSet.PREEMPTS
+    whole_prompt_prefill = True  # a prompt over the token budget is refused before the run
     tie_break_key: tuple[str, ...] = ("arrival_order", "request_id", "request_generation")
     contract = PolicyContract.parse("""
         granularity: iteration
@@ -65,21 +77,42 @@ class Orca(PolicyBase[OrcaConfig]):
 
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         slots = num_slots(self.config, state)
-        n_rsrv = sum(max_tokens(v) for v in views_of(state, state.running))
-        pool = views_of(state, state.running) + views_of(state, state.waiting)
-        for view in sorted(pool, key=lambda v: v.arrival_order):
+        running = views_of(state, state.running)
+        n_rsrv = sum(max_tokens(v) for v in running)
+        queue = sorted((v for v in running if not builder.is_aborted(v)),
+                       key=lambda v: v.arrival_order)
+        gone: set[str] = set()
+        overbooked = _is_overbooked(slots, state)
+        for view in sorted(running + views_of(state, state.waiting), key=lambda v: v.arrival_order):
             if builder.seqs_left == 0:
                 break
+            if view.request_id in gone or builder.is_aborted(view):
+                continue
             initiation = view.lifecycle is Lifecycle.WAITING
             if initiation:
+                if slots is not None and max_tokens(view) > slots:
+                    builder.abort(view)  # its reservation can never be granted
+                    continue
                 reserved = n_rsrv + max_tokens(view)
-                if slots is not None and reserved > slots:
+                if gone or (slots is not None and reserved > slots):
                     break
             legal = builder.legal_rows(view)
-            if legal > builder.tokens_left:
+            if view.num_emitted == 0 and legal > builder.tokens_left:
                 break  # whole-prompt prefill does not fit this iteration
-            granted = builder.take(view)
-            if granted == 0:
-                break
-            if initiation:
-                n_rsrv = reserved
+            if not overbooked or initiation:
+                if builder.take(view) == 0:
+                    break
+                if initiation:
+                    n_rsrv = reserved
+            else:  # short of blocks: preempt the youngest running request (recompute)
+                add_or_preempt(builder, view, min(legal, builder.tokens_left), queue, gone,
+                               fcfs_victim, IntentKind.PREEMPT_RECOMPUTE)
+                if not builder.is_chosen(view.request_id):
+                    break
+
+
+def _is_overbooked(slots: int | None, state: SchedulerState) -> bool:
+    """n_slots above the pool's rows: the reservation no longer keeps the
+    running requests from all waiting for a block."""
+    total = state.capacity.num_blocks_total
+    return slots is not None and total is not None and slots > total * state.capacity.block_size

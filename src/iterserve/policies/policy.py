@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Generic, TypeVar, get_args
 
 from iterserve.plan import PlanBuilder, PolicyContract
+from iterserve.plan.feasibility import RunningSet
 from iterserve.plan.passes import schedule_in_key_order
 from iterserve.policies.settings import NoSettings
 from iterserve.records.plan import IterationPlan
@@ -46,6 +47,9 @@ class PolicyBase(Generic[C]):
     contract: PolicyContract
     config_type: type = NoSettings
     config: C
+    #: which requests may hold KV memory at once; PREEMPTS when the policy
+    #: preempts on a KV shortfall (checked before a run: plan/feasibility.py)
+    running_set: RunningSet = RunningSet.UNBOUNDED
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         """``class P(PolicyBase[PConfig])`` makes ``PConfig`` P's config type."""

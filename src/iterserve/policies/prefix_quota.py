@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from iterserve.plan import PlanBuilder, PolicyContract
+from iterserve.plan.feasibility import RunningSet
 from iterserve.policies.ordered import schedule_ordered
 from iterserve.policies.policy import PolicyBase
 from iterserve.policies.settings import PolicyConfigError, check_count
@@ -72,6 +73,7 @@ class GreedyConfig(QuotaConfig):
 
 class PrefixQuota(PolicyBase[QuotaConfig]):
     policy_id = "prefix-quota"
+    running_set = RunningSet.PREEMPTS  # the shared preemption step (plan.victims)
     uses_prefix_hits = True
     tie_break_key: tuple[str, ...] = ("prefix_hit_rows", "arrival_order", "request_id",
                                       "request_generation")

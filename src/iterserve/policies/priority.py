@@ -8,6 +8,7 @@ requests a less urgent one completes nothing: see ``priority-aging``.
 from __future__ import annotations
 
 from iterserve.plan import PlanBuilder, PolicyContract
+from iterserve.plan.feasibility import RunningSet
 from iterserve.policies.ordered import schedule_ordered
 from iterserve.policies.policy import PolicyBase
 from iterserve.records.keys import key_function
@@ -16,6 +17,7 @@ from iterserve.records.state import SchedulerState
 
 class StaticPriority(PolicyBase):
     policy_id = "priority"
+    running_set = RunningSet.PREEMPTS  # the shared preemption step (plan.victims)
     policy_version = "1"
     tie_break_key: tuple[str, ...] = ("priority_rank", "arrival_order", "request_id",
                                       "request_generation")

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 from iterserve.plan import PlanBuilder, PolicyContract
+from iterserve.plan.feasibility import RunningSet
 from iterserve.policies.ordered import schedule_ordered
 from iterserve.policies.policy import PolicyBase
 from iterserve.policies.settings import PolicyConfigError
@@ -34,6 +35,7 @@ class AgingConfig:
 
 class PriorityAging(PolicyBase[AgingConfig]):
     policy_id = "priority-aging"
+    running_set = RunningSet.PREEMPTS  # the shared preemption step (plan.victims)
     policy_version = "1"
     tie_break_key: tuple[str, ...] = ("arrival", "priority_rank", "arrival_order", "request_id",
                                       "request_generation")

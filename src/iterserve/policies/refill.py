@@ -9,12 +9,14 @@ paper's max_tokens reservation).
 from __future__ import annotations
 
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
+from iterserve.plan.feasibility import RunningSet
 from iterserve.policies.policy import PolicyBase
 from iterserve.records.state import SchedulerState
 
 
 class IterationRefill(PolicyBase):
     policy_id = "refill"
+    running_set = RunningSet.CAPPED
     tie_break_key: tuple[str, ...] = ("arrival_order", "request_id", "request_generation")
     contract = PolicyContract.parse("""
         granularity: iteration

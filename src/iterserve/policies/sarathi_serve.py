@@ -12,6 +12,7 @@ Decodes are never paused behind a long prefill while tau covers them.
 from __future__ import annotations
 
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
+from iterserve.plan.feasibility import RunningSet
 from iterserve.plan.passes import resume_then_admit, running_pass
 from iterserve.plan.victims import fcfs_victim
 from iterserve.policies.policy import PolicyBase
@@ -31,6 +32,7 @@ class SarathiServeConfig:
 
 class SarathiServe(PolicyBase[SarathiServeConfig]):
     policy_id = "sarathi-serve"
+    running_set = RunningSet.PREEMPTS
     tie_break_key: tuple[str, ...] = ("phase_rank", "queue_rank", "arrival_order",
                                       "request_id", "request_generation")
     contract = PolicyContract.parse("""

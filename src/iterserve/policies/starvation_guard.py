@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 
 from iterserve.plan import PlanBuilder, Policy
+from iterserve.plan.feasibility import RunningSet
 from iterserve.policies.settings import PolicyConfigError
 from iterserve.records.plan import IntentKind, IterationPlan
 from iterserve.records.spec import FairnessSpec
@@ -45,6 +46,9 @@ class StarvationGuard:
             f"starvation guard (horizon {horizon:g} clock units): no service bound is claimed")
         self.ledger_weights = getattr(inner, "ledger_weights", None) or FairnessSpec()
         self.uses_prefix_hits = getattr(inner, "uses_prefix_hits", False)
+        # what the feasibility check reads: the guard forces work, it adds no memory path
+        self.running_set = getattr(inner, "running_set", RunningSet.UNBOUNDED)
+        self.whole_prompt_prefill = getattr(inner, "whole_prompt_prefill", False)
         self.config = getattr(inner, "config", None)  # the settings a log header records
 
     def choose(self, state: SchedulerState) -> IterationPlan:

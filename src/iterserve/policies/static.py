@@ -2,18 +2,23 @@
 
 A cohort runs until its slowest member finishes; members that finish early
 leave their slot idle (the fixed-batch barrier). The next cohort forms from
-waiting requests in arrival order only when the running set is empty.
+waiting requests in arrival order only when the running set is empty; the
+first waiting request that is not admitted ends the cohort (FCFS: a younger
+request never overtakes it), so the worst cohort is known before the run
+(``plan/feasibility.py``).
 """
 
 from __future__ import annotations
 
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
+from iterserve.plan.feasibility import RunningSet
 from iterserve.policies.policy import PolicyBase
 from iterserve.records.state import SchedulerState
 
 
 class StaticBatching(PolicyBase):
     policy_id = "static"
+    running_set = RunningSet.COHORT
     tie_break_key: tuple[str, ...] = ("arrival_order", "request_id", "request_generation")
     contract = PolicyContract.parse("""
         granularity: request cohort
@@ -36,4 +41,5 @@ class StaticBatching(PolicyBase):
             for view in sorted(views_of(state, state.waiting), key=lambda v: v.arrival_order):
                 if not builder.can_add():
                     break
-                builder.admit(view)
+                if not builder.admit(view) and not builder.is_aborted(view):
+                    break  # FCFS: a younger request never overtakes one that waits

@@ -16,6 +16,7 @@ stops the pass.
 from __future__ import annotations
 
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
+from iterserve.plan.feasibility import RunningSet
 from iterserve.plan.passes import resume_then_admit, running_pass
 from iterserve.plan.victims import VictimChooser, fcfs_victim, priority_victim
 from iterserve.policies.policy import PolicyBase
@@ -48,6 +49,7 @@ class VllmConfig:
 
 class VllmFrontier(PolicyBase[VllmConfig]):
     policy_id = "vllm"
+    running_set = RunningSet.PREEMPTS
     tie_break_key: tuple[str, ...] = ("queue_rank", "arrival_order", "request_id",
                                       "request_generation")
     contract = _CONTRACT

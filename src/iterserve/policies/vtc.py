@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from iterserve.plan import PlanBuilder, PolicyContract
+from iterserve.plan.feasibility import RunningSet
 from iterserve.policies.fair_config import LedgerPolicy
 from iterserve.policies.ordered import schedule_ordered
 from iterserve.records.keys import key_function
@@ -25,6 +26,7 @@ from iterserve.records.view import RequestView
 
 class Vtc(LedgerPolicy):
     policy_id = "vtc"
+    running_set = RunningSet.PREEMPTS  # the shared preemption step (plan.victims)
     policy_version = "1"
     service_bound = "vtc"  # the run report prints F60's 2U beside the observed gap
     tie_break_key: tuple[str, ...] = ("client_counter", "client_id", "arrival_order",

@@ -13,6 +13,7 @@ next plan starts from W_done again. Selection: the earliest ready event
 from __future__ import annotations
 
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
+from iterserve.plan.feasibility import RunningSet
 from iterserve.plan.passes import resume_suspended
 from iterserve.plan.victims import add_or_preempt, fcfs_victim
 from iterserve.policies.fair_config import LedgerPolicy
@@ -23,6 +24,7 @@ from iterserve.records.view import Lifecycle, RequestView
 
 class VtcCompleted(LedgerPolicy):
     policy_id = "vtc-completed"
+    running_set = RunningSet.PREEMPTS  # the shared preemption step (plan.victims)
     policy_version = "1"
     tie_break_key: tuple[str, ...] = ("client_done", "client_id", "arrival_order", "request_id",
                                       "request_generation")
