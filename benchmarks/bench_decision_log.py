@@ -33,6 +33,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from iterserve.cost import parse_cost_model
 from iterserve.engine.decision_log import iteration_line
 from iterserve.engine.loop import Engine
 from iterserve.engine.observer import EngineObserver
@@ -44,7 +45,6 @@ from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import Capacity, KvSpec, WorkloadManifest
 from iterserve.records.state import SchedulerState
-from iterserve.sim.cost import parse_cost_model
 from iterserve.sim.generators import RandomWorkloadConfig, random_workload
 from iterserve.sim.report import costed_executor
 from iterserve.sim.workload import online_to_json

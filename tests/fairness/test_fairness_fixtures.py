@@ -177,10 +177,10 @@ def test_mlfq_skip_join_starvation_and_promotion(tmp_path) -> None:
 
 
 def test_mlfq_queue_levels_f54_f55() -> None:
+    from iterserve.cost import LinearIterationCost
     from iterserve.policies.mlfq import Mlfq, MlfqConfig
     from iterserve.records.state import RunRules, SchedulerState
     from iterserve.records.view import RequestView
-    from iterserve.sim.cost import LinearIterationCost
 
     policy = Mlfq(MlfqConfig(cost_model=LinearIterationCost(0, 1, 1)))
     state = SchedulerState(0, 0, 0.0, (), (), (), (), {}, 4, 1, rules=RunRules("ms"))

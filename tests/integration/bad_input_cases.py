@@ -239,6 +239,8 @@ SWEEP_FLAGS: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "policy-setting-unknown": (["--policy-setting", "chunk_sise=4"], ("chunk_sise",)),
     "policy-setting-zero": (["--policy", "refill", "sarathi", "--policy-setting", "chunk_size=0"],
                             ("'sarathi'", "chunk_size", ">= 1")),
+    "ray-blank": (["--ray", " "], ("--ray needs an address",)),
+    "ray-with-workers": (["--ray", "127.0.0.1:1"], ("--workers applies to local processes",)),
 }
 
 GENERATE_FLAGS: dict[str, tuple[list[str], tuple[str, ...]]] = {

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from iterserve.admission.overload import OverloadGate, make_gate
+from iterserve.cost import FixedIterationCost
 from iterserve.metrics import ObservationWindow, Report, SloConfig, evaluate
 from iterserve.policies.deadline import bind_cost_model
 from iterserve.policies.registry import make_policy
@@ -25,7 +26,6 @@ from iterserve.records.spec import (
     SloTargets,
     WorkloadManifest,
 )
-from iterserve.sim.cost import FixedIterationCost
 from iterserve.sim.report import RunConfig, SimulationRun, run_simulation
 
 TICK_MS = 10.0

@@ -24,6 +24,7 @@ from integration_helpers import (
     two_row_workload,
 )
 
+from iterserve.cost import LinearIterationCost
 from iterserve.metrics import ObservationWindow, Outcome
 from iterserve.policies.deadline import DeadlineConfig
 from iterserve.policies.least_slack import LeastSlack
@@ -35,7 +36,6 @@ from iterserve.records.spec import (
     SloTargets,
     WorkloadManifest,
 )
-from iterserve.sim.cost import LinearIterationCost
 
 WINDOW = ObservationWindow(0.0, 0.1)
 

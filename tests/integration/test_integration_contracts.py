@@ -8,9 +8,7 @@ import pytest
 from integration_helpers import BURST, gate, simulate, two_row_workload
 
 from iterserve.admission.overload import AcceptAll, OverloadConfigError, engine_gate, make_gate
-from iterserve.engine.events import EventRecorder
-from iterserve.records.spec import SloTargets
-from iterserve.sim.cost import (
+from iterserve.cost import (
     CostModelError,
     FixedIterationCost,
     LinearIterationCost,
@@ -18,6 +16,8 @@ from iterserve.sim.cost import (
     parse_cost_model,
     seconds_per_clock_unit,
 )
+from iterserve.engine.events import EventRecorder
+from iterserve.records.spec import SloTargets
 
 
 @pytest.mark.parametrize(("spec", "model"), [

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from iterserve.admission.overload import engine_gate, make_gate
+from iterserve.cost import parse_cost_model, seconds_per_clock_unit
 from iterserve.engine.events import EventRecorder
 from iterserve.engine.loop import Engine, EngineStalled
 from iterserve.engine.observer import EngineObserver
@@ -26,7 +27,6 @@ from iterserve.records.spec import (
     SloTargets,
     WorkloadManifest,
 )
-from iterserve.sim.cost import parse_cost_model, seconds_per_clock_unit
 from iterserve.sim.report import costed_executor
 
 SLO = SloConfig(ttft_ms=40.0, tbt_ms=25.0)

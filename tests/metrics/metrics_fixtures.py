@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from iterserve.cost import FixedIterationCost
 from iterserve.metrics import (
     AdmitEvent,
     ArrivalEvent,
@@ -22,7 +23,6 @@ from iterserve.metrics import (
     EventLog,
     FinishEvent,
     FirstTokenEvent,
-    FixedIterationModel,
     RejectEvent,
     SloConfig,
     TokenEvent,
@@ -126,7 +126,7 @@ def least_slack_tick_oracle(
     """Derive a 0x07 log: one prompt unit + (num_outputs - 1) decode units per
     request, 2 rows per 10 ms tick, least predicted slack, tie-break
     (next token first, arrival, request id), optional live cap at arrival."""
-    model = FixedIterationModel(TICK_S)
+    model = FixedIterationCost(TICK_S * 1000)
     events: list[Event] = []
     live: dict[str, _Live] = {}
     pending = sorted(arrival_ticks, key=lambda item: (item[1], item[0]))
@@ -164,7 +164,7 @@ def least_slack_tick_oracle(
     return merged(events)
 
 
-def _priority(item: _Live, now_s: float, model: FixedIterationModel) -> tuple[float, int, int, str]:
+def _priority(item: _Live, now_s: float, model: FixedIterationCost) -> tuple[float, int, int, str]:
     estimate = predicted_slack(
         now_s,
         arrival_s=at_tick(item.arrival_tick),

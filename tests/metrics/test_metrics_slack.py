@@ -5,10 +5,11 @@ import math
 import pytest
 from metrics_fixtures import BURST_SLO
 
-from iterserve.metrics import FixedIterationModel, IterationCostModel, SloConfig, predicted_slack
+from iterserve.cost import BatchShape, FixedIterationCost, IterationCostModel
+from iterserve.metrics import SloConfig, predicted_slack
 from iterserve.metrics.slack import exclusive_endpoint_cost_s, headroom_s
 
-TICK = FixedIterationModel(0.01)
+TICK = FixedIterationCost(10.0)  # 0.01 s
 
 
 def _slack_ms(now_s: float, outputs: int, last_s: float | None) -> float:
@@ -47,7 +48,7 @@ def test_estimate_reconciles_f32_to_f34() -> None:
     assert estimate.predicted_cost_s == pytest.approx(0.03)  # three chunks: 2 + 2 + 1 rows
     assert estimate.predicted_finish_s == pytest.approx(0.042)
     assert estimate.slack_s == pytest.approx(estimate.headroom_s - estimate.predicted_cost_s)
-    assert estimate.model_id == "fixed-iteration"
+    assert estimate.model_id == "fixed-iteration-v1(iteration_ms=10)"
 
 
 def test_stream_moves_to_its_tbt_clock_without_changing_origin() -> None:
@@ -79,6 +80,10 @@ def test_undeclared_clock_has_infinite_slack() -> None:
 
 class _RowCost:
     model_id = "linear-test"
+    spec = "linear-test"
+
+    def predict_batch_ms(self, shape: BatchShape) -> float:
+        return 1000 * self.predict_iteration_s(shape.num_prefill_rows, shape.num_decode_rows)
 
     def predict_iteration_s(self, num_prefill_rows: int, num_decode_rows: int) -> float:
         return 0.001 + 0.0001 * num_prefill_rows + 0.0002 * num_decode_rows
@@ -119,4 +124,4 @@ def test_inconsistent_views_raise(kwargs) -> None:  # type: ignore[no-untyped-de
 
 def test_fixed_model_validates() -> None:
     with pytest.raises(ValueError):
-        FixedIterationModel(0.0)
+        FixedIterationCost(0.0)

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from iterserve.cli.main import main
+from iterserve.cost import parse_cost_model
 from iterserve.policies.registry import make_policy, policy_for
 from iterserve.policies.settings import PolicyConfigError, parse_settings
-from iterserve.sim.cost import parse_cost_model
 from iterserve.sim.workload import WorkloadError, parse_workload
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol
 
+from iterserve.cost import IterationCostModel, parse_cost_model, seconds_per_clock_unit
 from iterserve.engine.loop import ArrivalGate
 from iterserve.metrics.slack import predicted_slack
 from iterserve.metrics.slo import SloConfig
 from iterserve.records.spec import RequestSpec
 from iterserve.records.state import SchedulerState
-from iterserve.sim.cost import NamedCostModel, parse_cost_model, seconds_per_clock_unit
 
 _QUANTUM_DIGITS = 9  # slack compared at 1 ns, as the deadline policies do
 
@@ -76,7 +76,7 @@ class BoundedLive:
 
 @dataclass(frozen=True, slots=True)
 class SloFeasible:
-    cost_model: NamedCostModel
+    cost_model: IterationCostModel
     clock: str
     gate_id = "slo-feasible"
 

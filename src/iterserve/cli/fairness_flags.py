@@ -8,9 +8,9 @@ import argparse
 from typing import Any
 
 from iterserve.cli.flag_types import finite_float
+from iterserve.cost import IterationCostModel, seconds_per_clock_unit
 from iterserve.plan import Policy
 from iterserve.records.spec import FairnessSpec, OnlineWorkload
-from iterserve.sim.cost import NamedCostModel, seconds_per_clock_unit
 from iterserve.sim.fairness_bound import vtc_bound_report
 from iterserve.sim.report import BoundOf, SimulationRun
 
@@ -72,7 +72,7 @@ def fairness_from_flags(prompt_weight: float | None, output_weight: float | None
 
 
 def horizon_seconds(horizon: float | None, online: OnlineWorkload,
-                    cost_model: NamedCostModel) -> float | None:
+                    cost_model: IterationCostModel) -> float | None:
     """The F63 horizon (clock units) in seconds of the event log; None: the
     window. The guard's horizon is not reused: a forced interval completes
     one iteration after the guard fires."""

@@ -15,9 +15,20 @@ import sys
 from collections.abc import Sequence
 
 from iterserve.admission.overload import OverloadConfigError
-from iterserve.cli import generate, make_model, policies, replay, serve, simulate, sweep, workload
+from iterserve.cli import (
+    generate,
+    make_model,
+    policies,
+    profile,
+    replay,
+    serve,
+    simulate,
+    sweep,
+    workload,
+)
 from iterserve.cli.flag_types import OneLineParser, UsageError
 from iterserve.cli.simulate import FlagError
+from iterserve.cost import CostModelError
 from iterserve.engine.loop import EngineStalled
 from iterserve.engine.replay import ReplayDivergence
 from iterserve.model.errors import CheckpointError
@@ -25,7 +36,6 @@ from iterserve.plan.feasibility import InfeasibleRun
 from iterserve.policies.registry import UnknownPolicy
 from iterserve.policies.settings import PolicyConfigError
 from iterserve.records.errors import ContractViolation
-from iterserve.sim.cost import CostModelError
 from iterserve.sim.traces import TraceError
 from iterserve.sim.workload import WorkloadError
 from iterserve.sim.workload_spec import WorkloadSpecError
@@ -39,7 +49,8 @@ EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE
 def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="iterserve", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for module in (simulate, sweep, replay, policies, generate, make_model, workload, serve):
+    for module in (simulate, sweep, replay, policies, generate, make_model, workload, serve,
+                   profile):
         module.add_parser(subparsers)
     return parser
 

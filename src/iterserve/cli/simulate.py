@@ -35,6 +35,12 @@ from iterserve.cli.flag_types import (
     output_file,
 )
 from iterserve.cli.progress import RunProgress
+from iterserve.cost import (
+    IterationCostModel,
+    default_cost_model,
+    parse_cost_model,
+    seconds_per_clock_unit,
+)
 from iterserve.metrics import ObservationWindow, SloConfig
 from iterserve.metrics.capacity import token_budget_utilisation
 from iterserve.plan.feasibility import check_run
@@ -43,12 +49,6 @@ from iterserve.policies.settings import add_policy_setting_flag
 from iterserve.records.limits import MAX_BYTES_PER_ROW
 from iterserve.records.spec import WorkloadManifest
 from iterserve.sim.admission_report import admission_report
-from iterserve.sim.cost import (
-    NamedCostModel,
-    default_cost_model,
-    parse_cost_model,
-    seconds_per_clock_unit,
-)
 from iterserve.sim.factory import make_simulated_executor
 from iterserve.sim.kv_report import kv_report
 from iterserve.sim.report import (
@@ -135,7 +135,7 @@ class RunSetup:
 
     manifest: WorkloadManifest
     slo: SloConfig | None
-    cost_model: NamedCostModel
+    cost_model: IterationCostModel
     gate: OverloadGate
 
 
@@ -161,7 +161,7 @@ def setup_from_flags(flags: RunFlags) -> RunSetup:
     return RunSetup(manifest, slo, model, gate_from_flags(flags, model, online.clock))
 
 
-def gate_from_flags(flags: RunFlags, model: NamedCostModel, clock: str) -> OverloadGate:
+def gate_from_flags(flags: RunFlags, model: IterationCostModel, clock: str) -> OverloadGate:
     params: dict[str, Any] = {}
     if flags.overload == "bounded":
         if flags.max_live is None:

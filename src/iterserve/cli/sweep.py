@@ -22,7 +22,10 @@ nominal rate (a workload too small for the rate: the run is mostly drain),
 the rate is marked ``offered_rate_sustained: false``, cannot be the capacity,
 and the sweep warns on stderr and in sweep.json ``warnings``.
 
-Trials run on local processes (``--workers``, default ``os.cpu_count()``).
+Trials run on local processes (``--workers``, default ``os.cpu_count()``),
+or on a Ray cluster with ``--ray ADDRESS`` (the optional ``ray`` extra,
+imported only then; :mod:`iterserve.cli.sweep_ray`): the same jobs, the same
+results for the same seeds.
 Outputs: DIR/sweep.json and DIR/attainment_vs_rate.png.
 """
 
@@ -49,11 +52,11 @@ from rich.progress import Progress
 
 from iterserve.cli.flag_types import SEED, finite_float, int_at_least, output_dir
 from iterserve.cli.simulate import FlagError, RunFlags, RunSetup, add_run_flags, setup_from_flags
+from iterserve.cost import seconds_per_clock_unit
 from iterserve.metrics import evaluate
 from iterserve.policies.registry import bind_fairness, policy_for
 from iterserve.policies.settings import add_policy_setting_flag
 from iterserve.records.spec import WorkloadManifest
-from iterserve.sim.cost import seconds_per_clock_unit
 from iterserve.sim.report import RunConfig, default_window, run_simulation
 
 SCHEMA = "iterserve.sweep/v1"
@@ -78,6 +81,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=SEED, default=0, help="base seed")
     parser.add_argument("--workers", type=int_at_least(-MAX_WORKERS, MAX_WORKERS), default=None,
                         help="worker processes (default: os.cpu_count())")
+    parser.add_argument("--ray", metavar="ADDRESS", default=None,
+                        help="run the trials on the Ray cluster at ADDRESS (HOST:PORT or auto; "
+                             "needs pip install 'iterserve[ray]')")
     parser.add_argument("--out", type=output_dir, required=True, help="output directory")
     parser.set_defaults(run=run)
 
@@ -144,6 +150,23 @@ def completed_trials(jobs: Sequence[TrialJob], pool: Executor | None) -> Iterato
         return map(run_trial, jobs)
     futures = [pool.submit(run_trial, job) for job in jobs]
     return (future.result() for future in as_completed(futures))
+
+
+def _trials(jobs: Sequence[TrialJob], workers: int, ray_address: str | None,
+            stack: contextlib.ExitStack) -> tuple[Iterator[TrialResult], str]:
+    """The results and where they run: the Ray cluster at ``ray_address``,
+    else local processes (this one when ``workers`` is 1)."""
+    if ray_address is not None:
+        from iterserve.cli.sweep_ray import RayUnavailable, ray_trials
+
+        try:
+            trials = ray_trials(jobs, ray_address)
+        except RayUnavailable as error:
+            raise FlagError(str(error)) from None
+        stack.callback(trials.close)
+        return trials, f"the Ray cluster at {ray_address}"
+    pool = None if workers == 1 else stack.enter_context(ProcessPoolExecutor(workers))
+    return completed_trials(jobs, pool), f"{workers} processes"
 
 
 def summarize_policy(results: Iterable[TrialResult], alpha: float) -> dict[str, Any]:
@@ -230,6 +253,10 @@ def _check(args: argparse.Namespace, setup: RunSetup) -> None:
         raise FlagError("--rates must all be > 0")
     if args.workers is not None and args.workers < 1:
         raise FlagError(f"--workers must be >= 1, got {args.workers}")
+    if args.ray is not None and not args.ray.strip():
+        raise FlagError("--ray needs an address: HOST:PORT or auto")
+    if args.ray is not None and args.workers is not None:
+        raise FlagError("--workers applies to local processes; a Ray cluster places the trials")
     settings = dict(args.policy_setting)
     for name in args.policy:  # a bad name or setting fails before any work starts
         policy_for(name, setup.manifest.online, settings, strict=False,
@@ -245,11 +272,9 @@ def run(args: argparse.Namespace) -> int:
     workers = min(args.workers or os.cpu_count() or 1, len(jobs))
     results: list[TrialResult] = []
     with contextlib.ExitStack() as stack:
-        pool = None if workers == 1 else stack.enter_context(ProcessPoolExecutor(workers))
-        trials = completed_trials(jobs, pool)
+        trials, where = _trials(jobs, workers, args.ray, stack)
         progress = stack.enter_context(Progress(console=Console(stderr=True)))
-        task = progress.add_task(f"sweep: {len(jobs)} runs on {workers} processes",
-                                 total=len(jobs))
+        task = progress.add_task(f"sweep: {len(jobs)} runs on {where}", total=len(jobs))
         for result in trials:
             results.append(result)
             progress.advance(task)

@@ -17,7 +17,7 @@ An engine observer; it changes nothing. Mapping:
     on_cancel               CancelEvent(reason "client") at the cut
 
 Clock: every time is ``clock value * seconds_per_clock_unit`` (see
-:func:`iterserve.sim.cost.seconds_per_clock_unit`: 1/1000 on the ``ms``
+:func:`iterserve.cost.seconds_per_clock_unit`: 1/1000 on the ``ms``
 clock; on the ``iteration`` clock one iteration is 1 s unless a fixed cost
 model says otherwise). The engine publishes an arrival at the first cut at
 or after it, so an arrival can be recorded after facts stamped later than
@@ -29,9 +29,23 @@ number of sequences with work) and a resource sample at the decision
 (waiting requests, suspended ones included, and the suspended count; running
 requests; KV blocks used of the total, both 0 when memory is unbounded) for
 plots and the run summary.
+
+Streaming: given a ``sink`` (a text stream), the recorder holds only the
+facts of the last cut and writes the rest to the sink as JSONL lines, the
+bytes :func:`iterserve.metrics.events.write_jsonl` writes for the same
+sorted log. Every fact recorded at a cut is stamped at or after the
+previous cut (arrivals are published at the first cut at or after them),
+so sorting what is pending at each cut and writing it reproduces the
+stable sort of the whole run; a fact stamped before what was already
+written raises. :meth:`EventRecorder.close` writes the rest.
 """
 
 from __future__ import annotations
+
+import math
+from json.encoder import encode_basestring_ascii
+from operator import itemgetter
+from typing import IO
 
 from iterserve.engine.observer import EngineObserver
 from iterserve.metrics.capacity import IterationComposition
@@ -42,12 +56,14 @@ from iterserve.metrics.events import (
     ComputeEvent,
     Event,
     EventLog,
+    EventLogError,
     FinishEvent,
     FirstTokenEvent,
     PreemptEvent,
     RejectEvent,
     ResumeEvent,
     TokenEvent,
+    event_line,
 )
 from iterserve.metrics.series import ResourceSample
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent
@@ -60,37 +76,81 @@ from iterserve.records.view import FinishReason, Lifecycle, RequestView, WorkKin
 class EventRecorder(EngineObserver):
     """Collects the run's metric facts; read them with :meth:`log`."""
 
-    def __init__(self, seconds_per_clock_unit: float = 1.0) -> None:
+    def __init__(self, seconds_per_clock_unit: float = 1.0, sink: IO[str] | None = None) -> None:
         if not seconds_per_clock_unit > 0:
             raise ValueError("seconds_per_clock_unit must be > 0")
         self.seconds_per_clock_unit = seconds_per_clock_unit
         self.iterations: list[IterationComposition] = []
         self.samples: list[ResourceSample] = []
-        self._events: list[Event] = []
+        self._events: list[Event] = []  # without a sink: every fact
+        self._pending: list[tuple[float, str]] = []  # with a sink: (time, line) not yet written
         self._admitted: set[str] = set()
         self._preempted: set[str] = set()
+        self._sink = sink
+        self._written_s = -math.inf  # time of the last fact written to the sink
 
     def to_s(self, clock_value: float) -> float:
         return clock_value * self.seconds_per_clock_unit
 
+    @property
+    def is_streaming(self) -> bool:
+        return self._sink is not None
+
     def log(self) -> EventLog:
         """The facts in time order (stable: equal times keep causal order)."""
+        if self._sink is not None:
+            raise ValueError("the events were streamed to the sink; read them back from there")
         return EventLog(sorted(self._events, key=lambda event: event.time_s))
 
+    def close(self) -> None:
+        """Write the pending facts to the sink (nothing to do without one)."""
+        if self._sink is not None:
+            self._write_pending()
+
+    def _record(self, event: Event) -> None:
+        if self._sink is None:
+            self._events.append(event)
+        else:
+            self._pending.append((event.time_s, event_line(event)))
+
+    def _token(self, time_s: float, rid: str, token_index: int) -> None:
+        """A TokenEvent; streamed, its line is formatted here without the
+        object (one per output token: the hot path). ``event_line`` bytes."""
+        if self._sink is None:
+            self._events.append(TokenEvent(time_s, rid, token_index=token_index))
+        else:
+            self._pending.append((time_s, f'{{"kind": "token", "time_s": {time_s!r}, "request_id": '
+                                          f'{encode_basestring_ascii(rid)}, "token_index": '
+                                          f'{token_index}}}'))
+
+    def _write_pending(self) -> None:
+        assert self._sink is not None
+        pending = sorted(self._pending, key=itemgetter(0))
+        self._pending = []
+        if not pending:
+            return
+        if pending[0][0] < self._written_s:
+            raise EventLogError(f"{pending[0][1]} precedes a fact already written at "
+                                f"{self._written_s} s")
+        self._sink.writelines([line + "\n" for _, line in pending])
+        self._written_s = pending[-1][0]
+
     def on_arrival(self, spec: RequestSpec, now: float) -> None:
-        self._events.append(self._arrival(spec))
+        self._record(self._arrival(spec))
 
     def on_reject(self, spec: RequestSpec, reason: str, now: float) -> None:
-        self._events.append(self._arrival(spec))
-        self._events.append(RejectEvent(self.to_s(spec.arrival), spec.request_id, reason=reason))
+        self._record(self._arrival(spec))
+        self._record(RejectEvent(self.to_s(spec.arrival), spec.request_id, reason=reason))
 
     def on_cancel(self, request_id: str, state: SchedulerState, successor: SchedulerState) -> None:
-        self._events.append(CancelEvent(self.to_s(state.now), request_id, reason="client"))
+        self._record(CancelEvent(self.to_s(state.now), request_id, reason="client"))
 
     def on_step(
         self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
         successor: SchedulerState,
     ) -> None:
+        if self._sink is not None:
+            self._write_pending()  # every fact from here on is stamped at or after state.now
         decided_s = self.to_s(state.now)
         for intent in plan.intents:
             self._intent(intent, successor.views[intent.request_id], decided_s)
@@ -132,26 +192,26 @@ class EventRecorder(EngineObserver):
             event = RejectEvent(time_s, rid, reason=intent.reason or "rejected")
         else:  # ABORT, or a REJECT after admission: ended without success
             event = CancelEvent(time_s, rid, reason=intent.reason or kind.value)
-        self._events.append(event)
+        self._record(event)
 
     def _completion(self, item: CompletedInterval, kind: WorkKind, num_emitted_before: int,
                     time_s: float) -> None:
         rid = item.request_id
         if kind is not WorkKind.DECODE_ROW:
-            self._events.append(ComputeEvent(time_s, rid, num_rows=item.end - item.start,
+            self._record(ComputeEvent(time_s, rid, num_rows=item.end - item.start,
                                              is_rebuild=kind is WorkKind.REBUILD))
         if not item.emitted:
             return
         if num_emitted_before == 0:
-            self._events.append(FirstTokenEvent(time_s, rid))
+            self._record(FirstTokenEvent(time_s, rid))
         else:
-            self._events.append(TokenEvent(time_s, rid, token_index=num_emitted_before))
+            self._token(time_s, rid, num_emitted_before)
         reason = item.finish_reason
         if reason is FinishReason.STOP or reason is FinishReason.LENGTH:
-            self._events.append(FinishEvent(time_s, rid, reason=reason.value,
+            self._record(FinishEvent(time_s, rid, reason=reason.value,
                                             num_output_tokens=num_emitted_before + 1))
         elif reason is not None:
-            self._events.append(CancelEvent(time_s, rid, reason=reason.value))
+            self._record(CancelEvent(time_s, rid, reason=reason.value))
 
     def _composition(self, state: SchedulerState, plan: IterationPlan, time_s: float) -> None:
         rows = {WorkKind.PREFILL_CHUNK: 0, WorkKind.DECODE_ROW: 0, WorkKind.REBUILD: 0}

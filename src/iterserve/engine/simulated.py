@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Protocol
 
+from iterserve.cost import ClockedCost
 from iterserve.engine.kv_residency import KvResidency
 from iterserve.records.plan import IterationPlan, WorkItem
 from iterserve.records.result import CompletedInterval, IterationResult, WorkFailure
@@ -22,32 +22,17 @@ from iterserve.records.state import CapacityFacts, SchedulerState
 from iterserve.records.view import FinishReason, RequestView, WorkKind
 
 
-class CostModel(Protocol):
-    name: str
-
-    def iteration_duration(self, plan: IterationPlan, state: SchedulerState) -> float: ...
-
-
-class UnitIterationCost:
-    """Every iteration takes one clock unit, whatever it holds (0x02)."""
-
-    name = "unit-iteration"
-
-    def iteration_duration(self, plan: IterationPlan, state: SchedulerState) -> float:
-        return 1.0
-
-
 class SimulatedExecutor:
     def __init__(
         self,
         hidden: HiddenTruth,
-        cost_model: CostModel | None = None,
+        cost_model: ClockedCost | None = None,
         kv: KvResidency | None = None,
         workload: OnlineWorkload | None = None,
     ) -> None:
         self._realized = dict(hidden.realized_output_tokens)
         self._faults = hidden.injected_failures
-        self._cost = cost_model or UnitIterationCost()
+        self._cost = cost_model or ClockedCost.unit()
         self.kv = kv
         self._prompts: dict[str, tuple[int, ...]] = {}
         if workload is not None:

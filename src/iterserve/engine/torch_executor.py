@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -82,8 +82,11 @@ class TorchExecutor:
         num_host_blocks: int = 0,
         enable_prefix_caching: bool = True,
         time_scale: float = 1000.0,
+        timer: Callable[[], float] = time.perf_counter,
     ) -> None:
-        """``time_scale`` converts wall seconds to the run's clock (ms by default)."""
+        """``time_scale`` converts the timer's seconds to the run's clock (ms by
+        default). ``timer`` is the wall clock; a calibration on a shared machine
+        may pass ``time.process_time`` (CPU time: no other process's share)."""
         self.model = model
         self.tokenizer = tokenizer
         self.cache = model.allocate_cache(num_blocks, block_size)
@@ -96,6 +99,7 @@ class TorchExecutor:
         self.streams: dict[str, RequestStream] = {}
         self._eos = tuple(tokenizer.eos_token_ids) if tokenizer is not None else ()
         self._time_scale = time_scale
+        self._timer = timer
         self.num_computed_rows = 0
         self.num_cached_rows_skipped = 0
         self._last_end: float | None = None  # wall time the previous iteration ended
@@ -123,7 +127,7 @@ class TorchExecutor:
         self.kv.release(request_ids)
 
     def execute(self, plan: IterationPlan, state: SchedulerState) -> IterationResult:
-        began = time.perf_counter() if self._last_end is None else self._last_end
+        began = self._timer() if self._last_end is None else self._last_end
         failures = [WorkFailure(rid, state.views[rid].generation, reason)
                     for rid, reason in self.kv.apply_intents(plan)]
         failed = {f.request_id for f in failures}
@@ -141,7 +145,7 @@ class TorchExecutor:
         sampled = self._forward(segments, backed)
         completed, service, finished = self._publish(backed, sampled)
         self.kv.release(finished)
-        self._last_end = ended = time.perf_counter()
+        self._last_end = ended = self._timer()
         return IterationResult(
             decision_id=plan.decision_id,
             input_state_version=plan.input_state_version,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from iterserve.engine.observer import EngineObserver
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
+from iterserve.records.spec import RequestSpec
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import WorkKind
 
@@ -48,6 +49,13 @@ class RunTrace(EngineObserver):
     #: completed prefill chunk starts per request (a restart from 0 after a
     #: preemption replaces the earlier pass), for the 0x09 chunk ledger
     prefill_chunk_starts: dict[str, list[int]] = field(default_factory=dict)
+    num_finished: int = 0  # requests with a finish time (terminal), kept as they end
+
+    def on_arrival(self, spec: RequestSpec, now: float) -> None:
+        """A record per admitted arrival (a request the gate rejects gets
+        none), made when it arrives: no per-step scan of the waiting queue."""
+        self.requests[spec.request_id] = RequestRecord(spec.request_id, spec.client_id,
+                                                       spec.arrival, spec.num_prompt_tokens)
 
     def on_step(
         self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
@@ -62,11 +70,6 @@ class RunTrace(EngineObserver):
                 rows[WorkKind.DECODE_ROW], rows[WorkKind.REBUILD], len(plan.work),
                 len(state.waiting), len(state.running),
             ))
-        for rid in state.waiting:
-            if rid not in self.requests:
-                view = state.views[rid]
-                self.requests[rid] = RequestRecord(rid, view.client_id, view.arrival,
-                                                   view.num_prompt_tokens)
         kinds = {work.request_id: work.kind for work in plan.work}
         for item in result.completed:
             if kinds[item.request_id] is WorkKind.PREFILL_CHUNK:
@@ -83,6 +86,7 @@ class RunTrace(EngineObserver):
             record.first_token_time = after.first_token_time
             record.num_emitted = after.num_emitted
             if after.lifecycle.is_terminal:
+                self.num_finished += record.finish_time is None
                 record.finish_time = successor.now
                 reason = after.finish_reason
                 record.finish_reason = None if reason is None else reason.value

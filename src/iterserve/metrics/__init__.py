@@ -43,12 +43,7 @@ from iterserve.metrics.percentiles import Summary, gated_percentile, summarize
 from iterserve.metrics.report import REPORT_SCHEMA, Report, evaluate
 from iterserve.metrics.report_md import render_markdown
 from iterserve.metrics.series import ResourceSample, ServiceWeights
-from iterserve.metrics.slack import (
-    FixedIterationModel,
-    IterationCostModel,
-    SlackEstimate,
-    predicted_slack,
-)
+from iterserve.metrics.slack import SlackEstimate, predicted_slack
 from iterserve.metrics.slo import ObservationWindow, SloConfig
 
 __all__ = [
@@ -64,9 +59,7 @@ __all__ = [
     "EventLogError",
     "FinishEvent",
     "FirstTokenEvent",
-    "FixedIterationModel",
     "IterationComposition",
-    "IterationCostModel",
     "ObservationWindow",
     "OpenReason",
     "Outcome",

@@ -21,37 +21,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
+from iterserve.cost import IterationCostModel
 from iterserve.metrics.clocks import endpoint_deadline_s
 from iterserve.metrics.slo import SloConfig
-
-
-@runtime_checkable
-class IterationCostModel(Protocol):
-    """Predicts the duration of one iteration from its row mix. ``model_id``
-    names the model and its version in every slack estimate."""
-
-    @property
-    def model_id(self) -> str: ...
-
-    def predict_iteration_s(self, num_prefill_rows: int, num_decode_rows: int) -> float: ...
-
-
-@dataclass(frozen=True, slots=True)
-class FixedIterationModel:
-    """Every iteration costs ``iteration_s`` whatever its rows: the 0x07
-    fixture's tick. A synthetic, unmeasured model, not a latency predictor."""
-
-    iteration_s: float
-    model_id: str = "fixed-iteration"
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.iteration_s) and self.iteration_s > 0):
-            raise ValueError(f"iteration_s must be finite and > 0, got {self.iteration_s}")
-
-    def predict_iteration_s(self, num_prefill_rows: int, num_decode_rows: int) -> float:
-        return self.iteration_s
 
 
 def headroom_s(deadline_s: float, now_s: float) -> float:

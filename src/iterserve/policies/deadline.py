@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from iterserve.metrics.slack import FixedIterationModel, IterationCostModel
+from iterserve.cost import IterationCostModel, default_cost_model
 from iterserve.plan import PlanBuilder, Policy, PolicyContract, views_of
 from iterserve.plan.feasibility import RunningSet
 from iterserve.plan.passes import schedule_ranked
@@ -77,7 +77,7 @@ class DeadlineOrderedPolicy(PolicyBase[DeadlineConfig]):
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         seconds = seconds_per_unit(state.rules.clock, self.cost_model, self.policy_id)
         clock = DecisionClock(state.now * seconds, seconds,
-                              self.cost_model or FixedIterationModel(seconds), state.token_budget)
+                              self.cost_model or default_cost_model(state.rules.clock), state.token_budget)
         key_of = key_function(self.tie_break_key, state)
         queued = state.running + state.suspended + state.waiting
         live = [view for view in views_of(state, queued) if view.is_ready]

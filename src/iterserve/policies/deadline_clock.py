@@ -1,33 +1,22 @@
-"""Deadline clocks for the deadline policies (0x07): seconds per unit of the
-run's clock, each request's current deadline, and one decision's time facts.
+"""Deadline clocks for the deadline policies (0x07): the run's clock scale,
+each request's current deadline, and one decision's time facts.
 
 Deadlines are factual and never restart: first-token deadline = original
 arrival + TTFT limit (nothing emitted); next-token deadline = previous output
-emission + TBT limit. The ``ms`` clock has 1/1000 s per unit; on the
-``iteration`` clock one iteration is 1 s unless a fixed-iteration cost model
-gives its length.
+emission + TBT limit. Seconds per clock unit come from the one helper,
+:func:`iterserve.cost.seconds_per_clock_unit`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import NamedTuple
 
+from iterserve.cost import MS_PER_S, CostModelError, IterationCostModel, seconds_per_clock_unit
 from iterserve.metrics.clocks import endpoint_deadline_s
-from iterserve.metrics.slack import IterationCostModel
 from iterserve.policies.settings import PolicyConfigError
 from iterserve.records.spec import SloTargets
 from iterserve.records.view import RequestView
-
-_MS_PER_S = 1000.0
-
-
-@runtime_checkable
-class FixedIteration(Protocol):
-    """A cost model whose every iteration lasts ``iteration_s``."""
-
-    @property
-    def iteration_s(self) -> float: ...
 
 
 class DecisionClock(NamedTuple):
@@ -40,16 +29,12 @@ class DecisionClock(NamedTuple):
     max_prefill_rows: int
 
 
-def seconds_per_unit(clock: str, cost_model: object | None, policy_id: str) -> float:
-    """Seconds in one unit of the workload's clock, as the module docstring says."""
-    if clock == "ms":
-        return 1.0 / _MS_PER_S
-    if cost_model is None:
-        return 1.0
-    if isinstance(cost_model, FixedIteration):
-        return cost_model.iteration_s
-    raise PolicyConfigError(
-        f"policy {policy_id!r} on the iteration clock needs a fixed-iteration cost model")
+def seconds_per_unit(clock: str, cost_model: IterationCostModel | None, policy_id: str) -> float:
+    """Seconds in one unit of the workload's clock; a misfit names the policy."""
+    try:
+        return seconds_per_clock_unit(clock, cost_model)
+    except CostModelError as exc:
+        raise PolicyConfigError(f"policy {policy_id!r}: {exc}") from None
 
 
 def deadline_s(view: RequestView, slo: SloTargets | None, seconds: float) -> float:
@@ -60,7 +45,7 @@ def deadline_s(view: RequestView, slo: SloTargets | None, seconds: float) -> flo
     deadline = endpoint_deadline_s(
         view.arrival * seconds,
         None if view.num_emitted == 0 or last is None else last * seconds,
-        ttft_limit_s=None if slo.ttft_ms is None else slo.ttft_ms / _MS_PER_S,
-        tbt_limit_s=None if slo.tbt_ms is None else slo.tbt_ms / _MS_PER_S,
+        ttft_limit_s=None if slo.ttft_ms is None else slo.ttft_ms / MS_PER_S,
+        tbt_limit_s=None if slo.tbt_ms is None else slo.tbt_ms / MS_PER_S,
     )
     return math.inf if deadline is None else deadline

@@ -21,7 +21,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from iterserve.metrics.slack import FixedIterationModel, IterationCostModel
+from iterserve.cost import FixedIterationCost, IterationCostModel
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
 from iterserve.plan.feasibility import RunningSet
 from iterserve.plan.passes import schedule_ranked
@@ -83,7 +83,7 @@ class Mlfq(PolicyBase[MlfqConfig]):
         return type(self)(dataclasses.replace(self.config, cost_model=cost_model))
 
     def _cost_ms(self, num_prefill_rows: int, num_decode_rows: int) -> float:
-        model = self.config.cost_model or FixedIterationModel(1.0)
+        model = self.config.cost_model or FixedIterationCost(1000.0)
         return model.predict_iteration_s(num_prefill_rows, num_decode_rows) * _MS_PER_S
 
     def queue_level(self, view: RequestView, state: SchedulerState, ms_per_unit: float) -> int:

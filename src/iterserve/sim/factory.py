@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from iterserve.cost import ClockedCost
 from iterserve.engine.kv_residency import KvResidency
-from iterserve.engine.simulated import CostModel, SimulatedExecutor
+from iterserve.engine.simulated import SimulatedExecutor
 from iterserve.kv.config import BlockManagerConfig
 from iterserve.records.spec import WorkloadManifest
 
 
 def make_simulated_executor(manifest: WorkloadManifest,
-                            cost_model: CostModel | None = None) -> SimulatedExecutor:
+                            cost_model: ClockedCost | None = None) -> SimulatedExecutor:
     """The simulated executor for a workload: the paged pool of its ``kv``
     section; else logical KV rows when capacity.kv_rows is set (block size
     1); else unbounded memory."""

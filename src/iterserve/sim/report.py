@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from iterserve.admission.overload import OverloadGate, engine_gate
+from iterserve.cost import ClockedCost, IterationCostModel, seconds_per_clock_unit
 from iterserve.engine.decision_log import DecisionLogWriter, GateRecord
 from iterserve.engine.events import EventRecorder
 from iterserve.engine.loop import Engine, bind_policy
@@ -48,7 +49,6 @@ from iterserve.metrics.timeline import build_timelines
 from iterserve.plan import Policy
 from iterserve.policies.settings import settings_of
 from iterserve.records.spec import OnlineWorkload, SloTargets, WorkloadManifest
-from iterserve.sim.cost import ClockedCost, NamedCostModel, seconds_per_clock_unit
 from iterserve.sim.factory import make_simulated_executor
 from iterserve.sim.ledger_trace import LedgerTrace
 
@@ -128,7 +128,7 @@ class RunConfig:
     already be bound to ``cost_model`` (``policies.deadline.bind_cost_model``)."""
 
     policy: Policy
-    cost_model: NamedCostModel
+    cost_model: IterationCostModel
     gate: OverloadGate | None = None
     max_iterations: int | None = None
 
@@ -142,21 +142,24 @@ class SimulationRun:
     ledger_trace: LedgerTrace
 
 
-def costed_executor(manifest: WorkloadManifest, model: NamedCostModel) -> SimulatedExecutor:
+def costed_executor(manifest: WorkloadManifest, model: IterationCostModel) -> SimulatedExecutor:
     """The workload's simulated executor (its KV residency) timed by ``model``."""
     return make_simulated_executor(manifest, ClockedCost(model, manifest.online.clock))
 
 
 def run_simulation(manifest: WorkloadManifest, config: RunConfig,
                    decision_log: IO[str] | None = None,
-                   extra_observers: Sequence[EngineObserver] = ()) -> SimulationRun:
+                   extra_observers: Sequence[EngineObserver] = (),
+                   events: IO[str] | None = None) -> SimulationRun:
     """Run to completion (or ``max_iterations``), recording the run trace,
     the metric events and, when a stream is given, the decision log;
-    ``extra_observers`` (a progress display) see every step too."""
+    ``extra_observers`` (a progress display) see every step too. With an
+    ``events`` stream the metric events are written there as JSONL while the
+    run goes (``events.jsonl``'s bytes) instead of being held in memory."""
     online = manifest.online
     executor = costed_executor(manifest, config.cost_model)
     trace = RunTrace()
-    recorder = EventRecorder(seconds_per_clock_unit(online.clock, config.cost_model))
+    recorder = EventRecorder(seconds_per_clock_unit(online.clock, config.cost_model), events)
     ledger_trace = LedgerTrace()
     observers: list[EngineObserver] = [trace, recorder, ledger_trace]
     writer = None
@@ -171,6 +174,7 @@ def run_simulation(manifest: WorkloadManifest, config: RunConfig,
     observers.extend(extra_observers)
     engine = Engine(online, config.policy, executor, observers, gate=engine_gate(config.gate))
     engine.run(max_iterations=config.max_iterations)
+    recorder.close()
     if writer is not None:
         writer.close(engine.state, is_done=engine.is_done)
     return SimulationRun(engine, trace, recorder, executor, ledger_trace)

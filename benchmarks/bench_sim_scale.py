@@ -1,0 +1,133 @@
+"""Simulator speed and memory at scale (issue 15 step 1).
+
+The issue's workload: one client, Poisson arrivals at 20 req/s, prompts
+uniform in [32, 1024], realized outputs uniform in [16, 400], a 4,000-block
+pool of 16-token blocks, token budget 2048, sequence budget 256, generated
+by the workload generator from the spec below (seed 15). The ``vllm``
+policy, validation on, the decision log on, the metric events streamed to
+disk, the cost model ``linear:8,0.02,0.1`` (8 ms per iteration plus 0.02 ms
+per prompt row and 0.1 ms per decode row: about 80 live requests and a pool
+near its limit, so requests are preempted). Each size runs in a fresh
+process, so peak RSS (``resource.getrusage``) is that run's.
+
+Measured: wall seconds of the run (engine loop, observers, decision log and
+event stream; generating the workload is timed apart), simulated requests
+per wall second and peak resident memory of the process.
+
+    .venv/bin/python benchmarks/bench_sim_scale.py                    # 10,000 and 100,000
+    .venv/bin/python benchmarks/bench_sim_scale.py --sizes 2000 --repeat 3
+    .venv/bin/python benchmarks/bench_sim_scale.py --sizes 2000 --profile 40
+    .venv/bin/python benchmarks/bench_sim_scale.py --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from iterserve.admission.overload import make_gate
+from iterserve.cost import parse_cost_model
+from iterserve.policies.registry import policy_for
+from iterserve.sim.generators import generate_workload
+from iterserve.sim.report import RunConfig, run_simulation
+from iterserve.sim.workload_spec import parse_spec
+
+COST_MODEL = "linear:8,0.02,0.1"
+POLICY = "vllm"
+
+
+def spec(num_requests: int) -> dict[str, Any]:
+    return {
+        "workload_id": f"scale-{num_requests}", "seed": 15, "num_requests": num_requests,
+        "clock": "ms", "capacity": {"token_budget": 2048, "sequence_budget": 256},
+        "kv": {"num_blocks": 4000, "block_size": 16},
+        "arrival": {"process": "poisson", "rate_per_s": 20},
+        "clients": [{"client_id": "c0",
+                     "prompt_tokens": {"kind": "uniform", "min": 32, "max": 1024},
+                     "output_tokens": {"kind": "uniform", "min": 16, "max": 400}}],
+    }
+
+
+def run_one(num_requests: int, decision_log: bool, profile_lines: int) -> dict[str, Any]:
+    """One run in this process; the figures as a dict."""
+    started = time.perf_counter()
+    manifest = generate_workload(parse_spec(spec(num_requests)))
+    generate_s = time.perf_counter() - started
+    model = parse_cost_model(COST_MODEL)
+    config = RunConfig(policy_for(POLICY, manifest.online, cost_model=model), model,
+                       make_gate("accept-all", {}))
+    profiler = cProfile.Profile() if profile_lines else None
+    with tempfile.TemporaryDirectory() as tmp:
+        log_path, events_path = Path(tmp) / "decisions.jsonl", Path(tmp) / "events.jsonl"
+        with log_path.open("w") as log, events_path.open("w") as events:
+            started = time.perf_counter()
+            if profiler is not None:
+                profiler.enable()
+            run = run_simulation(manifest, config, log if decision_log else None, events=events)
+            if profiler is not None:
+                profiler.disable()
+            wall_s = time.perf_counter() - started
+        sizes = {"decision_log_bytes": log_path.stat().st_size,
+                 "events_bytes": events_path.stat().st_size}
+    if profiler is not None:
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(profile_lines)
+    final = run.engine.state
+    return {
+        "num_requests": num_requests, "policy": POLICY, "cost_model": COST_MODEL,
+        "decision_log": decision_log, "validation": run.engine.validate,
+        "iterations": run.engine.num_iterations, "num_live_at_end": final.num_live,
+        "generate_s": round(generate_s, 3), "wall_s": round(wall_s, 3),
+        "requests_per_wall_s": round(num_requests / wall_s, 1),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        **sizes,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--repeat", type=int, default=1, help="runs per size (best wall kept)")
+    parser.add_argument("--no-decision-log", action="store_true")
+    parser.add_argument("--profile", type=int, default=0, metavar="LINES",
+                        help="cProfile the run, print the top LINES by own time (one size)")
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one is not None or args.profile:
+        size = args.one if args.one is not None else args.sizes[0]
+        print(json.dumps(run_one(size, not args.no_decision_log, args.profile)))
+        return 0
+    rows = [best_of(size, args) for size in args.sizes]
+    print("| requests | iterations | wall s | simulated req / wall s | peak RSS MiB |")
+    print("|---:|---:|---:|---:|---:|")
+    for row in rows:
+        print(f"| {row['num_requests']:,} | {row['iterations']:,} | {row['wall_s']:.1f} | "
+              f"{row['requests_per_wall_s']:,.0f} | {row['peak_rss_mib']:,.0f} |")
+    if args.json is not None:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+def best_of(size: int, args: argparse.Namespace) -> dict[str, Any]:
+    """The fastest of ``--repeat`` fresh processes (peak RSS: the largest seen)."""
+    command = [sys.executable, __file__, "--one", str(size)]
+    if args.no_decision_log:
+        command.append("--no-decision-log")
+    runs = [json.loads(subprocess.run(command, check=True, capture_output=True,
+                                      text=True).stdout) for _ in range(args.repeat)]
+    best = min(runs, key=lambda run: run["wall_s"])
+    return {**best, "peak_rss_mib": max(run["peak_rss_mib"] for run in runs),
+            "wall_s_all": [run["wall_s"] for run in runs]}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""``iterserve profile MODEL_DIR --out PROFILE.json``: fit an iteration-time
+model to the real TorchExecutor (use it with ``simulate --cost-model
+profile:PROFILE.json``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from iterserve.cli.simulate import FlagError
+from iterserve.policies.settings import add_policy_setting_flag, parse_settings
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("profile", help="measure the real executor, fit a cost model")
+    parser.add_argument("model_dir", type=Path, help="a local checkpoint (make-model)")
+    parser.add_argument("--out", type=Path, required=True, help="profile JSON to write")
+    parser.add_argument("--grid", default="full", help="full (default) or quick")
+    parser.add_argument("--dtype", default="float32", help="float32 or bfloat16")
+    parser.add_argument("--policy", default="vllm",
+                        help="the scheduler the cells run under (its time is measured too)")
+    add_policy_setting_flag(parser)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch intra-op threads (default: torch's own choice)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from iterserve.lab.profiling import GRIDS, profile_model
+    from iterserve.model.loader import load_model
+    from iterserve.model.microbench import DTYPES
+    from iterserve.model.runtime import set_num_threads
+    from iterserve.policies.registry import make_policy
+
+    grid = GRIDS.get(args.grid)
+    if grid is None:
+        raise FlagError(f"--grid: unknown grid {args.grid!r}; valid grids: {', '.join(GRIDS)}")
+    settings = parse_settings(args.policy_setting)
+    make_policy(args.policy, **settings)  # an unknown policy or setting fails before model work
+    grid = dataclasses.replace(grid, policy=args.policy,
+                               policy_settings=tuple(sorted(settings.items())))
+    if args.dtype not in DTYPES:
+        raise FlagError(f"--dtype: must be one of {', '.join(sorted(DTYPES))}, got {args.dtype!r}")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise FlagError(f"--threads: must be >= 1, got {args.threads}")
+        set_num_threads(args.threads)
+    model = load_model(args.model_dir, dtype=DTYPES[args.dtype])
+    result = profile_model(args.model_dir, model, grid)
+    args.out.write_text(json.dumps(result.profile.to_json(), indent=2) + "\n", encoding="utf-8")
+    fit = result.profile.fit
+    print(f"profiled {result.num_samples} iterations in {result.elapsed_s:.1f} s; held-out "
+          f"relative error: mean {fit.mean_relative_error:.1%}, max "
+          f"{fit.max_relative_error:.1%} ({fit.num_heldout} iterations); wrote {args.out}")
+    return 0
