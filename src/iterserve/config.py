@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from iterserve.records.spec import Capacity
 
-DTYPE_NAMES = ("float32", "bfloat16")
+DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")  # auto: the checkpoint's dtype
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,7 +17,8 @@ class EngineConfig:
     policy: str = "vllm"
     token_budget: int = 512
     max_num_seqs: int = 64
-    kv_blocks: int = 1024
+    kv_blocks: int | None = None  # None: from kv_cache_memory, else sized from free memory
+    kv_cache_memory: int | None = None  # bytes for the KV pool (vLLM's --kv-cache-memory)
     block_size: int = 16
     num_host_blocks: int = 0
     chunk_size: int | None = None
@@ -25,7 +26,7 @@ class EngineConfig:
     long_prefill_token_threshold: int | None = None
     extra_policy_settings: tuple[tuple[str, object], ...] = ()  # NAME=VALUE flags, checked strictly
     enable_prefix_caching: bool = True
-    dtype: str = "float32"
+    dtype: str = "auto"
     device: str = "cpu"
     max_model_len: int | None = None  # None: the checkpoint's max_position_embeddings
     admission: str = "none"  # kv reservation estimate (see ``iterserve.admission``)
@@ -36,9 +37,13 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_NAMES:
             raise ValueError(f"dtype must be one of {list(DTYPE_NAMES)}, got {self.dtype!r}")
-        for name in ("token_budget", "max_num_seqs", "kv_blocks", "block_size"):
-            if getattr(self, name) < 1:
+        for name in ("token_budget", "max_num_seqs", "kv_blocks", "kv_cache_memory",
+                     "block_size"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.kv_blocks is not None and self.kv_cache_memory is not None:
+            raise ValueError("give kv_blocks or kv_cache_memory, not both")
         if self.num_host_blocks < 0:
             raise ValueError("num_host_blocks must be >= 0")
         for name in ("chunk_size", "tau", "long_prefill_token_threshold"):

@@ -16,13 +16,16 @@ from iterserve.config import EngineConfig
 from iterserve.engine.observer import EngineObserver
 from iterserve.engine.online import OnlineEngine
 from iterserve.engine.torch_executor import TorchExecutor
+from iterserve.kv.pool_size import KvPoolRequest, available_host_bytes, num_pool_blocks
+from iterserve.model.kv_cache import bytes_per_block
+from iterserve.model.llama import PackedCausalLM
 from iterserve.model.loader import load_model
 from iterserve.model.tokenizer import TextTokenizer, load_tokenizer
 from iterserve.plan import Policy
 from iterserve.policies.registry import make_policy, settings_for
 from iterserve.records.spec import KvSpec
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +59,21 @@ def make_engine_policy(config: EngineConfig) -> Policy:
     return make_policy(config.policy, **settings)
 
 
+def kv_pool_blocks(config: EngineConfig, model: PackedCausalLM, max_model_len: int) -> int:
+    """Blocks for the KV pool: explicit, from kv_cache_memory, or from the memory
+    available on the model's device once its weights are loaded (0x05 bytes per row)."""
+    request = KvPoolRequest(config.kv_blocks, config.kv_cache_memory, config.max_num_seqs,
+                            max_model_len, config.block_size)
+    per_block = bytes_per_block(model.config, config.block_size, model.dtype)
+    return num_pool_blocks(request, per_block, _available_bytes(model.device))
+
+
+def _available_bytes(device: torch.device) -> int | None:
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    return available_host_bytes()
+
+
 def load_runtime(model_dir: str | Path, config: EngineConfig, *,
                  served_model_name: str | None = None,
                  observers: Sequence[EngineObserver] = ()) -> Runtime:
@@ -65,15 +83,16 @@ def load_runtime(model_dir: str | Path, config: EngineConfig, *,
     if config.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device {config.device!r}: this torch build has no usable CUDA device")
     tokenizer = load_tokenizer(model_dir)
-    model = load_model(model_dir, dtype=DTYPES[config.dtype], device=config.device)
-    executor = TorchExecutor(model, config.kv_blocks, config.block_size, tokenizer,
+    model = load_model(model_dir, dtype=config.dtype, device=config.device)
+    max_model_len = config.max_model_len or model.config.max_position_embeddings
+    num_blocks = kv_pool_blocks(config, model, max_model_len)
+    executor = TorchExecutor(model, num_blocks, config.block_size, tokenizer,
                              num_host_blocks=config.num_host_blocks,
                              enable_prefix_caching=config.enable_prefix_caching)
-    max_model_len = config.max_model_len or model.config.max_position_embeddings
     # the workload's kv section carries the admission estimate; without one the
     # policies plan exactly as the offline runs always have (no kv section)
     kv = None if config.admission == "none" else KvSpec(
-        config.kv_blocks, config.block_size, config.num_host_blocks, admission=config.admission)
+        num_blocks, config.block_size, config.num_host_blocks, admission=config.admission)
     engine = OnlineEngine(executor, policy, config.capacity(), max_model_len=max_model_len,
                           kv=kv, gate=gate, observers=observers)
     name = served_model_name or Path(model_dir).resolve().name

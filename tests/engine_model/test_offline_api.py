@@ -47,3 +47,38 @@ def test_chat_and_progress_bar(llm):
     want = llm.generate([llm.tokenizer.apply_chat_template(messages)],
                         SamplingParams(**GREEDY_KW))[0]
     assert out.token_ids == want.token_ids
+
+
+def test_kv_cache_memory_sizes_the_pool_from_bytes_per_row(tiny_dir):
+    """--kv-cache-memory for the LLM API: whole blocks of block_size x bytes per row (0x05)."""
+    from iterserve import LLM
+    from iterserve.kv.abi import bytes_per_row
+    from iterserve.model.loader import load_config
+
+    config = load_config(tiny_dir)
+    row_bytes = bytes_per_row(config.num_layers, config.num_kv_heads, config.head_dim, 4)
+    llm = LLM(model=tiny_dir, kv_cache_memory=12 * 4 * row_bytes + 1, block_size=4)
+    try:
+        assert llm.executor.cache.num_blocks == 12
+        out = llm.generate(["hello"], _greedy())[0]
+        assert len(out.token_ids) == GREEDY_KW["max_tokens"]
+    finally:
+        llm.close()
+
+
+def test_default_pool_holds_the_worst_case_when_memory_allows(tiny_dir):
+    """No size given: max_num_seqs full-length sequences (here 3 x 48 rows / 4 = 36
+    blocks), far under half the free memory; the pages are only touched when written."""
+    from iterserve import LLM
+
+    llm = LLM(model=tiny_dir, block_size=4, max_num_seqs=3, max_model_len=48)
+    try:
+        assert llm.executor.cache.num_blocks == 3 * 48 // 4
+    finally:
+        llm.close()
+
+
+def _greedy():
+    from iterserve import SamplingParams
+
+    return SamplingParams(**GREEDY_KW)

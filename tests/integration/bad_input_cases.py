@@ -263,7 +263,7 @@ GENERATE_FLAGS: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "token-budget-zero": (["--token-budget", "0"], ("--token-budget",)),
     "max-num-seqs-zero": (["--max-num-seqs", "0"], ("--max-num-seqs",)),
     "chunk-size-zero": (["--chunk-size", "0"], ("--chunk-size",)),
-    "dtype-float16": (["--dtype", "float16"], ("--dtype", "float16")),
+    "dtype-float64": (["--dtype", "float64"], ("--dtype", "float64")),  # float16 loads (issue 12)
     "device-tpu": (["--device", "tpu"], ("--device", "tpu")),
     "policy-unknown": (["--policy", "fifo-magic"], ("fifo-magic",)),
     "policy-setting-no-equals": (["--policy-setting", "chunk_size"],

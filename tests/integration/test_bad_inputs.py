@@ -347,8 +347,11 @@ CHECKPOINTS: dict[str, tuple[Callable[[Path], None], tuple[str, ...]]] = {
     "config-hidden-size-absurd": (_config_edit(hidden_size=10**12), ("hidden_size",)),
     "config-rope-scaling-string": (_config_edit(rope_scaling="linear"), ("rope_scaling",)),
     "config-rope-scaling-list": (_config_edit(rope_scaling=[1, 2]), ("rope_scaling",)),
-    "config-rope-scaling-linear": (_config_edit(rope_scaling={"type": "linear", "factor": 2}),
-                                   ("rope_scaling", "linear")),
+    # linear/dynamic/yarn/llama3 load since issue 12; an unimplemented type is still named
+    "config-rope-scaling-longrope": (_config_edit(rope_scaling={"type": "longrope", "factor": 2}),
+                                     ("rope_scaling", "longrope")),
+    "config-rope-llama3-incomplete": (_config_edit(rope_scaling={"rope_type": "llama3"}),
+                                      ("rope_parameters", "llama3")),
     "config-architectures-string": (_config_edit(architectures="LlamaForCausalLM"),
                                     ("architectures",)),
     "config-architecture-unknown": (_config_edit(architectures=["GPT2LMHeadModel"]),
@@ -483,7 +486,7 @@ def test_case_count() -> None:
 # --- the Python API boundary ----------------------------------------------------------------
 @pytest.mark.parametrize("overrides", [
     {"device": "tpu"}, {"device": "cuda:x"}, {"device": "cpu:0"}, {"num_host_blocks": -1},
-    {"chunk_size": 0}, {"tau": -4}, {"kv_blocks": 0}, {"dtype": "float16"},
+    {"chunk_size": 0}, {"tau": -4}, {"kv_blocks": 0}, {"dtype": "float64"}, {"kv_cache_memory": 0},
 ], ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
 def test_engine_config_refuses_nonsense(overrides) -> None:
     from iterserve.llm import EngineConfig

@@ -69,11 +69,27 @@ def test_pickle_only_checkpoint_is_refused(tiny_dir, tmp_path) -> None:
         load_model(model_dir)
 
 
-def test_rope_scaling_is_rejected(tiny_dir, tmp_path) -> None:
+def test_unimplemented_rope_scaling_is_rejected(tiny_dir, tmp_path) -> None:
+    """linear/dynamic/yarn/llama3 load (test_architectures); any other rope type is named."""
+    model_dir = _copy(tiny_dir, tmp_path / "m")
+    _edit_config(model_dir, rope_scaling={"rope_type": "longrope", "factor": 2.0})
+    with pytest.raises(UnsupportedConfigError, match="longrope.*supported: default, linear"):
+        load_config(model_dir)
+
+
+def test_incomplete_rope_parameters_name_the_rope_type(tiny_dir, tmp_path) -> None:
+    model_dir = _copy(tiny_dir, tmp_path / "m")
+    _edit_config(model_dir, rope_scaling={"rope_type": "llama3", "factor": 8.0})
+    with pytest.raises(CheckpointError, match="'llama3'"):
+        load_config(model_dir)
+
+
+def test_linear_rope_scaling_divides_the_frequencies(tiny_dir, tmp_path) -> None:
     model_dir = _copy(tiny_dir, tmp_path / "m")
     _edit_config(model_dir, rope_scaling={"rope_type": "linear", "factor": 2.0})
-    with pytest.raises(UnsupportedConfigError, match="linear"):
-        load_config(model_dir)
+    scaled, plain = load_config(model_dir), load_config(tiny_dir)
+    assert scaled.rope_type == "linear" and plain.rope_inv_freq == ()
+    assert scaled.rope_inv_freq[1] == pytest.approx(10000.0 ** (-2 / 32) / 2.0)
 
 
 def test_config_fields(tiny_dir) -> None:
@@ -138,5 +154,27 @@ def test_bfloat16_load_runs_close_to_float32(tiny_dir, tiny_model) -> None:
 
 
 def test_unsupported_dtype_is_refused(tiny_dir) -> None:
-    with pytest.raises(ValueError, match="float16"):
-        load_model(tiny_dir, dtype=torch.float16)
+    with pytest.raises(ValueError, match="float64"):
+        load_model(tiny_dir, dtype=torch.float64)
+    with pytest.raises(ValueError, match="'int8'.*auto"):
+        load_model(tiny_dir, dtype="int8")
+
+
+@pytest.mark.slow
+def test_float16_load_runs_close_to_float32(tiny_dir, tiny_model) -> None:
+    model = load_model(tiny_dir, dtype="float16")
+    assert model.dtype == torch.float16
+    prompt = random_tokens(random.Random(6), 6, model.config.vocab_size)
+    torch.testing.assert_close(_prompt_logits(model, prompt), _prompt_logits(tiny_model, prompt),
+                               atol=0.05, rtol=0)
+
+
+@pytest.mark.parametrize(("declared", "expected"), [
+    ({"torch_dtype": "bfloat16"}, torch.bfloat16),
+    ({"dtype": "float16", "torch_dtype": None}, torch.float16),
+    ({"torch_dtype": None}, torch.float32),
+])
+def test_auto_dtype_is_the_checkpoints(tiny_dir, tmp_path, declared, expected) -> None:
+    model_dir = _copy(tiny_dir, tmp_path / "m")
+    _edit_config(model_dir, **declared)
+    assert load_model(model_dir, dtype="auto").dtype == expected

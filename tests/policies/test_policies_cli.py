@@ -91,3 +91,35 @@ def test_the_same_workload_runs_once_the_knob_is_set(tmp_path, capsys) -> None:
             "--policy", "sarathi", "--out", str(tmp_path / "out")]
     assert main(argv) == 0
     assert (tmp_path / "out" / "report.json").exists()
+
+
+# --- 0x0E: the K_m fields beyond the mechanism, and the cited methods not run -------------
+K_M_EXTRA_FIELDS = ("denominator", "premises", "evidence_class", "source_version", "non_claims")
+
+
+@pytest.mark.parametrize("name", policy_names())
+def test_every_policy_declares_denominator_premises_evidence_version_non_claims(name) -> None:
+    contract = describe_policy(name).contract
+    assert all(getattr(contract, field).strip() for field in K_M_EXTRA_FIELDS), name
+    assert contract.runnable is True
+    assert "source-reported" in contract.evidence_class  # says it never is one
+
+
+def test_cited_methods_are_listed_marked_not_runnable_and_cannot_be_made(capsys) -> None:
+    from iterserve.policies.cited import CITED_METHODS
+    from iterserve.policies.registry import UnknownPolicy, make_policy
+
+    assert main(["policies", "--cited"]) == 0
+    blocks = listing_blocks(capsys.readouterr().out)
+    assert set(blocks) == {"preble", "layerkv", "distserve"} == set(CITED_METHODS)
+    for name, lines in blocks.items():
+        assert "runnable: False" in lines
+        contract = CITED_METHODS[name]
+        assert all(getattr(contract, field) != "" for field in CONTRACT_FIELDS)
+        with pytest.raises(UnknownPolicy):
+            make_policy(name)
+
+
+def test_a_contract_flag_must_be_true_or_false() -> None:
+    with pytest.raises(ValueError, match="runnable: True or False"):
+        PolicyContract.parse("objective: x\nrunnable: maybe")

@@ -29,11 +29,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--ignore-eos", action="store_true")
     parser.add_argument("--token-budget", type=int_at_least(1, MAX_BUDGET), default=512)
     parser.add_argument("--max-num-seqs", type=int_at_least(1, MAX_BUDGET), default=64)
-    parser.add_argument("--kv-blocks", type=int_at_least(1, MAX_NUM_BLOCKS), default=1024)
+    kv = parser.add_mutually_exclusive_group()
+    kv.add_argument("--kv-blocks", type=int_at_least(1, MAX_NUM_BLOCKS), default=None,
+                    help="KV pool blocks (default: sized from free memory)")
+    kv.add_argument("--kv-cache-memory", type=POSITIVE_INT, default=None,
+                    help="KV pool size in bytes")
     parser.add_argument("--block-size", type=int_at_least(1, MAX_BLOCK_SIZE), default=16)
     parser.add_argument("--chunk-size", type=int_at_least(1, MAX_BUDGET), default=None)
     add_policy_setting_flag(parser)
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--dtype", default="auto",
+                        choices=["auto", "float32", "bfloat16", "float16"])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--json", action="store_true", help="print one JSON object per output")
     parser.set_defaults(run=run)
@@ -73,12 +78,16 @@ def run(args: argparse.Namespace) -> int:
 
     prompts = args.prompt or read_prompts(args.prompts_file)
     check_device(args.device)
-    config = EngineConfig(
-        policy=args.policy, token_budget=args.token_budget, max_num_seqs=args.max_num_seqs,
-        kv_blocks=args.kv_blocks, block_size=args.block_size, chunk_size=args.chunk_size,
-        extra_policy_settings=tuple(dict(args.policy_setting).items()),
-        dtype=args.dtype, device=args.device,
-    )
+    try:
+        config = EngineConfig(
+            policy=args.policy, token_budget=args.token_budget, max_num_seqs=args.max_num_seqs,
+            kv_blocks=args.kv_blocks, kv_cache_memory=args.kv_cache_memory,
+            block_size=args.block_size, chunk_size=args.chunk_size,
+            extra_policy_settings=tuple(dict(args.policy_setting).items()),
+            dtype=args.dtype, device=args.device,
+        )
+    except ValueError as exc:
+        raise FlagError(str(exc)) from None
     params = SamplingParams(
         max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
         top_p=args.top_p, seed=args.seed, stop=tuple(args.stop), ignore_eos=args.ignore_eos,

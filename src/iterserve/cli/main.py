@@ -16,11 +16,13 @@ from collections.abc import Sequence
 
 from iterserve.admission.overload import OverloadConfigError
 from iterserve.cli import (
+    compare,
     generate,
     make_model,
     policies,
     profile,
     replay,
+    sensitivity,
     serve,
     simulate,
     sweep,
@@ -31,6 +33,9 @@ from iterserve.cli.simulate import FlagError
 from iterserve.cost import CostModelError
 from iterserve.engine.loop import EngineStalled
 from iterserve.engine.replay import ReplayDivergence
+from iterserve.kv.pool_size import KvPoolSizeError
+from iterserve.lab.compare import CompareError
+from iterserve.lab.coordinates import CoordinateError
 from iterserve.model.errors import CheckpointError
 from iterserve.plan.feasibility import InfeasibleRun
 from iterserve.policies.registry import UnknownPolicy
@@ -42,7 +47,7 @@ from iterserve.sim.workload_spec import WorkloadSpecError
 
 EXPECTED_ERRORS = (CheckpointError, WorkloadError, UnknownPolicy, PolicyConfigError, ReplayDivergence, ContractViolation,
                    EngineStalled, InfeasibleRun, FileNotFoundError, FlagError, OverloadConfigError, CostModelError,
-                   WorkloadSpecError, TraceError)
+                   WorkloadSpecError, TraceError, CompareError, CoordinateError, KvPoolSizeError)
 EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE
 
 
@@ -50,7 +55,7 @@ def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="iterserve", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module in (simulate, sweep, replay, policies, generate, make_model, workload, serve,
-                   profile):
+                   profile, compare, sensitivity):
         module.add_parser(subparsers)
     return parser
 

@@ -19,9 +19,6 @@ from iterserve.policies.settings import add_policy_setting_flag, parse_settings
 if TYPE_CHECKING:
     from iterserve.llm import EngineConfig
 
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
-
-
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("serve", help="serve a checkpoint over an OpenAI-compatible API")
     parser.add_argument("model_dir", type=Path, nargs="?", default=None,
@@ -35,9 +32,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--block-size", type=int, default=16)
     kv = parser.add_mutually_exclusive_group()
     kv.add_argument("--num-kv-blocks", type=int, default=None)
-    kv.add_argument("--kv-cache-memory", type=int, default=None, help="KV pool size in bytes")
+    kv.add_argument("--kv-cache-memory", type=int, default=None,
+                    help="KV pool size in bytes (default: half the memory free after loading, "
+                         "at most max-num-seqs full-length sequences)")
     parser.add_argument("--max-model-len", type=int, default=None)
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
+    parser.add_argument("--dtype", default="auto",
+                        choices=["auto", "float32", "bfloat16", "float16"])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--policy", default="vllm")
     add_policy_setting_flag(parser)
@@ -82,24 +82,30 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise FlagError("--overload slo-feasible needs --cost-model NAME:PARAMS")
 
 
-def _num_kv_blocks(args: argparse.Namespace, model_dir: Path, dtype: str) -> int:
+def _num_kv_blocks(args: argparse.Namespace, model_dir: Path, dtype: str) -> int | None:
+    """Blocks for --num-kv-blocks or --kv-cache-memory, checked before any model work;
+    None leaves the default (sized from free memory) to the runtime."""
     if args.kv_cache_memory is None:
-        return args.num_kv_blocks or 1024
+        return args.num_kv_blocks
+    from iterserve.kv.abi import bytes_per_row, dtype_num_bytes
+    from iterserve.kv.pool_size import KvPoolRequest, KvPoolSizeError, num_pool_blocks
     from iterserve.model.loader import load_config
 
     config = load_config(model_dir)
-    per_block = (2 * config.num_layers * config.num_kv_heads * config.head_dim
-                 * args.block_size * DTYPE_BYTES[dtype])
-    if args.kv_cache_memory < per_block:
-        raise FlagError(f"--kv-cache-memory {args.kv_cache_memory} holds no block "
-                        f"({per_block} bytes each)")
-    return int(args.kv_cache_memory // per_block)
+    dtype_name = (config.torch_dtype or "float32") if dtype == "auto" else dtype
+    per_block = args.block_size * bytes_per_row(
+        config.num_layers, config.num_kv_heads, config.head_dim, dtype_num_bytes(dtype_name))
+    request = KvPoolRequest(None, args.kv_cache_memory, 1, 1, args.block_size)
+    try:
+        return num_pool_blocks(request, per_block, None)
+    except KvPoolSizeError as exc:
+        raise FlagError(str(exc)) from None
 
 
 def build_config(args: argparse.Namespace, model_dir: Path) -> EngineConfig:
     from iterserve.llm import EngineConfig
 
-    dtype = "float32" if args.dtype == "auto" else args.dtype
+    dtype = args.dtype
     try:
         return EngineConfig(
             policy=args.policy, token_budget=args.max_num_batched_tokens,

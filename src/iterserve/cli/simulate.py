@@ -41,11 +41,12 @@ from iterserve.cost import (
     parse_cost_model,
     seconds_per_clock_unit,
 )
+from iterserve.lab.run_record import report_results, run_coordinates
 from iterserve.metrics import ObservationWindow, SloConfig
 from iterserve.metrics.capacity import token_budget_utilisation
 from iterserve.plan.feasibility import check_run
 from iterserve.policies.registry import bind_fairness, policy_for
-from iterserve.policies.settings import add_policy_setting_flag
+from iterserve.policies.settings import add_policy_setting_flag, settings_of
 from iterserve.records.limits import MAX_BYTES_PER_ROW
 from iterserve.records.spec import WorkloadManifest
 from iterserve.sim.admission_report import admission_report
@@ -215,6 +216,8 @@ def run(args: argparse.Namespace) -> int:
             report["metrics"] = outputs.report.to_dict()
         if outputs.fairness is not None:
             report["fairness"] = _fairness_section(outputs, result)
+        _add_coordinates(report, args.workload, setup, f"{policy.policy_id} + "
+                         f"{setup.gate.gate_id}", settings_of(policy))
         (args.out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     print(_summary_line(policy.policy_id, report, args.out))
     return 0
@@ -248,6 +251,18 @@ def _fairness_section(outputs: MetricOutputs, result: SimulationRun) -> dict[str
     if outputs.guard is not None:
         section["starvation_guard"] = outputs.guard
     return section
+
+
+def _add_coordinates(report: dict[str, Any], workload: Path, setup: RunSetup, label: str,
+                     settings: dict[str, Any]) -> None:
+    """The 0x0E result coordinates, the run's label and its results."""
+    slo = None if setup.slo is None else {"ttft_ms": setup.slo.ttft_ms, "tbt_ms": setup.slo.tbt_ms}
+    report["coordinates"] = run_coordinates(workload, setup.manifest.online,
+                                            setup.cost_model.spec, setup.cost_model.model_id, slo)
+    if settings:
+        label += f" ({', '.join(f'{k}={v}' for k, v in sorted(settings.items()))})"
+    report["label"] = label
+    report["results"] = report_results(report)
 
 
 def _summary_line(policy_id: str, report: dict[str, Any], out: Path) -> str:

@@ -9,10 +9,15 @@ into the pool before attention, so a segment's keys are always the pool rows
 current rows, which is the chunked-prefill union of 0x09.
 
 Launch structure (one valid realisation; 0x04 leaves it free):
-- every single-row segment (decode rows, one-token chunks) is attended in one
-  padded SDPA call per layer: block tables are gathered to [B, L, kv, d], the
-  query heads of each kv head form one group, and a boolean mask hides padding
-  and rows past each position;
+- the single-row segments (decode rows, one-token chunks) are attended in a
+  few padded SDPA calls per layer: sorted by the blocks they need and split
+  into at most MAX_DECODE_GROUPS groups whose longest row needs at most
+  DECODE_GROUP_GROWTH times the blocks of its shortest, so the gathered
+  padding stays bounded when context lengths spread (one group padded to the
+  longest row copied ~2x the needed K/V bytes on the issue-12 workload, see
+  decode_gather_bytes). Within a group block tables are gathered to
+  [B, L, kv, d], the query heads of each kv head form one group, and a
+  boolean mask hides padding and rows past each position;
 - each multi-row segment gets its own SDPA call; a chunk starting at 0 with no
   binding window uses the current rows directly with `is_causal`.
 The pools are zero-initialised and only ever receive finite rows, so masked
@@ -30,6 +35,15 @@ import torch.nn.functional as F
 from iterserve.model.packing import PackedBatch
 
 Window = int | None
+
+#: At most this many padded SDPA calls per layer for the single-row segments.
+MAX_DECODE_GROUPS = 4
+#: A group is cut once a row needs more than this many times the blocks of the
+#: group's first (shortest) row ...
+DECODE_GROUP_GROWTH = 1.5
+#: ... and only if both sides keep at least this many rows (fewer rows save too
+#: few bytes to pay for another gather + SDPA + scatter per layer).
+MIN_DECODE_GROUP_ROWS = 8
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -58,19 +72,26 @@ class ChunkRows:
 class AttentionMetadata:
     """Per-forward attention descriptors, shared by every layer."""
 
-    decode: DecodeRows | None
+    decode_groups: tuple[DecodeRows, ...]
     chunks: tuple[ChunkRows, ...]
     block_size: int
 
     @classmethod
-    def build(cls, batch: PackedBatch, windows: Iterable[Window]) -> AttentionMetadata:
+    def build(cls, batch: PackedBatch, windows: Iterable[Window],
+              max_decode_groups: int = MAX_DECODE_GROUPS) -> AttentionMetadata:
         distinct_windows = frozenset(windows)
         single = [i for i, q in enumerate(batch.query_lens) if q == 1]
         chunks = tuple(
             _chunk_rows(batch, i, distinct_windows) for i, q in enumerate(batch.query_lens) if q > 1
         )
-        decode = _decode_rows(batch, single, distinct_windows) if single else None
-        return cls(decode=decode, chunks=chunks, block_size=batch.block_size)
+        groups = decode_groups(batch, single, max_decode_groups)
+        decode = tuple(_decode_rows(batch, group, distinct_windows) for group in groups)
+        return cls(decode_groups=decode, chunks=chunks, block_size=batch.block_size)
+
+    def decode_gather_bytes(self, row_bytes: int) -> int:
+        """K plus V bytes one layer gathers for the single-row segments (padding included)."""
+        return sum(2 * len(g.rows) * g.num_blocks * self.block_size * row_bytes
+                   for g in self.decode_groups)
 
 
 def paged_attention(
@@ -87,11 +108,11 @@ def paged_attention(
     `new_keys`/`new_values` [Q, KV, D] must already be written into the pools.
     """
     num_rows, num_heads, head_dim = query.shape
-    decode = metadata.decode
-    if decode is not None and decode.covers_all_rows:
-        return _attend_decode(query, key_pool, value_pool, decode, window).view(num_rows, -1)
+    groups = metadata.decode_groups
+    if len(groups) == 1 and groups[0].covers_all_rows:
+        return _attend_decode(query, key_pool, value_pool, groups[0], window).view(num_rows, -1)
     out = query.new_empty(num_rows, num_heads, head_dim)
-    if decode is not None:
+    for decode in groups:
         decoded = _attend_decode(
             query.index_select(0, decode.rows), key_pool, value_pool, decode, window
         )
@@ -170,11 +191,31 @@ def _gather_rows(pool: torch.Tensor, block_ids: torch.Tensor) -> torch.Tensor:
     return rows.view(-1, *pool.shape[1:])
 
 
+def decode_groups(batch: PackedBatch, single: list[int], max_groups: int) -> list[list[int]]:
+    """The single-row segments split into groups of similar block need (see the
+    module docstring); one group, in segment order, when no cut pays."""
+    if not single:
+        return []
+    block_size = batch.block_size
+    need = {i: batch.starts[i] // block_size + 1 for i in single}
+    ordered = sorted(single, key=need.__getitem__)
+    groups: list[list[int]] = [[]]
+    for position, segment in enumerate(ordered):
+        group = groups[-1]
+        rows_left = len(ordered) - position
+        if (len(groups) < max_groups and len(group) >= MIN_DECODE_GROUP_ROWS
+                and rows_left >= MIN_DECODE_GROUP_ROWS
+                and need[segment] > DECODE_GROUP_GROWTH * need[group[0]]):
+            groups.append([])
+        groups[-1].append(segment)
+    return groups if len(groups) > 1 else [single]
+
+
 def _decode_rows(batch: PackedBatch, segments: list[int], windows: frozenset[Window]) -> DecodeRows:
     device = batch.token_ids.device
     block_size = batch.block_size
     num_blocks = max(batch.starts[i] // block_size + 1 for i in segments)
-    covers_all = len(segments) == batch.num_segments
+    covers_all = segments == list(range(batch.num_segments))
     index = torch.tensor(segments, dtype=torch.int64, device=device)
     tables = batch.block_tables if covers_all else batch.block_tables.index_select(0, index)
     positions = batch.context_lens if covers_all else batch.context_lens.index_select(0, index)

@@ -1,10 +1,15 @@
 """Architecture description parsed from a Hugging Face `config.json`.
 
 `ModelConfig` is the only view of the checkpoint config the forward uses. It
-covers the Llama, Qwen2 and Mistral families, which share one decoder shape:
-RMSNorm -> GQA attention with RoPE -> RMSNorm -> SwiGLU MLP. Their differences
-are data, not code: Qwen2 has q/k/v biases, Mistral and Qwen2 may declare a
-sliding window per layer.
+covers the Llama, Qwen2, Qwen3 and Mistral families, which share one decoder
+shape: RMSNorm -> GQA attention with RoPE -> RMSNorm -> SwiGLU MLP. Their
+differences are data, not code: Qwen2 has q/k/v biases, Qwen3 RMS-normalises
+each head of q and k before RoPE, Mistral and Qwen2 may declare a sliding
+window per layer, Llama 3.x scales its RoPE frequencies.
+
+`parse_model_config` checks the raw JSON; `model.hf_config` then resolves the
+per-family defaults and the RoPE frequencies through transformers' AutoConfig
+and rope initialisation functions.
 """
 
 from __future__ import annotations
@@ -23,7 +28,13 @@ SUPPORTED_ARCHITECTURES: tuple[str, ...] = (
     "LlamaForCausalLM",
     "MistralForCausalLM",
     "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",
 )
+#: RoPE variants whose frequencies transformers' ROPE_INIT_FUNCTIONS compute at load.
+SUPPORTED_ROPE_TYPES: tuple[str, ...] = ("default", "linear", "dynamic", "yarn", "llama3")
+#: Architectures that RMS-normalise every q and k head before RoPE (Qwen3).
+QK_NORM_ARCHITECTURES: tuple[str, ...] = ("Qwen3ForCausalLM",)
+QWEN_ARCHITECTURES: tuple[str, ...] = ("Qwen2ForCausalLM", "Qwen3ForCausalLM")
 DEFAULT_ROPE_THETA = 10000.0
 
 
@@ -50,6 +61,13 @@ class ModelConfig:
     sliding_windows: tuple[int | None, ...]
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
+    qk_norm: bool = False
+    torch_dtype: str | None = None  # the checkpoint's declared dtype name, if any
+    rope_type: str = "default"
+    #: inverse frequencies [head_dim / 2] from transformers' rope init (empty: default RoPE
+    #: from rope_theta) and the factor that scales cos/sin (yarn's mscale; 1.0 otherwise)
+    rope_inv_freq: tuple[float, ...] = ()
+    rope_attention_scaling: float = 1.0
 
     def __post_init__(self) -> None:
         if self.num_heads % self.num_kv_heads:
@@ -61,6 +79,10 @@ class ModelConfig:
             raise UnsupportedConfigError("sliding_windows needs one entry per layer")
         if self.head_dim % 2:
             raise UnsupportedConfigError(f"head_dim={self.head_dim} must be even for RoPE")
+        if self.rope_inv_freq and len(self.rope_inv_freq) != self.head_dim // 2:
+            raise UnsupportedConfigError(
+                f"rope gives {len(self.rope_inv_freq)} frequencies for head_dim={self.head_dim}"
+            )
 
     @property
     def num_queries_per_kv(self) -> int:
@@ -77,7 +99,7 @@ def parse_model_config(raw: Mapping[str, Any]) -> ModelConfig:
 
     Raises UnsupportedArchitectureError for any family outside
     SUPPORTED_ARCHITECTURES, UnsupportedConfigError for features the packed
-    forward does not implement (rope scaling, non-SiLU activations) and
+    forward does not implement (longrope and other rope types, non-SiLU activations) and
     CheckpointError naming the key for a missing or ill-typed value.
     """
     for key in REQUIRED_KEYS:
@@ -129,6 +151,9 @@ def _parse(raw: Mapping[str, Any]) -> ModelConfig:
         sliding_windows=_sliding_windows(raw, architecture, num_layers),
         bos_token_id=raw.get("bos_token_id"),
         eos_token_ids=_token_ids(raw.get("eos_token_id")),
+        qk_norm=architecture in QK_NORM_ARCHITECTURES,
+        torch_dtype=_dtype_name(raw),
+        rope_type=_rope_type(raw),
     )
 
 
@@ -157,11 +182,25 @@ def _reject_unsupported_features(raw: Mapping[str, Any]) -> None:
         if rope is not None and not isinstance(rope, Mapping):
             raise UnsupportedConfigError(f"{key} must be an object or null, got {rope!r}")
         rope_type = (rope or {}).get("rope_type", (rope or {}).get("type", "default"))
-        if rope_type != "default":
+        if rope_type not in SUPPORTED_ROPE_TYPES:
             raise UnsupportedConfigError(
                 f"{key} with rope_type={rope_type!r} is not implemented; "
-                "only default RoPE (no scaling) is supported"
+                f"supported: {', '.join(SUPPORTED_ROPE_TYPES)}"
             )
+    factor = raw.get("partial_rotary_factor", 1.0)
+    if factor != 1.0:
+        raise UnsupportedConfigError(f"partial_rotary_factor={factor!r} is not implemented")
+
+
+def _rope_type(raw: Mapping[str, Any]) -> str:
+    rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+    return str(rope.get("rope_type", rope.get("type", "default")))
+
+
+def _dtype_name(raw: Mapping[str, Any]) -> str | None:
+    """`dtype` (transformers 5) or `torch_dtype` (older writers), without a `torch.` prefix."""
+    value = raw.get("dtype") or raw.get("torch_dtype")
+    return None if value is None else str(value).removeprefix("torch.")
 
 
 def _rope_theta(raw: Mapping[str, Any]) -> float:
@@ -177,10 +216,10 @@ def _sliding_windows(
     window = raw.get("sliding_window")
     if architecture == "LlamaForCausalLM" or window is None:
         return (None,) * num_layers
-    if architecture == "Qwen2ForCausalLM" and not raw.get("use_sliding_window", False):
+    if architecture in QWEN_ARCHITECTURES and not raw.get("use_sliding_window", False):
         return (None,) * num_layers
     layer_types = raw.get("layer_types")
-    if layer_types is None and architecture == "Qwen2ForCausalLM":
+    if layer_types is None and architecture in QWEN_ARCHITECTURES:
         first_sliding = int(raw.get("max_window_layers", num_layers))
         layer_types = [
             "sliding_attention" if i >= first_sliding else "full_attention"

@@ -8,8 +8,10 @@ at the slots a PackedBatch names and reads rows through block tables.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from iterserve.model.config import ModelConfig
@@ -36,18 +38,14 @@ class PagedKVCache:
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
     ) -> PagedKVCache:
-        """Preallocate `num_blocks` blocks per layer, zero-filled."""
+        """Preallocate `num_blocks` blocks per layer, zero-filled (see _zeros)."""
         if num_blocks < 1 or block_size < 1:
             raise ValueError(
                 f"need num_blocks >= 1 and block_size >= 1, got {num_blocks}, {block_size}"
             )
         shape = (num_blocks, block_size, config.num_kv_heads, config.head_dim)
-        keys = tuple(
-            torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_layers)
-        )
-        values = tuple(
-            torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_layers)
-        )
+        keys = tuple(_zeros(shape, dtype, device) for _ in range(config.num_layers))
+        values = tuple(_zeros(shape, dtype, device) for _ in range(config.num_layers))
         return cls(key_pools=keys, value_pools=values, block_size=block_size)
 
     @classmethod
@@ -91,6 +89,16 @@ class PagedKVCache:
         """Copy whole blocks source_ids[i] -> target_ids[i] in every layer (copy-on-write)."""
         for pool in (*self.key_pools, *self.value_pools):
             pool.index_copy_(0, target_ids, pool.index_select(0, source_ids))
+
+
+def _zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """A zero tensor. On the host its pages come zeroed from the OS (calloc via numpy)
+    and stay untouched until a row is written, so a pool sized for the worst case
+    costs resident memory only for the rows the run uses, and no start-up time."""
+    if torch.device(device).type != "cpu":
+        return torch.zeros(shape, dtype=dtype, device=device)
+    num_bytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    return torch.from_numpy(np.zeros(num_bytes, dtype=np.uint8)).view(dtype).view(shape)
 
 
 def bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:

@@ -1,9 +1,10 @@
-"""Packed ragged forward of a Llama/Qwen2/Mistral decoder (spec 0x04, 0x09).
+"""Packed ragged forward of a Llama/Qwen2/Qwen3/Mistral decoder (spec 0x04, 0x09).
 
 Data flow for one PackedBatch of Q_tot rows:
 
     embed [Q_tot, d]
-    per layer: RMSNorm -> fused QKV (+bias) -> RoPE(position) -> write K/V at
+    per layer: RMSNorm -> fused QKV (+bias) [-> per-head q/k RMSNorm, Qwen3]
+        -> RoPE(position) -> write K/V at
         slot_mapping -> request-local paged attention -> O proj -> residual
         -> RMSNorm -> SwiGLU MLP -> residual        (all but attention row-wise)
     rows at sample points only -> final RMSNorm -> lm_head -> float32 logits
@@ -20,21 +21,28 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from iterserve.model.attention import AttentionMetadata, paged_attention
+from iterserve.model.attention import MAX_DECODE_GROUPS, AttentionMetadata, paged_attention
 from iterserve.model.config import ModelConfig
 from iterserve.model.kv_cache import PagedKVCache
 from iterserve.model.packing import PackedBatch
-from iterserve.model.rope import RotaryTables, apply_rotary, inverse_frequencies, rotary_tables
+from iterserve.model.rope import (
+    RotaryTables,
+    apply_rotary,
+    model_inverse_frequencies,
+    rotary_tables,
+)
 from iterserve.model.weights import LayerWeights, ModelWeights
 
 
 class PackedCausalLM:
     """A decoder-only LM whose forward consumes PackedBatch over a PagedKVCache."""
 
-    def __init__(self, config: ModelConfig, weights: ModelWeights) -> None:
+    def __init__(self, config: ModelConfig, weights: ModelWeights,
+                 max_decode_groups: int = MAX_DECODE_GROUPS) -> None:
         self.config = config
         self.weights = weights
-        self._inv_freq = inverse_frequencies(config.head_dim, config.rope_theta, self.device)
+        self.max_decode_groups = max_decode_groups  # see attention.decode_groups
+        self._inv_freq = model_inverse_frequencies(config, self.device)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -53,8 +61,10 @@ class PackedCausalLM:
         `batch.sample_rows`, in that order. Writes the batch's K/V rows into `cache`."""
         self._check_batch(batch, cache)
         with torch.inference_mode():
-            metadata = AttentionMetadata.build(batch, self.config.sliding_windows)
-            tables = rotary_tables(batch.positions, self._inv_freq, self.dtype)
+            metadata = AttentionMetadata.build(batch, self.config.sliding_windows,
+                                               self.max_decode_groups)
+            tables = rotary_tables(batch.positions, self._inv_freq, self.dtype,
+                                   self.config.rope_attention_scaling)
             hidden = F.embedding(batch.token_ids, self.weights.embed_tokens)
             for index, layer in enumerate(self.weights.layers):
                 hidden = self._layer(index, layer, hidden, batch, cache, metadata, tables)
@@ -94,7 +104,7 @@ class PackedCausalLM:
         normed = _rms_norm(hidden, layer.input_norm, config.rms_norm_eps)
         qkv = _linear(normed, layer.qkv_proj, layer.qkv_bias)
         qkv = qkv.view(num_rows, config.num_heads + 2 * config.num_kv_heads, config.head_dim)
-        rotated = apply_rotary(qkv[:, : config.num_heads + config.num_kv_heads], tables)
+        rotated = apply_rotary(_qk_normed(qkv, layer, config), tables)
         query, keys = rotated[:, : config.num_heads], rotated[:, config.num_heads :]
         values = qkv[:, config.num_heads + config.num_kv_heads :]
         cache.write(index, batch.slot_mapping, keys, values)
@@ -127,6 +137,18 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = N
         return F.linear(x, weight, bias)
     out = torch.mm(weight, x.t()).t().contiguous()
     return out if bias is None else out + bias
+
+
+def _qk_normed(qkv: torch.Tensor, layer: LayerWeights, config: ModelConfig) -> torch.Tensor:
+    """The q and k heads [Q, H + KV, D] of the fused projection, each head
+    RMS-normalised over D first when the family does so (Qwen3)."""
+    num_heads = config.num_heads
+    qk = qkv[:, : num_heads + config.num_kv_heads]
+    if layer.q_norm is None or layer.k_norm is None:
+        return qk
+    query = _rms_norm(qk[:, :num_heads], layer.q_norm, config.rms_norm_eps)
+    keys = _rms_norm(qk[:, num_heads:], layer.k_norm, config.rms_norm_eps)
+    return torch.cat((query, keys), dim=1)
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -17,28 +17,32 @@ from safetensors import safe_open
 
 from iterserve.model.config import ModelConfig, parse_model_config
 from iterserve.model.errors import CheckpointError, MissingCheckpointFileError
+from iterserve.model.hf_config import resolve_with_transformers
 from iterserve.model.llama import PackedCausalLM
 from iterserve.model.weights import assemble_weights, expected_shape
 
 CONFIG_FILE = "config.json"
 SINGLE_WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
-SUPPORTED_DTYPES = (torch.float32, torch.bfloat16)
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+DTYPES_BY_NAME = {"float32": torch.float32, "bfloat16": torch.bfloat16,
+                  "float16": torch.float16}
+AUTO_DTYPE = "auto"
 
 
 def load_model(
     model_dir: Path | str,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | str = torch.float32,
     device: torch.device | str = "cpu",
 ) -> PackedCausalLM:
     """Load config and weights from `model_dir`; raises a CheckpointError subclass
-    naming the missing file, the unsupported architecture or the bad config."""
-    if dtype not in SUPPORTED_DTYPES:
-        raise ValueError(f"dtype {dtype} not supported; use one of {SUPPORTED_DTYPES}")
+    naming the missing file, the unsupported architecture or the bad config.
+    `dtype` is a torch dtype, one of DTYPES_BY_NAME, or "auto" (see resolve_dtype)."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise CheckpointError(f"{model_dir}: not a checkpoint directory")
     config = load_config(model_dir)
+    dtype = resolve_dtype(dtype, config)
     with ExitStack() as stack:
         handles = {path: _open_safetensors(stack, path) for path in _shard_paths(model_dir)}
         shard_of = {name: (path, handle) for path, handle in handles.items()
@@ -72,7 +76,23 @@ def _open_safetensors(stack: ExitStack, path: Path) -> Any:
 
 
 def load_config(model_dir: Path) -> ModelConfig:
-    return parse_model_config(_read_json(model_dir / CONFIG_FILE))
+    """The checked config, with per-family defaults and RoPE resolved by transformers."""
+    raw = _read_json(Path(model_dir) / CONFIG_FILE)
+    return resolve_with_transformers(parse_model_config(raw), raw)
+
+
+def resolve_dtype(dtype: torch.dtype | str, config: ModelConfig) -> torch.dtype:
+    """A torch dtype for the weights; "auto" is the checkpoint's declared dtype
+    (`dtype` / `torch_dtype` in config.json), float32 when it declares none."""
+    if isinstance(dtype, str):
+        name = (config.torch_dtype or "float32") if dtype == AUTO_DTYPE else dtype
+        if name not in DTYPES_BY_NAME:
+            raise ValueError(f"dtype {name!r} not supported; use one of "
+                             f"{[AUTO_DTYPE, *DTYPES_BY_NAME]}")
+        dtype = DTYPES_BY_NAME[name]
+    if dtype not in SUPPORTED_DTYPES:
+        raise ValueError(f"dtype {dtype} not supported; use one of {SUPPORTED_DTYPES}")
+    return dtype
 
 
 def _shard_paths(model_dir: Path) -> list[Path]:

@@ -2,7 +2,9 @@
 
 RoPE is row-local: a row's rotation depends only on its own position, so it
 runs once over the packed axis. The frequencies follow the Hugging Face Llama
-reference exactly (float32 angles, cast to the activation dtype).
+reference exactly (float32 angles, cast to the activation dtype). Scaled
+variants (linear, dynamic, yarn, llama3) bring their own inverse frequencies
+and cos/sin factor, computed at load by transformers (see model.hf_config).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from iterserve.model.config import ModelConfig
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -24,17 +28,26 @@ class RotaryTables:
     signed_sin: torch.Tensor
 
 
+def model_inverse_frequencies(config: ModelConfig, device: torch.device) -> torch.Tensor:
+    """float32 [head_dim / 2]: the config's resolved frequencies, or default RoPE's."""
+    if config.rope_inv_freq:
+        return torch.tensor(config.rope_inv_freq, dtype=torch.float32, device=device)
+    return inverse_frequencies(config.head_dim, config.rope_theta, device)
+
+
 def inverse_frequencies(head_dim: int, rope_theta: float, device: torch.device) -> torch.Tensor:
     exponents = torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim
     return 1.0 / (rope_theta**exponents)
 
 
 def rotary_tables(
-    positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype
+    positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype, scaling: float = 1.0
 ) -> RotaryTables:
-    """Tables for packed rows at `positions` [Q]."""
+    """Tables for packed rows at `positions` [Q]; `scaling` multiplies cos and sin (yarn)."""
     angles = positions.to(torch.float32)[:, None] * inv_freq[None, :]
     cos, sin = angles.cos(), angles.sin()
+    if scaling != 1.0:
+        cos, sin = cos * scaling, sin * scaling
     full_cos = torch.cat((cos, cos), dim=-1).to(dtype)
     signed_sin = torch.cat((-sin, sin), dim=-1).to(dtype)
     return RotaryTables(cos=full_cos[:, None, :], signed_sin=signed_sin[:, None, :])

@@ -26,6 +26,8 @@ class LayerWeights:
     post_attention_norm: torch.Tensor  # [d]
     gate_up_proj: torch.Tensor  # [2 I, d]
     down_proj: torch.Tensor  # [d, I]
+    q_norm: torch.Tensor | None = None  # [D] per-head RMSNorm of q before RoPE (Qwen3)
+    k_norm: torch.Tensor | None = None  # [D] per-head RMSNorm of k before RoPE (Qwen3)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -78,7 +80,8 @@ def assemble_weights(
         return tensor
 
     layers = tuple(
-        _layer(f"model.layers.{i}", required, get, place) for i in range(config.num_layers)
+        _layer(f"model.layers.{i}", required, get, place, config.qk_norm)
+        for i in range(config.num_layers)
     )
     embed = place(required("model.embed_tokens.weight"))
     lm_head = get("lm_head.weight")
@@ -99,8 +102,11 @@ def _layer(
     required: Callable[[str], torch.Tensor],
     get: TensorSource,
     place: Callable[[torch.Tensor], torch.Tensor],
+    qk_norm: bool,
 ) -> LayerWeights:
     attn, mlp = f"{prefix}.self_attn", f"{prefix}.mlp"
+    q_norm = place(required(f"{attn}.q_norm.weight")) if qk_norm else None
+    k_norm = place(required(f"{attn}.k_norm.weight")) if qk_norm else None
     qkv = torch.cat([required(f"{attn}.{p}_proj.weight") for p in "qkv"])
     biases = [get(f"{attn}.{p}_proj.bias") for p in "qkv"]
     if any(b is not None for b in biases) and any(b is None for b in biases):
@@ -117,4 +123,6 @@ def _layer(
         post_attention_norm=place(required(f"{prefix}.post_attention_layernorm.weight")),
         gate_up_proj=place(gate_up),
         down_proj=place(required(f"{mlp}.down_proj.weight")),
+        q_norm=q_norm,
+        k_norm=k_norm,
     )

@@ -147,6 +147,10 @@ class PlanBuilder:
                 screen.reserve(view)
         return rows
 
+    def can_never_fit(self, view: RequestView) -> bool:
+        """True when waiting cannot help: admission aborts such a request."""
+        return self._can_never_fit(view)
+
     def _can_never_fit(self, view: RequestView) -> bool:
         """The rows needed for this request's next emission (p + e; p before
         its first) exceed the whole pool: waiting cannot help, so the

@@ -82,11 +82,13 @@ def resume_suspended(builder: PlanBuilder, state: SchedulerState,
 
 
 def waiting_pass(builder: PlanBuilder, waiting: list[RequestView],
-                 rows_of: RowsOf | None = None) -> None:
+                 rows_of: RowsOf | None = None, *, full_isl: bool = False) -> None:
     """Admit ready waiting requests in order while ``max_num_seqs`` and the
     budgets allow; the first that is not admitted stops the pass. With
     ``rows_of`` (vLLM) a request whose rows do not fit the KV ledger stops
-    it before admission is tried."""
+    it before admission is tried; with ``full_isl`` too, its whole sequence
+    (p + e - c rows: prompt plus outputs so far) must fit, as vLLM 0.32's
+    ``scheduler_reserve_full_isl`` requires."""
     for view in waiting:
         if builder.running_slots_left <= 0 or not builder.can_add():
             break
@@ -95,16 +97,26 @@ def waiting_pass(builder: PlanBuilder, waiting: list[RequestView],
         rows = None if rows_of is None else rows_of(view)
         if rows is not None and not builder.fits_memory(view, rows):
             break
+        if rows is not None and full_isl and not builder.can_never_fit(view) and (
+                not builder.fits_memory(view, _whole_sequence_rows(view))):
+            break
         if not builder.admit(view, rows):
             break
 
 
+def _whole_sequence_rows(view: RequestView) -> int:
+    """Rows of the sequence so far not yet computed: p + e - c (vLLM's
+    ``request.num_tokens`` less its computed tokens)."""
+    return view.num_prompt_tokens + view.num_emitted - view.num_computed
+
+
 def resume_then_admit(builder: PlanBuilder, state: SchedulerState, waiting: list[RequestView],
-                      rows_of: RowsOf | None = None, max_rows: int | None = None) -> None:
+                      rows_of: RowsOf | None = None, max_rows: int | None = None, *,
+                      full_isl: bool = False) -> None:
     """Preserved requests go before new work: the waiting pass runs only
     when every suspended request resumed."""
     if resume_suspended(builder, state, max_rows) == len(state.suspended):
-        waiting_pass(builder, waiting, rows_of)
+        waiting_pass(builder, waiting, rows_of, full_isl=full_isl)
 
 
 def schedule_ranked(builder: PlanBuilder, ranked: list[RequestView]) -> None:

@@ -28,6 +28,11 @@ class BoundedDecodeFirst(PolicyBase):
         assumptions: no latency or fairness bound is claimed
         foreign_owners: readiness facts
         source: spec 0x09 bounded variant
+        denominator: iterations of persistent pressure
+        premises: none (a bounded rotation, not a theorem)
+        evidence_class: simulated or measured here (iterserve); never source-reported
+        source_version: spec M5.2 0x09 bounded variant
+        non_claims: no latency or fairness bound; not a published method
     """)
 
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:

@@ -34,6 +34,12 @@ class EarliestDeadlineFirst(DeadlineOrderedPolicy):
             {model}; no fairness property
         foreign_owners: KV allocator (capacity facts); client SLO declarations
         source: spec 0x07 deadline ordering (SCORPIO-style); not a runtime reproduction
+        denominator: offered requests in the observation window (rejected and unfinished count)
+        premises: EDF optimality needs preemptive single-server unit work; batched iterations break it,
+            so no optimality is transferred
+        evidence_class: simulated or measured here (iterserve); never source-reported
+        source_version: spec M5.2 0x07; SCORPIO-style ordering, no release pinned
+        non_claims: not SCORPIO's runtime; no optimality, no fairness, no calibrated latency
     """)
 
     def urgency(self, view: RequestView, slo: SloTargets | None, clock: DecisionClock) -> float:

@@ -38,6 +38,11 @@ class LeastService(LedgerPolicy):
                     "no service-difference bound is claimed",
         foreign_owners="KV allocator (capacity facts)",
         source="spec 0x09A least-service teaching policy",
+        denominator="weighted tokens per client over a jointly backlogged interval",
+        premises="none (a baseline; no theorem)",
+        evidence_class="simulated or measured here (iterserve); never source-reported",
+        source_version="spec M5.2 0x09A (Loop 8 teaching baseline)",
+        non_claims="no service-difference bound; no SLO objective; not VTC",
     )
 
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:

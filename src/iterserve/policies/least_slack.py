@@ -45,6 +45,11 @@ class LeastSlack(DeadlineOrderedPolicy):
             from original arrival / previous output; no fairness property
         foreign_owners: KV allocator (capacity facts); client SLO declarations
         source: spec 0x07 select_least_slack; SCORPIO-style slack; not a runtime reproduction
+        denominator: offered requests in the observation window (rejected and unfinished count)
+        premises: slack is exact only under the named cost model's exclusive-service lower bound
+        evidence_class: simulated or measured here (iterserve); never source-reported
+        source_version: spec M5.2 0x07 select_least_slack; no release pinned
+        non_claims: not SCORPIO's runtime; no optimality, no fairness, no calibrated latency
     """)
 
     def urgency(self, view: RequestView, slo: SloTargets | None, clock: DecisionClock) -> float:

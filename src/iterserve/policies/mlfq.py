@@ -3,16 +3,13 @@
 Queues Q_1..Q_m have geometric quanta q_j = base * 2^(j-1) (F54) in ms of
 the run's cost model. A job's queue is derived from published state only:
 
-- skip-join (F55): it enters j_0 = min{j : q_j >= t_init}, t_init the cost
-  model's prediction of its first iteration (its prompt, up to the budget);
-- demotion: its attained cost (the prediction of its completed prefill and
-  decode iterations) spends q_j0, q_j0+1, ... in turn;
-- promotion: a job unserved for alpha (now minus its last output, or its
-  arrival) sits in Q_1 until it is served again.
-
-Each iteration ranks every live request by (queue, arrival); a lower-queue
-running job is preempted through the shared mechanism when memory is short.
-Not exact: a chunked prefill counts as unserved until its first output.
+skip-join (F55) into j_0 = min{j : q_j >= t_init} (t_init: the predicted
+first iteration); demotion as its attained cost spends q_j0, q_j0+1, ...;
+promotion: unserved for alpha (since its last output, or arrival), it sits
+in Q_1 until served. Each iteration ranks every live request by (queue,
+arrival); a lower-queue running job is preempted through the shared
+mechanism on a KV shortfall. A chunked prefill counts as unserved until
+its first output.
 """
 
 from __future__ import annotations
@@ -35,9 +32,8 @@ _MS_PER_S = 1000.0
 
 @dataclass(frozen=True, slots=True)
 class MlfqConfig:
-    """``num_queues`` m; ``base_quantum_ms`` q_1; ``alpha_ms`` the promotion
-    wait (FastServe's source-reported default, 300 ms; not a universal
-    threshold); ``cost_model`` bound from the run (None: 1 s per iteration)."""
+    """m queues, q_1 in ms, the promotion wait alpha (FastServe's source-reported
+    300 ms default); ``cost_model`` bound from the run (None: 1 s/iteration)."""
 
     num_queues: int = 4
     base_quantum_ms: float = 1.0
@@ -77,6 +73,12 @@ class Mlfq(PolicyBase[MlfqConfig]):
                     "after alpha; proves no bound on weighted service between clients",
         foreign_owners="KV allocator (capacity facts); whether preempted KV is kept (M5.5)",
         source="FastServe (Wu et al.), skip-join MLFQ Algorithm 1; spec 0x09A",
+        denominator="per job (completion time, TTFT)",
+        premises="skip-join by the profiled first-iteration cost; geometric quanta; alpha",
+        evidence_class="simulated or measured here (iterserve); never source-reported",
+        source_version="FastServe (Wu et al., arXiv 2305.05920), Algorithm 1",
+        non_claims="FastServe's latency results are not reproduced; no client-service bound; "
+                   "preempted KV handling (M5.5) is the run's, not FastServe's",
     )
 
     def with_cost_model(self, cost_model: IterationCostModel) -> Mlfq:

@@ -70,6 +70,11 @@ class Orca(PolicyBase[OrcaConfig]):
         assumptions: reserve max_tokens at initiation; whole-prompt prefill; break on overflow
         foreign_owners: KV allocator (n_slots)
         source: Yu et al., ORCA (OSDI 2022), Algorithm 1; spec 0x03
+        denominator: generated tokens per second (throughput); per request (latency)
+        premises: max_tokens bounds every output (the reservation needs it); n_slots covers the reservations
+        evidence_class: simulated or measured here (iterserve); never source-reported
+        source_version: Yu et al., ORCA, OSDI 2022, Algorithm 1
+        non_claims: no selective-batching kernel, no pipeline parallelism, no reproduced ORCA figure
     """)
 
     def ledgers(self) -> dict[str, int | None]:

@@ -32,6 +32,11 @@ KEY_ORDERED_BASELINE = PolicyContract.parse("""
     assumptions: priority: lower value is more urgent
     foreign_owners: readiness facts
     source: spec 0x09
+    denominator: token rows per iteration, by class
+    premises: none (a fixture policy; no theorem is claimed)
+    evidence_class: simulated or measured here (iterserve); never source-reported
+    source_version: spec M5.2 0x09 (iterserve's own fixture policy)
+    non_claims: no latency, throughput or fairness bound; starvation is shown, not excluded
 """)
 
 

@@ -4,11 +4,9 @@ Waiting requests are grouped by their cached-prompt fraction H/S from the
 memory owner's published prefix-hit facts (hot: H/S >= ``hot_fraction``).
 Admissions follow a declared cycle of ``hot_share`` hot picks then
 ``cold_share`` cold picks (a group with nothing waiting yields its turn);
-within a group the largest hit goes first, then the oldest. The cycle
-position of a plan's first pick is decision_id mod (hot + cold), so it is
-read from the state, not kept. ``prefix-greedy`` is the same rule with
-cold_share 0: always the hot group, largest hit first. A teaching quota,
-not Preble's algorithm; it claims no client-service bound.
+largest hit first within a group, then the oldest. A plan's first pick
+sits at decision_id mod (hot + cold) of the cycle (read from the state).
+``prefix-greedy``: cold_share 0 (hot always, largest hit first).
 """
 
 from __future__ import annotations
@@ -39,6 +37,11 @@ _CONTRACT = PolicyContract(
                 "no client-service bound (two clients in one group may differ)",
     foreign_owners="prefix cache / KV allocator (hit facts); placement (M5.6)",
     source="spec 0x09A teaching 2:1 group quota after Preble's local policy (not Preble)",
+    denominator="completed requests per prefix-hit group",
+    premises="exact prefix-hit facts at each cut; a waiting group stays eligible",
+    evidence_class="simulated or measured here (iterserve); never source-reported",
+    source_version="spec M5.2 0x09A Loop 8 quota (Preble: arXiv 2407.00023, consulted only)",
+    non_claims="not Preble's algorithm or placement; no client-service bound",
 )
 
 

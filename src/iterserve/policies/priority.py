@@ -33,6 +33,11 @@ class StaticPriority(PolicyBase):
                     "publication: selection; guarantee: priority order only, none about liveness: a persistent urgent stream starves the rest",
         foreign_owners="KV allocator (capacity facts)",
         source="spec 0x09A static-priority fixture",
+        denominator="completed events per priority class",
+        premises="none",
+        evidence_class="simulated or measured here (iterserve); never source-reported",
+        source_version="spec M5.2 0x09A static-priority fixture",
+        non_claims="no liveness, no bounded wait",
     )
 
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:

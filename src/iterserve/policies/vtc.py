@@ -48,6 +48,13 @@ class Vtc(LedgerPolicy):
                     "carries no bound",
         foreign_owners="KV allocator (capacity facts); server identity (user / X-Client-Id)",
         source="Sheng et al., Fairness in Serving LLMs (VTC), Algorithm 2, Thm 4.4; spec 0x09A",
+        denominator="weighted tokens (w_p input + w_q output) per client per interval",
+        premises="both clients backlogged over the interval; Algorithm 2 lift and charges; "
+                 "work-conserving under the memory criterion; no preemption; finite L_input, M",
+        evidence_class="simulated or measured here (iterserve); never source-reported",
+        source_version="Sheng et al., OSDI 2024 (arXiv 2401.00588), Algorithm 2 and Theorem 4.4",
+        non_claims="the paper's fairness/performance figures are not reproduced; a run that "
+                   "preempts or has unbounded memory claims no bound",
     )
 
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:

@@ -42,6 +42,11 @@ class VtcCompleted(LedgerPolicy):
                     "and no bound is claimed",
         foreign_owners="KV allocator (capacity facts)",
         source="spec 0x09A completion_reconciled_vtc_teaching_v1 (a teaching adaptation)",
+        denominator="weighted completed tokens per client",
+        premises="none: the VTC theorem does not transfer to completion charging",
+        evidence_class="simulated or measured here (iterserve); never source-reported",
+        source_version="spec M5.2 0x09A completion_reconciled_vtc_teaching_v1",
+        non_claims="not VTC Algorithm 2; no new fairness theorem",
     )
 
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:

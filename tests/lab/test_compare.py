@@ -1,0 +1,134 @@
+"""``iterserve compare`` (0x0E, F66-F67): runs of one workload under equal
+coordinates are ranked; a pair that differs in the model, the workload,
+the SLO or a denominator is refused and the coordinate named; the
+source-reported headline registry has no comparable pair and no order."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from iterserve.cli.main import main
+from iterserve.lab.compare import compare_runs
+from iterserve.lab.coordinates import COMPARISON_SET, ResultRecord, is_comparable
+from iterserve.lab.inputs import load_runs
+
+ROOT = Path(__file__).resolve().parents[2]
+BURST = ROOT / "examples" / "burst_0x07.json"
+REGISTRY = Path(__file__).parent / "fixtures" / "source_reported_results.json"
+
+
+def simulate(tmp_path: Path, name: str, *extra: str, workload: Path = BURST,
+             policy: str = "vllm") -> Path:
+    out = tmp_path / name
+    assert main(["simulate", "--workload", str(workload), "--policy", policy, "--out", str(out),
+                 "--no-plots", "--cost-model", "fixed:10", *extra]) == 0
+    return out
+
+
+def compare_text(capsys, *paths: Path) -> str:
+    capsys.readouterr()
+    assert main(["compare", *map(str, paths)]) == 0
+    return capsys.readouterr().out
+
+
+def test_a_report_carries_its_coordinates_and_results(tmp_path) -> None:
+    report = json.loads((simulate(tmp_path, "a") / "report.json").read_text())
+    coords = report["coordinates"]
+    assert coords["evidence_class"] == "simulated"
+    assert coords["source_version"].startswith("iterserve ")
+    assert coords["workload"].startswith("sha256:") and coords["arrivals"].startswith("sha256:")
+    assert coords["hardware"] == "simulated executor, cost model fixed:10"
+    assert coords["slo"] == '{"tbt_ms":20.0,"ttft_ms":30.0}'
+    assert coords["load"] == "6 requests over 0.0 ms units"
+    ttft = [r for r in report["results"] if r["metric"] == "ttft" and r["percentile"] == "p50"]
+    assert ttft == [{"metric": "ttft", "unit": "ms", "denominator": "requests completed in window",
+                     "percentile": "p50", "value": report["summary"]["latency_ms"]["ttft"]["p50"]
+                     ["value"], "higher_is_better": False}]
+
+
+def test_two_policies_on_one_workload_are_ranked(tmp_path, capsys) -> None:
+    a, b = simulate(tmp_path, "a"), simulate(tmp_path, "b", policy="edf")
+    runs = load_runs(a) + load_runs(b)
+    comparison = compare_runs(runs)
+    assert comparison.num_comparable_pairs == 1 and len(comparison.groups) == 1
+    ranking = {r.metric: r for r in comparison.rankings[0]}
+    attainment = next(r for key, r in ranking.items() if key[0] == "slo_attainment")
+    values = dict(attainment.order)
+    best, worst = attainment.order[0][1], attainment.order[-1][1]
+    assert best >= worst and set(values) == {runs[0].label, runs[1].label}
+    text = compare_text(capsys, a, b)
+    assert "1 comparable" in text and "Refused" not in text
+
+
+@pytest.mark.parametrize(("name", "extra", "coordinate"), [
+    ("cost-model", ["--cost-model", "fixed:20"], "model"),
+    ("slo", ["--slo-ttft-ms", "60"], "slo"),
+])
+def test_a_pair_differing_in_a_coordinate_is_refused_and_named(tmp_path, capsys, name, extra,
+                                                               coordinate) -> None:
+    a, b = simulate(tmp_path, "a"), simulate(tmp_path, name, *extra)
+    comparison = compare_runs(load_runs(a) + load_runs(b))
+    assert comparison.num_comparable_pairs == 0 and comparison.rankings == ((), ())
+    assert coordinate in comparison.verdicts[0].differing
+    assert f"differ in {coordinate}" in compare_text(capsys, a, b)
+
+
+def test_a_different_workload_is_refused_by_its_hash(tmp_path, capsys) -> None:
+    document = json.loads(BURST.read_text())
+    document["requests"][0]["prompt_tokens"] = 2
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(document))
+    a, b = simulate(tmp_path, "a"), simulate(tmp_path, "b", workload=other)
+    verdict = compare_runs(load_runs(a) + load_runs(b)).verdicts[0]
+    assert verdict.differing[0] == "workload" and "arrivals" not in verdict.differing
+
+
+def test_a_different_denominator_is_refused(tmp_path) -> None:
+    a, b = simulate(tmp_path, "a"), simulate(tmp_path, "b", policy="edf")
+    report = json.loads((b / "report.json").read_text())
+    for result in report["results"]:
+        result["denominator"] = "requests offered"
+    (b / "report.json").write_text(json.dumps(report))
+    verdict = compare_runs(load_runs(a) + load_runs(b)).verdicts[0]
+    assert verdict.differing == ("denominator",)
+
+
+def test_source_reported_registry_has_no_comparable_pair_and_no_order(capsys) -> None:
+    runs = load_runs(REGISTRY)
+    assert {run.label for run in runs} == {"ORCA", "vLLM", "Sarathi-Serve", "FastServe", "VTC"}
+    assert all(r.evidence_class == "source-reported" for run in runs for r in run.records)
+    comparison = compare_runs(runs)
+    assert len(comparison.verdicts) == 10 and comparison.num_comparable_pairs == 0
+    assert all(rankings == () for rankings in comparison.rankings)
+    text = compare_text(capsys, REGISTRY)
+    assert "No comparable pair: no ordering is produced." in text and " > " not in text
+
+
+def test_comparable_is_equality_on_every_coordinate_of_the_set() -> None:
+    record = load_runs(REGISTRY)[0].records[0]
+    assert is_comparable(record, record)
+    for name in COMPARISON_SET:
+        other = "simulated" if name == "evidence_class" else "other"
+        changed = ResultRecord(**{**record.to_json(), name: other})
+        assert not is_comparable(record, changed), name
+
+
+def test_compare_refuses_a_report_without_coordinates(tmp_path, capsys) -> None:
+    run = simulate(tmp_path, "a")
+    report = json.loads((run / "report.json").read_text())
+    del report["coordinates"]
+    (run / "report.json").write_text(json.dumps(report))
+    assert main(["compare", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "no coordinates" in err and len(err.strip().splitlines()) == 1
+
+
+def test_compare_writes_table_json_and_plots(tmp_path, capsys) -> None:
+    a, b = simulate(tmp_path, "a"), simulate(tmp_path, "b", policy="edf")
+    out = tmp_path / "cmp"
+    assert main(["compare", str(a), str(b), "--out", str(out)]) == 0
+    assert json.loads((out / "compare.json").read_text())["num_comparable_pairs"] == 1
+    assert (out / "compare_group1.png").stat().st_size > 0
