@@ -45,9 +45,9 @@ from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import Capacity, KvSpec, WorkloadManifest
 from iterserve.records.state import SchedulerState
+from iterserve.records.workload import online_to_json
 from iterserve.sim.generators import RandomWorkloadConfig, random_workload
 from iterserve.sim.report import costed_executor
-from iterserve.sim.workload import online_to_json
 
 COST_MODEL = "linear:5,0.02,0.5"
 

@@ -14,7 +14,6 @@ import statistics
 import time
 
 from iterserve.engine.loop import bind_policy, initial_state
-from iterserve.engine.simulated import SimulatedExecutor
 from iterserve.policies.registry import make_policy
 from iterserve.records import (
     Capacity,
@@ -27,6 +26,7 @@ from iterserve.records import (
     validate_state,
     with_arrivals,
 )
+from iterserve.sim.executor import SimulatedExecutor
 
 
 def _workload(num_decodes: int, prefill_tokens: int, num_prefills: int = 0) -> OnlineWorkload:

@@ -47,7 +47,7 @@ import torch  # noqa: E402
 
 from iterserve.llm import DTYPES, LLM  # noqa: E402
 from iterserve.model.make_model import make_model  # noqa: E402
-from iterserve.model.params import SamplingParams  # noqa: E402
+from iterserve.records.sampling_params import SamplingParams  # noqa: E402
 
 FIRST_PLAIN_TOKEN = 4  # ids below are special tokens in make_model's tokenizers
 DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "iterserve"
@@ -247,7 +247,7 @@ _BUCKETS: list[tuple[str, Callable[[tuple[str, int, str]], bool]]] = [
     ("  validate_state/plan/result", lambda k: k[2] in {"validate_state", "validate_plan",
                                                          "validate_result"}),
     ("  advance (state transition)", lambda k: k[2] == "advance" and "transition" in k[0]),
-    ("  TorchExecutor.execute", lambda k: k[2] == "execute" and "torch_executor" in k[0]),
+    ("  TorchExecutor.execute", lambda k: k[2] == "execute" and k[0].endswith("model/executor.py")),
     ("    pack (PackedBatch)", lambda k: k[2] == "pack" and k[0].endswith("packing.py")),
     ("    model.forward", lambda k: k[2] == "forward" and k[0].endswith("llama.py")),
     ("      F.linear (matmul)", lambda k: "_nn.linear" in k[2]),

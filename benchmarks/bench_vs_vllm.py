@@ -145,7 +145,7 @@ def worker_iterserve(args: argparse.Namespace, requests: list[dict]) -> dict:
     from iterserve.engine.online import Submission
     from iterserve.engine.streams import BlockingOutputStream
     from iterserve.llm import LLM
-    from iterserve.model.params import SamplingParams
+    from iterserve.records.sampling_params import SamplingParams
 
     torch.set_num_threads(args.threads)
     needed = sum(-(-(len(r["prompt_token_ids"]) + r["max_tokens"]) // BLOCK_SIZE)

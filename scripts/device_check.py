@@ -18,11 +18,11 @@ from pathlib import Path
 import torch
 
 from iterserve.engine.loop import Engine
-from iterserve.engine.torch_executor import TorchExecutor
+from iterserve.model.executor import TorchExecutor
 from iterserve.llm import LLM
 from iterserve.model.loader import load_model
 from iterserve.model.make_model import make_model
-from iterserve.model.params import SamplingParams
+from iterserve.records.sampling_params import SamplingParams
 from iterserve.model.tokenizer import load_tokenizer
 from iterserve.policies.registry import make_policy
 from iterserve.records.spec import Capacity, KvSpec, OnlineWorkload, RequestSpec

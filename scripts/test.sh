@@ -5,4 +5,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check src tests benchmarks
 .venv/bin/mypy
+.venv/bin/lint-imports --no-cache
 .venv/bin/pytest "$@"

@@ -11,8 +11,8 @@ from iterserve.cost import default_cost_model
 from iterserve.engine.observer import EngineObserver
 from iterserve.policies.registry import make_policy
 from iterserve.records.plan import IntentKind, IterationPlan
+from iterserve.records.workload import parse_workload
 from iterserve.sim.report import RunConfig, run_simulation
-from iterserve.sim.workload import parse_workload
 
 
 class _Plans(EngineObserver):

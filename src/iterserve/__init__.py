@@ -3,7 +3,7 @@ first-class, validated, replayable object (see shared/DESIGN.md)."""
 
 __version__ = "0.1.0"
 
-_LAZY = {"LLM": "iterserve.llm", "SamplingParams": "iterserve.model.params",
+_LAZY = {"LLM": "iterserve.llm", "SamplingParams": "iterserve.records.sampling_params",
          "RequestOutput": "iterserve.llm", "CompletionOutput": "iterserve.llm"}
 __all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "__version__"]
 

@@ -22,11 +22,12 @@ from iterserve.config import DTYPE_NAMES, EngineConfig
 from iterserve.engine.observer import EngineObserver
 from iterserve.engine.online import Submission
 from iterserve.engine.streams import BlockingOutputStream
-from iterserve.model.params import SamplingParams
+from iterserve.model.runtime import DTYPES
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
+from iterserve.records.sampling_params import SamplingParams
 from iterserve.records.state import SchedulerState
-from iterserve.runtime import DTYPES, load_runtime
+from iterserve.runtime import load_runtime
 
 __all__ = ["DTYPES", "DTYPE_NAMES", "LLM", "CompletionOutput", "EngineConfig", "RequestMetrics",
            "RequestOutput", "SamplingParams"]

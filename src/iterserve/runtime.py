@@ -9,23 +9,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from iterserve.admission.overload import OverloadGate, make_gate
 from iterserve.config import EngineConfig
 from iterserve.engine.observer import EngineObserver
 from iterserve.engine.online import OnlineEngine
-from iterserve.engine.torch_executor import TorchExecutor
-from iterserve.kv.pool_size import KvPoolRequest, available_host_bytes, num_pool_blocks
+from iterserve.kv.pool_size import KvPoolRequest, num_pool_blocks
+from iterserve.model.executor import TorchExecutor
 from iterserve.model.kv_cache import bytes_per_block
 from iterserve.model.llama import PackedCausalLM
 from iterserve.model.loader import load_model
+from iterserve.model.runtime import available_device_bytes, cuda_available
 from iterserve.model.tokenizer import TextTokenizer, load_tokenizer
 from iterserve.plan import Policy
 from iterserve.policies.registry import make_policy, settings_for
 from iterserve.records.spec import KvSpec
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,13 +62,7 @@ def kv_pool_blocks(config: EngineConfig, model: PackedCausalLM, max_model_len: i
     request = KvPoolRequest(config.kv_blocks, config.kv_cache_memory, config.max_num_seqs,
                             max_model_len, config.block_size)
     per_block = bytes_per_block(model.config, config.block_size, model.dtype)
-    return num_pool_blocks(request, per_block, _available_bytes(model.device))
-
-
-def _available_bytes(device: torch.device) -> int | None:
-    if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
-    return available_host_bytes()
+    return num_pool_blocks(request, per_block, available_device_bytes(model.device))
 
 
 def load_runtime(model_dir: str | Path, config: EngineConfig, *,
@@ -80,7 +71,7 @@ def load_runtime(model_dir: str | Path, config: EngineConfig, *,
     """Load the checkpoint and start its online engine thread."""
     policy = make_engine_policy(config)  # a bad name or setting fails before any model work
     gate = make_overload_gate(config)
-    if config.device.startswith("cuda") and not torch.cuda.is_available():
+    if config.device.startswith("cuda") and not cuda_available():
         raise ValueError(f"device {config.device!r}: this torch build has no usable CUDA device")
     tokenizer = load_tokenizer(model_dir)
     model = load_model(model_dir, dtype=config.dtype, device=config.device)

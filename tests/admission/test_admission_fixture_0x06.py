@@ -33,8 +33,8 @@ from iterserve.engine.loop import Engine
 from iterserve.engine.observer import EngineObserver
 from iterserve.policies.registry import make_policy
 from iterserve.records import codec
+from iterserve.records.workload import WorkloadError, parse_workload
 from iterserve.sim.factory import make_simulated_executor
-from iterserve.sim.workload import WorkloadError, parse_workload
 
 FIXTURE = Path(__file__).parent / "fixtures" / "admission_0x06.json"
 SMALL_KV = Path(__file__).resolve().parents[2] / "examples" / "small_kv.json"

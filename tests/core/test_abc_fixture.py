@@ -14,9 +14,9 @@ from iterserve.policies.registry import make_policy
 from iterserve.records.plan import IntentKind
 from iterserve.records.validate import validate_state
 from iterserve.records.view import Lifecycle, WorkKind
+from iterserve.records.workload import load_workload
 from iterserve.sim.factory import make_simulated_executor
 from iterserve.sim.report import simulate_report
-from iterserve.sim.workload import load_workload
 
 from .helpers import ABC_FIXTURE, Recorder
 

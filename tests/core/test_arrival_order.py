@@ -12,8 +12,8 @@ import pytest
 
 from iterserve.engine.loop import Engine
 from iterserve.policies.registry import make_policy
+from iterserve.records.workload import parse_workload
 from iterserve.sim.factory import make_simulated_executor
-from iterserve.sim.workload import parse_workload
 
 from .helpers import Recorder
 

@@ -11,8 +11,8 @@ from .helpers import REPO_ROOT
 
 SCHEDULER_MODULES = (
     "iterserve.records", "iterserve.policies", "iterserve.engine.loop",
-    "iterserve.engine.simulated", "iterserve.engine.replay", "iterserve.engine.decision_log",
-    "iterserve.sim.workload", "iterserve.sim.factory",
+    "iterserve.sim.executor", "iterserve.sim.replay", "iterserve.engine.decision_log",
+    "iterserve.records.workload", "iterserve.sim.factory",
 )
 
 

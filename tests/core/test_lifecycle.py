@@ -9,7 +9,6 @@ import itertools
 import pytest
 
 from iterserve.engine.loop import Engine, bind_policy
-from iterserve.engine.simulated import SimulatedExecutor
 from iterserve.policies.registry import make_policy
 from iterserve.records import errors as E
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent
@@ -27,8 +26,9 @@ from iterserve.records.view import (
     WorkKind,
     check_transition,
 )
+from iterserve.records.workload import parse_workload
+from iterserve.sim.executor import SimulatedExecutor
 from iterserve.sim.factory import make_simulated_executor
-from iterserve.sim.workload import parse_workload
 
 from .helpers import Recorder, loop2_state, loop2_workload, random_workload_json, replace
 

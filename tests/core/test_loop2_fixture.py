@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from iterserve.engine.simulated import SimulatedExecutor
 from iterserve.policies.registry import make_policy
 from iterserve.records.plan import IntentKind
 from iterserve.records.result import CompletedInterval, IterationResult
@@ -13,6 +12,7 @@ from iterserve.records.spec import HiddenTruth
 from iterserve.records.transition import advance
 from iterserve.records.validate import validate_plan, validate_result, validate_state
 from iterserve.records.view import FinishReason, Lifecycle, WorkKind
+from iterserve.sim.executor import SimulatedExecutor
 
 from .helpers import LOOP2_DECISION, LOOP2_STATE_VERSION, loop2_state, loop2_workload, replace
 

@@ -20,10 +20,10 @@ from iterserve.policies.registry import make_policy, policy_for, policy_names
 from iterserve.records import codec
 from iterserve.records.spec import HiddenTruth, OnlineWorkload, WorkloadManifest
 from iterserve.records.state import CapacityFacts
+from iterserve.records.workload import load_workload, online_to_json, parse_workload
+from iterserve.records.workload_json import dumps_workload
 from iterserve.sim.factory import make_simulated_executor
 from iterserve.sim.generators import generate_document
-from iterserve.sim.workload import load_workload, online_to_json, parse_workload
-from iterserve.sim.workload_json import dumps_workload
 from iterserve.sim.workload_spec import parse_spec
 
 from .helpers import ABC_FIXTURE, random_workload_json, run_engine

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from iterserve.engine.loop import bind_policy
-from iterserve.engine.simulated import SimulatedExecutor
 from iterserve.policies.registry import make_policy
 from iterserve.records import codec
 from iterserve.records import errors as E
@@ -20,6 +19,7 @@ from iterserve.records.result import CompletedInterval, WorkFailure
 from iterserve.records.spec import HiddenTruth
 from iterserve.records.validate import validate_plan, validate_result, validate_state
 from iterserve.records.view import WorkKind
+from iterserve.sim.executor import SimulatedExecutor
 
 from .helpers import loop2_state, loop2_workload, replace
 

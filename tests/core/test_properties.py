@@ -17,7 +17,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from iterserve.engine.loop import Engine, EngineStalled, bind_policy
-from iterserve.engine.simulated import SimulatedExecutor
 from iterserve.plan.feasibility import InfeasibleRun
 from iterserve.policies.registry import policy_for, policy_names
 from iterserve.records import codec
@@ -34,6 +33,7 @@ from iterserve.records.spec import (
 from iterserve.records.transition import advance
 from iterserve.records.validate import validate_plan, validate_result, validate_state
 from iterserve.records.view import WorkKind
+from iterserve.sim.executor import SimulatedExecutor
 from iterserve.sim.factory import make_simulated_executor
 
 from .helpers import replace

@@ -16,8 +16,8 @@ from iterserve.cli.main import main
 from iterserve.engine.decision_log import DecisionLogWriter
 from iterserve.engine.loop import Engine, bind_policy
 from iterserve.policies.registry import make_policy, policy_names
+from iterserve.records.workload import load_workload
 from iterserve.sim.factory import make_simulated_executor
-from iterserve.sim.workload import load_workload
 
 from .helpers import REPO_ROOT, random_workload_json, write_json
 

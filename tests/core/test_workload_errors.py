@@ -13,7 +13,7 @@ import pytest
 
 from iterserve.cli.main import main
 from iterserve.policies.registry import policy_names
-from iterserve.sim.workload import WorkloadError, load_workload, parse_workload
+from iterserve.records.workload import WorkloadError, load_workload, parse_workload
 
 from .helpers import ABC_FIXTURE, REPO_ROOT
 

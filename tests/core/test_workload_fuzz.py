@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from iterserve.policies.registry import policy_for, policy_names
 from iterserve.policies.settings import PolicyConfigError
-from iterserve.sim.workload import WorkloadError, load_workload, online_to_json, parse_workload
+from iterserve.records.workload import WorkloadError, load_workload, online_to_json, parse_workload
 
 from .helpers import ABC_FIXTURE
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 from iterserve.engine.loop import Engine
 from iterserve.engine.observer import EngineObserver
-from iterserve.engine.torch_executor import TorchExecutor
 from iterserve.engine.trace import RunTrace
 from iterserve.llm import LLM, RequestOutput
-from iterserve.model.params import SamplingParams
+from iterserve.model.executor import TorchExecutor
 from iterserve.policies.registry import policy_for
 from iterserve.records.plan import IntentKind, IterationPlan
 from iterserve.records.result import IterationResult
+from iterserve.records.sampling_params import SamplingParams
 from iterserve.records.spec import Capacity, KvSpec, OnlineWorkload, RequestSpec
 from iterserve.records.state import SchedulerState
 

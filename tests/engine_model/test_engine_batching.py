@@ -47,7 +47,7 @@ def test_batch_equals_each_prompt_alone(tiny_dir, prompts, alone, policy, knobs)
 @pytest.mark.slow
 def test_batch_result_order_follows_prompt_order_not_finish_order(tiny_dir, prompts, alone) -> None:
     """Longest first, with staggered max_tokens so requests finish out of order."""
-    from iterserve.model.params import SamplingParams
+    from iterserve.records.sampling_params import SamplingParams
 
     order = [4, 2, 1, 3, 0]
     params = [SamplingParams(max_tokens=12 - 2 * i, temperature=0.0, ignore_eos=True)

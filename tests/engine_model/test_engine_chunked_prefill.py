@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from engine_model_helpers import GREEDY, LOGPROB_ATOL, make_prompts, run_engine
 
-from iterserve.engine.torch_executor import TorchExecutor
 from iterserve.llm import LLM
+from iterserve.model.executor import TorchExecutor
 from iterserve.records.spec import Capacity
 
 PROMPT_LEN = 13  # not a multiple of any threshold below, nor of the block size

@@ -13,13 +13,13 @@ from engine_model_helpers import make_prompts
 
 from iterserve.engine.events import EventRecorder
 from iterserve.engine.loop import Engine
-from iterserve.engine.torch_executor import TorchExecutor
 from iterserve.engine.trace import RunTrace
 from iterserve.metrics.fairness import evaluate_fairness
 from iterserve.metrics.slo import ObservationWindow
 from iterserve.metrics.timeline import build_timelines
-from iterserve.model.params import SamplingParams
+from iterserve.model.executor import TorchExecutor
 from iterserve.policies.registry import make_policy
+from iterserve.records.sampling_params import SamplingParams
 from iterserve.records.spec import Capacity, OnlineWorkload, RequestSpec
 
 PARAMS = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)

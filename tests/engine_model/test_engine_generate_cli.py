@@ -8,7 +8,7 @@ import pytest
 
 from iterserve.cli.main import main
 from iterserve.llm import LLM
-from iterserve.model.params import SamplingParams
+from iterserve.records.sampling_params import SamplingParams
 
 ARGS = ["--max-tokens", "4", "--ignore-eos", "--block-size", "4"]
 

@@ -19,11 +19,11 @@ from engine_model_helpers import (
     run_engine,
 )
 
-from iterserve.engine.torch_executor import TorchExecutor
 from iterserve.kv.results import SwapDirection
 from iterserve.llm import LLM
-from iterserve.model.params import SamplingParams
+from iterserve.model.executor import TorchExecutor
 from iterserve.records.plan import IntentKind
+from iterserve.records.sampling_params import SamplingParams
 from iterserve.records.spec import Capacity, KvSpec
 
 LENGTHS = (3, 9, 17, 5, 26)

@@ -8,8 +8,8 @@ import pytest
 from engine_model_helpers import GREEDY, make_prompts
 
 from iterserve.llm import LLM
-from iterserve.model.params import SamplingParams
 from iterserve.model.stopping import IncrementalDetokenizer
+from iterserve.records.sampling_params import SamplingParams
 
 PROMPT = "The cat sat on the mat"
 LONG_GREEDY = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)

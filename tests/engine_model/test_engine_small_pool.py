@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from iterserve.llm import LLM
-from iterserve.model.params import SamplingParams
 from iterserve.plan.feasibility import InfeasibleRun
+from iterserve.records.sampling_params import SamplingParams
 
 PARAMS = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
 PROMPTS = [list(range(5, 15)), list(range(20, 22)), list(range(40, 50))]  # 10 + 8 rows fit

@@ -31,7 +31,6 @@ import pytest
 
 from iterserve.cost import ProfiledIterationCost
 from iterserve.cost.fit import fit_profile, speed_factor
-from iterserve.engine.torch_executor import TorchExecutor
 from iterserve.lab.profiling import QUICK_GRID, measure, provenance
 from iterserve.lab.runs import (
     PoissonShape,
@@ -40,7 +39,8 @@ from iterserve.lab.runs import (
     run_real,
     run_simulated,
 )
-from iterserve.model.params import SamplingParams
+from iterserve.model.executor import TorchExecutor
+from iterserve.records.sampling_params import SamplingParams
 from iterserve.records.spec import Capacity, KvSpec
 
 # timing fidelity needs a quiet machine: on a shared 2-core box it passed in 3 of 17 tries,

@@ -52,8 +52,8 @@ def test_chat_and_progress_bar(llm):
 def test_kv_cache_memory_sizes_the_pool_from_bytes_per_row(tiny_dir):
     """--kv-cache-memory for the LLM API: whole blocks of block_size x bytes per row (0x05)."""
     from iterserve import LLM
-    from iterserve.kv.abi import bytes_per_row
     from iterserve.model.loader import load_config
+    from iterserve.records.kv_abi import bytes_per_row
 
     config = load_config(tiny_dir)
     row_bytes = bytes_per_row(config.num_layers, config.num_kv_heads, config.head_dim, 4)

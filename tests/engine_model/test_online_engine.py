@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from iterserve.engine.replay import replay
 from iterserve.engine.streams import BlockingOutputStream
 from iterserve.metrics.events import ArrivalEvent, CancelEvent, FirstTokenEvent
-from iterserve.model.params import SamplingParams
+from iterserve.records.sampling_params import SamplingParams
+from iterserve.sim.replay import replay
 
 GREEDY = dict(temperature=0.0, ignore_eos=True)
 

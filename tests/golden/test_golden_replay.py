@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from iterserve.cli.main import main
-from iterserve.engine.replay import replay
+from iterserve.sim.replay import replay
 
 from .golden_cases import LOG_DIR, REPO_ROOT, workload_paths
 

@@ -18,10 +18,10 @@ from iterserve.cli.main import main
 from iterserve.cost import FixedIterationCost
 from iterserve.engine.decision_log import DecisionLogWriter, GateRecord
 from iterserve.engine.loop import Engine, bind_policy
-from iterserve.engine.replay import ReplayDivergence, replay
 from iterserve.policies.deadline import bind_cost_model
 from iterserve.policies.registry import make_policy
 from iterserve.records.spec import HiddenTruth, WorkloadManifest
+from iterserve.sim.replay import ReplayDivergence, replay
 from iterserve.sim.report import costed_executor
 
 COST = FixedIterationCost(10.0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from iterserve.kv.abi import (
+from iterserve.records.kv_abi import (
     KvRowAbi,
     UnsupportedKvLayoutError,
     active_bytes,

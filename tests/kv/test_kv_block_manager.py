@@ -15,9 +15,9 @@ from iterserve.kv import (
     CommitResult,
     DuplicateRequestError,
     FailureReason,
-    FreeResult,
     PoolUsage,
     PrefixHit,
+    ReleasedBlocks,
     RequestKey,
     RequestStateError,
     SwapDirection,
@@ -48,7 +48,7 @@ def _prefill(manager: BlockManager, key: RequestKey, tokens: Sequence[int]) -> N
 
 
 def test_records_are_frozen_and_slotted() -> None:
-    record = PrefixHit(num_query_rows=9, num_cached_rows=8, num_cached_blocks=2)
+    record = PrefixHit(num_query_rows=9, num_cached_rows=8, num_blocks_cached=2)
     assert record.num_uncached_rows == 1
     assert not hasattr(record, "__dict__")
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -218,9 +218,9 @@ def test_lookup_is_not_residency() -> None:
     """A hit promises nothing: eviction before allocation shrinks it (0x0C)."""
     manager = _manager(num_blocks=3, block_size=2)
     _prefill(manager, A, [1, 2, 3, 4, 5])
-    manager.free(A)
+    manager.release(A)
     assert manager.lookup_prefix([1, 2, 3, 4, 5]).num_cached_rows == 4
-    assert manager.usage().num_cached_blocks == 2
+    assert manager.usage().num_blocks_cached == 2
     _granted(manager.allocate(B, num_rows=4))  # free list first, then evicts the LRU block
     # Freed tail-first, so the tail block was least recently used: the root survives.
     assert manager.lookup_prefix([1, 2, 3, 4, 5]).num_cached_rows == 2
@@ -230,10 +230,10 @@ def test_unreferenced_cached_blocks_stay_reusable_until_evicted_lru() -> None:
     manager = _manager(num_blocks=4, block_size=2)
     _prefill(manager, A, [1, 2, 0])
     _prefill(manager, B, [3, 4, 0])
-    assert manager.free(A) == FreeResult(A, 2, 1, 0, 0)
-    manager.free(B)
+    assert manager.release(A) == ReleasedBlocks(A, 2, 1, 0, 0)
+    manager.release(B)
     usage = manager.usage()
-    assert (usage.num_free_blocks, usage.num_cached_blocks, usage.num_used_blocks) == (2, 2, 0)
+    assert (usage.num_blocks_free, usage.num_blocks_cached, usage.num_blocks_used) == (2, 2, 0)
     _granted(manager.allocate(C, num_rows=6))  # 2 free + evicts A's older cached block
     assert manager.lookup_prefix([1, 2, 0]).num_cached_rows == 0
     assert manager.lookup_prefix([3, 4, 0]).num_cached_rows == 2
@@ -242,7 +242,7 @@ def test_unreferenced_cached_blocks_stay_reusable_until_evicted_lru() -> None:
 def test_hits_on_cached_blocks_count_against_availability() -> None:
     manager = _manager(num_blocks=3, block_size=2)
     _prefill(manager, A, [1, 2, 3, 4, 0])
-    manager.free(A)  # 2 cached + 1 free
+    manager.release(A)  # 2 cached + 1 free
     assert manager.can_allocate([1, 2, 3, 4, 0])
     assert not manager.can_allocate([1, 2, 3, 4, 0, 0, 0])
     result = manager.allocate(B, [1, 2, 3, 4, 0, 0, 0])
@@ -257,11 +257,11 @@ def test_free_counts_shared_blocks_and_refuses_double_free() -> None:
     manager = _manager()
     _prefill(manager, A, range(9))
     _granted(manager.allocate(B, range(9)))
-    assert manager.free(A) == FreeResult(A, num_reclaimed_blocks=1, num_retained_cached_blocks=0,
+    assert manager.release(A) == ReleasedBlocks(A, num_reclaimed_blocks=1, num_retained_cached_blocks=0,
                                          num_shared_blocks=2, num_reclaimed_host_blocks=0)
     with pytest.raises(UnknownRequestError):
-        manager.free(A)
-    assert manager.free(B) == FreeResult(B, 3, 2, 0, 0)
+        manager.release(A)
+    assert manager.release(B) == ReleasedBlocks(B, 3, 2, 0, 0)
     assert manager.audit() == PoolUsage(8, 6, 0, 2, 4, 4, 0)
 
 
@@ -275,7 +275,7 @@ def test_swap_round_trip_carries_the_copy_mapping() -> None:
     out = manager.swap_out(A)
     assert isinstance(out, SwapGranted) and out.direction is SwapDirection.OUT
     assert [device for device, _ in out.copy_pairs] == list(table)
-    assert manager.is_swapped(A) and manager.usage().num_swapped_blocks == 2
+    assert manager.is_swapped(A) and manager.usage().num_host_blocks_swapped == 2
     with pytest.raises(RequestStateError):
         manager.block_table(A)
     with pytest.raises(RequestStateError):
@@ -306,7 +306,7 @@ def test_swap_failures_are_facts() -> None:
     assert manager.swap_out(A) == SwapFailed(A, SwapDirection.OUT,
                                              FailureReason.HOST_BLOCKS_EXHAUSTED, 2, 1)
     assert manager.is_resident(A)
-    manager.free(A)
+    manager.release(A)
     _prefill(manager, B, range(4))
     assert isinstance(manager.swap_out(B), SwapGranted)
     _granted(manager.allocate(C, num_rows=8))
@@ -332,8 +332,8 @@ def test_cancel_while_swapped_returns_host_blocks() -> None:
     manager = _manager()
     _prefill(manager, A, range(5))
     manager.swap_out(A)
-    assert manager.free(A) == FreeResult(A, 0, 0, 0, num_reclaimed_host_blocks=2)
-    assert manager.audit().num_host_free_blocks == 4
+    assert manager.release(A) == ReleasedBlocks(A, 0, 0, 0, num_reclaimed_host_blocks=2)
+    assert manager.audit().num_host_blocks_free == 4
 
 
 def test_usage_partitions_the_pools() -> None:
@@ -342,6 +342,6 @@ def test_usage_partitions_the_pools() -> None:
     _granted(manager.allocate(B, range(9)))
     manager.swap_out(B)
     usage = manager.audit()
-    assert usage.num_free_blocks + usage.num_used_blocks + usage.num_cached_blocks == 8
-    assert usage.num_host_free_blocks + usage.num_swapped_blocks == 4
-    assert usage.num_available_blocks == usage.num_free_blocks + usage.num_cached_blocks
+    assert usage.num_blocks_free + usage.num_blocks_used + usage.num_blocks_cached == 8
+    assert usage.num_host_blocks_free + usage.num_host_blocks_swapped == 4
+    assert usage.num_blocks_available == usage.num_blocks_free + usage.num_blocks_cached

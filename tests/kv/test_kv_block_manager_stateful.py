@@ -235,7 +235,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
         """RECOMPUTE preemption: free, then re-allocate; hits may shorten the rebuild."""
         key = data.draw(st.sampled_from(sorted(self.resident, key=str)))
         num_rows, tokens = len(self.rows[key]), self.tokens.get(key)
-        self.manager.free(key)
+        self.manager.release(key)
         self._forget(key)
         self._allocate(key, tokens, num_rows)
 
@@ -243,7 +243,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def cancel(self, data: st.DataObject) -> None:
         key = data.draw(st.sampled_from(sorted(self.rows, key=str)))
-        result = self.manager.free(key)
+        result = self.manager.release(key)
         if key in self.swapped:
             assert result.num_reclaimed_host_blocks > 0 and result.num_reclaimed_blocks == 0
         self._forget(key)
@@ -256,7 +256,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
             return  # re-allocated by a recompute resume
         before = self.manager.usage()
         try:
-            self.manager.free(key)
+            self.manager.release(key)
         except UnknownRequestError:
             pass
         else:
@@ -270,12 +270,12 @@ class BlockManagerMachine(RuleBasedStateMachine):
         if not hasattr(self, "manager"):
             return
         usage = self.manager.audit()
-        assert usage.num_free_blocks + usage.num_used_blocks + usage.num_cached_blocks == \
-            usage.num_total_blocks
-        assert usage.num_host_free_blocks + usage.num_swapped_blocks == usage.num_host_total_blocks
-        assert min(usage.num_free_blocks, usage.num_used_blocks, usage.num_cached_blocks) >= 0
+        assert usage.num_blocks_free + usage.num_blocks_used + usage.num_blocks_cached == \
+            usage.num_blocks_total
+        assert usage.num_host_blocks_free + usage.num_host_blocks_swapped == usage.num_host_blocks_total
+        assert min(usage.num_blocks_free, usage.num_blocks_used, usage.num_blocks_cached) >= 0
         tables = [self.manager.block_table(k) for k in self.resident]
-        assert usage.num_used_blocks == len({b for table in tables for b in table})
+        assert usage.num_blocks_used == len({b for table in tables for b in table})
 
     @invariant()
     def committed_rows_hold_their_own_tokens(self) -> None:

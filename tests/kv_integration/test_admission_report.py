@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from iterserve.records.workload import load_workload, parse_workload
 from iterserve.sim.admission_report import admission_report
-from iterserve.sim.workload import load_workload, parse_workload
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "small_kv.json"
 

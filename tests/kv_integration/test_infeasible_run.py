@@ -15,8 +15,8 @@ from iterserve.plan.feasibility import InfeasibleRun, RunningSet, worst_running_
 from iterserve.policies.registry import make_policy, policy_names
 from iterserve.records.spec import Capacity, KvSpec, OnlineWorkload, RequestSpec
 from iterserve.records.state import CapacityFacts
+from iterserve.records.workload import load_workload
 from iterserve.sim.factory import make_simulated_executor
-from iterserve.sim.workload import load_workload
 
 SMALL_KV = Path(__file__).resolve().parents[2] / "examples" / "small_kv.json"
 NO_PREEMPTION = ["decode-first", "decode-first-bounded", "prefill-first", "refill", "sarathi"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from iterserve.sim.workload import WorkloadError, parse_workload
+from iterserve.records.workload import WorkloadError, parse_workload
 
 CONFIG = {"num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
           "hidden_size": 256, "torch_dtype": "float32"}

@@ -109,5 +109,5 @@ def test_every_run_finishes_accounted_or_is_refused_before_decision_0(data, name
             assert needed > total, (rid, needed, total)
     assert executor.kv is not None
     usage = executor.kv.manager.audit()
-    assert usage.num_used_blocks == 0
-    assert usage.num_host_free_blocks == online.kv.num_host_blocks  # type: ignore[union-attr]
+    assert usage.num_blocks_used == 0
+    assert usage.num_host_blocks_free == online.kv.num_host_blocks  # type: ignore[union-attr]

@@ -16,9 +16,9 @@ from iterserve.admission.readiness import (
 from iterserve.engine.loop import Engine, EngineStalled
 from iterserve.engine.observer import EngineObserver
 from iterserve.engine.readiness import ReadinessBoard, binding_of
-from iterserve.engine.simulated import SimulatedExecutor
 from iterserve.policies.registry import make_policy
 from iterserve.records import Capacity, HiddenTruth, OnlineWorkload, RequestSpec, RequestView
+from iterserve.sim.executor import SimulatedExecutor
 
 REMOTE = ReadinessRequirement(ReadinessKind.REMOTE_KV)
 

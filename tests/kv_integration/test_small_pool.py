@@ -54,7 +54,7 @@ def test_every_request_ends_with_a_reason_and_nothing_leaks(policy: str, mode: s
     assert all(record.finish_reason in ("stop", "length") for record in trace.requests.values())
     assert executor.kv is not None
     usage = executor.kv.manager.audit()
-    assert usage.num_used_blocks == 0 and usage.num_host_free_blocks == 64
+    assert usage.num_blocks_used == 0 and usage.num_host_blocks_free == 64
     report = kv_report(executor.kv, trace, BYTES_PER_ROW)
     assert report is not None
     preemptions = report["preemptions"]["recompute" if mode == "recompute" else "preserve"]

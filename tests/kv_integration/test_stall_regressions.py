@@ -50,7 +50,7 @@ def _run(policy: str, requests: tuple[RequestSpec, ...], kv: KvSpec,
     engine = Engine(manifest.online, make_policy(policy), executor, [ends])
     engine.run(max_iterations=10_000)
     assert engine.is_done
-    assert executor.kv is not None and executor.kv.manager.audit().num_used_blocks == 0
+    assert executor.kv is not None and executor.kv.manager.audit().num_blocks_used == 0
     return ends.ends
 
 

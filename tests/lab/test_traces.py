@@ -10,9 +10,9 @@ import pytest
 from lab_helpers import TRACES
 
 from iterserve.cli.main import main
+from iterserve.records.workload import load_workload
 from iterserve.sim.trace_workload import TraceSelection, select_records
 from iterserve.sim.traces import TraceError, read_trace
-from iterserve.sim.workload import load_workload
 
 SAMPLES = {"jsonl": "requests_sample.jsonl", "azure": "azure_sample.csv",
            "burstgpt": "burstgpt_sample.csv"}

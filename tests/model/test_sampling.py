@@ -7,8 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iterserve.model.params import SamplingParams
 from iterserve.model.sampling import SampleRow, row_seed, sample
+from iterserve.records.sampling_params import SamplingParams
 
 VOCAB = 50
 

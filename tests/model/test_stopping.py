@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iterserve.model.params import SamplingParams
 from iterserve.model.stopping import IncrementalDetokenizer, StopReason, token_stop_reason
 from iterserve.model.tokenizer import FakeTokenizer, load_tokenizer
+from iterserve.records.sampling_params import SamplingParams
 
 FAKE = FakeTokenizer()
 

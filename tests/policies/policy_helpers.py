@@ -15,7 +15,6 @@ from typing import Any
 
 from iterserve.engine.loop import Engine, bind_policy
 from iterserve.engine.observer import EngineObserver
-from iterserve.engine.simulated import SimulatedExecutor
 from iterserve.plan import Policy
 from iterserve.policies.registry import policy_for
 from iterserve.records.plan import IterationPlan, WorkItem
@@ -31,6 +30,7 @@ from iterserve.records.state import CapacityFacts, RunRules, SchedulerState
 from iterserve.records.transition import advance
 from iterserve.records.validate import validate_plan, validate_result, validate_state
 from iterserve.records.view import Lifecycle, RequestView, WorkKind
+from iterserve.sim.executor import SimulatedExecutor
 from iterserve.sim.factory import make_simulated_executor
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

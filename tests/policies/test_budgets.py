@@ -20,7 +20,7 @@ from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent, make_
 from iterserve.records.spec import Capacity
 from iterserve.records.state import CapacityFacts, SchedulerState
 from iterserve.records.validate import validate_plan
-from iterserve.records.view import Lifecycle, RequestView, WorkKind
+from iterserve.records.view import Lifecycle, RequestView
 
 B_TOK, B_SEQ = 6, 3
 POLICY = make_policy("vllm")
@@ -32,9 +32,8 @@ def plan_for(state: SchedulerState, intervals: list[tuple[str, int, int]]) -> It
     work, intents = [], []
     for rid, start, end in intervals:
         view = state.view(rid)
-        kind = (WorkKind.DECODE_ROW if view.is_decoding
-                else WorkKind.PREFILL_CHUNK if view.is_prefill else WorkKind.REBUILD)
-        work.append(make_work(rid, view.generation, view.snapshot_version, start, end, kind))
+        work.append(make_work(rid, view.generation, view.snapshot_version, start, end,
+                              view.next_kind))
         if view.lifecycle is Lifecycle.WAITING:
             intents.append(QueueIntent(IntentKind.ADMIT, rid, view.generation))
     return IterationPlan(

@@ -12,7 +12,7 @@ from iterserve.cli.main import main
 from iterserve.cost import parse_cost_model
 from iterserve.policies.registry import make_policy, policy_for
 from iterserve.policies.settings import PolicyConfigError, parse_settings
-from iterserve.sim.workload import WorkloadError, parse_workload
+from iterserve.records.workload import WorkloadError, parse_workload
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -26,7 +26,6 @@ from policy_helpers import (
 )
 
 from iterserve.engine.loop import Engine, bind_policy
-from iterserve.engine.simulated import SimulatedExecutor
 from iterserve.policies.registry import make_policy
 from iterserve.records import errors as E
 from iterserve.records.plan import IntentKind
@@ -34,6 +33,7 @@ from iterserve.records.spec import Capacity, HiddenTruth, RequestSpec
 from iterserve.records.state import CapacityFacts
 from iterserve.records.validate import validate_plan
 from iterserve.records.view import Lifecycle, WorkKind, derive_kind
+from iterserve.sim.executor import SimulatedExecutor
 from iterserve.sim.factory import make_simulated_executor
 
 A_ROWS = 3  # A: p=2, e=2 -> c = 3

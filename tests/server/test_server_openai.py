@@ -21,7 +21,7 @@ def client_and_server(serve):
 @pytest.fixture(scope="module")
 def offline(tiny_dir):
     from iterserve.llm import LLM
-    from iterserve.model.params import SamplingParams
+    from iterserve.records.sampling_params import SamplingParams
 
     llm = LLM(tiny_dir, kv_blocks=256)
     out = llm.generate([PROMPT], SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, seed=3))

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from server_helpers import free_port
 
-from iterserve.engine.replay import replay
+from iterserve.sim.replay import replay
 
 
 def _wait_up(base_url: str, proc: subprocess.Popen, timeout_s: float = 120) -> None:

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol
 
+from iterserve.admission.gate import ArrivalGate
 from iterserve.cost import IterationCostModel, parse_cost_model, seconds_per_clock_unit
-from iterserve.engine.loop import ArrivalGate
 from iterserve.metrics.slack import predicted_slack
 from iterserve.metrics.slo import SloConfig
 from iterserve.records.spec import RequestSpec

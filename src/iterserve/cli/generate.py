@@ -30,8 +30,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--token-budget", type=int_at_least(1, MAX_BUDGET), default=512)
     parser.add_argument("--max-num-seqs", type=int_at_least(1, MAX_BUDGET), default=64)
     kv = parser.add_mutually_exclusive_group()
-    kv.add_argument("--kv-blocks", type=int_at_least(1, MAX_NUM_BLOCKS), default=None,
-                    help="KV pool blocks (default: sized from free memory)")
+    kv.add_argument("--num-kv-blocks", "--kv-blocks", dest="num_kv_blocks",
+                    type=int_at_least(1, MAX_NUM_BLOCKS), default=None,
+                    help="KV pool size in blocks (as `serve`; --kv-blocks is the older "
+                         "spelling, kept as an alias; default: sized from free memory)")
     kv.add_argument("--kv-cache-memory", type=POSITIVE_INT, default=None,
                     help="KV pool size in bytes")
     parser.add_argument("--block-size", type=int_at_least(1, MAX_BLOCK_SIZE), default=16)
@@ -63,9 +65,9 @@ def read_prompts(path: Path) -> list[str]:
 
 
 def check_device(device: str) -> None:
-    import torch
+    from iterserve.model.runtime import cuda_available
 
-    if device == "cuda" and not torch.cuda.is_available():
+    if device == "cuda" and not cuda_available():
         raise FlagError("--device cuda: this torch build has no usable CUDA device; use --device cpu")
 
 
@@ -74,14 +76,14 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
     from iterserve.llm import LLM, EngineConfig
-    from iterserve.model.params import SamplingParams
+    from iterserve.records.sampling_params import SamplingParams
 
     prompts = args.prompt or read_prompts(args.prompts_file)
     check_device(args.device)
     try:
         config = EngineConfig(
             policy=args.policy, token_budget=args.token_budget, max_num_seqs=args.max_num_seqs,
-            kv_blocks=args.kv_blocks, kv_cache_memory=args.kv_cache_memory,
+            kv_blocks=args.num_kv_blocks, kv_cache_memory=args.kv_cache_memory,
             block_size=args.block_size, chunk_size=args.chunk_size,
             extra_policy_settings=tuple(dict(args.policy_setting).items()),
             dtype=args.dtype, device=args.device,

@@ -32,7 +32,6 @@ from iterserve.cli.flag_types import OneLineParser, UsageError
 from iterserve.cli.simulate import FlagError
 from iterserve.cost import CostModelError
 from iterserve.engine.loop import EngineStalled
-from iterserve.engine.replay import ReplayDivergence
 from iterserve.kv.pool_size import KvPoolSizeError
 from iterserve.lab.compare import CompareError
 from iterserve.lab.coordinates import CoordinateError
@@ -41,8 +40,9 @@ from iterserve.plan.feasibility import InfeasibleRun
 from iterserve.policies.registry import UnknownPolicy
 from iterserve.policies.settings import PolicyConfigError
 from iterserve.records.errors import ContractViolation
+from iterserve.records.workload import WorkloadError
+from iterserve.sim.replay import ReplayDivergence
 from iterserve.sim.traces import TraceError
-from iterserve.sim.workload import WorkloadError
 from iterserve.sim.workload_spec import WorkloadSpecError
 
 EXPECTED_ERRORS = (CheckpointError, WorkloadError, UnknownPolicy, PolicyConfigError, ReplayDivergence, ContractViolation,

@@ -31,8 +31,7 @@ def run(args: argparse.Namespace) -> int:
 
     from iterserve.lab.profiling import GRIDS, profile_model
     from iterserve.model.loader import load_model
-    from iterserve.model.microbench import DTYPES
-    from iterserve.model.runtime import set_num_threads
+    from iterserve.model.runtime import DTYPES, set_num_threads
     from iterserve.policies.registry import make_policy
 
     grid = GRIDS.get(args.grid)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from iterserve.engine.replay import replay
+from iterserve.sim.replay import replay
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

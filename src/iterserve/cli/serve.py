@@ -87,9 +87,9 @@ def _num_kv_blocks(args: argparse.Namespace, model_dir: Path, dtype: str) -> int
     None leaves the default (sized from free memory) to the runtime."""
     if args.kv_cache_memory is None:
         return args.num_kv_blocks
-    from iterserve.kv.abi import bytes_per_row, dtype_num_bytes
     from iterserve.kv.pool_size import KvPoolRequest, KvPoolSizeError, num_pool_blocks
     from iterserve.model.loader import load_config
+    from iterserve.records.kv_abi import bytes_per_row, dtype_num_bytes
 
     config = load_config(model_dir)
     dtype_name = (config.torch_dtype or "float32") if dtype == "auto" else dtype

@@ -49,6 +49,7 @@ from iterserve.policies.registry import bind_fairness, policy_for
 from iterserve.policies.settings import add_policy_setting_flag, settings_of
 from iterserve.records.limits import MAX_BYTES_PER_ROW
 from iterserve.records.spec import WorkloadManifest
+from iterserve.records.workload import load_workload
 from iterserve.sim.admission_report import admission_report
 from iterserve.sim.factory import make_simulated_executor
 from iterserve.sim.kv_report import kv_report
@@ -62,7 +63,6 @@ from iterserve.sim.report import (
     with_default_slo,
     write_metric_outputs,
 )
-from iterserve.sim.workload import load_workload
 
 
 class FlagError(ValueError):

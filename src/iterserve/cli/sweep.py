@@ -41,12 +41,9 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 from rich.console import Console
 from rich.progress import Progress
 
@@ -54,6 +51,7 @@ from iterserve.cli.flag_types import SEED, finite_float, int_at_least, output_di
 from iterserve.cli.simulate import FlagError, RunFlags, RunSetup, add_run_flags, setup_from_flags
 from iterserve.cost import seconds_per_clock_unit
 from iterserve.metrics import evaluate
+from iterserve.metrics.plots import plot_sweep
 from iterserve.policies.registry import bind_fairness, policy_for
 from iterserve.policies.settings import add_policy_setting_flag
 from iterserve.records.spec import WorkloadManifest
@@ -212,34 +210,6 @@ def _rate_entry(rate: float, trials: list[TrialResult], alpha: float) -> dict[st
         "mean_observed_offered_rate_per_s": observed,
         "offered_rate_sustained": observed >= MIN_OFFERED_FRACTION * rate,
     }
-
-
-def plot_sweep(policies: dict[str, dict[str, Any]], alpha: float, path: Path) -> Path:
-    """Mean offered-load attainment per nominal rate (solid, min-max band over
-    trials); completion-conditioned mean dashed, labelled diagnostic."""
-    figure = Figure(figsize=(9.0, 5.5), dpi=110, layout="constrained")
-    FigureCanvasAgg(figure)
-    axis = figure.subplots()
-    for name, summary in policies.items():
-        rates = [entry["rate_per_s"] for entry in summary["rates"]]
-        means = [entry["mean_offered_load_attainment"] for entry in summary["rates"]]
-        (line,) = axis.plot(rates, means, marker="o", label=f"{name}: offered-load attainment")
-        axis.fill_between(rates, [min(e["offered_load_attainment"]) for e in summary["rates"]],
-                          [max(e["offered_load_attainment"]) for e in summary["rates"]],
-                          color=line.get_color(), alpha=0.15)
-        conditioned = [entry["completion_conditioned_mean"] for entry in summary["rates"]]
-        axis.plot(rates, [float("nan") if c is None else c for c in conditioned], linestyle="--",
-                  color=line.get_color(), label=f"{name}: completion-conditioned (diagnostic)")
-        if summary["capacity_rate_per_s"] is not None:
-            axis.axvline(summary["capacity_rate_per_s"], color=line.get_color(), linestyle=":")
-    axis.axhline(alpha, color="black", linestyle=":", label=f"alpha = {alpha:g}")
-    axis.set_ylim(0.0, 1.05)
-    axis.set_xlabel("offered rate (requests/s, nominal Poisson rate)")
-    axis.set_ylabel("SLO attainment (mean over trials)")
-    axis.set_title("SLO attainment vs offered rate; dotted verticals: goodput capacity")
-    axis.legend(fontsize="small", loc="lower left")
-    figure.savefig(path, format="png")
-    return path
 
 
 def _check(args: argparse.Namespace, setup: RunSetup) -> None:

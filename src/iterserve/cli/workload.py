@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from iterserve.cli.simulate import FlagError
+from iterserve.records.workload import parse_workload
+from iterserve.records.workload_json import write_workload
 from iterserve.sim.generators import generate_document
 from iterserve.sim.trace_workload import (
     TraceSelection,
@@ -21,8 +23,6 @@ from iterserve.sim.trace_workload import (
     trace_document,
 )
 from iterserve.sim.traces import FORMATS, read_trace, trace_lengths
-from iterserve.sim.workload import parse_workload
-from iterserve.sim.workload_json import write_workload
 from iterserve.sim.workload_spec import WorkloadSpecError, parse_spec
 
 
@@ -53,8 +53,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                               "hidden; longer ones are truncated to it)")
     convert.add_argument("--token-budget", type=int, default=2048)
     convert.add_argument("--sequence-budget", type=int, default=256)
-    convert.add_argument("--kv-blocks", type=int, default=None,
-                         help="paged KV pool size (default: unbounded)")
+    convert.add_argument("--num-kv-blocks", "--kv-blocks", dest="num_kv_blocks", type=int,
+                         default=None,
+                         help="paged KV pool size in blocks (default: unbounded; --kv-blocks "
+                              "is the older spelling, kept as an alias)")
     convert.add_argument("--block-size", type=int, default=16)
     convert.set_defaults(run=run_convert)
 
@@ -98,9 +100,9 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def _kv(args: argparse.Namespace) -> dict[str, int] | None:
-    if args.kv_blocks is None:
+    if args.num_kv_blocks is None:
         return None
-    return {"num_blocks": args.kv_blocks, "block_size": args.block_size}
+    return {"num_blocks": args.num_kv_blocks, "block_size": args.block_size}
 
 
 def _read_json(path: Path) -> Any:

@@ -49,7 +49,7 @@ from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import HiddenTruth, OnlineWorkload, RequestSpec
 from iterserve.records.state import CapacityFacts, SchedulerState
-from iterserve.sim.workload import online_to_json
+from iterserve.records.workload import online_to_json
 
 LOG_FORMAT = 3
 # format 1: no cost model, gate or cancel lines; format 2: no executor,

@@ -61,8 +61,8 @@ class KvResidency:
 
     def facts(self) -> CapacityFacts:
         usage = self.manager.usage()
-        free = usage.num_total_blocks - usage.num_used_blocks  # cached blocks are evictable
-        return CapacityFacts(self.block_size, usage.num_total_blocks, free)
+        free = usage.num_blocks_total - usage.num_blocks_used  # cached blocks are evictable
+        return CapacityFacts(self.block_size, usage.num_blocks_total, free)
 
     def key(self, request_id: str) -> RequestKey | None:
         return self._keys.get(request_id)
@@ -157,7 +157,7 @@ class KvResidency:
         for rid in request_ids:
             key = self._keys.pop(rid, None)
             if key is not None:
-                self.manager.free(key)
+                self.manager.release(key)
 
     def stats(self) -> KvStats:
         return KvStats(self._prefix_hit_tokens, self._swapped_out, self._swapped_in,

@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
+from iterserve.admission.gate import ArrivalGate
 from iterserve.admission.readiness import ReadinessFact, ReadinessRequirement
 from iterserve.engine.executor import Executor
 from iterserve.engine.observer import EngineObserver
@@ -33,16 +33,6 @@ from iterserve.records.validate import validate_plan, validate_result, validate_
 
 class EngineStalled(RuntimeError):
     """Live requests exist, the policy chose nothing, and nothing can change."""
-
-
-class ArrivalGate(Protocol):
-    """An overload contract applied at arrival (0x07): None admits the
-    request to the waiting queue, a reason string rejects it. Pure: the
-    decision depends only on the spec and the published state."""
-
-    gate_id: str
-
-    def screen(self, spec: RequestSpec, state: SchedulerState) -> str | None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,10 +37,10 @@ from iterserve.engine.observer import EngineObserver
 from iterserve.engine.online_log import BufferedDecisionLog
 from iterserve.engine.publisher import StreamPublisher
 from iterserve.engine.streams import StreamSink
-from iterserve.model.params import SamplingParams
 from iterserve.plan import Policy
 from iterserve.plan.feasibility import check_run
 from iterserve.policies.settings import settings_of
+from iterserve.records.sampling_params import SamplingParams
 from iterserve.records.spec import Capacity, KvSpec, OnlineWorkload, RequestSpec, SloTargets
 from iterserve.records.state import SchedulerState
 

@@ -3,13 +3,6 @@
 Mechanism only: it publishes capacity facts and never decides who runs.
 """
 
-from iterserve.kv.abi import (
-    KvRowAbi,
-    active_bytes,
-    bytes_per_row,
-    committed_bytes,
-    kv_row_abi_from_hf_config,
-)
 from iterserve.kv.block_hash import BlockHasher, blake2b_block_hash
 from iterserve.kv.block_manager import BlockManager
 from iterserve.kv.config import BlockManagerConfig
@@ -26,9 +19,9 @@ from iterserve.kv.results import (
     AllocationResult,
     CommitResult,
     FailureReason,
-    FreeResult,
     PoolUsage,
     PrefixHit,
+    ReleasedBlocks,
     RequestKey,
     SwapDirection,
     SwapFailed,
@@ -38,9 +31,8 @@ from iterserve.kv.results import (
 
 __all__ = [
     "AllocationFailed", "AllocationGranted", "AllocationResult", "BlockHasher", "BlockManager",
-    "BlockManagerConfig", "CommitResult", "DuplicateRequestError", "FailureReason", "FreeResult",
-    "KvError", "KvInvariantError", "KvRowAbi", "PoolUsage", "PrefixHit", "RequestKey",
+    "BlockManagerConfig", "CommitResult", "DuplicateRequestError", "FailureReason", "ReleasedBlocks",
+    "KvError", "KvInvariantError", "PoolUsage", "PrefixHit", "RequestKey",
     "RequestStateError", "SwapDirection", "SwapFailed", "SwapGranted", "SwapResult",
-    "UnknownRequestError", "active_bytes", "blake2b_block_hash", "bytes_per_row",
-    "committed_bytes", "kv_row_abi_from_hf_config",
+    "UnknownRequestError", "blake2b_block_hash",
 ]

@@ -7,7 +7,7 @@ Data flow per request generation (a :class:`RequestKey`)::
     commit(key, rows)          -> CommitResult         (executor wrote K/V rows)
     append_rows(key, tokens)   -> AllocationGranted | AllocationFailed
     swap_out(key) / swap_in    -> SwapGranted | SwapFailed (copy mapping)
-    free(key)                  -> FreeResult
+    release(key)               -> ReleasedBlocks
 
 The manager decides nothing about who runs: every capacity shortfall is a
 returned fact and leaves the pools unchanged. Only committed full blocks enter
@@ -39,9 +39,9 @@ from iterserve.kv.results import (
     AllocationResult,
     CommitResult,
     FailureReason,
-    FreeResult,
     PoolUsage,
     PrefixHit,
+    ReleasedBlocks,
     RequestKey,
     SwapDirection,
     SwapFailed,
@@ -114,9 +114,9 @@ class BlockManager:
 
     def usage(self) -> PoolUsage:
         device, host = self._device, self._host
-        return PoolUsage(device.num_total_blocks, device.num_free_blocks, device.num_used_blocks,
-                         device.num_cached_blocks, host.num_total_blocks, host.num_free_blocks,
-                         host.num_swapped_blocks)
+        return PoolUsage(device.num_blocks_total, device.num_blocks_free, device.num_blocks_used,
+                         device.num_blocks_cached, host.num_blocks_total, host.num_blocks_free,
+                         host.num_host_blocks_swapped)
 
     def is_resident(self, key: RequestKey) -> bool:
         return key in self._resident
@@ -137,8 +137,8 @@ class BlockManager:
     def lookup_prefix(self, token_ids: Sequence[int]) -> PrefixHit:
         """Exact committed prefix a fresh allocation of ``token_ids`` would reuse now."""
         match = self._match(token_ids, len(token_ids) - 1)
-        num_cached_blocks = len(match.block_ids)
-        return PrefixHit(len(token_ids), num_cached_blocks * self._block_size, num_cached_blocks)
+        num_blocks_cached = len(match.block_ids)
+        return PrefixHit(len(token_ids), num_blocks_cached * self._block_size, num_blocks_cached)
 
     # --------------------------------------------------------------- allocate
 
@@ -177,7 +177,7 @@ class BlockManager:
         resident = self._get_resident(key)
         rows = _num_rows_of(None, num_rows)
         needed = self._num_blocks_for(resident.num_rows + rows) - len(resident.block_ids)
-        return needed <= self._device.num_available_blocks
+        return needed <= self._device.num_blocks_available
 
     def append_rows(self, key: RequestKey, token_ids: Sequence[int] | None = None, *,
                     num_rows: int | None = None) -> AllocationResult:
@@ -191,9 +191,9 @@ class BlockManager:
         if (token_ids is None) != (resident.token_ids is None):
             raise RequestStateError(f"{key}: append must match how it was allocated")
         needed = self._num_blocks_for(resident.num_rows + rows) - len(resident.block_ids)
-        if needed > self._device.num_available_blocks:
+        if needed > self._device.num_blocks_available:
             return AllocationFailed(key, FailureReason.DEVICE_BLOCKS_EXHAUSTED, needed,
-                                    self._device.num_available_blocks)
+                                    self._device.num_blocks_available)
         for _ in range(needed):
             resident.block_ids.append(self._device.take_fresh())
         resident.num_rows += rows
@@ -213,13 +213,13 @@ class BlockManager:
 
     # ------------------------------------------------------------------- free
 
-    def free(self, key: RequestKey) -> FreeResult:
+    def release(self, key: RequestKey) -> ReleasedBlocks:
         """Release a generation's blocks wherever they are (finish, cancel, recompute)."""
         swapped = self._swapped.pop(key, None)
         if swapped is not None:
             for host_block_id in swapped.host_block_ids:
-                self._host.give_back(host_block_id)
-            return FreeResult(key, 0, 0, 0, len(swapped.host_block_ids))
+                self._host.release(host_block_id)
+            return ReleasedBlocks(key, 0, 0, 0, len(swapped.host_block_ids))
         resident = self._resident.pop(key, None)
         if resident is None:
             raise UnknownRequestError(f"{key} holds no blocks")
@@ -229,22 +229,22 @@ class BlockManager:
                 num_reclaimed += 1
                 num_retained += self._device.is_cached(block_id)
         num_shared = len(resident.block_ids) - num_reclaimed
-        return FreeResult(key, num_reclaimed, num_retained, num_shared, 0)
+        return ReleasedBlocks(key, num_reclaimed, num_retained, num_shared, 0)
 
     # ------------------------------------------------------------------- swap
 
     def can_swap_out(self, key: RequestKey) -> bool:
-        return len(self._get_resident(key).block_ids) <= self._host.num_free_blocks
+        return len(self._get_resident(key).block_ids) <= self._host.num_blocks_free
 
     def swap_out(self, key: RequestKey) -> SwapResult:
         """Preserve a resident request on the host and release its device blocks."""
         resident = self._get_resident(key)
         needed = len(resident.block_ids)
-        if needed > self._host.num_free_blocks:
+        if needed > self._host.num_blocks_free:
             return SwapFailed(key, SwapDirection.OUT, FailureReason.HOST_BLOCKS_EXHAUSTED,
-                              needed, self._host.num_free_blocks)
+                              needed, self._host.num_blocks_free)
         copy_pairs = tuple((block_id, self._host.take()) for block_id in resident.block_ids)
-        self.free(key)
+        self.release(key)
         self._swapped[key] = _Swapped([host for _, host in copy_pairs], resident.num_rows,
                                       resident.num_committed_rows, resident.token_ids)
         return SwapGranted(key, SwapDirection.OUT, copy_pairs, resident.num_rows, 0)
@@ -268,7 +268,7 @@ class BlockManager:
         copy_pairs = tuple((self._device.take_fresh(), host_block_id)
                            for host_block_id in swapped.host_block_ids[num_reused:])
         for host_block_id in swapped.host_block_ids:
-            self._host.give_back(host_block_id)
+            self._host.release(host_block_id)
         block_ids = list(match.block_ids) + [device for device, _ in copy_pairs]
         resident = _Resident(block_ids, swapped.num_rows, swapped.num_committed_rows,
                              swapped.token_ids, match.new_chain())
@@ -286,11 +286,11 @@ class BlockManager:
         for resident in self._resident.values():
             for block_id in resident.block_ids:
                 expected_refs[block_id] = expected_refs.get(block_id, 0) + 1
-        for block_id in range(self._device.num_total_blocks):
+        for block_id in range(self._device.num_blocks_total):
             if self._device.ref_count(block_id) != expected_refs.get(block_id, 0):
                 raise KvInvariantError(f"block {block_id} refcount disagrees with block tables")
         num_host = sum(len(s.host_block_ids) for s in self._swapped.values())
-        if num_host != self._host.num_swapped_blocks:
+        if num_host != self._host.num_host_blocks_swapped:
             raise KvInvariantError("host blocks leaked")
         return self.usage()
 
@@ -322,7 +322,7 @@ class BlockManager:
 
     def _shortfall(self, num_new_blocks: int, match: _Match) -> tuple[int, int] | None:
         """``(needed, available)`` when the pool cannot supply the blocks, else None."""
-        available = self._device.num_available_blocks - match.num_reclaimable_hits
+        available = self._device.num_blocks_available - match.num_reclaimable_hits
         return None if num_new_blocks <= available else (num_new_blocks, available)
 
     def _advance_chain(self, resident: _Resident) -> int:

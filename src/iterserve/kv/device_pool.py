@@ -21,10 +21,11 @@ stale child.
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Sequence
 
 from iterserve.kv.errors import KvInvariantError
+from iterserve.kv.free_list import FreeListPool
 
 ROOT_ENTRY = 0
 """Parent serial of a request's first block; real serials start at 1."""
@@ -32,17 +33,16 @@ ROOT_ENTRY = 0
 _UNREGISTERED = 0
 
 
-class DevicePool:
+class DevicePool(FreeListPool):
     """Owns device block states; knows nothing about requests."""
 
-    __slots__ = ("_num_blocks", "_free", "_lru", "_ref_counts", "_num_used", "_block_of_hash",
+    __slots__ = ("_lru", "_ref_counts", "_num_used", "_block_of_hash",
                  "_hash", "_tokens", "_entry", "_parent_entry", "_next_entry")
 
     def __init__(self, num_blocks: int) -> None:
         if num_blocks <= 0:
             raise ValueError(f"num_blocks must be > 0, got {num_blocks}")
-        self._num_blocks = num_blocks
-        self._free: deque[int] = deque(range(num_blocks))
+        super().__init__(num_blocks)
         self._lru: OrderedDict[int, None] = OrderedDict()  # oldest first
         self._ref_counts = [0] * num_blocks
         self._num_used = 0
@@ -54,23 +54,15 @@ class DevicePool:
         self._next_entry = ROOT_ENTRY + 1
 
     @property
-    def num_total_blocks(self) -> int:
-        return self._num_blocks
-
-    @property
-    def num_free_blocks(self) -> int:
-        return len(self._free)
-
-    @property
-    def num_used_blocks(self) -> int:
+    def num_blocks_used(self) -> int:
         return self._num_used
 
     @property
-    def num_cached_blocks(self) -> int:
+    def num_blocks_cached(self) -> int:
         return len(self._lru)
 
     @property
-    def num_available_blocks(self) -> int:
+    def num_blocks_available(self) -> int:
         return len(self._free) + len(self._lru)
 
     def ref_count(self, block_id: int) -> int:

@@ -6,33 +6,23 @@ no sharing or caching on the host side, so ``free + swapped == total``.
 
 from __future__ import annotations
 
-from collections import deque
-
 from iterserve.kv.errors import KvInvariantError
+from iterserve.kv.free_list import FreeListPool
 
 
-class HostPool:
+class HostPool(FreeListPool):
     """Free list of host block ids; O(1) per block."""
 
-    __slots__ = ("_num_blocks", "_free", "_is_free")
+    __slots__ = ("_is_free",)
 
     def __init__(self, num_blocks: int) -> None:
         if num_blocks < 0:
             raise ValueError(f"num_host_blocks must be >= 0, got {num_blocks}")
-        self._num_blocks = num_blocks
-        self._free: deque[int] = deque(range(num_blocks))
+        super().__init__(num_blocks)
         self._is_free = [True] * num_blocks
 
     @property
-    def num_total_blocks(self) -> int:
-        return self._num_blocks
-
-    @property
-    def num_free_blocks(self) -> int:
-        return len(self._free)
-
-    @property
-    def num_swapped_blocks(self) -> int:
+    def num_host_blocks_swapped(self) -> int:
         return self._num_blocks - len(self._free)
 
     def take(self) -> int:
@@ -42,7 +32,7 @@ class HostPool:
         self._is_free[block_id] = False
         return block_id
 
-    def give_back(self, block_id: int) -> None:
+    def release(self, block_id: int) -> None:
         if self._is_free[block_id]:
             raise KvInvariantError(f"double free of host block {block_id}")
         self._is_free[block_id] = True

@@ -54,7 +54,7 @@ class PrefixHit:
 
     num_query_rows: int
     num_cached_rows: int
-    num_cached_blocks: int
+    num_blocks_cached: int
 
     @property
     def num_uncached_rows(self) -> int:
@@ -99,8 +99,8 @@ class CommitResult:
 
 
 @dataclass(frozen=True, slots=True)
-class FreeResult:
-    """What freeing a request generation returned to the pools.
+class ReleasedBlocks:
+    """What releasing a request generation returned to the pools.
 
     ``num_reclaimed_blocks`` device blocks dropped to refcount 0; of those,
     ``num_retained_cached_blocks`` stay in the prefix cache (evictable, still
@@ -151,21 +151,21 @@ SwapResult = SwapGranted | SwapFailed
 class PoolUsage:
     """Block counts at one instant (O(1) to produce).
 
-    Device: ``num_free_blocks + num_used_blocks + num_cached_blocks ==
-    num_total_blocks`` where *used* means referenced and *cached* means
-    unreferenced but reusable until evicted. Host: ``num_host_free_blocks +
-    num_swapped_blocks == num_host_total_blocks``.
+    Device: ``num_blocks_free + num_blocks_used + num_blocks_cached ==
+    num_blocks_total`` where *used* means referenced and *cached* means
+    unreferenced but reusable until evicted. Host: ``num_host_blocks_free +
+    num_host_blocks_swapped == num_host_blocks_total``.
     """
 
-    num_total_blocks: int
-    num_free_blocks: int
-    num_used_blocks: int
-    num_cached_blocks: int
-    num_host_total_blocks: int
-    num_host_free_blocks: int
-    num_swapped_blocks: int
+    num_blocks_total: int
+    num_blocks_free: int
+    num_blocks_used: int
+    num_blocks_cached: int
+    num_host_blocks_total: int
+    num_host_blocks_free: int
+    num_host_blocks_swapped: int
 
     @property
-    def num_available_blocks(self) -> int:
+    def num_blocks_available(self) -> int:
         """Blocks an allocation may take: free plus evictable cached."""
-        return self.num_free_blocks + self.num_cached_blocks
+        return self.num_blocks_free + self.num_blocks_cached

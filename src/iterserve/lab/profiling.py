@@ -31,14 +31,14 @@ from iterserve.cost.fit import fit_profile
 from iterserve.engine.events import EventRecorder
 from iterserve.engine.loop import Engine
 from iterserve.engine.observer import EngineObserver
-from iterserve.engine.torch_executor import TorchExecutor
 from iterserve.lab.runs import FIRST_PLAIN_TOKEN
+from iterserve.model.executor import TorchExecutor
 from iterserve.model.llama import PackedCausalLM
-from iterserve.model.params import SamplingParams
 from iterserve.model.runtime import dtype_name, num_threads, torch_version
 from iterserve.policies.registry import policy_for
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
+from iterserve.records.sampling_params import SamplingParams
 from iterserve.records.spec import Capacity, OnlineWorkload, RequestSpec
 from iterserve.records.state import SchedulerState
 

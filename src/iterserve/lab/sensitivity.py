@@ -39,8 +39,8 @@ from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import WorkKind
+from iterserve.records.workload import parse_workload
 from iterserve.sim.report import RunConfig, run_simulation
-from iterserve.sim.workload import parse_workload
 
 LONG_ID = "prompt"
 LONG_ARRIVAL = 1  # iterations: the decodes are ready when the prompt arrives

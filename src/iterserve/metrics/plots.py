@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -221,6 +222,31 @@ def plot_attainment_vs_rate(sweeps: Mapping[str, Sequence[Report]], path: str | 
     axis.set_ylabel("SLO attainment")
     axis.set_title("SLO attainment vs offered rate")
     figure.legend(loc="outside lower center", fontsize="small", ncols=2)
+    return _save(figure, path)
+
+
+def plot_sweep(policies: Mapping[str, Mapping[str, Any]], alpha: float, path: str | Path) -> Path:
+    """Mean offered-load attainment per nominal rate (solid, min-max band over
+    trials); completion-conditioned mean dashed, labelled diagnostic."""
+    figure, (axis,) = _figure(1, 1, width_in=9.0, height_in=5.5)
+    for name, summary in policies.items():
+        rates = [entry["rate_per_s"] for entry in summary["rates"]]
+        means = [entry["mean_offered_load_attainment"] for entry in summary["rates"]]
+        (line,) = axis.plot(rates, means, marker="o", label=f"{name}: offered-load attainment")
+        axis.fill_between(rates, [min(e["offered_load_attainment"]) for e in summary["rates"]],
+                          [max(e["offered_load_attainment"]) for e in summary["rates"]],
+                          color=line.get_color(), alpha=0.15)
+        conditioned = [entry["completion_conditioned_mean"] for entry in summary["rates"]]
+        axis.plot(rates, [float("nan") if c is None else c for c in conditioned], linestyle="--",
+                  color=line.get_color(), label=f"{name}: completion-conditioned (diagnostic)")
+        if summary["capacity_rate_per_s"] is not None:
+            axis.axvline(summary["capacity_rate_per_s"], color=line.get_color(), linestyle=":")
+    axis.axhline(alpha, color="black", linestyle=":", label=f"alpha = {alpha:g}")
+    axis.set_ylim(0.0, 1.05)
+    axis.set_xlabel("offered rate (requests/s, nominal Poisson rate)")
+    axis.set_ylabel("SLO attainment (mean over trials)")
+    axis.set_title("SLO attainment vs offered rate; dotted verticals: goodput capacity")
+    axis.legend(fontsize="small", loc="lower left")
     return _save(figure, path)
 
 

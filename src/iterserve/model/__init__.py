@@ -1,7 +1,8 @@
 """Model layer: local HF checkpoints, packed ragged forward over a paged KV cache,
-sampling and stopping (spec 0x04, 0x09). Only this layer and the engine's
-executor import torch; this package file imports nothing, so torch-free users
-(`params`, `tokenizer`, `stopping` with FakeTokenizer) stay fast to import.
+sampling, stopping and the torch executor (spec 0x04, 0x09). Only this layer
+imports torch (an import-linter contract); this package file imports nothing,
+so torch-free users (`tokenizer`, `stopping` with FakeTokenizer) stay fast to
+import. Sampling parameters live in `records/sampling_params.py`.
 
 Modules and their one job:
     make_model   write a random-weight Llama checkpoint + local tokenizer (presets)
@@ -10,7 +11,8 @@ Modules and their one job:
     kv_cache     PagedKVCache: per-layer K/V pools [num_blocks, block_size, kv, d]
     llama        PackedCausalLM.forward(batch, cache) -> logits at sample rows
     attention    request-local paged attention (0x04 visibility predicate)
-    params       SamplingParams (validated, torch-free)
+    executor     TorchExecutor: runs a validated plan's intervals on the model
+    runtime      torch version, threads, dtypes, CUDA availability
     sampling     sample(logits, rows) with per-request seeded generators
     stopping     token_stop_reason, IncrementalDetokenizer (stop strings)
     tokenizer    TextTokenizer protocol, HFTokenizer/load_tokenizer, FakeTokenizer

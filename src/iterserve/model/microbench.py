@@ -20,8 +20,7 @@ from iterserve.model.kv_cache import PagedKVCache
 from iterserve.model.llama import PackedCausalLM
 from iterserve.model.loader import load_model
 from iterserve.model.packing import SegmentSpec, pack
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+from iterserve.model.runtime import DTYPES
 
 
 @dataclass(frozen=True, slots=True)

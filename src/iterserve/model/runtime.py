@@ -5,6 +5,22 @@ from __future__ import annotations
 
 import torch
 
+from iterserve.kv.pool_size import available_host_bytes
+
+# the dtypes a run may load a checkpoint in, by their flag spelling
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def available_device_bytes(device: torch.device) -> int | None:
+    """Free bytes on ``device`` now (CUDA: the driver's count; CPU: the host's)."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    return available_host_bytes()
+
+
+def cuda_available() -> bool:
+    return bool(torch.cuda.is_available())
+
 
 def torch_version() -> str:
     return str(torch.__version__)

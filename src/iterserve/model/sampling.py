@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from iterserve.model.params import SamplingParams
+from iterserve.records.sampling_params import SamplingParams
 
 __all__ = ["SampleRow", "SampledToken", "SamplingParams", "row_seed", "sample"]
 

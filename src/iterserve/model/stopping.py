@@ -12,8 +12,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 
-from iterserve.model.params import SamplingParams
 from iterserve.model.tokenizer import TextTokenizer
+from iterserve.records.sampling_params import SamplingParams
 
 _REPLACEMENT_CHAR = "\ufffd"
 _NUM_CONTEXT_TOKENS = 5  # prompt tokens decoded with the output so leading spaces survive

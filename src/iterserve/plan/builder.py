@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from iterserve.admission.screen import ReservationScreen
 from iterserve.plan.contract import Policy
+from iterserve.records import frontier
+from iterserve.records.frontier import next_interval
 from iterserve.records.keys import key_function
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent, WorkItem
 from iterserve.records.state import RunRules, SchedulerState
-from iterserve.records.view import Lifecycle, RequestView, WorkKind
+from iterserve.records.view import Lifecycle, RequestView
 
-# hot-path constants: enum attribute access and NamedTuple.__new__ are slow
-_DECODE, _PREFILL, _REBUILD = WorkKind.DECODE_ROW, WorkKind.PREFILL_CHUNK, WorkKind.REBUILD
-_new_tuple = tuple.__new__
+_new_tuple = tuple.__new__  # NamedTuple.__new__ is slow on the hot path
 
 
 class PlanBuilder:
@@ -29,7 +29,7 @@ class PlanBuilder:
     """
 
     __slots__ = ("_state", "_policy", "_key", "_work", "_intents", "tokens_left", "seqs_left",
-                 "_facts", "blocks_free", "_token_budget", "_screen", "_preempt_kind",
+                 "_facts", "num_blocks_free", "_token_budget", "_screen", "_preempt_kind",
                  "_max_running", "_num_joined", "_aborted")
 
     def __init__(self, policy: Policy, state: SchedulerState,
@@ -49,7 +49,7 @@ class PlanBuilder:
         self._token_budget = _tightened(state.token_budget, token_budget)
         self.tokens_left = self._token_budget
         self.seqs_left = _tightened(state.sequence_budget, sequence_budget)
-        self.blocks_free = state.capacity.num_blocks_free  # None: unbounded
+        self.num_blocks_free = state.capacity.num_blocks_free  # None: unbounded
         self._max_running = state.sequence_budget if max_num_seqs is None else max_num_seqs
         self._num_joined = 0  # requests resumed or admitted into the running set
         self._screen = ReservationScreen.for_state(state)
@@ -70,8 +70,7 @@ class PlanBuilder:
     def legal_rows(self, view: RequestView) -> int:
         """Width of the widest legal interval now: 1 for decode, else the
         rows left to the target (prompt, or rebuild target, 0x0C)."""
-        remaining = view.target - view.num_computed
-        return remaining if remaining > 0 else 1
+        return frontier.legal_rows(view.num_prompt_tokens, view.num_emitted, view.num_computed)
 
     def blocks_needed(self, view: RequestView, num_rows: int) -> int:
         facts = self._facts
@@ -79,7 +78,7 @@ class PlanBuilder:
         return facts.blocks_for(c + num_rows) - facts.blocks_for(c)
 
     def fits_memory(self, view: RequestView, num_rows: int) -> bool:
-        return self.blocks_free is None or self.blocks_needed(view, num_rows) <= self.blocks_free
+        return self.num_blocks_free is None or self.blocks_needed(view, num_rows) <= self.num_blocks_free
 
     def add(self, view: RequestView, max_rows: int | None = None) -> int:
         """Schedule up to ``max_rows`` of ``view``'s legal interval; rows granted.
@@ -92,25 +91,18 @@ class PlanBuilder:
         if rid in self._work or rid in self._aborted or not view.is_ready or self.seqs_left == 0:
             return 0
         c = view.num_computed
-        e = view.num_emitted
-        remaining = view.num_prompt_tokens - c if e == 0 else view.num_prompt_tokens + e - 1 - c
-        if remaining == 0:  # decoding: the only legal interval is [c, c+1)
-            rows, kind = 1, _DECODE
-        else:
-            rows = remaining
-            kind = _PREFILL if e == 0 else _REBUILD
-        if max_rows is not None and max_rows < rows:
-            rows = max_rows
-        if rows > self.tokens_left:
-            rows = self.tokens_left
-        if rows <= 0:
+        limit = self.tokens_left
+        if max_rows is not None and max_rows < limit:
+            limit = max_rows
+        rows, kind = next_interval(view.num_prompt_tokens, view.num_emitted, c, limit)
+        if rows == 0:
             return 0
         blocks = 0
-        if self.blocks_free is not None:
+        if self.num_blocks_free is not None:
             blocks = self.blocks_needed(view, rows)
-            if blocks > self.blocks_free:
+            if blocks > self.num_blocks_free:
                 return 0
-            self.blocks_free -= blocks
+            self.num_blocks_free -= blocks
         end = c + rows
         item = _new_tuple(WorkItem, (rid, view.generation, view.snapshot_version, c, end, kind,
                                      range(c, end), self._key(view)))
@@ -124,8 +116,8 @@ class PlanBuilder:
         item, blocks = self._work.pop(view.request_id)
         self.tokens_left += item.end - item.start
         self.seqs_left += 1
-        if self.blocks_free is not None:
-            self.blocks_free += blocks
+        if self.num_blocks_free is not None:
+            self.num_blocks_free += blocks
 
     def intend(self, kind: IntentKind, view: RequestView, reason: str = "") -> None:
         self._intents.append(QueueIntent(kind, view.request_id, view.generation, reason))
@@ -158,7 +150,8 @@ class PlanBuilder:
         total = self._facts.num_blocks_total
         if total is None:
             return False
-        return self._facts.blocks_for(view.num_prompt_tokens + view.num_emitted) > total
+        rows = frontier.rows_through_next_emission(view.num_prompt_tokens, view.num_emitted)
+        return self._facts.blocks_for(rows) > total
 
     def _abort_what_never_fits(self) -> None:
         """Abort every live request whose next step can never fit the whole
@@ -182,8 +175,8 @@ class PlanBuilder:
         self._aborted.add(rid)
         if rid in self._work:
             self.unschedule(view)
-        if self.blocks_free is not None and view.lifecycle is Lifecycle.RUNNING:
-            self.blocks_free += self._facts.blocks_for(view.num_computed)
+        if self.num_blocks_free is not None and view.lifecycle is Lifecycle.RUNNING:
+            self.num_blocks_free += self._facts.blocks_for(view.num_computed)
         self.intend(IntentKind.ABORT, view, reason)
 
     def is_aborted(self, view: RequestView) -> bool:
@@ -201,24 +194,24 @@ class PlanBuilder:
         and its held blocks count as free for the rest of this plan."""
         if view.request_id in self._work:
             self.unschedule(view)
-        if self.blocks_free is not None:
-            self.blocks_free += self._facts.blocks_for(view.num_computed)
+        if self.num_blocks_free is not None:
+            self.num_blocks_free += self._facts.blocks_for(view.num_computed)
         self.intend(self._preempt_kind if kind is None else kind, view, reason)
 
     def resume(self, view: RequestView, max_rows: int | None = None, reason: str = "") -> int:
         """Resume a suspended (preserved) request: its rows come back onto
         device blocks, then its next interval is scheduled. Rows granted."""
         held = self._facts.blocks_for(view.num_computed)
-        if self.blocks_free is not None:
-            if held > self.blocks_free:
+        if self.num_blocks_free is not None:
+            if held > self.num_blocks_free:
                 return 0
-            self.blocks_free -= held
+            self.num_blocks_free -= held
         rows = self.add(view, max_rows)
         if rows:
             self.intend(IntentKind.RESUME, view, reason)
             self._num_joined += 1
-        elif self.blocks_free is not None:
-            self.blocks_free += held
+        elif self.num_blocks_free is not None:
+            self.num_blocks_free += held
         return rows
 
     def is_chosen(self, request_id: str) -> bool:

@@ -62,7 +62,7 @@ class LeastSlack(DeadlineOrderedPolicy):
             arrival_s=view.arrival * seconds,
             last_emission_s=None if last is None else last * seconds,
             num_outputs_emitted=view.num_emitted,
-            num_prompt_rows_remaining=view.remaining_rows if view.num_emitted == 0 else 0,
+            num_prompt_rows_remaining=view.remaining_rows if view.is_prefill else 0,
             slo=SloConfig(ttft_ms=slo.ttft_ms, tbt_ms=slo.tbt_ms),
             cost_model=clock.cost_model,
             max_prefill_rows_per_iteration=clock.max_prefill_rows,

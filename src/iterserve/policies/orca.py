@@ -102,7 +102,7 @@ class Orca(PolicyBase[OrcaConfig]):
                 if gone or (slots is not None and reserved > slots):
                     break
             legal = builder.legal_rows(view)
-            if view.num_emitted == 0 and legal > builder.tokens_left:
+            if view.is_prefill and legal > builder.tokens_left:
                 break  # whole-prompt prefill does not fit this iteration
             if not overbooked or initiation:
                 if builder.take(view) == 0:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable
 
+from iterserve.records.frontier import phase_rank
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import Lifecycle, RequestView
 
@@ -19,9 +20,7 @@ KeyField = Callable[[SchedulerState, RequestView], object]
 
 def _phase_rank(state: SchedulerState, view: RequestView) -> int:
     """Decode rows 0, rebuild 1, prefill 2: decode-first phase order."""
-    if view.num_emitted == 0:
-        return 2
-    return 1 if view.num_computed < view.target else 0
+    return phase_rank(view.num_prompt_tokens, view.num_emitted, view.num_computed)
 
 
 def _queue_rank(state: SchedulerState, view: RequestView) -> int:

@@ -54,5 +54,5 @@ class IterationResult:
     completed: tuple[CompletedInterval, ...]
     failures: tuple[WorkFailure, ...] = ()
     service: Mapping[str, int] = field(default_factory=dict)
-    duration: float = 1.0
+    duration: float = 1.0  # run clock units (records/__init__: Time)
     capacity: CapacityFacts | None = None

@@ -33,7 +33,7 @@ class RequestSpec:
     """
 
     request_id: str
-    arrival: float
+    arrival: float  # run clock (records/__init__: Time)
     num_prompt_tokens: int
     max_output_tokens: int
     client_id: str = "default"

@@ -70,7 +70,7 @@ class SchedulerState:
 
     decision_id: int
     state_version: int
-    now: float
+    now: float  # run clock (records/__init__: Time)
     waiting: tuple[str, ...]
     running: tuple[str, ...]
     suspended: tuple[str, ...]

@@ -72,10 +72,10 @@ def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult)
         _apply_intent(views, queues, intent, intent.request_id in failed)
     newly_finished: list[str] = []
     for item in result.completed:
-        view = _complete(views[item.request_id], item, now)
-        views[item.request_id] = view
-        if view.lifecycle is Lifecycle.FINISHED:
-            newly_finished.append(item.request_id)
+        rid = item.request_id
+        view = views[rid] = _complete(views[rid], item, now)
+        if view.lifecycle is _FINISHED:
+            newly_finished.append(rid)
     service = dict(state.service)
     for client, rows in result.service.items():
         service[client] = service.get(client, 0) + rows

@@ -11,7 +11,12 @@ from __future__ import annotations
 import enum
 from typing import NamedTuple
 
+from iterserve.records import frontier
+from iterserve.records.frontier import WorkKind
 from iterserve.records.spec import SloTargets
+
+__all__ = ["FinishReason", "IllegalTransition", "Lifecycle", "RequestView", "TRANSITIONS",
+           "WorkKind", "check_transition", "derive_kind"]
 
 
 class Lifecycle(enum.Enum):
@@ -83,16 +88,6 @@ def check_transition(before: Lifecycle, after: Lifecycle) -> Lifecycle:
     return after
 
 
-class WorkKind(enum.Enum):
-    """Derived annotation of a work interval (0x01A, 0x0C). Never forged."""
-
-    PREFILL_CHUNK = "PREFILL_CHUNK"
-    DECODE_ROW = "DECODE_ROW"
-    REBUILD = "REBUILD"
-
-    __hash__ = object.__hash__
-
-
 class FinishReason(enum.Enum):
     STOP = "stop"  # EOS, stop token or stop string; or hidden realized length in the simulator
     LENGTH = "length"  # max_output_tokens reached
@@ -122,7 +117,7 @@ class RequestView(NamedTuple):
     snapshot_version: int
     client_id: str
     priority: int
-    arrival: float
+    arrival: float  # run clock (records/__init__: Time)
     arrival_order: int
     num_prompt_tokens: int
     max_output_tokens: int
@@ -147,45 +142,38 @@ class RequestView(NamedTuple):
     def target(self) -> int:
         """Computed frontier the request must reach before its next decode row:
         the prompt while nothing is emitted, else p + e - 1 (0x01A, 0x0C)."""
-        if self.num_emitted == 0:
-            return self.num_prompt_tokens
-        return self.num_prompt_tokens + self.num_emitted - 1
+        return frontier.target(self.num_prompt_tokens, self.num_emitted)
 
     @property
     def logical_length(self) -> int:
         return self.num_prompt_tokens + self.num_emitted
 
     @property
+    def next_kind(self) -> WorkKind:
+        """The phase of the next interval, derived from the frontiers."""
+        return frontier.next_kind(self.num_prompt_tokens, self.num_emitted, self.num_computed)
+
+    @property
     def is_prefill(self) -> bool:
-        return self.num_emitted == 0
+        return self.next_kind is WorkKind.PREFILL_CHUNK
 
     @property
     def is_rebuilding(self) -> bool:
-        return self.num_emitted > 0 and self.num_computed < self.target
+        return self.next_kind is WorkKind.REBUILD
 
     @property
     def is_decoding(self) -> bool:
-        return self.num_emitted > 0 and self.num_computed == self.target
+        return self.next_kind is WorkKind.DECODE_ROW
 
     @property
     def remaining_rows(self) -> int:
         """Rows to compute before a decode row is next (0 when decoding)."""
-        return self.target - self.num_computed
+        return frontier.rows_to_target(self.num_prompt_tokens, self.num_emitted,
+                                       self.num_computed)
 
 
 def derive_kind(view: RequestView, start: int, end: int) -> WorkKind | None:
-    """The only legal annotation of ``[start, end)`` for ``view``, or None.
-
-    prefill:  e == 0, start == c, c < end <= p
-    rebuild:  e >= 1, start == c, c < end <= p + e - 1     (0x0C)
-    decode:   e >= 1, c == p + e - 1, [start, end) == [c, c + 1)
-    """
-    c = view.num_computed
-    if start != c or end <= start:
-        return None
-    target = view.target
-    if view.num_emitted == 0:
-        return WorkKind.PREFILL_CHUNK if end <= target else None
-    if c < target:
-        return WorkKind.REBUILD if end <= target else None
-    return WorkKind.DECODE_ROW if end == c + 1 else None
+    """The only legal annotation of ``[start, end)`` for ``view``, or None
+    (:func:`iterserve.records.frontier.interval_kind` on the view's frontiers)."""
+    return frontier.interval_kind(view.num_prompt_tokens, view.num_emitted, view.num_computed,
+                                  start, end)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from iterserve.engine.online import EngineClosed, RequestRefused
 from iterserve.engine.streams import AsyncOutputStream, StreamEvent
-from iterserve.model.params import SamplingParams
+from iterserve.records.sampling_params import SamplingParams
 from iterserve.records.spec import SloTargets
 from iterserve.runtime import Runtime
 from iterserve.server.errors import APIError

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from iterserve.cost import ClockedCost
 from iterserve.engine.kv_residency import KvResidency
-from iterserve.engine.simulated import SimulatedExecutor
 from iterserve.kv.config import BlockManagerConfig
 from iterserve.records.spec import WorkloadManifest
+from iterserve.sim.executor import SimulatedExecutor
 
 
 def make_simulated_executor(manifest: WorkloadManifest,

@@ -1,7 +1,7 @@
 """Seeded synthetic workload generators (no global RNG: STYLE habit 5).
 
 :func:`generate_document` turns a :class:`~iterserve.sim.workload_spec.GeneratorSpec`
-into a workload document in the workload-file schema (``sim/workload.py``).
+into a workload document in the workload-file schema (``records/workload.py``).
 Randomness comes from one ``numpy.random.SeedSequence(spec.seed)`` split into
 independent streams, one per purpose (arrivals, client choice, prompt lengths,
 realized output lengths, token ids): the realized output lengths, which go to
@@ -27,7 +27,7 @@ from iterserve.records.spec import (
     SloTargets,
     WorkloadManifest,
 )
-from iterserve.sim.workload import parse_workload
+from iterserve.records.workload import parse_workload
 from iterserve.sim.workload_spec import ClientSpec, GeneratorSpec, PrefixGroup
 
 _STREAMS = ("arrivals", "clients", "prompts", "outputs", "tokens")

@@ -27,7 +27,6 @@ from iterserve.engine.decision_log import DecisionLogWriter, GateRecord
 from iterserve.engine.events import EventRecorder
 from iterserve.engine.loop import Engine, bind_policy
 from iterserve.engine.observer import EngineObserver
-from iterserve.engine.simulated import SimulatedExecutor
 from iterserve.engine.trace import RunTrace
 from iterserve.metrics import (
     EventLog,
@@ -49,6 +48,7 @@ from iterserve.metrics.timeline import build_timelines
 from iterserve.plan import Policy
 from iterserve.policies.settings import settings_of
 from iterserve.records.spec import OnlineWorkload, SloTargets, WorkloadManifest
+from iterserve.sim.executor import SimulatedExecutor
 from iterserve.sim.factory import make_simulated_executor
 from iterserve.sim.ledger_trace import LedgerTrace
 

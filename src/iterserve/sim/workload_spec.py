@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from iterserve.records.spec import SloTargets
+from iterserve.records.workload import WorkloadError, parse_workload
 from iterserve.sim.distributions import (
     ArrivalProcess,
     EmpiricalLength,
@@ -27,7 +28,6 @@ from iterserve.sim.distributions import (
     PoissonArrivals,
     UniformLength,
 )
-from iterserve.sim.workload import WorkloadError, parse_workload
 
 # (path, format, column "prompt" | "output") -> lengths
 TraceLengthReader = Callable[[str, str, str], tuple[int, ...]]

@@ -34,13 +34,6 @@ from iterserve.engine.log_reader import (
     read_log,
 )
 from iterserve.engine.loop import Engine
-from iterserve.engine.replay_header import (
-    header_manifest,
-    rebuild_gate,
-    rebuild_policy,
-    rebuild_simulated_executor,
-)
-from iterserve.engine.simulated import SimulatedExecutor
 from iterserve.policies.registry import bind_fairness
 from iterserve.records.codec import (
     capacity_from_json,
@@ -55,6 +48,13 @@ from iterserve.records.errors import ContractViolation
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.state import CapacityFacts, SchedulerState
+from iterserve.sim.executor import SimulatedExecutor
+from iterserve.sim.replay_header import (
+    header_manifest,
+    rebuild_gate,
+    rebuild_policy,
+    rebuild_simulated_executor,
+)
 
 __all__ = ["MalformedLog", "ReplayDivergence", "ReplayReport", "read_log", "replay"]
 

@@ -12,26 +12,27 @@ never changes the plan's intervals; rebuild rows emit nothing (0x0C).
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from iterserve.engine.kv_residency import KvResidency
+from iterserve.engine.result_builder import ResultBuilder
 from iterserve.kv.config import BlockManagerConfig
 from iterserve.kv.results import SwapDirection
 from iterserve.model.kv_cache import PagedKVCache
 from iterserve.model.llama import PackedCausalLM
 from iterserve.model.packing import SegmentSpec, pack
-from iterserve.model.params import SamplingParams
 from iterserve.model.sampling import SampleRow, sample
 from iterserve.model.stopping import IncrementalDetokenizer, StopReason, token_stop_reason
 from iterserve.model.tokenizer import TextTokenizer
+from iterserve.records.frontier import emits
 from iterserve.records.plan import IterationPlan, WorkItem
-from iterserve.records.result import CompletedInterval, IterationResult, WorkFailure
+from iterserve.records.result import IterationResult
+from iterserve.records.sampling_params import SamplingParams
 from iterserve.records.state import CapacityFacts, SchedulerState
-from iterserve.records.view import FinishReason, RequestView, WorkKind
+from iterserve.records.view import FinishReason, RequestView
 
 _FINISH = {
     StopReason.EOS: FinishReason.STOP,
@@ -128,35 +129,24 @@ class TorchExecutor:
 
     def execute(self, plan: IterationPlan, state: SchedulerState) -> IterationResult:
         began = self._timer() if self._last_end is None else self._last_end
-        failures = [WorkFailure(rid, state.views[rid].generation, reason)
-                    for rid, reason in self.kv.apply_intents(plan)]
-        failed = {f.request_id for f in failures}
+        builder = ResultBuilder(plan, state, self.kv)
         segments: list[_Segment] = []
         backed: list[tuple[WorkItem, RequestView, bool]] = []
         for work in plan.work:
             view = state.views[work.request_id]
-            segment = None if work.request_id in failed else self._segment(work, view)
+            segment = None if builder.intent_failed(work.request_id) else self._segment(work, view)
             if segment is None:
-                failures.append(WorkFailure(work.request_id, work.generation, "kv_allocation"))
+                builder.fail(work)
                 continue
             if segment.token_ids:  # an interval wholly inside a prefix hit computes nothing
                 segments.append(segment)
             backed.append((work, view, segment.sample))
-        sampled = self._forward(segments, backed)
-        completed, service, finished = self._publish(backed, sampled)
-        self.kv.release(finished)
+        self._publish(builder, backed, self._forward(segments, backed))
+        builder.release_finished()
         self._last_end = ended = self._timer()
-        return IterationResult(
-            decision_id=plan.decision_id,
-            input_state_version=plan.input_state_version,
-            completed=tuple(completed),
-            failures=tuple(failures),
-            service=dict(service),
-            # wall time since the previous iteration ended: scheduling and
-            # validation are part of what a request waits for
-            duration=(ended - began) * self._time_scale,
-            capacity=self.kv.facts(),
-        )
+        # wall time since the previous iteration ended: scheduling and
+        # validation are part of what a request waits for
+        return builder.build((ended - began) * self._time_scale)
 
     def _segment(self, work: WorkItem, view: RequestView) -> _Segment | None:
         """The rows of ``work`` that must be computed; cached rows are skipped,
@@ -171,9 +161,7 @@ class TorchExecutor:
             return None
         first = min(max(work.start, ready), work.end)
         self.num_cached_rows_skipped += first - work.start
-        sample_here = work.kind is WorkKind.DECODE_ROW or (
-            work.kind is WorkKind.PREFILL_CHUNK and work.end == view.num_prompt_tokens
-        )
+        sample_here = emits(work.kind, view.num_prompt_tokens, work.end)
         return _Segment(tuple(stream.token_ids[first: work.end]), first,
                         self.kv.block_table(work.request_id), sample_here)
 
@@ -191,30 +179,18 @@ class TorchExecutor:
                 rows.append(SampleRow(stream.params, stream.seed, len(stream.output_token_ids)))
         return [(t.token_id, t.logprob) for t in sample(logits, rows)]
 
-    def _publish(
-        self, backed: list[tuple[WorkItem, RequestView, bool]], sampled: list[tuple[int, float]]
-    ) -> tuple[list[CompletedInterval], Counter[str], list[str]]:
-        completed = []
-        service: Counter[str] = Counter()
-        finished = []
+    def _publish(self, builder: ResultBuilder, backed: list[tuple[WorkItem, RequestView, bool]],
+                 sampled: list[tuple[int, float]]) -> None:
+        """Hand every backed interval to the builder, with its sampled token
+        and the stop that token triggers where the interval emits."""
         tokens = iter(sampled)
         for work, view, sample_here in backed:
-            self.kv.commit(work.request_id, work.end)
-            if work.kind is not WorkKind.REBUILD:
-                service[view.client_id] += work.end - work.start
             if not sample_here:
-                completed.append(CompletedInterval(work.request_id, work.generation,
-                                                   work.start, work.end, False))
+                builder.complete(work, view)
                 continue
             token_id, logprob = next(tokens)
-            reason = self._emit(self.streams[work.request_id], token_id, logprob)
-            if reason is None and view.num_emitted + 1 >= view.max_output_tokens:
-                reason = FinishReason.LENGTH
-            if reason is not None:
-                finished.append(work.request_id)
-            completed.append(CompletedInterval(work.request_id, work.generation, work.start,
-                                               work.end, True, token_id, reason))
-        return completed, service, finished
+            builder.complete(work, view, token_id,
+                             self._emit(self.streams[work.request_id], token_id, logprob))
 
     def _emit(self, stream: RequestStream, token_id: int, logprob: float) -> FinishReason | None:
         stream.token_ids.append(token_id)

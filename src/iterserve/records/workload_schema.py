@@ -4,7 +4,7 @@ the documented size limits of :mod:`iterserve.records.limits`.
 :func:`validate_workload` returns the validated document or raises
 :class:`SchemaError` whose message names the first bad field as a path,
 ``requests[3].client_id: must be a non-empty string``. Cross-field checks
-(duplicate ids, hidden truth naming a request) stay in ``sim/workload.py``.
+(duplicate ids, hidden truth naming a request) stay in ``records/workload.py``.
 """
 
 from __future__ import annotations

@@ -7,20 +7,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from iterserve.admission.gate import ArrivalGate
 from iterserve.admission.overload import OverloadConfigError, engine_gate, make_gate
 from iterserve.cost import ClockedCost, CostModelError, parse_cost_model
 from iterserve.engine.decision_log import hidden_truth_digest
 from iterserve.engine.log_reader import LogLine, MalformedLog, ReplayDivergence
-from iterserve.engine.loop import ArrivalGate
-from iterserve.engine.simulated import SimulatedExecutor
 from iterserve.plan import Policy
 from iterserve.policies.deadline import bind_cost_model
 from iterserve.policies.registry import UnknownPolicy, make_policy, settings_for
 from iterserve.policies.settings import PolicyConfigError
 from iterserve.records.codec import capacity_to_json, dumps
 from iterserve.records.spec import HiddenTruth, OnlineWorkload, WorkloadManifest
+from iterserve.records.workload import WorkloadError, load_workload, parse_workload
+from iterserve.sim.executor import SimulatedExecutor
 from iterserve.sim.factory import make_simulated_executor
-from iterserve.sim.workload import WorkloadError, load_workload, parse_workload
 
 
 def rebuild_policy(header: LogLine, workload: OnlineWorkload) -> Policy:

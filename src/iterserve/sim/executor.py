@@ -10,16 +10,16 @@ allocation can fail as a fact, exactly as on the real executor.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from iterserve.cost import ClockedCost
 from iterserve.engine.kv_residency import KvResidency
+from iterserve.engine.result_builder import ResultBuilder
 from iterserve.records.plan import IterationPlan, WorkItem
-from iterserve.records.result import CompletedInterval, IterationResult, WorkFailure
+from iterserve.records.result import IterationResult
 from iterserve.records.spec import HiddenTruth, OnlineWorkload
 from iterserve.records.state import CapacityFacts, SchedulerState
-from iterserve.records.view import FinishReason, RequestView, WorkKind
+from iterserve.records.view import FinishReason, RequestView
 
 
 class SimulatedExecutor:
@@ -57,51 +57,34 @@ class SimulatedExecutor:
         return hits
 
     def execute(self, plan: IterationPlan, state: SchedulerState) -> IterationResult:
-        failures: list[WorkFailure] = []
-        failed_ids: set[str] = set()
-        if self.kv is not None:
-            for rid, reason in self.kv.apply_intents(plan):
-                failed_ids.add(rid)
-                failures.append(WorkFailure(rid, state.views[rid].generation, reason))
-        completed = []
-        finished: list[str] = []
-        service: Counter[str] = Counter()
+        builder = ResultBuilder(plan, state, self.kv, length_first=True)
         views = state.views
         for work in plan.work:
             view = views[work.request_id]
             if self._faults and (work.request_id, plan.decision_id) in self._faults:
-                failures.append(WorkFailure(work.request_id, work.generation, "injected_fault"))
+                builder.fail(work, "injected_fault")
                 continue
-            if work.request_id in failed_ids or not self._back(work, view):
-                failures.append(WorkFailure(work.request_id, work.generation, "kv_allocation"))
+            if builder.intent_failed(work.request_id) or not self._back(work, view):
+                builder.fail(work)
                 continue
-            item = self._complete(work, view)
-            completed.append(item)
-            if work.kind is not WorkKind.REBUILD:
-                service[view.client_id] += work.end - work.start
-            if item.finish_reason is not None:
-                finished.append(work.request_id)
-        if self.kv is not None:
-            self.kv.release(finished)
-        return IterationResult(
-            decision_id=plan.decision_id,
-            input_state_version=plan.input_state_version,
-            completed=tuple(completed),
-            failures=tuple(failures),
-            service=dict(service),
-            duration=self._cost.iteration_duration(plan, state) if plan.work else 0.0,
-            capacity=None if self.kv is None else self.kv.facts(),
-        )
+            num_emitted = view.num_emitted + 1  # output k has the synthetic id k
+            builder.complete(work, view, num_emitted, self._hidden_stop(work, num_emitted))
+        builder.release_finished()
+        return builder.build(self._cost.iteration_duration(plan, state) if plan.work else 0.0)
 
     def _back(self, work: WorkItem, view: RequestView) -> bool:
+        """Back ``work``'s rows with blocks (the builder commits them)."""
         if self.kv is None:
             return True
         tokens = self._tokens(view, 0 if self.kv.key(work.request_id) is None else work.start,
                               work.end)
-        if self.kv.prepare(work.request_id, work.generation, work.start, work.end, tokens) is None:
-            return False
-        self.kv.commit(work.request_id, work.end)
-        return True
+        return self.kv.prepare(work.request_id, work.generation, work.start, work.end,
+                               tokens) is not None
+
+    def _hidden_stop(self, work: WorkItem, num_emitted: int) -> FinishReason | None:
+        """STOP once the hidden realized output length is reached."""
+        realized = self._realized.get(work.request_id)
+        return FinishReason.STOP if realized is not None and num_emitted >= realized else None
 
     def _tokens(self, view: RequestView, start: int, end: int) -> Sequence[int] | None:
         """Token ids at positions [start, end): the prompt's, then synthetic
@@ -111,22 +94,6 @@ class SimulatedExecutor:
             return None
         p = len(prompt)
         return [prompt[i] if i < p else i - p + 1 for i in range(start, end)]
-
-    def _complete(self, work: WorkItem, view: RequestView) -> CompletedInterval:
-        kind = work.kind
-        if kind is WorkKind.REBUILD or (
-            kind is WorkKind.PREFILL_CHUNK and work.end != view.num_prompt_tokens
-        ):
-            return CompletedInterval(work.request_id, work.generation, work.start, work.end, False)
-        num_emitted = view.num_emitted + 1
-        realized = self._realized.get(work.request_id)
-        reason = None
-        if num_emitted >= view.max_output_tokens:
-            reason = FinishReason.LENGTH
-        elif realized is not None and num_emitted >= realized:
-            reason = FinishReason.STOP
-        return CompletedInterval(work.request_id, work.generation, work.start, work.end, True,
-                                 num_emitted, reason)
 
     def release(self, request_ids: Iterable[str]) -> None:
         if self.kv is not None:

@@ -1,6 +1,6 @@
 """Workload files (JSON): strict loading with one-line errors naming the field.
 
-The schema is checked once, by ``sim/workload_schema.py`` (types, ranges,
+The schema is checked once, by ``records/workload_schema.py`` (types, ranges,
 the size limits of ``records/limits.py``); this module reads the file and
 builds the records. Shape (documented in the README):
 
@@ -34,7 +34,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from iterserve.kv.abi import kv_row_abi_from_hf_config
+from iterserve.records.kv_abi import kv_row_abi_from_hf_config
 from iterserve.records.limits import MAX_BYTES_PER_ROW
 from iterserve.records.spec import (
     Capacity,
@@ -46,7 +46,7 @@ from iterserve.records.spec import (
     SloTargets,
     WorkloadManifest,
 )
-from iterserve.sim.workload_schema import (
+from iterserve.records.workload_schema import (
     CapacityDoc,
     FairnessDoc,
     HiddenDoc,
@@ -99,7 +99,7 @@ def read_json_document(path: Path, error: type[ValueError]) -> Any:
 
 
 def parse_workload(raw: Any) -> WorkloadManifest:
-    """Validate ``raw`` against the one schema (``sim/workload_schema.py``),
+    """Validate ``raw`` against the one schema (``records/workload_schema.py``),
     then the cross-field rules; raises :class:`WorkloadError` naming the field."""
     try:
         doc = validate_workload(raw)

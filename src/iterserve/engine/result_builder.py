@@ -1,0 +1,105 @@
+"""ResultBuilder: the one assembly of an :class:`IterationResult` (0x01A).
+
+Both executors answer a plan the same way: apply the plan's memory intents
+(failures are facts), back each interval or record its failure, commit the
+rows of each completed interval, emit where the frontier rule says an
+interval emits, stop at the length limit, debit service without rebuild rows
+(0x0C), and release the requests that finished. Only what differs stays in
+each executor: where tokens and stop reasons come from (hidden truth or
+sampling) and how long the iteration took (cost model or wall clock).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from iterserve.engine.kv_residency import KvResidency
+from iterserve.records.frontier import earns_service, emits, is_length_stop
+from iterserve.records.plan import IterationPlan, WorkItem
+from iterserve.records.result import CompletedInterval, IterationResult, WorkFailure
+from iterserve.records.state import SchedulerState
+from iterserve.records.view import FinishReason, RequestView
+
+_LENGTH = FinishReason.LENGTH
+
+
+class ResultBuilder:
+    """Collects one iteration's facts, in plan order, then builds the result.
+
+    ``length_first``: when the executor's own stop and the length limit fall
+    on the same emission, report LENGTH (the simulator, whose hidden truth
+    is a length) rather than the executor's reason (a sampled stop token
+    wins on the real model, as in vLLM's ``check_stop``).
+    """
+
+    __slots__ = ("_plan", "_views", "_kv", "_length_first", "completed", "failures",
+                 "_failed_ids", "_service", "finished")
+
+    def __init__(self, plan: IterationPlan, state: SchedulerState, kv: KvResidency | None,
+                 *, length_first: bool = False) -> None:
+        """Applies the plan's memory intents through ``kv`` (if any) first."""
+        self._plan = plan
+        self._views = state.views
+        self._kv = kv
+        self._length_first = length_first
+        self.completed: list[CompletedInterval] = []
+        self.failures: list[WorkFailure] = []
+        self._failed_ids: set[str] = set()
+        self._service: Counter[str] = Counter()
+        self.finished: list[str] = []
+        if kv is not None:
+            for rid, reason in kv.apply_intents(plan):
+                self._failed_ids.add(rid)
+                self.failures.append(WorkFailure(rid, self._views[rid].generation, reason))
+
+    def intent_failed(self, request_id: str) -> bool:
+        """Whether the plan's memory intent for ``request_id`` failed."""
+        return request_id in self._failed_ids
+
+    def fail(self, work: WorkItem, reason: str = "kv_allocation") -> None:
+        """``work`` did not run: it advances nothing and earns no service."""
+        self.failures.append(WorkFailure(work.request_id, work.generation, reason))
+
+    def complete(self, work: WorkItem, view: RequestView, token_id: int | None = None,
+                 stop: FinishReason | None = None) -> FinishReason | None:
+        """Publish ``work`` as completed; returns its finish reason.
+
+        ``token_id`` and ``stop`` (the executor's own stop observation) are
+        used only when the interval emits (decode, or prefill reaching p).
+        """
+        rid, end = work.request_id, work.end
+        if self._kv is not None:
+            self._kv.commit(rid, end)
+        if earns_service(work.kind):
+            self._service[view.client_id] += end - work.start
+        if not emits(work.kind, view.num_prompt_tokens, end):
+            self.completed.append(CompletedInterval(rid, work.generation, work.start, end, False))
+            return None
+        reason = stop
+        if (reason is None or self._length_first) and is_length_stop(
+            view.num_emitted + 1, view.max_output_tokens
+        ):
+            reason = _LENGTH
+        if reason is not None:
+            self.finished.append(rid)
+        self.completed.append(CompletedInterval(rid, work.generation, work.start, end, True,
+                                                token_id, reason))
+        return reason
+
+    def release_finished(self) -> None:
+        """Free the blocks of every request that finished in this iteration."""
+        if self._kv is not None:
+            self._kv.release(self.finished)
+
+    def build(self, duration: float) -> IterationResult:
+        """The result; capacity facts come from the memory owner, if any."""
+        plan = self._plan
+        return IterationResult(
+            decision_id=plan.decision_id,
+            input_state_version=plan.input_state_version,
+            completed=tuple(self.completed),
+            failures=tuple(self.failures),
+            service=dict(self._service),
+            duration=duration,
+            capacity=None if self._kv is None else self._kv.facts(),
+        )
