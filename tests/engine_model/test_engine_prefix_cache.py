@@ -109,7 +109,7 @@ def test_a_waiting_requests_hit_is_planned_and_outputs_match_a_cold_run(
                 if (doc := json.loads(line))["type"] == "iteration"
                 for w in doc["plan"]["work"] if w["kind"] == "PREFILL_CHUNK"]
     assert prefills == [(0, 16), (12, 17)]
-    assert '"prefix_hits":{' in log.getvalue()
+    assert '"claimed_prefix_rows":{' in log.getvalue()
     assert llm.executor.kv.stats().num_planned_hit_rows == 12
     cold_llm = LLM(tiny_dir, block_size=BLOCK_SIZE, enable_prefix_caching=False)
     cold = [cold_llm.generate([prompt], GREEDY)[0] for prompt in (first, second)]

@@ -28,7 +28,7 @@ def _manifest(with_token_ids: bool) -> WorkloadManifest:
         RequestSpec(f"r{i}", float(i * 3), 36, 30 if i == 0 else 4,
                     prompt_token_ids=SHARED + (i, i, i, i) if with_token_ids else None)
         for i in range(4))
-    kv = KvSpec(num_blocks=64, block_size=4, bytes_per_row=8)
+    kv = KvSpec(num_blocks=64, block_size=4, bytes_per_row=8, plan_prefix_hits=True)
     online = OnlineWorkload("shared", "iteration", Capacity(64, 8), requests, kv=kv)
     return WorkloadManifest(online, HiddenTruth({r.request_id: r.max_output_tokens
                                                  for r in requests}))
@@ -83,10 +83,10 @@ def test_published_hits_replay_from_the_log(tmp_path, capsys) -> None:
     path = tmp_path / "decisions.jsonl"
     with path.open("w") as log:
         _run(with_token_ids=True, log=log)
-    assert '"prefix_hits":{"r1":32}' in path.read_text()
+    assert '"claimed_prefix_rows":{"r1":32}' in path.read_text()
     assert main(["replay", str(path)]) == 0, capsys.readouterr().err
     lines = path.read_text().splitlines()
-    edited = [line.replace('"prefix_hits":{"r1":32}', '"prefix_hits":{"r1":28}', 1)
+    edited = [line.replace('"claimed_prefix_rows":{"r1":32}', '"claimed_prefix_rows":{"r1":28}', 1)
               for line in lines]
     assert edited != lines
     (tmp_path / "edited.jsonl").write_text("\n".join(edited) + "\n")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import tempfile
@@ -18,6 +19,14 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from iterserve.admission.overload import OverloadGate, make_gate
+from iterserve.cli.fairness_flags import (
+    FairnessFlagError,
+    add_fairness_flags,
+    add_fairness_horizon_flag,
+    bound_of,
+    fairness_from_flags,
+    horizon_seconds,
+)
 from iterserve.cli.flag_types import (
     POSITIVE_INT,
     finite_float,
@@ -36,7 +45,7 @@ from iterserve.lab.run_record import report_results, run_coordinates
 from iterserve.metrics import ObservationWindow, SloConfig
 from iterserve.metrics.capacity import token_budget_utilisation
 from iterserve.plan.feasibility import check_run
-from iterserve.policies.registry import policy_for
+from iterserve.policies.registry import bind_fairness, policy_for
 from iterserve.policies.settings import add_policy_setting_flag, settings_of
 from iterserve.records.limits import MAX_BYTES_PER_ROW
 from iterserve.records.spec import WorkloadManifest
@@ -45,6 +54,7 @@ from iterserve.sim.admission_report import admission_report
 from iterserve.sim.factory import make_simulated_executor
 from iterserve.sim.kv_report import kv_report
 from iterserve.sim.report import (
+    MetricOutputs,
     RunConfig,
     SimulationRun,
     resolve_slo,
@@ -74,6 +84,7 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
                         help="TTFT limit (default: the workload's per-request slo)")
     parser.add_argument("--slo-tbt-ms", type=finite_float(), default=None,
                         help="TBT limit (default: the workload's per-request slo)")
+    add_fairness_flags(parser)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -92,6 +103,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument("--bytes-per-row", type=int_at_least(1, MAX_BYTES_PER_ROW), default=None,
                         help="logical KV bytes per row for the 0x09 exposure proxy")
+    add_fairness_horizon_flag(parser)
     parser.set_defaults(run=run)
 
 
@@ -105,11 +117,16 @@ class RunFlags:
     max_live: int | None = None
     slo_ttft_ms: float | None = None
     slo_tbt_ms: float | None = None
+    prompt_weight: float | None = None
+    output_weight: float | None = None
+    client_weights: tuple[str, ...] = ()
+    starvation_horizon: float | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunFlags:
         return cls(args.workload, args.cost_model, args.overload, args.max_live,
-                   args.slo_ttft_ms, args.slo_tbt_ms)
+                   args.slo_ttft_ms, args.slo_tbt_ms, args.prompt_weight, args.output_weight,
+                   tuple(args.client_weight or ()), args.starvation_horizon)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +151,14 @@ def setup_from_flags(flags: RunFlags) -> RunSetup:
     except ValueError as exc:
         raise FlagError(str(exc)) from None
     if slo is not None:
-        manifest = WorkloadManifest(with_default_slo(online, slo), manifest.hidden)
+        online = with_default_slo(online, slo)
+    try:
+        fairness = fairness_from_flags(flags.prompt_weight, flags.output_weight,
+                                       flags.client_weights, flags.starvation_horizon,
+                                       online.fairness)
+    except FairnessFlagError as exc:
+        raise FlagError(str(exc)) from None
+    manifest = WorkloadManifest(dataclasses.replace(online, fairness=fairness), manifest.hidden)
     return RunSetup(manifest, slo, model, gate_from_flags(flags, model, online.clock))
 
 
@@ -167,8 +191,8 @@ def run(args: argparse.Namespace) -> int:
     setup = setup_from_flags(RunFlags.from_args(args))
     window = window_from_flags(args)
     online = setup.manifest.online
-    policy = policy_for(args.policy, online, dict(args.policy_setting),
-                        cost_model=setup.cost_model)
+    policy = bind_fairness(policy_for(args.policy, online, dict(args.policy_setting),
+                                      cost_model=setup.cost_model), online.fairness)
     config = RunConfig(policy, setup.cost_model, setup.gate, args.max_iterations)
     # refused before anything is written (the engine checks again when made)
     check_run(policy, online, make_simulated_executor(setup.manifest).capacity())
@@ -181,13 +205,17 @@ def run(args: argparse.Namespace) -> int:
         result = run_simulation(setup.manifest, config, stream, [progress])
         report = _report(args, setup, policy.policy_id, result)
         args.out.mkdir(parents=True, exist_ok=True)
-        outputs = write_metric_outputs(args.out, result, online, setup.slo, window,
-                                       f"{policy.policy_id} + {setup.gate.gate_id}",
-                                       plots=not args.no_plots)
+        outputs = write_metric_outputs(
+            args.out, result, online, setup.slo, window,
+            f"{policy.policy_id} + {setup.gate.gate_id}", plots=not args.no_plots,
+            horizon_s=horizon_seconds(args.fairness_horizon, online, setup.cost_model),
+            bound_of=bound_of(policy, online, result, report["kv"]))
         if outputs.summary is not None:
             report["summary"] = outputs.summary.to_dict()
         if outputs.report is not None:
             report["metrics"] = outputs.report.to_dict()
+        if outputs.fairness is not None:
+            report["fairness"] = _fairness_section(outputs, result)
         _add_coordinates(report, args.workload, setup, f"{policy.policy_id} + "
                          f"{setup.gate.gate_id}", settings_of(policy))
         (args.out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
@@ -210,6 +238,19 @@ def _report(args: argparse.Namespace, setup: RunSetup, policy_id: str,
     report["token_budget_utilisation"] = token_budget_utilisation(
         result.recorder.iterations, online.capacity.token_budget).to_dict()
     return report
+
+
+def _fairness_section(outputs: MetricOutputs, result: SimulationRun) -> dict[str, Any]:
+    """report.json ``fairness`` (0x09A, docs/metrics.md section 8)."""
+    assert outputs.fairness is not None
+    section = outputs.fairness.to_dict()
+    if outputs.bound is not None:
+        section["bound"] = outputs.bound
+    if result.ledger_trace.num_decisions:
+        section["ledger_trace"] = result.ledger_trace.to_dict()
+    if outputs.guard is not None:
+        section["starvation_guard"] = outputs.guard
+    return section
 
 
 def _add_coordinates(report: dict[str, Any], workload: Path, setup: RunSetup, label: str,

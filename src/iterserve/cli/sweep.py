@@ -52,7 +52,7 @@ from iterserve.cli.simulate import FlagError, RunFlags, RunSetup, add_run_flags,
 from iterserve.cost import seconds_per_clock_unit
 from iterserve.metrics import evaluate
 from iterserve.metrics.plots import plot_sweep
-from iterserve.policies.registry import policy_for
+from iterserve.policies.registry import bind_fairness, policy_for
 from iterserve.policies.settings import add_policy_setting_flag
 from iterserve.records.spec import WorkloadManifest
 from iterserve.sim.report import RunConfig, default_window, run_simulation
@@ -129,8 +129,9 @@ def run_trial(job: TrialJob) -> TrialResult:
     assert setup.slo is not None, "checked before the sweep starts"
     seconds = seconds_per_clock_unit(setup.manifest.online.clock, setup.cost_model)
     manifest = poisson_arrivals(setup.manifest, job.rate_per_s, job.trial_seed, seconds)
-    policy = policy_for(job.policy, manifest.online, dict(job.settings), strict=False,
-                        cost_model=setup.cost_model)
+    policy = bind_fairness(policy_for(job.policy, manifest.online, dict(job.settings),
+                                      strict=False, cost_model=setup.cost_model),
+                           manifest.online.fairness)
     result = run_simulation(manifest, RunConfig(policy, setup.cost_model, setup.gate))
     log = result.recorder.log()
     report = evaluate(log, setup.slo, default_window(log), label=job.policy)

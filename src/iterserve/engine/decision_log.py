@@ -49,7 +49,7 @@ from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import HiddenTruth, OnlineWorkload, RequestSpec
 from iterserve.records.state import CapacityFacts, SchedulerState
-from iterserve.records.transition import planned_prefix_hits
+from iterserve.records.transition import claimed_prefix_rows
 from iterserve.records.workload import online_to_json
 
 LOG_FORMAT = 3
@@ -72,7 +72,12 @@ def hidden_truth_digest(hidden: HiddenTruth) -> str:
     """sha256 of the canonical realized-output-length map (0x06): binds a
     log to its hidden truth without revealing it."""
     lengths = dict(sorted(hidden.realized_output_tokens.items()))
-    return hashlib.sha256(dumps(lengths).encode()).hexdigest()
+    if not hidden.injected_failures:
+        return hashlib.sha256(dumps(lengths).encode()).hexdigest()
+    # injected execution failures are hidden truth too; logs without any keep their digest
+    faults = sorted([rid, decision] for rid, decision in hidden.injected_failures)
+    return hashlib.sha256(dumps({"injected_failures": faults,
+                                 "realized_output_tokens": lengths}).encode()).hexdigest()
 
 
 def chain_digest(previous: str, canonical_text: str) -> str:
@@ -113,9 +118,11 @@ def iteration_line(
         "plan": plan_to_json(plan),
         "result": result_to_json(result, plan, state),
     }
-    hits = planned_prefix_hits(state)
+    hits = claimed_prefix_rows(state)
     if hits:  # absent for runs without prompt token ids: their logs read as before
-        line["prefix_hits"] = hits
+        line["claimed_prefix_rows"] = hits
+    if state.prefix_hits:  # the memory owner's facts this plan read (replay publishes them)
+        line["prefix_hits"] = dict(sorted(state.prefix_hits.items()))
     return line
 
 

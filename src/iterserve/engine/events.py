@@ -173,6 +173,8 @@ class EventRecorder(EngineObserver):
         rid = intent.request_id
         kind = intent.kind
         event: Event
+        if kind is IntentKind.GUARD:
+            return  # no lifecycle change: the forced interval's facts follow
         if kind is IntentKind.ADMIT or kind is IntentKind.RESUME:
             if after.lifecycle is Lifecycle.SUSPENDED_PRESERVED:
                 return  # the resume failed: still suspended

@@ -250,7 +250,7 @@ class KvResidency:
             self._planned_hit_rows += num_rows
         return num_rows
 
-    def prefix_hits(self, state: SchedulerState,
+    def claim_prefix_hits(self, state: SchedulerState,
                     prompt_of: Callable[[str], Sequence[int] | None]) -> dict[str, int]:
         """Claimed hits of the waiting requests that have computed nothing
         yet and whose prompt tokens ``prompt_of`` knows (0x0E). Only the

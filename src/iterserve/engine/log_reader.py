@@ -230,7 +230,7 @@ def _check_body_line(line: LogLine, chained: bool) -> None:
                            f"(expected one of {sorted(_BODY_KEYS)})")
     where = f"line {line.number} ({kind})"
     required = _BODY_KEYS[kind] | ({CHAIN_KEY} if chained else set())
-    optional = {"cancel": {"rejected", "capacity"}, "iteration": {"rejected", "prefix_hits"}}
+    optional = {"cancel": {"rejected", "capacity"}, "iteration": {"rejected", "prefix_hits", "claimed_prefix_rows"}}
     _exact_keys(obj, required, optional.get(kind, {"rejected"}), where)
     _require(obj, "decision_id", "int>=0", where)
     _require(obj, "state_version", "int>=0", where)
@@ -243,15 +243,27 @@ def _check_body_line(line: LogLine, chained: bool) -> None:
         _check_policy(_require(obj, "policy", "object", where), f"{where}: policy")
         _require(obj, "plan", "object", where)
         _check_result(_require(obj, "result", "object", where), f"{where}: result")
-        hits = _require(obj, "prefix_hits", "object", where) if "prefix_hits" in obj else {}
+        claimed = "claimed_prefix_rows"
+        hits = _require(obj, claimed, "object", where) if claimed in obj else {}
         for rid in hits:
-            _require(hits, rid, "int>=0", f"{where}: prefix_hits")
+            _require(hits, rid, "int>=0", f"{where}: claimed_prefix_rows")
+        if "prefix_hits" in obj:
+            _check_prefix_hits(obj["prefix_hits"], f"{where}: prefix_hits")
     elif kind == "cancel":
         _require(obj, "request_id", "str", where)
         if "capacity" in obj:
             _check_capacity(_require(obj, "capacity", "object", where), f"{where}: capacity")
     else:
         _require(obj, "is_done", "bool", where)
+
+
+def _check_prefix_hits(value: Any, where: str) -> None:
+    """The memory owner's prefix-hit facts a decision read: {request_id: rows >= 1}."""
+    ok = isinstance(value, dict) and all(
+        isinstance(rows, int) and not isinstance(rows, bool) and rows >= 1
+        for rows in value.values())
+    if not ok:
+        raise MalformedLog(f"{where}: must be an object of request_id: cached rows >= 1")
 
 
 def _check_rejected(value: Any, where: str) -> None:

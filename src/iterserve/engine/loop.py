@@ -17,16 +17,18 @@ from iterserve.engine.executor import Executor, PrefixHitSource
 from iterserve.engine.observer import EngineObserver
 from iterserve.plan import Policy
 from iterserve.plan.feasibility import check_run
+from iterserve.records.ledger import ClientLedger
 from iterserve.records.spec import OnlineWorkload, PolicyIdentity, RequestSpec
 from iterserve.records.state import CapacityFacts, RunRules, SchedulerState
 from iterserve.records.transition import (
     advance,
     cancel,
-    planned_prefix_hits,
+    claimed_prefix_rows,
     with_arrivals,
+    with_claimed_prefix_rows,
     with_prefix_hits,
     with_readiness,
-    without_prefix_hits,
+    without_claimed_prefix_rows,
 )
 from iterserve.records.validate import validate_plan, validate_result, validate_state
 from iterserve.records.view import Lifecycle
@@ -42,13 +44,20 @@ class RunSummary:
     final_state: SchedulerState
 
 
-def initial_state(workload: OnlineWorkload, capacity: CapacityFacts | None = None) -> SchedulerState:
+def initial_state(workload: OnlineWorkload, capacity: CapacityFacts | None = None,
+                  ledger: ClientLedger | None = None) -> SchedulerState:
     cap = workload.capacity
     return SchedulerState(
         decision_id=0, state_version=0, now=0.0, waiting=(), running=(), suspended=(),
         finished=(), views={}, token_budget=cap.token_budget, sequence_budget=cap.sequence_budget,
-        capacity=capacity or CapacityFacts(), rules=RunRules.of(workload),
+        capacity=capacity or CapacityFacts(), rules=RunRules.of(workload), ledger=ledger,
     )
+
+
+def policy_ledger(policy: Policy) -> ClientLedger | None:
+    """A fresh client ledger when the policy declares service weights (0x09A)."""
+    weights = getattr(policy, "ledger_weights", None)
+    return None if weights is None else ClientLedger(weights)
 
 
 def bind_policy(workload: OnlineWorkload, policy: Policy) -> OnlineWorkload:
@@ -90,8 +99,11 @@ class Engine:
             (workload.requests[i], rank) for rank, i in enumerate(order)
         ]
         self._next_arrival = 0
-        self.state = initial_state(self.workload, executor.capacity())
+        self.state = initial_state(self.workload, executor.capacity(), policy_ledger(policy))
         check_run(policy, self.workload, self.state.capacity)  # InfeasibleRun, before decision 0
+        # prefix-hit facts are published only for a policy that reads them
+        self._prefix_hits = (getattr(executor, "prefix_hits", None)
+                             if getattr(policy, "uses_prefix_hits", False) else None)
         self.rejected: dict[str, str] = {}
         self.num_iterations = 0
 
@@ -182,26 +194,28 @@ class Engine:
         """Make ``request_id`` wait for READY facts of these kinds (0x0C)."""
         self.readiness.require(request_id, requirements)
 
-    def _publish_prefix_hits(self) -> None:
+    def _publish_claimed_prefix_rows(self) -> None:
         """The allocator's verified prefix hits become state facts before the
         policy runs, so plans start past them (0x0E)."""
         if self._hit_source is None or not self.state.waiting:
             return
-        held = planned_prefix_hits(self.state)
+        held = claimed_prefix_rows(self.state)
         if held:  # last decision's claims end: nobody waits on blocks a waiter holds
             self.executor.release(held)
-            self.state = without_prefix_hits(self.state, held)
-        hits = self._hit_source.prefix_hits(self.state)
+            self.state = without_claimed_prefix_rows(self.state, held)
+        hits = self._hit_source.claim_prefix_hits(self.state)
         if hits:
-            self.state = with_prefix_hits(self.state, hits)
+            self.state = with_claimed_prefix_rows(self.state, hits)
 
     def step(self) -> bool:
         """Run one iteration (or cross one idle gap). False once the run is done."""
         self._publish_arrivals()
         self.state = with_readiness(self.state, self.readiness.readiness(self.state))
-        self._publish_prefix_hits()
+        self._publish_claimed_prefix_rows()
         if not self.state.has_live:
             return self._jump_to_next_arrival()
+        if self._prefix_hits is not None:
+            self.state = with_prefix_hits(self.state, self._prefix_hits(self.state))
         state = self.state
         plan = self.policy.choose(state)
         if self.validate:

@@ -121,9 +121,9 @@ class TorchExecutor:
             tuple(prompt_token_ids), params, seed, detok, list(prompt_token_ids)
         )
 
-    def prefix_hits(self, state: SchedulerState) -> dict[str, int]:
+    def claim_prefix_hits(self, state: SchedulerState) -> dict[str, int]:
         """Verified prefix hits of waiting requests, held for them (0x0E)."""
-        return self.kv.prefix_hits(state, self._prompt_of)
+        return self.kv.claim_prefix_hits(state, self._prompt_of)
 
     def _prompt_of(self, request_id: str) -> tuple[int, ...] | None:
         stream = self.streams.get(request_id)

@@ -128,7 +128,7 @@ class PlanBuilder:
     def intend(self, kind: IntentKind, view: RequestView, reason: str = "") -> None:
         self._intents.append(QueueIntent(kind, view.request_id, view.generation, reason))
 
-    def admit(self, view: RequestView, max_rows: int | None = None) -> int:
+    def admit(self, view: RequestView, max_rows: int | None = None, reason: str = "") -> int:
         """Admit a waiting request and schedule its first interval, if the
         run's admission screen (0x06) reserves room for it."""
         if self._can_never_fit(view):
@@ -139,7 +139,7 @@ class PlanBuilder:
             return 0
         rows = self.add(view, max_rows)
         if rows:
-            self.intend(IntentKind.ADMIT, view)
+            self.intend(IntentKind.ADMIT, view, reason)
             self._num_joined += 1
             if screen is not None:
                 screen.reserve(view)
@@ -204,7 +204,7 @@ class PlanBuilder:
             self.num_blocks_free += self._facts.blocks_for(view.num_computed)
         self.intend(self._preempt_kind if kind is None else kind, view, reason)
 
-    def resume(self, view: RequestView, max_rows: int | None = None) -> int:
+    def resume(self, view: RequestView, max_rows: int | None = None, reason: str = "") -> int:
         """Resume a suspended (preserved) request: its rows come back onto
         device blocks, then its next interval is scheduled. Rows granted."""
         if view.lifecycle is Lifecycle.PREEMPT_PENDING:  # preservation still in flight
@@ -216,7 +216,7 @@ class PlanBuilder:
             self.num_blocks_free -= held
         rows = self.add(view, max_rows)
         if rows:
-            self.intend(IntentKind.RESUME, view)
+            self.intend(IntentKind.RESUME, view, reason)
             self._num_joined += 1
         elif self.num_blocks_free is not None:
             self.num_blocks_free += held

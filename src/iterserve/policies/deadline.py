@@ -93,7 +93,12 @@ class DeadlineOrderedPolicy(PolicyBase[DeadlineConfig]):
 
 
 def bind_cost_model(policy: Policy, cost_model: IterationCostModel) -> Policy:
-    """``policy`` using ``cost_model`` when it is a deadline policy, else itself."""
+    """``policy`` using ``cost_model`` when it predicts with one (a deadline
+    policy, ``mlfq``), else itself."""
     if isinstance(policy, DeadlineOrderedPolicy):
         return policy.with_cost_model(cost_model)
-    return policy
+    with_cost_model = getattr(policy, "with_cost_model", None)
+    if with_cost_model is None:
+        return policy
+    bound: Policy = with_cost_model(cost_model)
+    return bound

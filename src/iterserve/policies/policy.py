@@ -59,7 +59,9 @@ class PolicyBase(Generic[C]):
     def __init_subclass__(cls, **kwargs: object) -> None:
         """``class P(PolicyBase[PConfig])`` makes ``PConfig`` P's config type."""
         super().__init_subclass__(**kwargs)
-        for base in getattr(cls, "__orig_bases__", ()):
+        if "config_type" in cls.__dict__:  # declared in the class body: it wins
+            return
+        for base in cls.__dict__.get("__orig_bases__", ()):
             args = get_args(base)
             if args and isinstance(args[0], type):
                 cls.config_type = args[0]

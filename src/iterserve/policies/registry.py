@@ -11,10 +11,15 @@ from iterserve.plan import Policy
 from iterserve.policies.bounded import BoundedDecodeFirst
 from iterserve.policies.decode_first import DecodeFirst
 from iterserve.policies.edf import EarliestDeadlineFirst
+from iterserve.policies.least_service import LeastService
 from iterserve.policies.least_slack import LeastSlack
+from iterserve.policies.mlfq import Mlfq
 from iterserve.policies.orca import Orca
 from iterserve.policies.policy import PolicyBase
 from iterserve.policies.prefill_first import PrefillFirst
+from iterserve.policies.prefix_quota import PrefixGreedy, PrefixQuota
+from iterserve.policies.priority import StaticPriority
+from iterserve.policies.priority_aging import PriorityAging
 from iterserve.policies.refill import IterationRefill
 from iterserve.policies.sarathi import Sarathi
 from iterserve.policies.sarathi_serve import SarathiServe
@@ -23,9 +28,12 @@ from iterserve.policies.settings import (
     build_config,
     setting_names,
 )
+from iterserve.policies.starvation_guard import StarvationGuard
 from iterserve.policies.static import StaticBatching
 from iterserve.policies.vllm import VllmFrontier, VllmPriority
-from iterserve.records.spec import OnlineWorkload
+from iterserve.policies.vtc import Vtc
+from iterserve.policies.vtc_completed import VtcCompleted
+from iterserve.records.spec import FairnessSpec, OnlineWorkload
 from iterserve.records.state import RunRules
 
 POLICIES: dict[str, type[PolicyBase]] = {
@@ -41,6 +49,14 @@ POLICIES: dict[str, type[PolicyBase]] = {
     "decode-first-bounded": BoundedDecodeFirst,
     "edf": EarliestDeadlineFirst,
     "least-slack": LeastSlack,
+    "least-service": LeastService,
+    "vtc": Vtc,
+    "vtc-completed": VtcCompleted,
+    "priority": StaticPriority,
+    "priority-aging": PriorityAging,
+    "mlfq": Mlfq,
+    "prefix-quota": PrefixQuota,
+    "prefix-greedy": PrefixGreedy,
 }
 
 
@@ -122,4 +138,18 @@ def policy_for(name: str, workload: OnlineWorkload | None = None,
     policy = cls(build_config(name, cls.config_type, settings))
     if workload is not None:
         policy.check_rules(RunRules.of(workload))
+    return policy
+
+
+def bind_fairness(policy: Policy, fairness: FairnessSpec | None) -> Policy:
+    """``policy`` charging the run's declared service weights when it keeps a
+    client ledger (0x09A), under the starvation guard when the run declares
+    a horizon; otherwise ``policy`` itself."""
+    if fairness is None:
+        return policy
+    with_fairness = getattr(policy, "with_fairness", None)
+    if with_fairness is not None:
+        policy = with_fairness(fairness)
+    if fairness.starvation_horizon is not None:
+        return StarvationGuard(policy, fairness.starvation_horizon)
     return policy

@@ -37,7 +37,9 @@ def dumps(obj: object) -> str:
 
 
 def state_to_json(state: SchedulerState) -> dict[str, Any]:
-    return {
+    """The canonical state; ``ledger`` appears only when the run keeps one, so
+    the digests of runs without one are unchanged."""
+    record = {
         "decision_id": state.decision_id,
         "state_version": state.state_version,
         "now": state.now,
@@ -51,6 +53,11 @@ def state_to_json(state: SchedulerState) -> dict[str, Any]:
         "capacity": capacity_to_json(state.capacity),
         "service": dict(sorted(state.service.items())),
     }
+    if state.ledger is not None:
+        record["ledger"] = state.ledger.to_json()
+    if state.prefix_hits:
+        record["prefix_hits"] = dict(sorted(state.prefix_hits.items()))
+    return record
 
 
 def capacity_to_json(facts: CapacityFacts) -> dict[str, Any]:

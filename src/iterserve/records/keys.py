@@ -34,6 +34,23 @@ def _client_service(state: SchedulerState, view: RequestView) -> int:
     return state.service.get(view.client_id, 0)
 
 
+def _client_counter(state: SchedulerState, view: RequestView) -> float:
+    """The client's VTC counter at this cut (0 without a ledger)."""
+    ledger = state.ledger
+    return 0.0 if ledger is None else ledger.counter(view.client_id)
+
+
+def _client_done(state: SchedulerState, view: RequestView) -> float:
+    """The client's weighted completed service W_done at this cut."""
+    ledger = state.ledger
+    return 0.0 if ledger is None else ledger.done_of(view.client_id)
+
+
+def _prefix_hit_rows(state: SchedulerState, view: RequestView) -> int:
+    """Cached prompt rows the memory owner published for ``view`` (F62)."""
+    return state.prefix_hits.get(view.request_id, 0)
+
+
 #: Key fields that are plain view attributes: read with one C-level attrgetter.
 VIEW_ATTRIBUTES: dict[str, str] = {
     "priority_rank": "priority",
@@ -54,6 +71,9 @@ KEY_FIELDS: dict[str, KeyField] = {
     "prefill_first_rank": lambda s, v: 2 - _phase_rank(s, v),
     "queue_rank": _queue_rank,
     "client_service": _client_service,
+    "client_counter": _client_counter,
+    "client_done": _client_done,
+    "prefix_hit_rows": _prefix_hit_rows,
     **{name: _view_attribute(attribute) for name, attribute in VIEW_ATTRIBUTES.items()},
 }
 

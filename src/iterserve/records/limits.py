@@ -20,3 +20,5 @@ MAX_BYTES_PER_ROW = 1 << 30
 MAX_WATERMARK_ROWS = 1 << 32
 MAX_PRIORITY = (1 << 31) - 1
 MAX_SLO_MS = 1e12
+MAX_SERVICE_WEIGHT = 1e6  # fairness w_p, w_q and client weights (0x09A)
+MAX_DECISION_ID = 1 << 40  # injected failures name a decision of the run

@@ -47,6 +47,7 @@ class IntentKind(enum.Enum):
     RESUME = "resume"  # suspended -> running
     REJECT = "reject"  # waiting -> terminal (overload contract)
     ABORT = "abort"  # live -> terminal (no way to make progress)
+    GUARD = "guard"  # running, unchanged: the starvation guard forced its interval (0x09A)
 
 
 _PREEMPT_KINDS = {PreemptionMode.RECOMPUTE: IntentKind.PREEMPT_RECOMPUTE,

@@ -127,6 +127,7 @@ class KvSpec:
     bytes_per_row: int | None = None
     admission: str = "none"
     preemption_mode: PreemptionMode = PreemptionMode.RECOMPUTE
+    plan_prefix_hits: bool = False  # claim verified hits before the policy runs (0x0E)
 
     def __post_init__(self) -> None:
         if self.num_blocks < 1 or self.block_size < 1 or self.num_host_blocks < 0:
@@ -139,6 +140,34 @@ class KvSpec:
             check_admission(self.admission)
         except ValueError as exc:
             raise ValueError(f"kv.admission: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class FairnessSpec:
+    """The workload's ``fairness`` section (0x09A, F52): declared service
+    weights. Weighted service W_i = (w_p * completed prompt rows + w_q *
+    completed output tokens) / client_weight_i; unnamed clients weigh 1.
+    ``starvation_horizon`` turns on the run's starvation guard (F63)."""
+
+    prompt_weight: float = 1.0
+    output_weight: float = 1.0
+    client_weights: tuple[tuple[str, float], ...] = ()
+    starvation_horizon: float | None = None  # the run's starvation guard (clock units)
+
+    def __post_init__(self) -> None:
+        horizon = self.starvation_horizon
+        if horizon is not None and not (math.isfinite(horizon) and horizon > 0):
+            raise ValueError("fairness.starvation_horizon must be finite and > 0")
+        for name in ("prompt_weight", "output_weight"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"fairness.{name} must be finite and >= 0")
+        for client, weight in self.client_weights:
+            if not (math.isfinite(weight) and weight > 0):
+                raise ValueError(f"fairness.client_weights[{client!r}] must be finite and > 0")
+
+    def client_weight(self, client_id: str) -> float:
+        return dict(self.client_weights).get(client_id, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +185,7 @@ class OnlineWorkload:
     requests: tuple[RequestSpec, ...]
     policy: PolicyIdentity | None = None
     kv: KvSpec | None = None
+    fairness: FairnessSpec | None = None
     policy_settings: Mapping[str, object] = field(default_factory=dict)
     _by_id: dict[str, RequestSpec] = field(init=False, repr=False, compare=False)
 
@@ -168,12 +198,15 @@ class OnlineWorkload:
 
 @dataclass(frozen=True, slots=True)
 class HiddenTruth:
-    """Fixture-only hidden truth: realized output lengths per request id.
+    """Fixture-only hidden truth: realized output lengths per request id, and
+    injected execution failures (the executor's facts, never a policy's).
 
     Only the simulated executor and the offline evaluator may hold this.
     """
 
     realized_output_tokens: Mapping[str, int] = field(default_factory=dict)
+    # (request_id, decision_id): that decision's work for the request fails (fault injection)
+    injected_failures: frozenset[tuple[str, int]] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from iterserve.records.ledger import ClientLedger
 from iterserve.records.preemption import PreemptionMode
 from iterserve.records.spec import OnlineWorkload
 from iterserve.records.view import RequestView
@@ -80,6 +81,8 @@ class SchedulerState:
     sequence_budget: int
     capacity: CapacityFacts = CapacityFacts()
     service: Mapping[str, int] = field(default_factory=dict)
+    ledger: ClientLedger | None = None
+    prefix_hits: Mapping[str, int] = field(default_factory=dict)
     rules: RunRules = RunRules()
 
     def view(self, request_id: str) -> RequestView:
@@ -88,6 +91,12 @@ class SchedulerState:
     @property
     def num_live(self) -> int:
         return len(self.waiting) + len(self.running) + len(self.suspended)
+
+    def active_clients(self) -> set[str]:
+        """Clients with a live (waiting, running or suspended) request."""
+        views = self.views
+        return {views[rid].client_id for queue in (self.waiting, self.running, self.suspended)
+                for rid in queue}
 
     @property
     def has_live(self) -> bool:

@@ -9,8 +9,10 @@ a policy or hidden truth.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 
+from iterserve.records.ledger import Charge, ClientLedger, charge, lift
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent
 from iterserve.records.receipts import ForeignStatus, PreservationResult, binding_of, is_stale
 from iterserve.records.result import CompletedInterval, IterationResult
@@ -26,6 +28,7 @@ def with_arrivals(
     waiting, optionally moving the clock forward to ``now`` (an idle gap)."""
     views = dict(state.views)
     waiting = list(state.waiting)
+    arrivals = list(arrivals)
     for spec, order in arrivals:
         if spec.request_id in views:
             raise ValueError(f"{spec.request_id} arrived twice")
@@ -46,8 +49,13 @@ def with_arrivals(
         waiting.append(spec.request_id)
     if now is not None and now < state.now:
         raise ValueError(f"clock cannot move back from {state.now} to {now}")
+    ledger = state.ledger
+    if ledger is not None and arrivals:
+        ledger = lift(ledger, state.active_clients(), (spec.client_id for spec, _ in arrivals),
+                      state.now if now is None else now)
     return _successor(state, views, tuple(waiting), state.running, state.suspended, state.finished,
-                      now=state.now if now is None else now, decision_id=state.decision_id)
+                      now=state.now if now is None else now, decision_id=state.decision_id,
+                      ledger=ledger)
 
 
 def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult) -> SchedulerState:
@@ -80,11 +88,30 @@ def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult)
         done = set(newly_finished)
         queues.running = [rid for rid in queues.running if rid not in done]
     queues.finished.extend(newly_finished)
-    return _successor(
+    successor = _successor(
         state, views, tuple(queues.waiting), tuple(queues.running), tuple(queues.suspended),
         tuple(queues.finished), now=now, decision_id=state.decision_id + 1, service=service,
         capacity=result.capacity,
     )
+    if state.ledger is None:
+        return successor
+    return _replace_ledger(successor, _charged(state.ledger, state, plan, result, successor))
+
+
+def _charged(ledger: ClientLedger, state: SchedulerState, plan: IterationPlan,
+             result: IterationResult, successor: SchedulerState) -> ClientLedger:
+    """Joins (fresh prompts whose ADMIT was applied) and completed intervals."""
+    views = state.views
+    charges = [Charge(views[i.request_id], joined=True) for i in plan.intents
+               if i.kind is IntentKind.ADMIT and views[i.request_id].num_computed == 0
+               and views[i.request_id].num_emitted == 0]
+    charges += [Charge(views[item.request_id], item.start, item.end) for item in result.completed]
+    return charge(ledger, charges, state.active_clients(), successor.active_clients(),
+                  successor.now)
+
+
+def _replace_ledger(state: SchedulerState, ledger: ClientLedger) -> SchedulerState:
+    return dataclasses.replace(state, ledger=ledger)
 
 
 class _Queues:
@@ -112,6 +139,8 @@ def _apply_intent(
     rid = intent.request_id
     view = views[rid]
     kind = intent.kind
+    if kind is IntentKind.GUARD:
+        return  # a record of why the interval was forced; no queue change
     if kind is IntentKind.ADMIT:
         queues.waiting.remove(rid)
         queues.running.append(rid)
@@ -229,6 +258,7 @@ def _successor(
     decision_id: int,
     service: dict[str, int] | None = None,
     capacity: CapacityFacts | None = None,
+    ledger: ClientLedger | None = None,
 ) -> SchedulerState:
     return SchedulerState(
         decision_id=decision_id,
@@ -244,7 +274,8 @@ def _successor(
         capacity=state.capacity if capacity is None else capacity,
         service=state.service if service is None else service,
         rules=state.rules,
-    )
+        ledger=state.ledger if ledger is None else ledger,
+    )  # prefix_hits: facts of one cut, never carried to a successor
 
 
 def cancel(state: SchedulerState, request_id: str) -> SchedulerState:
@@ -264,6 +295,14 @@ def cancel(state: SchedulerState, request_id: str) -> SchedulerState:
 
 
 def with_prefix_hits(state: SchedulerState, hits: Mapping[str, int]) -> SchedulerState:
+    """Publish the memory owner's prefix-hit facts for waiting requests
+    (F62); they hold for this cut only (every successor starts without)."""
+    if not hits and not state.prefix_hits:
+        return state
+    return dataclasses.replace(state, prefix_hits=dict(hits))
+
+
+def with_claimed_prefix_rows(state: SchedulerState, hits: Mapping[str, int]) -> SchedulerState:
     """Publish the allocator's verified prefix hits (0x0E: U = S - H_hit): a
     waiting request that has computed nothing starts its computed (and
     committed) frontier at its hit, so its prefill plans only uncached rows.
@@ -283,7 +322,7 @@ def with_prefix_hits(state: SchedulerState, hits: Mapping[str, int]) -> Schedule
                       state.finished, now=state.now, decision_id=state.decision_id)
 
 
-def planned_prefix_hits(state: SchedulerState) -> dict[str, int]:
+def claimed_prefix_rows(state: SchedulerState) -> dict[str, int]:
     """The prefix hits the state holds for waiting requests (0x0E): a fresh
     waiting request computes nothing before it runs, so a computed frontier
     there is a published hit. The decision log records them; replay publishes them again."""
@@ -292,7 +331,7 @@ def planned_prefix_hits(state: SchedulerState) -> dict[str, int]:
             if views[rid].num_computed and not views[rid].num_emitted}
 
 
-def without_prefix_hits(state: SchedulerState, request_ids: Iterable[str]) -> SchedulerState:
+def without_claimed_prefix_rows(state: SchedulerState, request_ids: Iterable[str]) -> SchedulerState:
     """Withdraw published prefix hits of waiting requests (their computed
     frontier back to 0): a claim lasts one decision, so a waiting request
     never holds blocks another request needs (0x0E)."""

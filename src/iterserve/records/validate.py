@@ -99,7 +99,7 @@ def _validate_intents(state: SchedulerState, plan: IterationPlan) -> tuple[set[s
             )
         if intent.kind in (IntentKind.ADMIT, IntentKind.RESUME):
             admitted.add(intent.request_id)
-        else:
+        elif intent.kind is not IntentKind.GUARD:
             leaving.add(intent.request_id)
     return admitted, leaving
 
@@ -110,6 +110,7 @@ _INTENT_SOURCES = {
     IntentKind.PREEMPT_RECOMPUTE: frozenset({Lifecycle.RUNNING}),
     IntentKind.PREEMPT_PRESERVE_EXACT: frozenset({Lifecycle.RUNNING}),
     IntentKind.REJECT: frozenset({Lifecycle.WAITING}),
+    IntentKind.GUARD: frozenset({Lifecycle.RUNNING}),
     IntentKind.ABORT: frozenset(
         {Lifecycle.WAITING, Lifecycle.RUNNING, Lifecycle.SUSPENDED_PRESERVED,
          Lifecycle.SUSPENDED_RECOMPUTE, Lifecycle.PREEMPT_PENDING}

@@ -13,7 +13,12 @@ builds the records. Shape (documented in the README):
                     "max_output_tokens": int, "client_id": str, "priority": int,
                     "slo": {"ttft_ms": number, "tbt_ms": number}?,
                     "output_forecast": number?, "output_forecast_p90": number?}],
-      "fixture_only_hidden_truth": {"realized_output_tokens": {request_id: int}}
+      "fairness": {"prompt_weight": number, "output_weight": number,
+                   "client_weights": {client_id: number},
+                   "starvation_horizon": number (clock units; turns the guard on)}?,
+      "fixture_only_hidden_truth": {"realized_output_tokens": {request_id: int},
+                                    "injected_failures": [{"request_id": str,
+                                                           "decision_id": int}]?}
     }
 
 Deprecated: the policy knobs ``capacity.max_num_seqs``,
@@ -34,6 +39,7 @@ from iterserve.records.limits import MAX_BYTES_PER_ROW
 from iterserve.records.preemption import parse_kv_preemption_mode
 from iterserve.records.spec import (
     Capacity,
+    FairnessSpec,
     HiddenTruth,
     KvSpec,
     OnlineWorkload,
@@ -43,6 +49,7 @@ from iterserve.records.spec import (
 )
 from iterserve.records.workload_schema import (
     CapacityDoc,
+    FairnessDoc,
     HiddenDoc,
     KvDoc,
     RequestDoc,
@@ -113,6 +120,7 @@ def parse_workload(raw: Any) -> WorkloadManifest:
         requests=requests,
         kv=None if doc.kv is None else _kv(doc.kv),
         policy_settings=_policy_settings(doc),
+        fairness=None if doc.fairness is None else _fairness(doc.fairness),
     )
     return WorkloadManifest(online, _hidden(doc.fixture_only_hidden_truth, set(ids)))
 
@@ -123,9 +131,29 @@ def _kv(doc: KvDoc) -> KvSpec:
         bytes_per_row = _bytes_per_row_from(doc.model_config_, bytes_per_row)
     try:
         return KvSpec(doc.num_blocks, doc.block_size, doc.num_host_blocks, bytes_per_row,
-                      doc.admission, parse_kv_preemption_mode(doc.preemption_mode))
+                      doc.admission, parse_kv_preemption_mode(doc.preemption_mode),
+                      doc.plan_prefix_hits)
     except ValueError as exc:
         raise WorkloadError(f"workload: {exc}") from None
+
+
+def _fairness(doc: FairnessDoc) -> FairnessSpec:
+    """The ``fairness`` section (0x09A F52): w_p, w_q, client weights, guard horizon."""
+    weights = tuple(sorted((client, float(w)) for client, w in doc.client_weights.items()))
+    horizon = None if doc.starvation_horizon is None else float(doc.starvation_horizon)
+    try:
+        return FairnessSpec(float(doc.prompt_weight), float(doc.output_weight), weights, horizon)
+    except ValueError as exc:
+        raise WorkloadError(f"workload: {exc}") from None
+
+
+def fairness_to_json(spec: FairnessSpec) -> dict[str, Any]:
+    out: dict[str, Any] = {"prompt_weight": spec.prompt_weight,
+                           "output_weight": spec.output_weight,
+                           "client_weights": dict(spec.client_weights)}
+    if spec.starvation_horizon is not None:
+        out["starvation_horizon"] = spec.starvation_horizon
+    return out
 
 
 def _policy_settings(doc: WorkloadDoc) -> dict[str, Any]:
@@ -183,7 +211,13 @@ def _hidden(doc: HiddenDoc | None, ids: set[str]) -> HiddenTruth:
         if rid not in ids:
             where = field_path(("fixture_only_hidden_truth", "realized_output_tokens", rid))
             raise WorkloadError(f"workload: {where}: no such request")
-    return HiddenTruth(dict(doc.realized_output_tokens))
+    faults = set()
+    for i, fault in enumerate(doc.injected_failures):
+        if fault.request_id not in ids:
+            where = f"fixture_only_hidden_truth.injected_failures[{i}].request_id"
+            raise WorkloadError(f"workload: {where}: no such request")
+        faults.add((fault.request_id, fault.decision_id))
+    return HiddenTruth(dict(doc.realized_output_tokens), frozenset(faults))
 
 
 def online_to_json(workload: OnlineWorkload) -> dict[str, Any]:
@@ -196,6 +230,8 @@ def online_to_json(workload: OnlineWorkload) -> dict[str, Any]:
         "requests": [_request_to_json(r) for r in workload.requests],
         **({} if workload.kv is None else {"kv": _kv_to_json(workload.kv)}),
         **({"policy_settings": dict(workload.policy_settings)} if workload.policy_settings else {}),
+        **({} if workload.fairness is None
+           else {"fairness": fairness_to_json(workload.fairness)}),
     }
 
 
@@ -219,6 +255,8 @@ def _bytes_per_row_from(config: dict[str, Any], declared: int | None) -> int:
 def _kv_to_json(kv: KvSpec) -> dict[str, Any]:
     fields = {name: getattr(kv, name) for name in _KV_FIELDS if getattr(kv, name) is not None}
     fields["preemption_mode"] = kv.preemption_mode.value  # the file's spelling
+    if kv.plan_prefix_hits:  # absent when off: older workload files read as before
+        fields["plan_prefix_hits"] = True
     return fields
 
 

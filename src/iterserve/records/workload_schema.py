@@ -108,6 +108,7 @@ class KvDoc(_Strict):
     bytes_per_row: Annotated[int, Field(ge=1, le=limits.MAX_BYTES_PER_ROW)] | None = None
     admission: str = "none"
     preemption_mode: Literal[KV_PREEMPTION_MODE_NAMES] = "recompute"  # type: ignore[valid-type]
+    plan_prefix_hits: bool = False
     model_config_: dict[str, Any] | None = Field(default=None, alias="model_config")
 
     @field_validator("admission")
@@ -117,8 +118,31 @@ class KvDoc(_Strict):
         return value
 
 
+class InjectedFailureDoc(_Strict):
+    """That decision's work for the request fails in the simulated executor."""
+
+    request_id: NonEmpty
+    decision_id: Annotated[int, Field(ge=0, le=limits.MAX_DECISION_ID)]
+
+
 class HiddenDoc(_Strict):
     realized_output_tokens: dict[str, NumOutputTokens] = {}
+    injected_failures: Annotated[list[InjectedFailureDoc],
+                                 Field(max_length=limits.MAX_REQUESTS)] = []
+
+
+Weight = Annotated[float, Field(ge=0, le=limits.MAX_SERVICE_WEIGHT, allow_inf_nan=False)]
+ShareWeight = Annotated[float, Field(gt=0, le=limits.MAX_SERVICE_WEIGHT, allow_inf_nan=False)]
+
+
+class FairnessDoc(_Strict):
+    """Service weights (0x09A, F52) and the starvation guard's horizon."""
+
+    prompt_weight: Weight = 1.0
+    output_weight: Weight = 1.0
+    client_weights: dict[NonEmpty, ShareWeight] = {}
+    starvation_horizon: Annotated[float, Field(gt=0, le=limits.MAX_ARRIVAL,
+                                               allow_inf_nan=False)] | None = None
 
 
 class WorkloadDoc(_Strict):
@@ -130,6 +154,7 @@ class WorkloadDoc(_Strict):
     description: str | None = None
     kv: KvDoc | None = None
     policy_settings: dict[NonEmpty, SettingValue] = {}
+    fairness: FairnessDoc | None = None
 
 
 def validate_workload(raw: Any) -> WorkloadDoc:

@@ -11,7 +11,9 @@ Two sources, one registry per app (no module state):
 - :class:`SnapshotCollector` reads the latest immutable state at scrape time:
   running / waiting / suspended, KV blocks used and free, prefix-cache hit
   tokens, and the outcome partition (finished, cancelled, rejected, aborted
-  by client) next to ``requests_submitted``.
+  by client) next to ``requests_submitted``; under a client-ledger policy
+  (``vtc``, ``vtc-completed``, ``least-service``) each client's weighted
+  service W_done and VTC counter.
 """
 
 from __future__ import annotations
@@ -154,6 +156,25 @@ class SnapshotCollector:
         for (outcome, client), n in sorted(counts.items()):
             outcomes.add_metric([outcome, client], n)
         yield outcomes
+        if state.ledger is not None:
+            yield from _ledger_metrics(state)
+
+
+def _ledger_metrics(state: SchedulerState) -> Iterator[Metric]:
+    """A client-ledger policy's counters (0x09A): weighted completed service
+    W_done and the VTC virtual counter, per client, at the latest cut."""
+    ledger = state.ledger
+    assert ledger is not None
+    done = GaugeMetricFamily("iterserve:client_weighted_service", "weighted completed "
+                             "service W_done (w_p prompt rows + w_q outputs) / client weight",
+                             labels=["client"])
+    counter = GaugeMetricFamily("iterserve:client_vtc_counter", "VTC counter (charged at "
+                                "join and per output, lifted on activation)", labels=["client"])
+    for client in sorted(set(ledger.done) | set(ledger.counters)):
+        done.add_metric([client], ledger.done_of(client))
+        counter.add_metric([client], ledger.counter(client))
+    yield done
+    yield counter
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

@@ -19,6 +19,7 @@ from iterserve.records.plan import IterationPlan, WorkItem
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import HiddenTruth, OnlineWorkload
 from iterserve.records.state import CapacityFacts, SchedulerState
+from iterserve.records.transition import claimed_prefix_rows
 from iterserve.records.view import FinishReason, RequestView
 
 
@@ -29,27 +30,51 @@ class SimulatedExecutor:
         cost_model: ClockedCost | None = None,
         kv: KvResidency | None = None,
         workload: OnlineWorkload | None = None,
+        plan_prefix_hits: bool = False,
     ) -> None:
         self._realized = dict(hidden.realized_output_tokens)
+        self._faults = hidden.injected_failures
         self._cost = cost_model or ClockedCost.unit()
         self.kv = kv
+        self._plan_prefix_hits = plan_prefix_hits
         self._prompts: dict[str, tuple[int, ...]] = {}
         if workload is not None:
             self._prompts = {r.request_id: r.prompt_token_ids for r in workload.requests
                              if r.prompt_token_ids is not None}
 
-    def prefix_hits(self, state: SchedulerState) -> dict[str, int]:
-        """Verified prefix hits of waiting requests, held for them (0x0E)."""
-        return {} if self.kv is None else self.kv.prefix_hits(state, self._prompts.get)
+    def claim_prefix_hits(self, state: SchedulerState) -> dict[str, int]:
+        """Verified prefix hits of waiting requests, held for them (0x0E);
+        only for a workload whose ``kv.plan_prefix_hits`` asks for them."""
+        if self.kv is None or not self._plan_prefix_hits:
+            return {}
+        return self.kv.claim_prefix_hits(state, self._prompts.get)
 
     def capacity(self) -> CapacityFacts:
         return CapacityFacts() if self.kv is None else self.kv.facts()
+
+    def prefix_hits(self, state: SchedulerState) -> dict[str, int]:
+        """Cached prompt rows a fresh allocation of each waiting request with
+        prompt token ids would reuse now (read-only; F62)."""
+        if self.kv is None:
+            return {}
+        hits = {}
+        claimed = claimed_prefix_rows(state)  # a claim does not hide the cached rows
+        for rid in state.waiting:
+            prompt = self._prompts.get(rid)
+            if prompt is not None and (rid in claimed or state.views[rid].num_computed == 0):
+                rows = self.kv.manager.lookup_prefix(prompt).num_cached_rows
+                if rows:
+                    hits[rid] = rows
+        return hits
 
     def execute(self, plan: IterationPlan, state: SchedulerState) -> IterationResult:
         builder = ResultBuilder(plan, state, self.kv, length_first=True)
         views = state.views
         for work in plan.work:
             view = views[work.request_id]
+            if self._faults and (work.request_id, plan.decision_id) in self._faults:
+                builder.fail(work, "injected_fault")
+                continue
             if builder.intent_failed(work.request_id) or not self._back(work, view):
                 builder.fail(work)
                 continue

@@ -23,4 +23,5 @@ def make_simulated_executor(manifest: WorkloadManifest,
                          bytes_per_row=spec.bytes_per_row)
     elif kv_rows is not None:
         kv = KvResidency(BlockManagerConfig(kv_rows, 1))
-    return SimulatedExecutor(manifest.hidden, cost_model, kv=kv, workload=manifest.online)
+    return SimulatedExecutor(manifest.hidden, cost_model, kv=kv, workload=manifest.online,
+                             plan_prefix_hits=spec is not None and spec.plan_prefix_hits)

@@ -34,6 +34,7 @@ from iterserve.engine.log_reader import (
     read_log,
 )
 from iterserve.engine.loop import Engine
+from iterserve.policies.registry import bind_fairness
 from iterserve.records.codec import (
     capacity_from_json,
     capacity_to_json,
@@ -138,6 +139,16 @@ class _ReplayExecutor:
         reported after freeing the request's memory."""
         self._capacity = capacity
 
+    def prefix_hits(self, state: SchedulerState) -> dict[str, int]:
+        """The prefix-hit facts the decision read: re-derived by the simulated
+        executor, else the logged ones (the state digest binds them)."""
+        if self._simulated is not None:
+            return self._simulated.prefix_hits(state)
+        line = self._cursor.peek()
+        if line is None or line.kind != "iteration":
+            return {}
+        return dict(line.fields.get("prefix_hits", {}))
+
     def execute(self, plan: IterationPlan, state: SchedulerState) -> IterationResult:
         line = self._cursor.peek()
         if line is None or line.kind != "iteration":
@@ -161,16 +172,16 @@ class _ReplayExecutor:
                       result_to_json(derived, plan, state))
         return derived
 
-    def prefix_hits(self, state: SchedulerState) -> dict[str, int]:
+    def claim_prefix_hits(self, state: SchedulerState) -> dict[str, int]:
         """The hits the simulated executor claims, or the next iteration
-        line's ``prefix_hits`` not yet in the state (0x0E)."""
+        line's ``claimed_prefix_rows`` not yet in the state (0x0E)."""
         if self._simulated is not None:
-            return self._simulated.prefix_hits(state)
+            return self._simulated.claim_prefix_hits(state)
         line = self._cursor.peek()
         if line is None or line.kind != "iteration":
             return {}
         views = state.views
-        return {rid: int(rows) for rid, rows in line.fields.get("prefix_hits", {}).items()
+        return {rid: int(rows) for rid, rows in line.fields.get("claimed_prefix_rows", {}).items()
                 if rid in views and views[rid].lifecycle is Lifecycle.WAITING
                 and not views[rid].num_computed and not views[rid].num_emitted}
 
@@ -226,7 +237,8 @@ class _Replay:
     def __init__(self, log: DecisionLogFile, workload_path: Path | None) -> None:
         header = log.header
         manifest = header_manifest(header)
-        self.policy = rebuild_policy(header, manifest.online)
+        self.policy = bind_fairness(rebuild_policy(header, manifest.online),
+                                    manifest.online.fairness)
         gate = rebuild_gate(header)
         simulated = (None if workload_path is None
                      else rebuild_simulated_executor(header, manifest, workload_path))

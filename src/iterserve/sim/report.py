@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -37,14 +37,20 @@ from iterserve.metrics import (
     render_markdown,
 )
 from iterserve.metrics.chunk_ledger import PROXY_LABEL, ledger_from_starts
+from iterserve.metrics.fairness import FairnessReport, evaluate_fairness
+from iterserve.metrics.fairness_md import render_fairness
+from iterserve.metrics.outcomes import counts_by_client
 from iterserve.metrics.run_summary import RunSummary, summarize_run
+from iterserve.metrics.series import ServiceWeights
 from iterserve.metrics.summary_md import render_summary
 from iterserve.metrics.time_unit import TimeUnit, clock_time_unit
+from iterserve.metrics.timeline import build_timelines
 from iterserve.plan import Policy
 from iterserve.policies.settings import settings_of
 from iterserve.records.spec import OnlineWorkload, SloTargets, WorkloadManifest
 from iterserve.sim.executor import SimulatedExecutor
 from iterserve.sim.factory import make_simulated_executor
+from iterserve.sim.ledger_trace import LedgerTrace
 
 OCCUPANCY_LABEL = ("logical slot occupancy: sequences per iteration / sequence_budget; "
                    "not measured GPU utilization")
@@ -133,6 +139,7 @@ class SimulationRun:
     trace: RunTrace
     recorder: EventRecorder
     executor: SimulatedExecutor
+    ledger_trace: LedgerTrace
 
 
 def costed_executor(manifest: WorkloadManifest, model: IterationCostModel) -> SimulatedExecutor:
@@ -153,7 +160,8 @@ def run_simulation(manifest: WorkloadManifest, config: RunConfig,
     executor = costed_executor(manifest, config.cost_model)
     trace = RunTrace()
     recorder = EventRecorder(seconds_per_clock_unit(online.clock, config.cost_model), events)
-    observers: list[EngineObserver] = [trace, recorder]
+    ledger_trace = LedgerTrace()
+    observers: list[EngineObserver] = [trace, recorder, ledger_trace]
     writer = None
     if decision_log is not None:
         gate = config.gate
@@ -169,7 +177,7 @@ def run_simulation(manifest: WorkloadManifest, config: RunConfig,
     recorder.close()
     if writer is not None:
         writer.close(engine.state, is_done=engine.is_done)
-    return SimulationRun(engine, trace, recorder, executor)
+    return SimulationRun(engine, trace, recorder, executor, ledger_trace)
 
 
 class SloResolutionError(ValueError):
@@ -211,18 +219,41 @@ def default_window(log: EventLog) -> ObservationWindow:
     return ObservationWindow(times[0], math.nextafter(times[-1], math.inf))
 
 
+def service_weights_of(workload: OnlineWorkload) -> tuple[ServiceWeights, dict[str, float]]:
+    """The run's declared service weights (workload ``fairness``; 1, 1 otherwise)."""
+    spec = workload.fairness
+    if spec is None:
+        return ServiceWeights(), {}
+    return ServiceWeights(spec.prompt_weight, spec.output_weight), dict(spec.client_weights)
+
+
+BoundOf = Callable[[FairnessReport], dict[str, Any]]
+
+
 @dataclass(frozen=True, slots=True)
 class MetricOutputs:
     summary: RunSummary | None  # None when nothing arrived
     report: Report | None  # the SLO evaluation; None without an SLO
+    fairness: FairnessReport | None = None  # 0x09A measures; None when nothing arrived
+    bound: dict[str, Any] | None = None  # a policy's declared service bound (vtc)
+    guard: dict[str, Any] | None = None  # the starvation guard's firings
+
+
+def run_fairness(log: EventLog, workload: OnlineWorkload, window: ObservationWindow,
+                 horizon_s: float | None = None) -> FairnessReport:
+    weights, client_weights = service_weights_of(workload)
+    timelines = build_timelines(log, end_s=window.end_s).values()
+    return evaluate_fairness(timelines, window, weights, client_weights, horizon_s)
 
 
 def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWorkload,
                          slo: SloConfig | None, window: ObservationWindow | None,
-                         label: str, *, plots: bool = True) -> MetricOutputs:
-    """events.jsonl, report.md and (unless ``plots`` is False) the PNG plots.
-    The run summary is written with or without an SLO; the metrics report
-    (outcome ledger, attainment) only when one is declared."""
+                         label: str, *, plots: bool = True, horizon_s: float | None = None,
+                         bound_of: BoundOf | None = None) -> MetricOutputs:
+    """events.jsonl, report.md (with the fairness section, 0x09A) and
+    (unless ``plots`` is False) the PNG plots. The run summary and the
+    fairness measures are written with or without an SLO; the metrics
+    report (outcome ledger, attainment) only when one is declared."""
     log = run.recorder.log()
     log.write_jsonl(out_dir / "events.jsonl")
     recorder = run.recorder
@@ -236,7 +267,13 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
                             iterations=recorder.iterations, resources=recorder.samples,
                             token_budget=workload.capacity.token_budget,
                             sequence_budget=workload.capacity.sequence_budget)
-    report = None if slo is None else evaluate(log, slo, window, label=label)
+    weights, _ = service_weights_of(workload)
+    report = None if slo is None else evaluate(log, slo, window, label=label,
+                                               service_weights=weights)
+    fairness = run_fairness(log, workload, window, horizon_s)
+    bound = None if bound_of is None else bound_of(fairness)
+    horizon = None if workload.fairness is None else workload.fairness.starvation_horizon
+    guard = None if horizon is None else run.ledger_trace.guard_dict(horizon)
     lines = [f"# {title}", "", *render_summary(summary), ""]
     if report is None:
         lines += ["## SLO", "", "No SLO declared (workload `slo`, or --slo-ttft-ms/--slo-tbt-ms): "
@@ -244,14 +281,18 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
         text = "\n".join(lines)
     else:
         text = "\n".join(lines) + "\n" + render_markdown([report], title=f"SLO evaluation: {label}")
+    outcomes = None if report is None else counts_by_client(report.request_outcomes)
+    text += "\n" + render_fairness(fairness, outcomes, bound, guard, unit)
     (out_dir / "report.md").write_text(text)
     if plots:
-        _plot_run(out_dir, recorder, log, summary, slo, workload.capacity.token_budget, unit)
-    return MetricOutputs(summary, report)
+        _plot_run(out_dir, recorder, log, summary, slo, workload.capacity.token_budget, unit,
+                  weights)
+    return MetricOutputs(summary, report, fairness, bound, guard)
 
 
 def _plot_run(out_dir: Path, recorder: EventRecorder, log: EventLog, summary: RunSummary,
-              slo: SloConfig | None, token_budget: int, unit: TimeUnit) -> None:
+              slo: SloConfig | None, token_budget: int, unit: TimeUnit,
+              weights: ServiceWeights) -> None:
     # imported here: matplotlib costs ~2 s of start-up that other commands should not pay
     from iterserve.metrics.plots import (
         plot_batch_composition,
@@ -267,4 +308,5 @@ def _plot_run(out_dir: Path, recorder: EventRecorder, log: EventLog, summary: Ru
         plot_batch_composition(recorder.iterations, out_dir / "batch_composition.png",
                                max_rows_per_iteration=token_budget, unit=unit)
         plot_queue_and_kv(recorder.samples, out_dir / "queue_and_kv.png", unit=unit)
-    plot_client_service(log, out_dir / "client_service.png", window=summary.window, unit=unit)
+    plot_client_service(log, out_dir / "client_service.png", window=summary.window, unit=unit,
+                        weights=weights)

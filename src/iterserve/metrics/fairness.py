@@ -1,0 +1,257 @@
+"""Client fairness and liveness measures from the event log (0x09A, F52-F63).
+
+The five declarations of 0x09A, as every report states them:
+
+- identity: ``client_id``;
+- eligibility: a client is backlogged (eligible) while at least one of its
+  requests has arrived and is not terminal (finished, rejected, cancelled);
+- cost: W_i = (w_p * completed prompt rows + w_q * completed outputs) / phi_i
+  (F52, F53; phi_i the client weight, 1 unless declared);
+- publication: completed facts only (compute and token events); rebuild rows
+  and planned work earn nothing (0x0C, DESIGN rule 1);
+- guarantee: none is claimed here; these are measures.
+
+Service published at time t counts for every interval (t1, t2] holding t, so
+W is additive over adjacent intervals. The maximum backlogged gap is the
+largest |W_f(t1, t2) - W_g(t1, t2)| over pairs f, g and intervals on which
+both were continuously backlogged; starvation is F63 with a declared horizon
+H: a client is starved when it stayed eligible for H without one completed
+event. Jain's index is taken over the service rate each client received
+while backlogged (W_i / backlogged time), so a finite-demand client is not
+counted as under-served after its demand ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from iterserve.metrics.series import ServiceWeights, service_increments
+from iterserve.metrics.slo import ObservationWindow
+from iterserve.metrics.timeline import RequestTimeline
+
+Interval = tuple[float, float]
+Steps = Sequence[tuple[float, float]]  # (publication time, weighted service), sorted
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceGap:
+    """The largest shared-backlog service difference and where it happened."""
+
+    value: float
+    clients: tuple[str, str]  # (ahead, behind)
+    interval_s: Interval
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "clients": list(self.clients),
+                "interval_s": list(self.interval_s)}
+
+
+@dataclass(frozen=True, slots=True)
+class ClientFairness:
+    client_id: str
+    weight: float
+    service: float  # normalized by the client weight
+    num_completed_events: int
+    backlogged_s: float
+    longest_unserved_s: float  # longest eligible stretch without a completed event
+    is_starved: bool
+
+    @property
+    def service_rate(self) -> float | None:
+        return self.service / self.backlogged_s if self.backlogged_s > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"weight": self.weight, "service": self.service,
+                "num_completed_events": self.num_completed_events,
+                "backlogged_s": self.backlogged_s, "service_rate_while_backlogged":
+                self.service_rate, "longest_unserved_s": self.longest_unserved_s,
+                "starved": self.is_starved}
+
+
+@dataclass(frozen=True, slots=True)
+class FairnessReport:
+    weights: ServiceWeights
+    client_weights: tuple[tuple[str, float], ...]
+    horizon_s: float
+    horizon_source: str  # "declared" or "window"
+    per_client: tuple[ClientFairness, ...]
+    max_backlogged_gap: ServiceGap | None
+    jain_index: float | None
+
+    @property
+    def starved_clients(self) -> tuple[str, ...]:
+        return tuple(client.client_id for client in self.per_client if client.is_starved)
+
+    def to_dict(self) -> dict[str, Any]:
+        gap = self.max_backlogged_gap
+        return {
+            "declarations": DECLARATIONS,
+            "weights": {**self.weights.to_dict(), "client_weights": dict(self.client_weights)},
+            "per_client": {client.client_id: client.to_dict() for client in self.per_client},
+            "max_backlogged_gap": None if gap is None else gap.to_dict(),
+            "starvation": {"predicate": "F63", "horizon_s": self.horizon_s,
+                           "horizon_source": self.horizon_source,
+                           "num_starved": len(self.starved_clients),
+                           "starved_clients": list(self.starved_clients)},
+            "jain_index_backlogged": self.jain_index,
+        }
+
+
+DECLARATIONS = {
+    "identity": "client_id",
+    "eligibility": "a request arrived and not terminal (continuously backlogged)",
+    "cost": "(w_p * completed prompt rows + w_q * completed outputs) / client weight (F52)",
+    "publication": "completed facts of validated results; rebuild and planned work earn 0",
+    "guarantee": "measured, not claimed",
+}
+
+
+def evaluate_fairness(
+    timelines: Iterable[RequestTimeline],
+    window: ObservationWindow,
+    weights: ServiceWeights | None = None,
+    client_weights: Mapping[str, float] | None = None,
+    horizon_s: float | None = None,
+) -> FairnessReport:
+    """Fairness measures of one run over ``window`` (timelines cut at its end)."""
+    weights = weights or ServiceWeights()
+    phis = dict(client_weights or {})
+    backlog = backlog_intervals(timelines, window)
+    steps = client_steps(timelines, weights, phis, window)
+    horizon = window.end_s - window.start_s if horizon_s is None else horizon_s
+    per_client = tuple(
+        _client_fairness(client, phis.get(client, 1.0), backlog.get(client, []),
+                         steps.get(client, []), horizon)
+        for client in sorted(set(backlog) | set(steps))
+    )
+    return FairnessReport(
+        weights=weights,
+        client_weights=tuple(sorted(phis.items())),
+        horizon_s=horizon,
+        horizon_source="window" if horizon_s is None else "declared",
+        per_client=per_client,
+        max_backlogged_gap=max_backlogged_gap(backlog, steps),
+        jain_index=jain_index([c.service_rate for c in per_client if c.service_rate is not None]),
+    )
+
+
+def backlog_intervals(
+    timelines: Iterable[RequestTimeline], window: ObservationWindow
+) -> dict[str, list[Interval]]:
+    """Per client, the merged closed intervals during which it was backlogged."""
+    raw: dict[str, list[Interval]] = {}
+    for timeline in timelines:
+        end = _terminal_s(timeline)
+        start_s = max(timeline.arrival_s, window.start_s)
+        end_s = min(window.end_s if end is None else end, window.end_s)
+        if end_s > start_s:
+            raw.setdefault(timeline.client_id, []).append((start_s, end_s))
+    return {client: _merge(intervals) for client, intervals in raw.items()}
+
+
+def client_steps(
+    timelines: Iterable[RequestTimeline], weights: ServiceWeights,
+    client_weights: Mapping[str, float], window: ObservationWindow,
+) -> dict[str, list[tuple[float, float]]]:
+    """Per client, each completed fact inside ``window`` with its weighted service."""
+    steps: dict[str, list[tuple[float, float]]] = {}
+    for timeline in timelines:
+        phi = client_weights.get(timeline.client_id, 1.0)
+        for time_s, amount in service_increments(timeline, weights):
+            if window.contains(time_s):
+                steps.setdefault(timeline.client_id, []).append((time_s, amount / phi))
+    return {client: sorted(values) for client, values in steps.items()}
+
+
+def max_backlogged_gap(
+    backlog: Mapping[str, list[Interval]], steps: Mapping[str, Steps]
+) -> ServiceGap | None:
+    """max |W_f(t1,t2) - W_g(t1,t2)| over pairs and jointly backlogged intervals."""
+    best: ServiceGap | None = None
+    clients = sorted(backlog)
+    for i, f in enumerate(clients):
+        for g in clients[i + 1:]:
+            for joint in _intersect(backlog[f], backlog[g]):
+                gap = _gap_on(joint, f, g, steps.get(f, ()), steps.get(g, ()))
+                if best is None or gap.value > best.value:
+                    best = gap
+    return best
+
+
+def _gap_on(joint: Interval, f: str, g: str, f_steps: Steps, g_steps: Steps) -> ServiceGap:
+    """Over (s, e]: the difference D(t) = W_f(s, t) - W_g(s, t) is a walk
+    from 0; the widest |D(t2) - D(t1)| is its max minus its min."""
+    start, end = joint
+    moves = [(t, a) for t, a in f_steps if start < t <= end]
+    moves += [(t, -a) for t, a in g_steps if start < t <= end]
+    moves.sort()
+    level, low, high = 0.0, (0.0, start), (0.0, start)
+    index = 0
+    while index < len(moves):  # equal-time facts are one publication
+        time_s = moves[index][0]
+        while index < len(moves) and moves[index][0] == time_s:
+            level += moves[index][1]
+            index += 1
+        if level < low[0]:
+            low = (level, time_s)
+        if level > high[0]:
+            high = (level, time_s)
+    if high[1] >= low[1]:  # f pulled ahead after the low point
+        return ServiceGap(high[0] - low[0], (f, g), (low[1], high[1]))
+    return ServiceGap(high[0] - low[0], (g, f), (high[1], low[1]))
+
+
+def _client_fairness(client: str, phi: float, backlog: list[Interval], steps: Steps,
+                     horizon_s: float) -> ClientFairness:
+    longest = 0.0
+    for start, end in backlog:
+        marks = [start, *(t for t, _ in steps if start < t <= end), end]
+        longest = max(longest, *(b - a for a, b in zip(marks, marks[1:], strict=False)))
+    return ClientFairness(
+        client_id=client,
+        weight=phi,
+        service=sum(amount for _, amount in steps),
+        num_completed_events=len({t for t, _ in steps}),
+        backlogged_s=sum(end - start for start, end in backlog),
+        longest_unserved_s=longest,
+        is_starved=bool(backlog) and longest >= horizon_s,
+    )
+
+
+def jain_index(values: Sequence[float]) -> float | None:
+    """(sum x)^2 / (n sum x^2); None when undefined (no values, all zero)."""
+    squares = sum(x * x for x in values)
+    if not values or squares == 0:
+        return None
+    return sum(values) ** 2 / (len(values) * squares)
+
+
+def _terminal_s(timeline: RequestTimeline) -> float | None:
+    ends = [t for t in (timeline.finish_s, timeline.reject_s, timeline.cancel_s) if t is not None]
+    return min(ends) if ends else None
+
+
+def _merge(intervals: list[Interval]) -> list[Interval]:
+    merged: list[Interval] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _intersect(a: list[Interval], b: list[Interval]) -> list[Interval]:
+    out: list[Interval] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if end > start:
+            out.append((start, end))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out

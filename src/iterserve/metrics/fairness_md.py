@@ -1,0 +1,80 @@
+"""``report.md`` fairness section (0x09A): service, gap, starvation, Jain's
+index and, beside them, the SLO outcomes of each client (0x07): fairness
+figures alone would hide SLO misses, and SLO figures alone would hide whom
+the misses fell on."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from iterserve.metrics.fairness import FairnessReport
+from iterserve.metrics.outcomes import OutcomeCounts
+from iterserve.metrics.time_unit import SECONDS, TimeUnit
+
+
+def render_fairness(
+    report: FairnessReport,
+    outcomes: Mapping[str, OutcomeCounts] | None = None,
+    bound: Mapping[str, Any] | None = None,
+    guard: Mapping[str, Any] | None = None,
+    unit: TimeUnit = SECONDS,
+) -> str:
+    """The fairness section; ``outcomes`` per client when an SLO was judged;
+    ``bound`` a policy's declared service-difference bound beside the observed
+    gap. Times are shown in ``unit`` (iterations on the iteration clock)."""
+    weights = report.weights
+    name = "iterations" if unit.is_iterations else "s"
+    lines = [
+        "## Fairness (0x09A)",
+        "",
+        f"Identity client_id; cost w_p={weights.prompt_weight:g} per completed prompt row, "
+        f"w_q={weights.output_weight:g} per completed output, divided by the client weight; "
+        "published from completed facts only (rebuild and planned work earn 0).",
+        "",
+        f"| client | weight | service | completed events | backlogged ({name}) "
+        f"| longest unserved ({name}) | starved | SLO-valid | miss | rejected | unfinished |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for client in report.per_client:
+        counts = None if outcomes is None else outcomes.get(client.client_id)
+        slo = ("-",) * 4 if counts is None else (
+            counts.num_slo_valid, counts.num_completed_miss, counts.num_rejected,
+            counts.num_unfinished)
+        lines.append(
+            f"| {client.client_id} | {client.weight:g} | {client.service:g} "
+            f"| {client.num_completed_events} | {unit.from_s(client.backlogged_s):g} "
+            f"| {unit.from_s(client.longest_unserved_s):g} "
+            f"| {'yes' if client.is_starved else 'no'} "
+            f"| {' | '.join(str(value) for value in slo)} |")
+    lines += ["", *_summary(report, bound, unit, name), ""]
+    if guard is not None:
+        lines.insert(-1, f"- starvation guard (horizon {guard['horizon']:g} clock units): "
+                         f"fired {guard['num_fired']} time(s)")
+    return "\n".join(lines)
+
+
+def _summary(report: FairnessReport, bound: Mapping[str, Any] | None, unit: TimeUnit,
+             name: str) -> list[str]:
+    gap = report.max_backlogged_gap
+    jain = report.jain_index
+    lines = [
+        "- max service gap while both backlogged: "
+        + ("n/a (no two clients backlogged together)" if gap is None else
+           f"{gap.value:g} ({gap.clients[0]} over {gap.clients[1]} on "
+           f"({unit.from_s(gap.interval_s[0]):g}, {unit.from_s(gap.interval_s[1]):g}] {name})"),
+        f"- starved (F63, horizon {unit.from_s(report.horizon_s):g} {name}, "
+        f"{report.horizon_source}): "
+        f"{len(report.starved_clients)} {list(report.starved_clients)}",
+        "- Jain's index over backlogged service rates: "
+        + ("n/a" if jain is None else f"{jain:.4f}"),
+    ]
+    if bound is not None and bound["bound"] is not None:
+        lines.append(f"- declared bound ({bound['name']}): {bound['bound']:g} "
+                     f"(U={bound['U']:g}, L_input={bound['L_input']}, M={bound['M']}); "
+                     f"observed max gap {bound['observed_max_gap']:g}; "
+                     f"premises: {bound['premises_text']}")
+    elif bound is not None:
+        lines.append(f"- declared bound ({bound['name']}): {bound['premises_text']}; "
+                     f"observed max gap {bound['observed_max_gap']:g}")
+    return lines

@@ -1,0 +1,120 @@
+"""FastServe skip-join MLFQ (0x09A, F54, F55): job liveness, not client shares.
+
+Queues Q_1..Q_m have geometric quanta q_j = base * 2^(j-1) (F54) in ms of
+the run's cost model. A job's queue is derived from published state only:
+
+skip-join (F55) into j_0 = min{j : q_j >= t_init} (t_init: the predicted
+first iteration); demotion as its attained cost spends q_j0, q_j0+1, ...;
+promotion: unserved for alpha (since its last output, or arrival), it sits
+in Q_1 until served. Each iteration ranks every live request by (queue,
+arrival); a lower-queue running job is preempted through the shared
+mechanism on a KV shortfall. A chunked prefill counts as unserved until
+its first output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from iterserve.cost import FixedIterationCost, IterationCostModel
+from iterserve.plan import PlanBuilder, PolicyContract, views_of
+from iterserve.plan.feasibility import RunningSet
+from iterserve.plan.passes import schedule_ranked
+from iterserve.policies.policy import PolicyBase
+from iterserve.policies.settings import PolicyConfigError, check_count
+from iterserve.records.state import SchedulerState
+from iterserve.records.view import RequestView
+
+_MS_PER_S = 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class MlfqConfig:
+    """m queues, q_1 in ms, the promotion wait alpha (FastServe's source-reported
+    300 ms default); ``cost_model`` bound from the run (None: 1 s/iteration)."""
+
+    num_queues: int = 4
+    base_quantum_ms: float = 1.0
+    alpha_ms: float = 300.0
+    cost_model: IterationCostModel | None = None
+
+    def __post_init__(self) -> None:
+        check_count("num_queues", self.num_queues)
+        for name in ("base_quantum_ms", "alpha_ms"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) \
+                    or not (math.isfinite(value) and value > 0):
+                raise PolicyConfigError(f"setting {name}: must be finite and > 0, got {value!r}")
+
+    def quantum_ms(self, level: int) -> float:
+        return self.base_quantum_ms * 2 ** level
+
+
+class Mlfq(PolicyBase[MlfqConfig]):
+    policy_id = "mlfq"
+    running_set = RunningSet.PREEMPTS  # the shared preemption step (plan.victims)
+    tie_break_key: tuple[str, ...] = ("arrival", "arrival_order", "request_id",
+                                      "request_generation")
+    contract = PolicyContract(
+        granularity="iteration; job (request) preemption at token boundaries",
+        protected_identity="request (job); no client identity",
+        visible_state="frontiers, arrival and last output time, the run's cost model",
+        decision_output="batch in (queue, arrival) order; admissions; shared preemption",
+        unknown_future="output lengths (queues approximate shortest-remaining first)",
+        objective="reduce head-of-line blocking; promotion keeps every job live",
+        metric="job completion time; starvation count (0x09A F63)",
+        assumptions="0x09A: identity job; eligible while live and ready; cost: predicted "
+                    "iteration time; publication: completed iterations; guarantee: job liveness "
+                    "by promotion. Queues derived from published state (a promoted job "
+                    "returns to its attained-cost queue after service); "
+                    "skip-join by predicted first-iteration cost; geometric quanta; promotion "
+                    "after alpha; proves no bound on weighted service between clients",
+        foreign_owners="KV allocator (capacity facts); whether preempted KV is kept (M5.5)",
+        source="FastServe (Wu et al.), skip-join MLFQ Algorithm 1; spec 0x09A",
+        denominator="per job (completion time, TTFT)",
+        premises="skip-join by the profiled first-iteration cost; geometric quanta; alpha",
+        evidence_class="simulated or measured here (iterserve); never source-reported",
+        source_version="FastServe (Wu et al., arXiv 2305.05920), Algorithm 1",
+        non_claims="FastServe's latency results are not reproduced; no client-service bound; "
+                   "preempted KV handling (M5.5) is the run's, not FastServe's",
+    )
+
+    def with_cost_model(self, cost_model: IterationCostModel) -> Mlfq:
+        return type(self)(dataclasses.replace(self.config, cost_model=cost_model))
+
+    def _cost_ms(self, num_prefill_rows: int, num_decode_rows: int) -> float:
+        model = self.config.cost_model or FixedIterationCost(1000.0)
+        return model.predict_iteration_s(num_prefill_rows, num_decode_rows) * _MS_PER_S
+
+    def queue_level(self, view: RequestView, state: SchedulerState, ms_per_unit: float) -> int:
+        """0-based queue of ``view`` at this cut (see the module docstring)."""
+        last = view.arrival if view.last_output_time is None else view.last_output_time
+        if (state.now - last) * ms_per_unit >= self.config.alpha_ms:
+            return 0  # promoted: waited alpha
+        t_init = self._cost_ms(min(view.num_prompt_tokens, state.token_budget), 0)
+        top = self.config.num_queues - 1
+        level = next((j for j in range(top + 1) if self.config.quantum_ms(j) >= t_init), top)
+        attained = 0.0
+        if view.num_computed:
+            attained = self._cost_ms(min(view.num_computed, view.num_prompt_tokens), 0)
+            attained += max(view.num_emitted - 1, 0) * self._cost_ms(0, 1)
+        while level < top and attained >= self.config.quantum_ms(level):
+            attained -= self.config.quantum_ms(level)
+            level += 1
+        return level
+
+    def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
+        ms_per_unit = _ms_per_unit(state.rules.clock, self.config.cost_model)
+        live = views_of(state, state.running + state.suspended + state.waiting)
+        ranked = sorted((view for view in live if view.is_ready), key=lambda view: (
+            self.queue_level(view, state, ms_per_unit), view.arrival_order))
+        schedule_ranked(builder, ranked)
+
+
+def _ms_per_unit(clock: str, cost_model: IterationCostModel | None) -> float:
+    """ms in one clock unit: 1 on the ms clock; one (fixed) iteration else."""
+    if clock == "ms":
+        return 1.0
+    return _MS_PER_S if cost_model is None else cost_model.predict_iteration_s(0, 0) * _MS_PER_S

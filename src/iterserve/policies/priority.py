@@ -1,0 +1,46 @@
+"""Static priority (0x09A): a priority number is not a liveness rule.
+
+Running requests, then waiting ones, by declared priority (smaller is more
+urgent), oldest first within a priority. Under a steady stream of urgent
+requests a less urgent one completes nothing: see ``priority-aging``.
+"""
+
+from __future__ import annotations
+
+from iterserve.plan import PlanBuilder, PolicyContract
+from iterserve.plan.feasibility import RunningSet
+from iterserve.policies.ordered import schedule_ordered
+from iterserve.policies.policy import PolicyBase
+from iterserve.records.keys import key_function
+from iterserve.records.state import SchedulerState
+
+
+class StaticPriority(PolicyBase):
+    policy_id = "priority"
+    running_set = RunningSet.PREEMPTS  # the shared preemption step (plan.victims)
+    policy_version = "1"
+    tie_break_key: tuple[str, ...] = ("priority_rank", "arrival_order", "request_id",
+                                      "request_generation")
+    contract = PolicyContract(
+        granularity="iteration; request order for running and admission",
+        protected_identity="priority class",
+        visible_state="declared priority, arrival order",
+        decision_output="one legal interval per selected request; admissions; shared preemption",
+        unknown_future="output lengths",
+        objective="serve the most urgent priority first",
+        metric="per-priority latency; starvation count (0x09A F63)",
+        assumptions="0x09A: identity priority class; eligible from arrival; cost: none; "
+                    "publication: selection; guarantee: priority order only, none about liveness: a persistent urgent stream starves the rest",
+        foreign_owners="KV allocator (capacity facts)",
+        source="spec 0x09A static-priority fixture",
+        denominator="completed events per priority class",
+        premises="none",
+        evidence_class="simulated or measured here (iterserve); never source-reported",
+        source_version="spec M5.2 0x09A static-priority fixture",
+        non_claims="no liveness, no bounded wait",
+    )
+
+    def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
+        key = key_function(self.tie_break_key, state)
+        schedule_ordered(builder, state, lambda views: sorted(views, key=key),
+                         lambda views: sorted(views, key=key))

@@ -1,0 +1,138 @@
+"""Per-client service counters that travel in the state (0x09A, F52-F56).
+
+A :class:`ClientLedger` is part of :class:`SchedulerState` when the run's
+policy declares service weights (``ledger_weights``), so every client-fair
+policy decides from published state only and replay stays exact. It holds
+two families of counters, both divided by the client weight phi_i:
+
+- ``done`` (W_done): authoritative weighted service, published only from
+  completed intervals of validated results: w_p per completed prompt row,
+  w_q per emitted output; rebuild rows and failed or planned work earn 0
+  (F52, F53, 0x0C).
+- ``counters`` (VTC Algorithm 2): w_p * prompt length charged when a fresh
+  request joins the running batch (its ADMIT is applied, whatever its first
+  interval's fate), w_q per generated output, and a client that becomes
+  active is lifted to the minimum counter of the other active clients, or
+  to the last departing client's counter when none is active (F56).
+
+Active = has a live request (waiting, running or suspended). For the
+starvation guard (F63) the ledger also keeps, per client, when it last
+became active and when it last completed a service event.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from iterserve.records.spec import FairnessSpec
+from iterserve.records.view import RequestView
+
+
+@dataclass(frozen=True, slots=True)
+class ClientLedger:
+    weights: FairnessSpec
+    counters: Mapping[str, float] = field(default_factory=dict)
+    done: Mapping[str, float] = field(default_factory=dict)
+    last_departed: float = 0.0
+    active_since: Mapping[str, float] = field(default_factory=dict)
+    last_served: Mapping[str, float] = field(default_factory=dict)
+
+    def counter(self, client_id: str) -> float:
+        return self.counters.get(client_id, 0.0)
+
+    def done_of(self, client_id: str) -> float:
+        return self.done.get(client_id, 0.0)
+
+    def unserved_for(self, client_id: str, now: float) -> float:
+        """How long an active client has gone without a completed event (F63)."""
+        since = max(self.active_since.get(client_id, now),
+                    self.last_served.get(client_id, -math.inf))
+        return now - since
+
+    def to_json(self) -> dict[str, object]:
+        spec = self.weights
+        return {"prompt_weight": spec.prompt_weight, "output_weight": spec.output_weight,
+                "client_weights": dict(spec.client_weights),
+                "counters": dict(sorted(self.counters.items())),
+                "done": dict(sorted(self.done.items())), "last_departed": self.last_departed,
+                "active_since": dict(sorted(self.active_since.items())),
+                "last_served": dict(sorted(self.last_served.items()))}
+
+
+def interval_cost(weights: FairnessSpec, view: RequestView, start: int, end: int) -> float:
+    """Weighted service of interval [start, end) of ``view`` if it completes:
+    prompt rows at w_p (rebuild rows earn 0), w_q when it emits (0x01A)."""
+    p, e = view.num_prompt_tokens, view.num_emitted
+    if e == 0:
+        cost = weights.prompt_weight * (end - start)
+        if end == p:
+            cost += weights.output_weight
+    elif end <= p + e - 1:  # rebuild [c, p + e - 1): emits nothing, earns nothing
+        cost = 0.0
+    else:
+        cost = weights.output_weight
+    return cost / weights.client_weight(view.client_id)
+
+
+def lift(ledger: ClientLedger, active: set[str], arriving: Iterable[str],
+         now: float) -> ClientLedger:
+    """Lift each client that becomes active (in arrival order) to the minimum
+    counter of the clients already active, else to the last departed (F56)."""
+    counters = dict(ledger.counters)
+    since = dict(ledger.active_since)
+    active = set(active)
+    for client in arriving:
+        if client in active:
+            continue
+        floor = min(counters.get(c, 0.0) for c in active) if active else ledger.last_departed
+        counters[client] = max(counters.get(client, 0.0), floor)
+        since[client] = now
+        active.add(client)
+    return replace(ledger, counters=counters, active_since=since)
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """One published fact's charge: ``joined`` (prompt at join, VTC only),
+    else a completed interval [start, end) of ``view``."""
+
+    view: RequestView
+    start: int = 0
+    end: int = 0
+    joined: bool = False
+
+
+def charge(ledger: ClientLedger, charges: Iterable[Charge], active_before: set[str],
+           active_after: set[str], now: float) -> ClientLedger:
+    """Apply one step's joins and completed intervals (published at ``now``),
+    then record the last departed counter (the largest, if several leave)."""
+    weights = ledger.weights
+    counters, done = dict(ledger.counters), dict(ledger.done)
+    served = dict(ledger.last_served)
+    for item in charges:
+        client = item.view.client_id
+        if item.joined:
+            phi = weights.client_weight(client)
+            amount = weights.prompt_weight * item.view.num_prompt_tokens / phi
+            counters[client] = counters.get(client, 0.0) + amount
+            continue
+        cost = interval_cost(weights, item.view, item.start, item.end)
+        done[client] = done.get(client, 0.0) + cost
+        if _is_service_event(item):
+            served[client] = now
+        if item.end > item.view.num_prompt_tokens + item.view.num_emitted - 1:  # emitted
+            output = weights.output_weight / weights.client_weight(client)
+            counters[client] = counters.get(client, 0.0) + output
+    departed = active_before - active_after
+    last = ledger.last_departed
+    if departed:
+        last = max(counters.get(client, 0.0) for client in departed)
+    return ClientLedger(weights, counters, done, last, ledger.active_since, served)
+
+
+def _is_service_event(item: Charge) -> bool:
+    """A completed prefill chunk or an emission: not a rebuild (0x0C)."""
+    view = item.view
+    return view.num_emitted == 0 or item.end > view.num_prompt_tokens + view.num_emitted - 1
