@@ -7,6 +7,7 @@ replays the published hits."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 from iterserve.cli.main import main
 from iterserve.engine.decision_log import DecisionLogWriter
@@ -99,3 +100,27 @@ def test_a_workload_without_token_ids_publishes_no_hit() -> None:
     plans, report = _run(with_token_ids=False)
     assert report is not None and report["prefix_cache_hit_tokens"] == 0
     assert dataclasses.asdict(RequestSpec("x", 0.0, 1, 1))["prompt_token_ids"] is None
+
+
+def _chunked_shared_workload(plan_prefix_hits: bool) -> dict:  # type: ignore[type-arg]
+    """Prompts of 9 rows sharing 8 (two blocks of 4), a budget that chunks them."""
+    requests = [{"request_id": f"r{i}", "arrival": i // 2,
+                 "prompt_tokens": list(range(50, 58)) + [100 + i],
+                 "max_output_tokens": 1 + i % 4} for i in range(8)]
+    kv = {"num_blocks": 20, "block_size": 4, "plan_prefix_hits": plan_prefix_hits}
+    return {"workload_id": "shared9", "clock": "iteration", "requests": requests, "kv": kv,
+            "capacity": {"token_budget": 12, "sequence_budget": 3}}
+
+
+def test_simulate_claims_only_when_the_workload_asks_and_reports_chunks_past_the_hit(
+        tmp_path, capsys) -> None:
+    for opt_in in (False, True):
+        path = tmp_path / f"w{opt_in}.json"
+        path.write_text(json.dumps(_chunked_shared_workload(opt_in)))
+        out, log = tmp_path / f"out{opt_in}", tmp_path / f"log{opt_in}.jsonl"
+        assert main(["simulate", "--no-plots", "--workload", str(path), "--policy", "vllm",
+                     "--out", str(out), "--decision-log", str(log)]) == 0, capsys.readouterr().err
+        assert ("claimed_prefix_rows" in log.read_text()) is opt_in
+        ledger = json.loads((out / "report.json").read_text())["chunk_ledger"]
+        first_starts = {r["chunk_starts"][0] for r in ledger["requests"].values()}
+        assert (8 in first_starts) is opt_in  # a claimed request's first chunk starts past it

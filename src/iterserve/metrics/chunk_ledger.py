@@ -51,10 +51,11 @@ def ledger_from_sizes(sizes: Sequence[int], bytes_per_row: int | None = None) ->
 
 
 def ledger_from_starts(starts: Sequence[int], num_positions: int,
-                       bytes_per_row: int | None = None) -> ChunkLedger:
+                       bytes_per_row: int | None = None, *, first_row: int = 0) -> ChunkLedger:
+    """``first_row``: rows a planned prefix hit held before the first chunk (0x0E)."""
     bounds = list(starts) + [num_positions]
-    if bounds[0] != 0 or any(b <= a for a, b in zip(bounds, bounds[1:], strict=False)):
-        raise ValueError(f"chunk boundaries must rise strictly from 0 to {num_positions}")
+    if bounds[0] != first_row or any(b <= a for a, b in zip(bounds, bounds[1:], strict=False)):
+        raise ValueError(f"chunk boundaries must rise strictly from {first_row} to {num_positions}")
     sizes = tuple(b - a for a, b in zip(bounds, bounds[1:], strict=False))
     pairs = tuple(chunk_pairs(s, c) for s, c in zip(starts, sizes, strict=True))
     history = sum(starts)

@@ -65,7 +65,9 @@ def chunk_ledger_report(workload: OnlineWorkload, trace: RunTrace,
         record = trace.requests.get(spec.request_id)
         if not starts or record is None or record.first_token_time is None:
             continue
-        ledger = ledger_from_starts(starts, spec.num_prompt_tokens, bytes_per_row)
+        # a planned prefix hit (0x0E) starts the first chunk past its cached rows
+        ledger = ledger_from_starts(starts, spec.num_prompt_tokens, bytes_per_row,
+                                    first_row=starts[0])
         per_request[spec.request_id] = {
             "chunk_starts": list(ledger.chunk_starts), "chunk_sizes": list(ledger.chunk_sizes),
             "causal_pairs": list(ledger.causal_pairs), "total_pairs": ledger.total_pairs,
