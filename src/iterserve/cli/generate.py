@@ -10,6 +10,7 @@ from iterserve.cli.flag_types import POSITIVE_INT, SEED, finite_float, int_at_le
 from iterserve.cli.simulate import FlagError
 from iterserve.policies.settings import add_policy_setting_flag
 from iterserve.records.limits import MAX_BLOCK_SIZE, MAX_BUDGET, MAX_NUM_BLOCKS, MAX_OUTPUT_TOKENS
+from iterserve.records.workload import read_text_file
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -48,16 +49,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def read_prompts(path: Path) -> list[str]:
     """The non-blank lines of a UTF-8 file; anything else is a :class:`FlagError`."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FlagError(f"--prompts-file: {path}: no such file") from None
-    except IsADirectoryError:
-        raise FlagError(f"--prompts-file: {path}: is a directory, not a file") from None
-    except UnicodeDecodeError as exc:
-        raise FlagError(f"--prompts-file: {path}: not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise FlagError(f"--prompts-file: {path}: cannot read ({exc.strerror or exc})") from None
+    text = read_text_file(path, FlagError, label="--prompts-file: ")
     prompts = [line for line in text.splitlines() if line.strip()]
     if not prompts:
         raise FlagError(f"--prompts-file: {path}: holds no prompt")

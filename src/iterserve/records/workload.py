@@ -76,19 +76,25 @@ def load_workload(path: Path) -> WorkloadManifest:
     return parse_workload(read_json_document(Path(path), WorkloadError))
 
 
+def read_text_file(path: Path, error: type[ValueError], label: str = "") -> str:
+    """A UTF-8 file's text; a missing, directory, non-UTF-8 or unreadable path
+    raises ``error`` naming it (after ``label``, e.g. a flag name)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error(f"{label}{path}: no such file") from None
+    except IsADirectoryError:
+        raise error(f"{label}{path}: is a directory, not a file") from None
+    except UnicodeDecodeError as exc:
+        raise error(f"{label}{path}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise error(f"{label}{path}: cannot read ({exc.strerror or exc})") from None
+
+
 def read_json_document(path: Path, error: type[ValueError]) -> Any:
     """One JSON document from a UTF-8 file; unreadable, non-UTF-8, malformed
     or too deeply nested input raises ``error`` naming the file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise error(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise error(f"{path}: is a directory, not a file") from None
-    except UnicodeDecodeError as exc:
-        raise error(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise error(f"{path}: cannot read ({exc.strerror or exc})") from None
+    text = read_text_file(path, error)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
