@@ -208,15 +208,11 @@ class KvResidency:
             key = None
         if key is None:
             return self._allocate(request_id, generation, end, token_ids, lookahead)
-        grow = end - self.manager.num_rows(key)
-        if grow <= 0:
-            return self.manager.num_committed_rows(key)
-        tail = None if token_ids is None else token_ids[len(token_ids) - grow:]
-        result = self.manager.append_rows(key, tail, num_rows=None if tail else grow)
+        result = self.manager.grow_to(key, end, token_ids)
         if isinstance(result, AllocationFailed):
             self._failed += 1
             return None
-        return self.manager.num_committed_rows(key)
+        return result
 
     def _allocate(self, request_id: str, generation: int, end: int,
                   token_ids: Sequence[int] | None,
@@ -270,8 +266,8 @@ class KvResidency:
     def commit(self, request_id: str, end: int) -> None:
         """Record rows [0, end) as written (never below a prefix hit's rows)."""
         key = self._keys.get(request_id)
-        if key is not None and end > self.manager.num_committed_rows(key):
-            self.manager.commit(key, end)
+        if key is not None:
+            self.manager.commit_to(key, end)
 
     def release(self, request_ids: Iterable[str]) -> None:
         for rid in request_ids:

@@ -87,8 +87,8 @@ class SimulatedExecutor:
         """Back ``work``'s rows with blocks (the builder commits them)."""
         if self.kv is None:
             return True
-        tokens = self._tokens(view, 0 if self.kv.key(work.request_id) is None else work.start,
-                              work.end)
+        tokens = None if not self._prompts else self._tokens(
+            view, 0 if self.kv.key(work.request_id) is None else work.start, work.end)
         return self.kv.prepare(work.request_id, work.generation, work.start, work.end,
                                tokens) is not None
 
