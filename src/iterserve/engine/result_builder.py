@@ -22,6 +22,7 @@ from iterserve.records.state import SchedulerState
 from iterserve.records.view import FinishReason, RequestView
 
 _LENGTH = FinishReason.LENGTH
+_new_tuple = tuple.__new__  # NamedTuple.__new__ is slow on the hot path
 
 
 class ResultBuilder:
@@ -71,13 +72,14 @@ class ResultBuilder:
         ``token_id`` and ``stop`` (the executor's own stop observation) are
         used only when the interval emits (decode, or prefill reaching p).
         """
-        rid, end = work.request_id, work.end
+        rid, generation, _, start, end, kind, _, _ = work  # one unpack (hot path)
         if self._kv is not None:
             self._kv.commit(rid, end)
-        if earns_service(work.kind):
-            self._service[view.client_id] += end - work.start
-        if not emits(work.kind, view.num_prompt_tokens, end):
-            self.completed.append(CompletedInterval(rid, work.generation, work.start, end, False))
+        if earns_service(kind):
+            self._service[view.client_id] += end - start
+        if not emits(kind, view.num_prompt_tokens, end):
+            self.completed.append(
+                _new_tuple(CompletedInterval, (rid, generation, start, end, False, None, None)))
             return None
         reason = stop
         if (reason is None or self._length_first) and is_length_stop(
@@ -86,8 +88,8 @@ class ResultBuilder:
             reason = _LENGTH
         if reason is not None:
             self.finished.append(rid)
-        self.completed.append(CompletedInterval(rid, work.generation, work.start, end, True,
-                                                token_id, reason))
+        self.completed.append(
+            _new_tuple(CompletedInterval, (rid, generation, start, end, True, token_id, reason)))
         return reason
 
     def release_finished(self) -> None:

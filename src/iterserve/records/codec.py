@@ -23,7 +23,7 @@ from iterserve.records.receipts import (
 )
 from iterserve.records.result import CompletedInterval, IterationResult, WorkFailure
 from iterserve.records.state import CapacityFacts, SchedulerState
-from iterserve.records.view import FinishReason, RequestView, WorkKind
+from iterserve.records.view import FinishReason, Lifecycle, RequestView, WorkKind
 
 LEAK_FIELDS = frozenset(
     {"realized_output_tokens", "fixture_only_hidden_truth", "block_ids", "block_table",
@@ -69,11 +69,18 @@ def capacity_from_json(obj: Mapping[str, Any]) -> CapacityFacts:
     return CapacityFacts(int(obj["block_size"]), obj["num_blocks_total"], obj["num_blocks_free"])
 
 
+# Enum ``.value`` is a Python-level descriptor; these run once per view or
+# work item per decision (the decision log's hot path)
+_LIFECYCLE_VALUES = {member: member.value for member in Lifecycle}
+_KIND_VALUES = {member: member.value for member in WorkKind}
+
+
 def _view_to_json(view: RequestView) -> list[Any]:
     return [
         view.request_id, view.generation, view.snapshot_version, view.client_id, view.priority,
         view.arrival, view.arrival_order, view.num_prompt_tokens, view.max_output_tokens,
-        view.num_emitted, view.num_computed, view.num_committed, view.lifecycle.value,
+        view.num_emitted, view.num_computed, view.num_committed,
+        _LIFECYCLE_VALUES[view.lifecycle],
         view.is_ready, view.suspension_epoch, view.first_token_time, view.last_output_time,
         None if view.finish_reason is None else view.finish_reason.value,
     ]
@@ -92,7 +99,7 @@ def plan_to_json(plan: IterationPlan) -> dict[str, Any]:
         "work": [
             {"request_id": w.request_id, "generation": w.generation,
              "snapshot_version": w.snapshot_version, "start": w.start, "end": w.end,
-             "kind": w.kind.value, "tie_break": list(w.tie_break)}
+             "kind": _KIND_VALUES[w.kind], "tie_break": list(w.tie_break)}
             for w in plan.work
         ],
         "tokens_used": plan.tokens_used,
