@@ -214,6 +214,23 @@ class KvResidency:
             return None
         return result
 
+    def back_and_commit(self, request_id: str, generation: int, start: int, end: int,
+                        token_ids: Sequence[int] | None) -> bool:
+        """:meth:`prepare` then :meth:`commit` ``end``, for an executor that
+        writes rows as soon as they are backed (the simulator); False when
+        blocks are short. One block-table lookup for a request that holds
+        blocks of this generation."""
+        key = self._keys.get(request_id)
+        if key is None or key.generation != generation:
+            if self.prepare(request_id, generation, start, end, token_ids) is None:
+                return False
+            self.commit(request_id, end)
+            return True
+        if self.manager.grow_and_commit(key, end, token_ids) is not None:
+            self._failed += 1
+            return False
+        return True
+
     def _allocate(self, request_id: str, generation: int, end: int,
                   token_ids: Sequence[int] | None,
                   lookahead: Sequence[int] | None) -> int | None:

@@ -34,15 +34,18 @@ class ResultBuilder:
     wins on the real model, as in vLLM's ``check_stop``).
     """
 
-    __slots__ = ("_plan", "_views", "_kv", "_length_first", "completed", "failures",
-                 "_failed_ids", "_service", "finished", "_receipts")
+    __slots__ = ("_plan", "_views", "_kv", "_commit_kv", "_length_first", "completed",
+                 "failures", "_failed_ids", "_service", "finished", "_receipts")
 
     def __init__(self, plan: IterationPlan, state: SchedulerState, kv: KvResidency | None,
-                 *, length_first: bool = False) -> None:
-        """Applies the plan's memory intents through ``kv`` (if any) first."""
+                 *, length_first: bool = False, commits_rows: bool = True) -> None:
+        """Applies the plan's memory intents through ``kv`` (if any) first.
+        ``commits_rows`` False: the executor commits each interval's rows
+        itself when it backs them (``KvResidency.back_and_commit``)."""
         self._plan = plan
         self._views = state.views
         self._kv = kv
+        self._commit_kv = kv if commits_rows else None
         self._length_first = length_first
         self.completed: list[CompletedInterval] = []
         self.failures: list[WorkFailure] = []
@@ -73,8 +76,8 @@ class ResultBuilder:
         used only when the interval emits (decode, or prefill reaching p).
         """
         rid, generation, _, start, end, kind, _, _ = work  # one unpack (hot path)
-        if self._kv is not None:
-            self._kv.commit(rid, end)
+        if self._commit_kv is not None:
+            self._commit_kv.commit(rid, end)
         if earns_service(kind):
             self._service[view.client_id] += end - start
         if not emits(kind, view.num_prompt_tokens, end):

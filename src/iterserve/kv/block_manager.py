@@ -248,6 +248,33 @@ class BlockManager:
             resident.token_ids.extend(token_ids[len(token_ids) - grow:])
         return resident.num_committed_rows
 
+    def grow_and_commit(self, key: RequestKey, num_rows: int,
+                        token_ids: Sequence[int] | None = None) -> AllocationFailed | None:
+        """:meth:`grow_to` then :meth:`commit_to` ``num_rows``: an executor
+        that writes the rows as soon as they are backed (the simulator).
+        None on success; on failure nothing changed."""
+        resident = self._resident.get(key)
+        if resident is not None and token_ids is None and resident.token_ids is None:
+            # anonymous rows: no cache identity to advance (the common simulated case)
+            if num_rows > resident.num_rows:
+                needed = -(-num_rows // self._block_size) - len(resident.block_ids)
+                if needed > 0:
+                    device = self._device
+                    if needed > device.num_blocks_available:
+                        return AllocationFailed(key, FailureReason.DEVICE_BLOCKS_EXHAUSTED,
+                                                needed, device.num_blocks_available)
+                    for _ in range(needed):
+                        resident.block_ids.append(device.take_fresh())
+                resident.num_rows = num_rows
+            if num_rows > resident.num_committed_rows:
+                resident.num_committed_rows = num_rows
+            return None
+        grown = self.grow_to(key, num_rows, token_ids)
+        if isinstance(grown, AllocationFailed):
+            return grown
+        self.commit_to(key, num_rows)
+        return None
+
     def _grow_general(self, key: RequestKey, num_rows: int,
                       token_ids: Sequence[int] | None) -> int | AllocationFailed:
         grow = num_rows - self.num_rows(key)

@@ -68,7 +68,7 @@ class SimulatedExecutor:
         return hits
 
     def execute(self, plan: IterationPlan, state: SchedulerState) -> IterationResult:
-        builder = ResultBuilder(plan, state, self.kv, length_first=True)
+        builder = ResultBuilder(plan, state, self.kv, length_first=True, commits_rows=False)
         views = state.views
         for work in plan.work:
             view = views[work.request_id]
@@ -84,13 +84,14 @@ class SimulatedExecutor:
         return builder.build(self._cost.iteration_duration(plan, state) if plan.work else 0.0)
 
     def _back(self, work: WorkItem, view: RequestView) -> bool:
-        """Back ``work``'s rows with blocks (the builder commits them)."""
+        """Back ``work``'s rows with blocks and commit them (a simulated
+        interval that runs completes: its rows are written)."""
         if self.kv is None:
             return True
         tokens = None if not self._prompts else self._tokens(
             view, 0 if self.kv.key(work.request_id) is None else work.start, work.end)
-        return self.kv.prepare(work.request_id, work.generation, work.start, work.end,
-                               tokens) is not None
+        return self.kv.back_and_commit(work.request_id, work.generation, work.start, work.end,
+                                       tokens)
 
     def _hidden_stop(self, work: WorkItem, num_emitted: int) -> FinishReason | None:
         """STOP once the hidden realized output length is reached."""
