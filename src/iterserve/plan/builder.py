@@ -105,12 +105,14 @@ class PlanBuilder:
         if rows == 0:
             return 0
         blocks = 0
-        if self.num_blocks_free is not None:
-            blocks = self.blocks_needed(view, rows)
-            if blocks > self.num_blocks_free:
-                return 0
-            self.num_blocks_free -= blocks
         end = c + rows
+        free = self.num_blocks_free
+        if free is not None:
+            size = self._facts.block_size  # blocks_needed, inlined (hot path)
+            blocks = (-c // size) - (-end // size)
+            if blocks > free:
+                return 0
+            self.num_blocks_free = free - blocks
         item = _new_tuple(WorkItem, (rid, view.generation, view.snapshot_version, c, end, kind,
                                      range(c, end), self._key(view)))
         self._work[rid] = (item, blocks)
@@ -167,10 +169,16 @@ class PlanBuilder:
         preemption does can make room, so waiting would only stall the run."""
         state = self._state
         views = state.views
+        facts = self._facts
+        assert facts.num_blocks_total is not None
+        # blocks_for(rows) > total exactly when rows > total * block_size: one
+        # comparison per live request (this runs every decision)
+        max_rows = facts.num_blocks_total * facts.block_size
+        through = frontier.rows_through_next_emission
         for queue in (state.running, state.suspended, state.waiting):
             for rid in queue:
                 view = views[rid]
-                if self._can_never_fit(view):
+                if through(view.num_prompt_tokens, view.num_emitted) > max_rows:
                     self.abort(view)
 
     def abort(self, view: RequestView, reason: str = "exceeds_kv_capacity") -> None:

@@ -221,9 +221,10 @@ def _validate_kv(state: SchedulerState, plan: IterationPlan) -> None:
             freed += held
         elif intent.kind is IntentKind.RESUME:
             resumed += held  # swapped-in rows need device blocks again
-    needed = resumed + sum(
-        facts.blocks_for(w.end) - facts.blocks_for(w.start) for w in plan.work
-    )
+    size = facts.block_size  # blocks_for(end) - blocks_for(start), inlined (hot path)
+    needed = resumed
+    for work in plan.work:
+        needed += (-work.start // size) - (-work.end // size)
     if needed > facts.num_blocks_free + freed:
         raise E.KvCapacityExceeded(
             f"plan needs {needed} new KV blocks, {facts.num_blocks_free} free + {freed} released"
