@@ -39,6 +39,13 @@ def dumps(obj: object) -> str:
 def state_to_json(state: SchedulerState) -> dict[str, Any]:
     """The canonical state; ``ledger`` appears only when the run keeps one, so
     the digests of runs without one are unchanged."""
+    return state_fields_to_json(
+        state, [view_to_json(state.views[rid]) for rid in sorted(state.views)])
+
+
+def state_fields_to_json(state: SchedulerState, views: object) -> dict[str, Any]:
+    """:func:`state_to_json` with ``views`` as its ``views`` value (the
+    incremental digest puts a marker there and splices the encoded views)."""
     record = {
         "decision_id": state.decision_id,
         "state_version": state.state_version,
@@ -47,7 +54,7 @@ def state_to_json(state: SchedulerState) -> dict[str, Any]:
         "running": list(state.running),
         "suspended": list(state.suspended),
         "finished": list(state.finished),
-        "views": [_view_to_json(state.views[rid]) for rid in sorted(state.views)],
+        "views": views,
         "token_budget": state.token_budget,
         "sequence_budget": state.sequence_budget,
         "capacity": capacity_to_json(state.capacity),
@@ -75,7 +82,7 @@ _LIFECYCLE_VALUES = {member: member.value for member in Lifecycle}
 _KIND_VALUES = {member: member.value for member in WorkKind}
 
 
-def _view_to_json(view: RequestView) -> list[Any]:
+def view_to_json(view: RequestView) -> list[Any]:
     return [
         view.request_id, view.generation, view.snapshot_version, view.client_id, view.priority,
         view.arrival, view.arrival_order, view.num_prompt_tokens, view.max_output_tokens,
