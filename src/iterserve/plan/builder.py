@@ -9,6 +9,8 @@ hand and never counts budgets itself.
 
 from __future__ import annotations
 
+import operator
+
 from iterserve.admission.screen import ReservationScreen
 from iterserve.plan.contract import Policy
 from iterserve.records import frontier
@@ -175,6 +177,8 @@ class PlanBuilder:
         # comparison per live request (this runs every decision)
         max_rows = facts.num_blocks_total * facts.block_size
         through = frontier.rows_through_next_emission
+        if _max_rows_through_next_emission(state) <= max_rows:
+            return  # the common case, checked at C speed: nothing to abort
         for queue in (state.running, state.suspended, state.waiting):
             for rid in queue:
                 view = views[rid]
@@ -255,8 +259,20 @@ class PlanBuilder:
 
 
 def views_of(state: SchedulerState, request_ids: tuple[str, ...]) -> list[RequestView]:
-    views = state.views
-    return [views[rid] for rid in request_ids]
+    return list(map(state.views.__getitem__, request_ids))  # C-level: runs over every queue
+
+
+_PROMPT = operator.attrgetter("num_prompt_tokens")
+_EMITTED = operator.attrgetter("num_emitted")
+
+
+def _max_rows_through_next_emission(state: SchedulerState) -> int:
+    """max over live views of ``frontier.rows_through_next_emission`` (p + e),
+    with no Python-level call per view (this runs every decision)."""
+    views = state.views.values()
+    if not views:
+        return 0
+    return max(map(operator.add, map(_PROMPT, views), map(_EMITTED, views)))
 
 
 def _tightened(budget: int, limit: int | None) -> int:
