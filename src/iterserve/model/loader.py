@@ -17,7 +17,7 @@ from safetensors import safe_open
 
 from iterserve.model.config import ModelConfig, parse_model_config
 from iterserve.model.errors import CheckpointError, MissingCheckpointFileError
-from iterserve.model.hf_config import resolve_with_transformers
+from iterserve.model.hf_config import resolve
 from iterserve.model.llama import PackedCausalLM
 from iterserve.model.weights import assemble_weights, expected_shape
 
@@ -76,9 +76,10 @@ def _open_safetensors(stack: ExitStack, path: Path) -> Any:
 
 
 def load_config(model_dir: Path) -> ModelConfig:
-    """The checked config, with per-family defaults and RoPE resolved by transformers."""
+    """The checked config, with per-family defaults and RoPE resolved by transformers
+    where they need it (see hf_config.resolve)."""
     raw = _read_json(Path(model_dir) / CONFIG_FILE)
-    return resolve_with_transformers(parse_model_config(raw), raw)
+    return resolve(parse_model_config(raw), raw)
 
 
 def resolve_dtype(dtype: torch.dtype | str, config: ModelConfig) -> torch.dtype:
