@@ -37,13 +37,13 @@ from iterserve.model.packing import PackedBatch
 Window = int | None
 
 #: At most this many padded SDPA calls per layer for the single-row segments.
-MAX_DECODE_GROUPS = 4
+MAX_DECODE_GROUPS = 8
 #: A group is cut once a row needs more than this many times the blocks of the
 #: group's first (shortest) row ...
-DECODE_GROUP_GROWTH = 1.5
+DECODE_GROUP_GROWTH = 1.25
 #: ... and only if both sides keep at least this many rows (fewer rows save too
 #: few bytes to pay for another gather + SDPA + scatter per layer).
-MIN_DECODE_GROUP_ROWS = 8
+MIN_DECODE_GROUP_ROWS = 6
 
 
 @dataclass(frozen=True, slots=True, eq=False)
