@@ -34,10 +34,12 @@ def load_model(
     model_dir: Path | str,
     dtype: torch.dtype | str = torch.float32,
     device: torch.device | str = "cpu",
+    prepack: bool = True,
 ) -> PackedCausalLM:
     """Load config and weights from `model_dir`; raises a CheckpointError subclass
     naming the missing file, the unsupported architecture or the bad config.
-    `dtype` is a torch dtype, one of DTYPES_BY_NAME, or "auto" (see resolve_dtype)."""
+    `dtype` is a torch dtype, one of DTYPES_BY_NAME, or "auto" (see resolve_dtype);
+    `prepack` as in PackedCausalLM."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise CheckpointError(f"{model_dir}: not a checkpoint directory")
@@ -63,7 +65,7 @@ def load_model(
             return tensor
 
         weights = assemble_weights(config, get, dtype, device)
-    return PackedCausalLM(config, weights)
+    return PackedCausalLM(config, weights, prepack=prepack)
 
 
 def _open_safetensors(stack: ExitStack, path: Path) -> Any:
