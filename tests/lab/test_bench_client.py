@@ -99,7 +99,7 @@ def test_http_errors_are_recorded_not_lost(status, outcome, reason):
     assert (record.outcome, record.status) == (outcome, status)
     assert "busy now" in (record.error or "")
     [event] = [e for e in events_of([record]) if e.kind != "arrival"]
-    assert getattr(event, "reason") == reason
+    assert event.reason == reason
     counts = outcome_counts([record])
     assert counts["num_sent"] == 1 and counts[f"num_{outcome}"] == 1
     if status == 429:

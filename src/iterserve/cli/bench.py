@@ -134,6 +134,8 @@ def _coordinates(args: argparse.Namespace, manifest: WorkloadManifest, facts: Se
                  model: str, slo: Any) -> dict[str, Any]:
     """The 0x0E coordinates of a measured run (docs/bench.md)."""
     load = workload_coordinates(args.workload, manifest.online, args.time_scale)
+    if args.endpoint == "chat":  # the server tokenizes the text: other prompt lengths
+        load["workload"] += "; prompts sent as synthetic chat text, lengths server-tokenized"
     if args.max_concurrency is not None:
         load["load"] += f", at most {args.max_concurrency} in flight"
     host = urlsplit(args.url).hostname

@@ -63,7 +63,7 @@ class RequestRecord:
         return sum(self.chunk_num_tokens)
 
     def to_json(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__slots__}  # type: ignore[attr-defined]
+        return {name: getattr(self, name) for name in self.__slots__}
 
 
 Clock = Callable[[], float]
