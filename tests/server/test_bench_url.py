@@ -158,3 +158,22 @@ def test_an_unknown_model_or_a_missing_key_is_refused_before_sending(serve, tmp_
     assert "the server serves tiny" in capsys.readouterr().err
     assert served.engine.num_submitted == 0
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_slo_evaluation_and_the_load_coordinates_of_a_scaled_capped_replay(serve, tmp_path):
+    served = serve()
+    workload = _workload(tmp_path / "w.json")
+    plain = _bench(served, workload, tmp_path / "plain", "--slo-ttft-ms", "60000",
+                   "--slo-tbt-ms", "60000")
+    scaled = _bench(served, workload, tmp_path / "scaled", "--time-scale", "0.5",
+                    "--max-concurrency", "2")
+    assert plain["metrics"]["attainment"]["offered_load"] == 1.0
+    assert any(r["metric"] == "slo_attainment" for r in plain["results"])
+    assert "metrics" not in scaled  # the workload declares no SLO
+    assert scaled["coordinates"]["load"].endswith("at most 2 in flight")
+    assert scaled["coordinates"]["arrivals"] != plain["coordinates"]["arrivals"]
+    assert scaled["coordinates"]["workload"] == plain["coordinates"]["workload"]
+    assert scaled["outcomes"]["num_finished"] == 6
+    sent = [json.loads(line) for line in (tmp_path / "scaled" / "requests.jsonl").open()]
+    assert [r["scheduled_s"] for r in sent] == pytest.approx([i * 0.010 for i in range(6)])

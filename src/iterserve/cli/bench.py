@@ -31,6 +31,7 @@ from iterserve.lab.bench_report import (
     summary_sections,
 )
 from iterserve.lab.bench_run import (
+    BenchInputError,
     ReplayOptions,
     ServerFacts,
     Target,
@@ -76,6 +77,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         default=600.0, help="give up on one request after this long")
     parser.add_argument("--hardware", type=non_empty, default=None,
                         help="the server's hardware, for the 0x0E hardware coordinate")
+    parser.add_argument("--slo-ttft-ms", type=finite_float(0.0, exclusive_min=True),
+                        default=None, help="TTFT limit (default: the workload's per-request slo)")
+    parser.add_argument("--slo-tbt-ms", type=finite_float(0.0, exclusive_min=True),
+                        default=None, help="TBT limit (default: the workload's per-request slo)")
     parser.add_argument("--no-logprobs", action="store_true",
                         help="do not ask for logprobs (tokens per chunk then count as one "
                              "per non-empty chunk)")
@@ -87,7 +92,10 @@ def run(args: argparse.Namespace) -> int:
     target = Target(parse_url(args.url), args.api_key)
     online = manifest.online
     unit_s = seconds_per_clock_unit(online.clock, None)
-    slo = resolve_slo(online)  # refused before anything is sent
+    try:  # refused before anything is sent
+        slo = resolve_slo(online, args.slo_ttft_ms, args.slo_tbt_ms)
+    except ValueError as exc:
+        raise BenchInputError(str(exc)) from None
     facts = probe_server(target)
     model = choose_model(facts, args.model)
     plans = plan_requests(manifest, PlanOptions(model, args.endpoint, args.time_scale, unit_s,
