@@ -174,3 +174,21 @@ def test_plans_use_token_ids_else_synthetic_ids_and_hidden_output_lengths():
     assert a.scheduled_s == pytest.approx(0.010)
     chat = plan_requests(manifest, PlanOptions("m", "chat", 1.0, 0.001))
     assert len(chat[1].body["messages"][0]["content"].split()) == 3
+
+
+def test_a_run_where_nothing_finished_still_reports_and_compares():
+    from iterserve.lab.bench_report import summary_sections
+    from iterserve.lab.run_record import report_results
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(503, json={"error": {"message": "draining"}})
+
+    records = [_send(refuse, _plan(f"r{i}")) for i in range(3)]
+    summary, metrics = summary_sections(events_of(records), "x", None)
+    assert summary is not None and metrics is None
+    assert summary["requests"]["num_cancelled"] == 3 and summary["requests"]["num_completed"] == 0
+    values = {(r["metric"], r["percentile"]): r["value"] for r in report_results(
+        {"summary": summary})}
+    assert values[("request_throughput", None)] == 0.0
+    assert values[("ttft", "p50")] is None  # withheld, never 0
+    assert outcome_counts(records)["http_errors_by_status"] == {"503": 3}

@@ -83,8 +83,10 @@ async def send(client: httpx.AsyncClient, plan: RequestPlan, endpoint: str,
         record.outcome, record.error = "timeout", f"no end within {timeout_s} s"
     except httpx.TimeoutException as exc:
         record.outcome, record.error = "timeout", _text(exc)
-    except (httpx.TransportError, httpx.DecodingError) as exc:
+    except httpx.HTTPError as exc:  # connect / read / protocol / decoding failures
         record.outcome, record.error = "connection_error", f"{type(exc).__name__}: {_text(exc)}"
+    except UnicodeDecodeError as exc:
+        record.outcome, record.error = "aborted", f"the stream is not UTF-8 text: {_text(exc)}"
     record.end_s = clock()
     return record
 
