@@ -177,15 +177,16 @@ def test_plans_use_token_ids_else_synthetic_ids_and_hidden_output_lengths():
 
 
 def test_a_run_where_nothing_finished_still_reports_and_compares():
-    from iterserve.lab.bench_report import summary_sections
+    from iterserve.lab.bench_report import summary_dict, summary_sections
     from iterserve.lab.run_record import report_results
 
     def refuse(request: httpx.Request) -> httpx.Response:
         return httpx.Response(503, json={"error": {"message": "draining"}})
 
     records = [_send(refuse, _plan(f"r{i}")) for i in range(3)]
-    summary, metrics = summary_sections(events_of(records), "x", None)
-    assert summary is not None and metrics is None
+    summary_obj, metrics = summary_sections(events_of(records), "x", None)
+    assert summary_obj is not None and metrics is None
+    summary = summary_dict(summary_obj)
     assert summary["requests"]["num_cancelled"] == 3 and summary["requests"]["num_completed"] == 0
     values = {(r["metric"], r["percentile"]): r["value"] for r in report_results(
         {"summary": summary})}

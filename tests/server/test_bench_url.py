@@ -80,6 +80,9 @@ def test_bench_counts_match_the_servers_metrics(serve, tmp_path):
     assert report["coordinates"]["model"] == "served model tiny"
     assert report["summary"]["latency_ms"]["queue"]["p50"]["status"] != "ok"  # not observable
     assert report["summary"]["latency_ms"]["ttft"]["mean"] > 0
+    text = (tmp_path / "run" / "report.md").read_text()
+    assert "## Outcomes (client side)" in text and "## Not observable from the client" in text
+    assert "Preemptions" not in text and "| 6 | 6 | 0 |" in text
 
 
 @pytest.mark.slow
@@ -171,6 +174,7 @@ def test_slo_evaluation_and_the_load_coordinates_of_a_scaled_capped_replay(serve
     assert plain["metrics"]["attainment"]["offered_load"] == 1.0
     assert any(r["metric"] == "slo_attainment" for r in plain["results"])
     assert "metrics" not in scaled  # the workload declares no SLO
+    assert "SLO evaluation" in (tmp_path / "plain" / "report.md").read_text()
     assert scaled["coordinates"]["load"].endswith("at most 2 in flight")
     assert scaled["coordinates"]["arrivals"] != plain["coordinates"]["arrivals"]
     assert scaled["coordinates"]["workload"] == plain["coordinates"]["workload"]

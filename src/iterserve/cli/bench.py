@@ -5,7 +5,7 @@ arrivals against any OpenAI-compatible server (``iterserve serve``, vLLM,
 ``iterserve compare`` puts the runs side by side or names why it cannot.
 
 Writes DIR/events.jsonl, DIR/requests.jsonl (everything the client saw, one
-line per request) and DIR/report.json. See docs/bench.md.
+line per request), DIR/report.json and DIR/report.md. See docs/bench.md.
 """
 
 from __future__ import annotations
@@ -23,11 +23,13 @@ from rich.progress import Progress
 from iterserve.cli.flag_types import POSITIVE_INT, finite_float, non_empty, output_dir
 from iterserve.cost import seconds_per_clock_unit
 from iterserve.lab.bench_client import RequestRecord
+from iterserve.lab.bench_md import render_bench
 from iterserve.lab.bench_plan import ENDPOINTS, PlanOptions, plan_requests
 from iterserve.lab.bench_report import (
     METRIC_DEFINITIONS,
     events_of,
     outcome_counts,
+    summary_dict,
     summary_sections,
 )
 from iterserve.lab.bench_run import (
@@ -113,13 +115,14 @@ def run(args: argparse.Namespace) -> int:
                    "timeout_s": args.timeout_s, "prompt_kinds": _prompt_kinds(plans),
                    "max_send_lag_s": _max_lag_s(records)},
         "outcomes": outcome_counts(records), "metric_definitions": METRIC_DEFINITIONS,
-        "summary": summary,
+        "summary": None if summary is None else summary_dict(summary),
     }
     if metrics is not None:
-        report["metrics"] = metrics
+        report["metrics"] = metrics.to_dict()
     report["coordinates"] = _coordinates(args, manifest, facts, model, slo)
     report["results"] = report_results(report)
     _write(args.out, log, records, report)
+    (args.out / "report.md").write_text(render_bench(report, summary, metrics))
     print(_summary_line(report, args.out))
     return 0
 

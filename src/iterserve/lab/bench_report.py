@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from iterserve.lab.bench_client import OUTCOMES, RequestRecord
-from iterserve.metrics import SloConfig, evaluate
+from iterserve.metrics import Report, SloConfig, evaluate
 from iterserve.metrics.events import (
     ArrivalEvent,
     CancelEvent,
@@ -32,7 +32,7 @@ from iterserve.metrics.events import (
     RejectEvent,
     TokenEvent,
 )
-from iterserve.metrics.run_summary import summarize_run
+from iterserve.metrics.run_summary import RunSummary, summarize_run
 from iterserve.metrics.time_unit import SECONDS
 from iterserve.sim.report import default_window
 
@@ -134,17 +134,24 @@ def _usage_sum(records: Sequence[RequestRecord], key: str) -> int | None:
 
 
 def summary_sections(log: EventLog, label: str,
-                     slo: SloConfig | None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+                     slo: SloConfig | None) -> tuple[RunSummary | None, Report | None]:
     """The run summary (latencies, throughput, counts) and, with an SLO, the
     0x07 evaluation; (None, None) when nothing was sent."""
     if not len(log):
         return None, None
     window = default_window(log)
     summary = summarize_run(list(log), window, SECONDS, label=label, iterations=(),
-                            resources=(), token_budget=1, sequence_budget=1).to_dict()
+                            resources=(), token_budget=1, sequence_budget=1)
+    metrics = None if slo is None else evaluate(log, slo, window, label=label)
+    return summary, metrics
+
+
+def summary_dict(summary: RunSummary) -> dict[str, Any]:
+    """``summary.to_dict()`` with the server-side figures withheld and the
+    reason named (``not_observable``)."""
+    out = summary.to_dict()
     for name in ("preemptions", "kv_blocks", "logical_slot_occupancy",
                  "token_budget_utilisation"):
-        summary[name] = None
-    summary["not_observable"] = NOT_OBSERVABLE
-    metrics = None if slo is None else evaluate(log, slo, window, label=label).to_dict()
-    return summary, metrics
+        out[name] = None
+    out["not_observable"] = NOT_OBSERVABLE
+    return out
