@@ -150,6 +150,22 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
+def test_requests_the_server_refuses_are_counted_and_warned_about(serve, tmp_path, capsys):
+    served = serve()
+    workload = _workload(tmp_path / "w.json")
+    document = json.loads(workload.read_text())
+    document["requests"][0]["prompt_tokens"] = [10**6, 5, 6]  # outside any tiny vocabulary
+    workload.write_text(json.dumps(document))
+    report = _bench(served, workload, tmp_path / "run")
+    counts = report["outcomes"]
+    assert counts["num_http_error"] == 1 and counts["http_errors_by_status"] == {"400": 1}
+    assert counts["num_finished"] == 5 == _server_count(_scrape(served), "finished")
+    err = capsys.readouterr().err
+    assert "1 of 6 requests failed; first: r0: http_error: HTTP 400" in err
+    assert "outside the vocabulary" in err
+
+
 def test_an_unknown_model_or_a_missing_key_is_refused_before_sending(serve, tmp_path, capsys):
     served = serve(api_key="sesame")
     workload = _workload(tmp_path / "w.json")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -124,7 +125,21 @@ def run(args: argparse.Namespace) -> int:
     _write(args.out, log, records, report)
     (args.out / "report.md").write_text(render_bench(report, summary, metrics))
     print(_summary_line(report, args.out))
+    warning = _failure_warning(records)
+    if warning is not None:
+        print(warning, file=sys.stderr)
     return 0
+
+
+def _failure_warning(records: list[RequestRecord]) -> str | None:
+    """One stderr line when requests failed, naming the first error (the
+    report holds them all): a run that mostly failed should not look fine."""
+    failed = [r for r in records if r.outcome not in ("finished", "rejected")]
+    if not failed:
+        return None
+    return (f"iterserve bench: warning: {len(failed)} of {len(records)} requests failed; "
+            f"first: {failed[0].request_id}: {failed[0].outcome}: {failed[0].error} "
+            "(all in requests.jsonl)")
 
 
 def _replay_with_progress(target: Target, plans: Any, options: ReplayOptions) -> list[RequestRecord]:
