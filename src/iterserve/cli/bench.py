@@ -25,7 +25,7 @@ from iterserve.cli.flag_types import POSITIVE_INT, finite_float, non_empty, outp
 from iterserve.cost import seconds_per_clock_unit
 from iterserve.lab.bench_client import RequestRecord
 from iterserve.lab.bench_md import render_bench
-from iterserve.lab.bench_plan import ENDPOINTS, PlanOptions, plan_requests
+from iterserve.lab.bench_plan import ENDPOINTS, PlanOptions, RequestPlan, plan_requests
 from iterserve.lab.bench_report import (
     METRIC_DEFINITIONS,
     events_of,
@@ -94,30 +94,22 @@ def run(args: argparse.Namespace) -> int:
     manifest = load_workload(args.workload)
     target = Target(parse_url(args.url), args.api_key)
     online = manifest.online
-    unit_s = seconds_per_clock_unit(online.clock, None)
     try:  # refused before anything is sent
         slo = resolve_slo(online, args.slo_ttft_ms, args.slo_tbt_ms)
     except ValueError as exc:
         raise BenchInputError(str(exc)) from None
     facts = probe_server(target)
     model = choose_model(facts, args.model)
-    plans = plan_requests(manifest, PlanOptions(model, args.endpoint, args.time_scale, unit_s,
-                                                not args.no_logprobs))
-    options = ReplayOptions(args.endpoint, args.timeout_s, args.max_concurrency)
-    records = _replay_with_progress(target, plans, options)
+    plans = plan_requests(manifest, PlanOptions(
+        model, args.endpoint, args.time_scale, seconds_per_clock_unit(online.clock, None),
+        not args.no_logprobs))
+    records = _replay_with_progress(target, plans, ReplayOptions(
+        args.endpoint, args.timeout_s, args.max_concurrency))
     log = events_of(records)
     label = _label(facts, model, args.endpoint)
     summary, metrics = summary_sections(log, label, slo)
-    report: dict[str, Any] = {
-        "schema": REPORT_SCHEMA, "label": label, "workload_id": online.workload_id,
-        "server": {"url": target.base_url, "model": model, "version": facts.version,
-                   "endpoint": ENDPOINTS[args.endpoint]},
-        "replay": {"time_scale": args.time_scale, "max_concurrency": args.max_concurrency,
-                   "timeout_s": args.timeout_s, "prompt_kinds": _prompt_kinds(plans),
-                   "max_send_lag_s": _max_lag_s(records)},
-        "outcomes": outcome_counts(records), "metric_definitions": METRIC_DEFINITIONS,
-        "summary": None if summary is None else summary_dict(summary),
-    }
+    report = _report(args, manifest, facts, model, records, label)
+    report["summary"] = None if summary is None else summary_dict(summary)
     if metrics is not None:
         report["metrics"] = metrics.to_dict()
     report["coordinates"] = _coordinates(args, manifest, facts, model, slo)
@@ -131,6 +123,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace, manifest: WorkloadManifest, facts: ServerFacts,
+            model: str, records: list[RequestRecord], label: str) -> dict[str, Any]:
+    """report.json's own sections (the summary, SLO metrics, coordinates and
+    results are added by :func:`run`)."""
+    return {
+        "schema": REPORT_SCHEMA, "label": label, "workload_id": manifest.online.workload_id,
+        "server": {"url": parse_url(args.url), "model": model, "version": facts.version,
+                   "endpoint": ENDPOINTS[args.endpoint]},
+        "replay": {"time_scale": args.time_scale, "max_concurrency": args.max_concurrency,
+                   "timeout_s": args.timeout_s, "prompt_kinds": _prompt_kinds(records),
+                   "max_send_lag_s": _max_lag_s(records)},
+        "outcomes": outcome_counts(records), "metric_definitions": METRIC_DEFINITIONS,
+    }
+
+
 def _failure_warning(records: list[RequestRecord]) -> str | None:
     """One stderr line when requests failed, naming the first error (the
     report holds them all): a run that mostly failed should not look fine."""
@@ -142,7 +149,8 @@ def _failure_warning(records: list[RequestRecord]) -> str | None:
             "(all in requests.jsonl)")
 
 
-def _replay_with_progress(target: Target, plans: Any, options: ReplayOptions) -> list[RequestRecord]:
+def _replay_with_progress(target: Target, plans: tuple[RequestPlan, ...],
+                          options: ReplayOptions) -> list[RequestRecord]:
     console = Console(stderr=True)
     if not console.is_terminal or len(plans) < _PROGRESS_MIN_REQUESTS:
         return replay(target, plans, options)
@@ -189,10 +197,10 @@ def _command_line(args: argparse.Namespace) -> str:
     return shlex.join(words)
 
 
-def _prompt_kinds(plans: Any) -> dict[str, int]:
+def _prompt_kinds(records: list[RequestRecord]) -> dict[str, int]:
     kinds: dict[str, int] = {}
-    for plan in plans:
-        kinds[plan.prompt_kind] = kinds.get(plan.prompt_kind, 0) + 1
+    for record in records:
+        kinds[record.prompt_kind] = kinds.get(record.prompt_kind, 0) + 1
     return kinds
 
 
