@@ -50,8 +50,9 @@ def _chat_delta(content: str | None, finish: str | None = None, role: str | None
 
 
 def test_a_vllm_like_chat_stream_role_chunk_no_usage():
-    body = _sse(_chat_delta("", role="assistant"), _chat_delta("a"), _chat_delta("b"),
-                _chat_delta("c", "length"), "[DONE]")
+    body = b": keep-alive\n\ndata:\n\n" + _sse(
+        _chat_delta("", role="assistant"), _chat_delta("a"), _chat_delta("b"),
+        _chat_delta("c", "length"), "[DONE]")
     record = _send(lambda request: httpx.Response(200, content=body), endpoint="chat")
     assert record.outcome == "finished" and record.usage is None
     assert record.chunk_num_tokens == [1, 1, 1]  # the role-only chunk carries no token

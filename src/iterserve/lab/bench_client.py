@@ -112,6 +112,8 @@ def _take_line(line: str, record: RequestRecord, now_s: float) -> bool:
     if not line.startswith("data:"):
         return False
     data = line[len("data:"):].strip()
+    if not data:  # an empty keep-alive event
+        return False
     if data == "[DONE]":
         record.is_done = True
         return True
