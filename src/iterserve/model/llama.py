@@ -67,7 +67,7 @@ class PackedCausalLM:
         self._check_batch(batch, cache)
         with torch.inference_mode():
             metadata = AttentionMetadata.build(batch, self.config.sliding_windows,
-                                               self.max_decode_groups)
+                                               self.max_decode_groups, self.dtype)
             tables = rotary_tables(batch.positions, self._inv_freq, self.dtype,
                                    self.config.rope_attention_scaling)
             hidden = F.embedding(batch.token_ids, self.weights.embed_tokens)
