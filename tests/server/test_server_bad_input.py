@@ -65,6 +65,8 @@ CASES = [
     Case("unknown field", 400, "unknown field 'best_of_all'", json=completion(best_of_all=3),
          param="best_of_all"),
     Case("n > 1", 400, "n", json=completion(n=2), param="n"),
+    Case("a repetition penalty", 400, "repetition_penalty",
+         json=completion(repetition_penalty=1.2), param="repetition_penalty"),
     Case("negative temperature", 400, "temperature", json=completion(temperature=-1),
          param="temperature"),
     Case("nan temperature", 400, "finite number",
@@ -112,6 +114,15 @@ def test_the_server_still_serves_after_the_bad_input(server):
     response = httpx.post(server.base_url + "/v1/completions", json=completion(), timeout=60)
     assert response.status_code == 200
     assert response.json()["usage"]["completion_tokens"] == 2
+
+
+def test_no_repetition_penalty_is_served_as_vllm_bench_sends_it(server):
+    body = completion(repetition_penalty=1.0, ignore_eos=True, logprobs=None, stream=True,
+                      stream_options={"include_usage": True})
+    response = httpx.post(server.base_url + "/v1/completions", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    assert response.text.rstrip().endswith("data: [DONE]")
+    assert '"completion_tokens":2' in response.text.replace(" ", "")
 
 
 def test_api_key_is_required_when_set(serve):

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from iterserve.admission.overload import OverloadConfigError
 from iterserve.cli import (
+    bench,
     compare,
     generate,
     make_model,
@@ -33,6 +34,7 @@ from iterserve.cli.simulate import FlagError
 from iterserve.cost import CostModelError
 from iterserve.engine.loop import EngineStalled
 from iterserve.kv.pool_size import KvPoolSizeError
+from iterserve.lab.bench_run import BenchInputError
 from iterserve.lab.compare import CompareError
 from iterserve.lab.coordinates import CoordinateError
 from iterserve.model.errors import CheckpointError
@@ -47,7 +49,8 @@ from iterserve.sim.workload_spec import WorkloadSpecError
 
 EXPECTED_ERRORS = (CheckpointError, WorkloadError, UnknownPolicy, PolicyConfigError, ReplayDivergence, ContractViolation,
                    EngineStalled, InfeasibleRun, FileNotFoundError, FlagError, OverloadConfigError, CostModelError,
-                   WorkloadSpecError, TraceError, CompareError, CoordinateError, KvPoolSizeError)
+                   WorkloadSpecError, TraceError, CompareError, CoordinateError, KvPoolSizeError,
+                   BenchInputError)
 EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE
 
 
@@ -55,7 +58,7 @@ def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="iterserve", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module in (simulate, sweep, replay, policies, generate, make_model, workload, serve,
-                   profile, compare, sensitivity):
+                   profile, compare, sensitivity, bench):
         module.add_parser(subparsers)
     return parser
 

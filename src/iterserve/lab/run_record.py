@@ -49,10 +49,6 @@ def run_coordinates(workload_path: Path, online: OnlineWorkload, cost_model_spec
     by the sha256 of its file's canonical JSON, the arrivals by the sha256
     of the (request, arrival) list; the model is the cost profile (no
     weights run); threads do not apply to a virtual clock."""
-    document = _read_json(workload_path)
-    arrivals = [[r.request_id, r.arrival] for r in online.requests]
-    times = [r.arrival for r in online.requests]
-    span = max(times) - min(times) if times else 0
     return {
         "schema": COORDINATES_SCHEMA,
         "source_version": source_version(),
@@ -60,12 +56,28 @@ def run_coordinates(workload_path: Path, online: OnlineWorkload, cost_model_spec
         "model": f"no weights (simulated executor); cost profile {cost_model_id}",
         "hardware": f"simulated executor, cost model {cost_model_spec}",
         "threads": None,
-        "workload": f"sha256:{sha256_of(document)}",
-        "arrivals": f"sha256:{sha256_of(arrivals)}",
+        **workload_coordinates(workload_path, online),
         "baseline": "none (absolute values)",
         "slo": None if slo is None else canonical_json(slo),
-        "load": f"{len(times)} requests over {span} {online.clock} units",
         "evidence_class": "simulated",
+    }
+
+
+def workload_coordinates(workload_path: Path, online: OnlineWorkload,
+                         time_scale: float = 1.0) -> dict[str, str]:
+    """``workload`` (sha256 of the file's canonical JSON), ``arrivals``
+    (sha256 of the (request, arrival) list, on the workload's clock) and
+    ``load``: a replay that scales time (``bench --time-scale``) offers other
+    arrivals and another load, and says so in both."""
+    document = _read_json(workload_path)
+    times = [r.arrival if time_scale == 1.0 else r.arrival * time_scale
+             for r in online.requests]
+    arrivals = [[r.request_id, t] for r, t in zip(online.requests, times, strict=True)]
+    span = max(times) - min(times) if times else 0
+    return {
+        "workload": f"sha256:{sha256_of(document)}",
+        "arrivals": f"sha256:{sha256_of(arrivals)}",
+        "load": f"{len(times)} requests over {span} {online.clock} units",
     }
 
 

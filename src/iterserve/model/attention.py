@@ -37,13 +37,13 @@ from iterserve.model.packing import PackedBatch
 Window = int | None
 
 #: At most this many padded SDPA calls per layer for the single-row segments.
-MAX_DECODE_GROUPS = 4
+MAX_DECODE_GROUPS = 8
 #: A group is cut once a row needs more than this many times the blocks of the
 #: group's first (shortest) row ...
-DECODE_GROUP_GROWTH = 1.5
+DECODE_GROUP_GROWTH = 1.25
 #: ... and only if both sides keep at least this many rows (fewer rows save too
 #: few bytes to pay for another gather + SDPA + scatter per layer).
-MIN_DECODE_GROUP_ROWS = 8
+MIN_DECODE_GROUP_ROWS = 6
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -53,7 +53,7 @@ class DecodeRows:
     rows: torch.Tensor  # [B] packed row of each single-row segment
     flat_block_ids: torch.Tensor  # [B * num_blocks] block table rows, padded, flattened
     num_blocks: int  # blocks gathered per row (the longest row's need)
-    masks: Mapping[Window, torch.Tensor]  # window -> bool [B, 1, 1, num_blocks * block_size]
+    masks: Mapping[Window, torch.Tensor]  # window -> [B, 1, 1, num_blocks * block_size] (see _mask)
     covers_all_rows: bool  # rows == arange(Q_tot): output needs no scatter
 
 
@@ -78,14 +78,20 @@ class AttentionMetadata:
 
     @classmethod
     def build(cls, batch: PackedBatch, windows: Iterable[Window],
-              max_decode_groups: int = MAX_DECODE_GROUPS) -> AttentionMetadata:
+              max_decode_groups: int = MAX_DECODE_GROUPS,
+              mask_dtype: torch.dtype | None = None) -> AttentionMetadata:
+        """`mask_dtype`: masks are additive (0 / -inf) in this dtype, the
+        query's, built once here; None keeps boolean masks, which SDPA
+        converts on every call (three more aten ops per call and layer)."""
         distinct_windows = frozenset(windows)
         single = [i for i, q in enumerate(batch.query_lens) if q == 1]
         chunks = tuple(
-            _chunk_rows(batch, i, distinct_windows) for i, q in enumerate(batch.query_lens) if q > 1
+            _chunk_rows(batch, i, distinct_windows, mask_dtype)
+            for i, q in enumerate(batch.query_lens) if q > 1
         )
         groups = decode_groups(batch, single, max_decode_groups)
-        decode = tuple(_decode_rows(batch, group, distinct_windows) for group in groups)
+        decode = tuple(_decode_rows(batch, group, distinct_windows, mask_dtype)
+                       for group in groups)
         return cls(decode_groups=decode, chunks=chunks, block_size=batch.block_size)
 
     def decode_gather_bytes(self, row_bytes: int) -> int:
@@ -211,7 +217,8 @@ def decode_groups(batch: PackedBatch, single: list[int], max_groups: int) -> lis
     return groups if len(groups) > 1 else [single]
 
 
-def _decode_rows(batch: PackedBatch, segments: list[int], windows: frozenset[Window]) -> DecodeRows:
+def _decode_rows(batch: PackedBatch, segments: list[int], windows: frozenset[Window],
+                 mask_dtype: torch.dtype | None) -> DecodeRows:
     device = batch.token_ids.device
     block_size = batch.block_size
     num_blocks = max(batch.starts[i] // block_size + 1 for i in segments)
@@ -224,7 +231,8 @@ def _decode_rows(batch: PackedBatch, segments: list[int], windows: frozenset[Win
     )
     key_positions = torch.arange(num_blocks * block_size, device=device)
     masks = {
-        window: _visible(positions[:, None], key_positions[None, :], window)[:, None, None, :]
+        window: _mask(_visible(positions[:, None], key_positions[None, :], window),
+                      mask_dtype)[:, None, None, :]
         for window in windows
     }
     return DecodeRows(
@@ -236,7 +244,8 @@ def _decode_rows(batch: PackedBatch, segments: list[int], windows: frozenset[Win
     )
 
 
-def _chunk_rows(batch: PackedBatch, segment: int, windows: frozenset[Window]) -> ChunkRows:
+def _chunk_rows(batch: PackedBatch, segment: int, windows: frozenset[Window],
+                mask_dtype: torch.dtype | None) -> ChunkRows:
     device = batch.token_ids.device
     start, num_rows = batch.starts[segment], batch.query_lens[segment]
     end = start + num_rows
@@ -247,7 +256,8 @@ def _chunk_rows(batch: PackedBatch, segment: int, windows: frozenset[Window]) ->
     for window in windows:
         is_plain_causal = start == 0 and (window is None or window >= num_rows)
         masks[window] = (
-            None if is_plain_causal else _visible(query_positions, key_positions, window)
+            None if is_plain_causal
+            else _mask(_visible(query_positions, key_positions, window), mask_dtype)
         )
     return ChunkRows(
         row_begin=row_begin,
@@ -256,6 +266,16 @@ def _chunk_rows(batch: PackedBatch, segment: int, windows: frozenset[Window]) ->
         block_ids=batch.block_tables[segment, : -(-end // batch.block_size)],
         masks=masks,
     )
+
+
+def _mask(visible: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """`visible` as SDPA's attn_mask: itself (bool), or 0 where visible and
+    -inf elsewhere in `dtype`, which SDPA adds to the scores as the bool mask
+    would be (every row sees at least its own key, so no row is all -inf)."""
+    if dtype is None:
+        return visible
+    return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(
+        ~visible, float("-inf"))
 
 
 def _visible(

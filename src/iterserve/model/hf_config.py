@@ -7,6 +7,13 @@ default (Qwen3's head_dim 128, each family's rope_theta), and the RoPE
 frequencies come from transformers' `ROPE_INIT_FUNCTIONS` (linear, dynamic,
 yarn, llama3) exactly as its reference models compute them.
 
+Transformers is imported only when it can change the result: a Llama config
+with default RoPE that states its rope_theta gets head_dim and rope_theta
+exactly as `parse_model_config` read them (Llama's head_dim default is
+hidden_size / num_attention_heads, which the parser applies too), so
+`resolve` returns it as parsed; importing transformers for it cost ~2 s of
+start-up (the built-in presets are such configs).
+
 Dynamic NTK: transformers recomputes the frequencies for the whole sequence
 once it grows past max_position_embeddings, which would re-rotate keys already
 in the KV cache; here the frequencies are fixed at load (the original length),
@@ -28,6 +35,18 @@ MODEL_TYPES = {
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
 }
+
+
+def resolve(config: ModelConfig, raw: Mapping[str, Any]) -> ModelConfig:
+    """`config` with what transformers derives, consulting it only when needed."""
+    return resolve_with_transformers(config, raw) if needs_transformers(config, raw) else config
+
+
+def needs_transformers(config: ModelConfig, raw: Mapping[str, Any]) -> bool:
+    """False only where transformers would return head_dim and rope_theta as parsed."""
+    states_theta = "rope_theta" in raw or "rope_theta" in (raw.get("rope_parameters") or {})
+    return not (config.architecture == "LlamaForCausalLM" and config.rope_type == "default"
+                and states_theta)
 
 
 def resolve_with_transformers(config: ModelConfig, raw: Mapping[str, Any]) -> ModelConfig:

@@ -25,6 +25,7 @@ from iterserve.model.attention import MAX_DECODE_GROUPS, AttentionMetadata, page
 from iterserve.model.config import ModelConfig
 from iterserve.model.kv_cache import PagedKVCache
 from iterserve.model.packing import PackedBatch
+from iterserve.model.projection import linear, pack_weights, packing_pays
 from iterserve.model.rope import (
     RotaryTables,
     apply_rotary,
@@ -38,9 +39,13 @@ class PackedCausalLM:
     """A decoder-only LM whose forward consumes PackedBatch over a PagedKVCache."""
 
     def __init__(self, config: ModelConfig, weights: ModelWeights,
-                 max_decode_groups: int = MAX_DECODE_GROUPS) -> None:
+                 max_decode_groups: int = MAX_DECODE_GROUPS, prepack: bool = True) -> None:
+        """`prepack`: reorder the projection weights for oneDNN where that is
+        the faster path (see model.projection); the forward is the same."""
         self.config = config
-        self.weights = weights
+        embed = weights.embed_tokens
+        self.weights = pack_weights(weights) if prepack and packing_pays(
+            embed.dtype, embed.device) else weights
         self.max_decode_groups = max_decode_groups  # see attention.decode_groups
         self._inv_freq = model_inverse_frequencies(config, self.device)
 
@@ -62,7 +67,7 @@ class PackedCausalLM:
         self._check_batch(batch, cache)
         with torch.inference_mode():
             metadata = AttentionMetadata.build(batch, self.config.sliding_windows,
-                                               self.max_decode_groups)
+                                               self.max_decode_groups, self.dtype)
             tables = rotary_tables(batch.positions, self._inv_freq, self.dtype,
                                    self.config.rope_attention_scaling)
             hidden = F.embedding(batch.token_ids, self.weights.embed_tokens)
@@ -70,7 +75,7 @@ class PackedCausalLM:
                 hidden = self._layer(index, layer, hidden, batch, cache, metadata, tables)
             sampled = hidden.index_select(0, batch.sample_rows)
             sampled = _rms_norm(sampled, self.weights.final_norm, self.config.rms_norm_eps)
-            return _linear(sampled, self.weights.lm_head).float()
+            return linear(sampled, self.weights.lm_head).float()
 
     __call__ = forward
 
@@ -102,7 +107,7 @@ class PackedCausalLM:
         config = self.config
         num_rows = hidden.shape[0]
         normed = _rms_norm(hidden, layer.input_norm, config.rms_norm_eps)
-        qkv = _linear(normed, layer.qkv_proj, layer.qkv_bias)
+        qkv = linear(normed, layer.qkv_proj, layer.qkv_bias)
         qkv = qkv.view(num_rows, config.num_heads + 2 * config.num_kv_heads, config.head_dim)
         rotated = apply_rotary(_qk_normed(qkv, layer, config), tables)
         query, keys = rotated[:, : config.num_heads], rotated[:, config.num_heads :]
@@ -117,26 +122,10 @@ class PackedCausalLM:
             metadata,
             config.sliding_windows[index],
         )
-        hidden = hidden + _linear(attended, layer.o_proj, layer.o_bias)
+        hidden = hidden + linear(attended, layer.o_proj, layer.o_bias)
         normed = _rms_norm(hidden, layer.post_attention_norm, config.rms_norm_eps)
-        gate, up = _linear(normed, layer.gate_up_proj).chunk(2, dim=-1)
-        return hidden + _linear(F.silu(gate) * up, layer.down_proj)
-
-
-#: Below this many rows a CPU GEMM is faster as W @ X^T (measured 1.3-2.5x for
-#: 8..64 rows on the project's AVX2 machine; equal or slower from ~128 rows).
-_SMALL_BATCH_ROWS = 96
-
-
-def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
-            ) -> torch.Tensor:
-    """x @ weight^T (+ bias), the same product as F.linear. Small row counts
-    on CPU run as (weight @ x^T)^T, which the CPU BLAS handles far better than
-    a thin left operand (decode iterations are exactly that shape)."""
-    if x.shape[0] >= _SMALL_BATCH_ROWS or x.device.type != "cpu" or x.dim() != 2:
-        return F.linear(x, weight, bias)
-    out = torch.mm(weight, x.t()).t().contiguous()
-    return out if bias is None else out + bias
+        gate, up = linear(normed, layer.gate_up_proj).chunk(2, dim=-1)
+        return hidden + linear(F.silu(gate) * up, layer.down_proj)
 
 
 def _qk_normed(qkv: torch.Tensor, layer: LayerWeights, config: ModelConfig) -> torch.Tensor:

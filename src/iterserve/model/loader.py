@@ -17,7 +17,7 @@ from safetensors import safe_open
 
 from iterserve.model.config import ModelConfig, parse_model_config
 from iterserve.model.errors import CheckpointError, MissingCheckpointFileError
-from iterserve.model.hf_config import resolve_with_transformers
+from iterserve.model.hf_config import resolve
 from iterserve.model.llama import PackedCausalLM
 from iterserve.model.weights import assemble_weights, expected_shape
 
@@ -34,10 +34,12 @@ def load_model(
     model_dir: Path | str,
     dtype: torch.dtype | str = torch.float32,
     device: torch.device | str = "cpu",
+    prepack: bool = True,
 ) -> PackedCausalLM:
     """Load config and weights from `model_dir`; raises a CheckpointError subclass
     naming the missing file, the unsupported architecture or the bad config.
-    `dtype` is a torch dtype, one of DTYPES_BY_NAME, or "auto" (see resolve_dtype)."""
+    `dtype` is a torch dtype, one of DTYPES_BY_NAME, or "auto" (see resolve_dtype);
+    `prepack` as in PackedCausalLM."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise CheckpointError(f"{model_dir}: not a checkpoint directory")
@@ -63,7 +65,7 @@ def load_model(
             return tensor
 
         weights = assemble_weights(config, get, dtype, device)
-    return PackedCausalLM(config, weights)
+    return PackedCausalLM(config, weights, prepack=prepack)
 
 
 def _open_safetensors(stack: ExitStack, path: Path) -> Any:
@@ -76,9 +78,10 @@ def _open_safetensors(stack: ExitStack, path: Path) -> Any:
 
 
 def load_config(model_dir: Path) -> ModelConfig:
-    """The checked config, with per-family defaults and RoPE resolved by transformers."""
+    """The checked config, with per-family defaults and RoPE resolved by transformers
+    where they need it (see hf_config.resolve)."""
     raw = _read_json(Path(model_dir) / CONFIG_FILE)
-    return resolve_with_transformers(parse_model_config(raw), raw)
+    return resolve(parse_model_config(raw), raw)
 
 
 def resolve_dtype(dtype: torch.dtype | str, config: ModelConfig) -> torch.dtype:

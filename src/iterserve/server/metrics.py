@@ -7,7 +7,8 @@ Two sources, one registry per app (no module state):
   histograms and counters from engine facts: TTFT from the original arrival
   and inter-token gaps from the previous output (0x07), end-to-end and queue
   time, preemptions by mode and reason, rejections by reason, per-client
-  completed service, iterations and prefill / decode rows;
+  completed service and emitted output tokens, iterations and prefill /
+  decode rows;
 - :class:`SnapshotCollector` reads the latest immutable state at scrape time:
   running / waiting / suspended, KV blocks used and free, prefix-cache hit
   tokens, and the outcome partition (finished, cancelled, rejected, aborted
@@ -59,6 +60,8 @@ class LatencyObserver(EngineObserver):
         self.rejections = count("iterserve:num_rejections", "rejected arrivals", ("reason",))
         self.service = count("iterserve:client_service_tokens", "completed token rows "
                              "debited to each client's fairness service", ("client",))
+        self.generation_tokens = count("iterserve:generation_tokens", "output tokens emitted "
+                                       "(each closes a TTFT or an inter-token gap)", ("client",))
         self.iterations = count("iterserve:iterations", "executed iterations")
         self.prefill_rows = count("iterserve:prefill_rows", "prefill token rows executed")
         self.decode_rows = count("iterserve:decode_rows", "decode token rows executed")
@@ -92,6 +95,7 @@ class LatencyObserver(EngineObserver):
             self.service.labels(client).inc(rows)
         for done in result.completed:
             if done.emitted:
+                self.generation_tokens.labels(state.views[done.request_id].client_id).inc()
                 self._emission(done.request_id, successor.now, done.finish_reason is not None)
 
     def _intent(self, kind: IntentKind, request_id: str, reason: str,

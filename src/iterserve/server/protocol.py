@@ -3,7 +3,9 @@
 Requests forbid unknown fields, so a typo is a 400 naming the field rather
 than a silently ignored knob. iterserve's extensions (``top_k``,
 ``ignore_eos``, ``priority``, ``ttft_ms``, ``tbt_ms``) are declared here, so
-the OpenAPI document FastAPI serves is exact.
+the OpenAPI document FastAPI serves is exact. vLLM's ``repetition_penalty``
+is accepted only as 1.0 (no penalty): vLLM's own load tool sends it on every
+request.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ class SamplingFields(_Strict):
     priority: Annotated[int, Field(ge=-1000, le=1000)] = 0
     ttft_ms: Annotated[float, Field(gt=0.0, le=1e9)] | None = None
     tbt_ms: Annotated[float, Field(gt=0.0, le=1e9)] | None = None
+    # vLLM's extension, sent as 1.0 by `vllm bench serve`; only "no penalty" is served
+    repetition_penalty: Annotated[float, Field(ge=1.0, le=1.0)] | None = None
 
 
 class CompletionRequest(SamplingFields):
