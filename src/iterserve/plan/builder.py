@@ -80,6 +80,14 @@ class PlanBuilder:
         rows left to the target (prompt, or rebuild target, 0x0C)."""
         return frontier.legal_rows(view.num_prompt_tokens, view.num_emitted, view.num_computed)
 
+    def rows_within_tokens(self, view: RequestView) -> int:
+        """``min(legal_rows(view), tokens_left)`` in one frontier call (the
+        running pass asks it of every running request)."""
+        left = self.tokens_left
+        if left <= 0:
+            return min(self.legal_rows(view), left)
+        return next_interval(view.num_prompt_tokens, view.num_emitted, view.num_computed, left)[0]
+
     def blocks_needed(self, view: RequestView, num_rows: int) -> int:
         size = self._facts.block_size  # CapacityFacts.blocks_for, inlined (hot path)
         c = view.num_computed
