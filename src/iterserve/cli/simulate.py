@@ -202,9 +202,10 @@ def run(args: argparse.Namespace) -> int:
             stream = stack.enter_context(pending_file(args.decision_log))
         progress = RunProgress(len(online.requests))
         stack.callback(progress.close)
-        result = run_simulation(setup.manifest, config, stream, [progress])
+        # the metric events go to disk as the run goes, not to memory (issue 15)
+        with staged_file(args.out.parent, args.out / "events.jsonl") as events:
+            result = run_simulation(setup.manifest, config, stream, [progress], events=events)
         report = _report(args, setup, policy.policy_id, result)
-        args.out.mkdir(parents=True, exist_ok=True)
         outputs = write_metric_outputs(
             args.out, result, online, setup.slo, window,
             f"{policy.policy_id} + {setup.gate.gate_id}", plots=not args.no_plots,
@@ -276,6 +277,23 @@ def _summary_line(policy_id: str, report: dict[str, Any], out: Path) -> str:
                  f"rejected {outcomes['num_rejected']}, offered-load attainment "
                  f"{metrics['attainment']['offered_load']}")
     return f"{text} -> {out / 'report.json'}"
+
+
+@contextlib.contextmanager
+def staged_file(staging_dir: Path, path: Path) -> Iterator[TextIO]:
+    """A text stream written in ``staging_dir`` that becomes ``path`` (its
+    directory made) when the block succeeds; a failure leaves neither."""
+    staging_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=staging_dir)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as stream:
+            yield stream
+        os.chmod(tmp_name, 0o644)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
 
 
 @contextlib.contextmanager

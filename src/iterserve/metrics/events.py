@@ -345,18 +345,31 @@ def write_jsonl(events: Iterable[Event], path: str | Path) -> None:
 
 def read_jsonl(path: str | Path) -> list[Event]:
     """Read events written by :func:`write_jsonl`; blank lines are skipped."""
-    events: list[Event] = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise EventLogError(f"{path}:{number}: invalid JSON: {error}") from error
-        if not isinstance(record, dict):
-            raise EventLogError(f"{path}:{number}: expected a JSON object")
-        events.append(event_from_dict(record))
-    return events
+    return list(iter_jsonl(path))
+
+
+def iter_jsonl(path: str | Path) -> Iterator[Event]:
+    """The events of a JSONL file one at a time, in file order, without
+    holding the file or the list (a long run's events.jsonl is larger than
+    its report needs). Consecutive equal times share one float object, so a
+    reader that keeps every token's time keeps one object per cut."""
+    last_time: Any = None
+    with Path(path).open(encoding="utf-8") as stream:
+        for number, line in enumerate(stream, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise EventLogError(f"{path}:{number}: invalid JSON: {error}") from error
+            if not isinstance(record, dict):
+                raise EventLogError(f"{path}:{number}: expected a JSON object")
+            time_s = record.get("time_s")
+            if type(time_s) is type(last_time) and time_s == last_time and time_s:  # not -0.0
+                record["time_s"] = last_time
+            else:
+                last_time = time_s
+            yield event_from_dict(record)
 
 
 def _require_text(kind: str, name: str, value: object) -> None:

@@ -16,6 +16,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -27,10 +28,10 @@ from iterserve.metrics.capacity import (
 )
 from iterserve.metrics.events import Event
 from iterserve.metrics.report import LatencySamples, Report
-from iterserve.metrics.series import ResourceSample, ServiceWeights, client_service_series
+from iterserve.metrics.series import ResourceSample, ServiceWeights, client_service_arrays
 from iterserve.metrics.slo import ObservationWindow
 from iterserve.metrics.time_unit import SECONDS, TimeUnit
-from iterserve.metrics.timeline import build_timelines
+from iterserve.metrics.timeline import RequestTimeline, build_timelines
 
 _MS_PER_S = 1000.0
 _DPI = 110
@@ -174,17 +175,30 @@ def plot_client_service(
     unit: TimeUnit = SECONDS,
 ) -> Path:
     """Cumulative weighted completed service per client (0x09A F53)."""
-    service_weights = weights or ServiceWeights()
     end_s = math.inf if window is None else window.end_s
-    start_s = -math.inf if window is None else window.start_s
     timelines = build_timelines(events, end_s=end_s).values()
-    series = client_service_series(timelines, service_weights, start_s=start_s)
+    return plot_timelines_service(timelines, path, weights=weights, window=window, unit=unit)
+
+
+def plot_timelines_service(
+    timelines: Iterable[RequestTimeline],
+    path: str | Path,
+    *,
+    weights: ServiceWeights | None = None,
+    window: ObservationWindow | None = None,
+    unit: TimeUnit = SECONDS,
+) -> Path:
+    """:func:`plot_client_service` from timelines already built with facts
+    before the window's end."""
+    service_weights = weights or ServiceWeights()
+    start_s = -math.inf if window is None else window.start_s
+    series = client_service_arrays(timelines, service_weights, start_s=start_s)
     figure, axes = _figure(1, 1, width_in=10.0)
-    for client, points in series.items():
+    origin_s = 0.0 if window is None else window.start_s
+    for client, (times_s, cumulative) in series.items():
         axes[0].step(
-            [unit.from_s(0.0 if window is None else window.start_s)]
-            + [unit.from_s(p.time_s) for p in points],
-            [0.0] + [p.cumulative_service for p in points],
+            np.concatenate([[unit.from_s(origin_s)], times_s / unit.seconds_per_unit]),
+            np.concatenate([[0.0], cumulative]),
             where="post",
             label=client,
         )

@@ -60,7 +60,7 @@ from iterserve.metrics.outcomes import (
 from iterserve.metrics.percentiles import summarize
 from iterserve.metrics.series import ServiceWeights, client_service_totals
 from iterserve.metrics.slo import ObservationWindow, SloConfig
-from iterserve.metrics.timeline import build_timelines
+from iterserve.metrics.timeline import RequestTimeline, build_timelines
 
 REPORT_SCHEMA = "iterserve.metrics.report/v1"
 _MS_PER_S = 1000.0
@@ -152,10 +152,24 @@ def evaluate(
     """Evaluate one run. The whole log is lifecycle-checked; only facts
     stamped inside ``window`` are observed; the cohort is every request whose
     original arrival lies in ``window``."""
-    weights = service_weights or ServiceWeights()
     all_events = list(events)
     build_timelines(all_events)  # validates the full log, including facts after W
     observed = build_timelines(all_events, end_s=window.end_s)
+    return evaluate_timelines(observed, slo, window, label=label, service_weights=service_weights)
+
+
+def evaluate_timelines(
+    observed: Mapping[str, RequestTimeline],
+    slo: SloConfig,
+    window: ObservationWindow,
+    *,
+    label: str = "run",
+    service_weights: ServiceWeights | None = None,
+) -> Report:
+    """:func:`evaluate` over timelines already built from a validated log
+    with facts before ``window.end_s`` (one streaming pass over a long run's
+    events.jsonl instead of the event list)."""
+    weights = service_weights or ServiceWeights()
     cohort = [
         observed[request_id]
         for request_id in sorted(observed)

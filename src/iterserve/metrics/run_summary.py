@@ -16,7 +16,7 @@ the iteration clock).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
@@ -34,7 +34,7 @@ from iterserve.metrics.report import LatencySamples, latency_samples
 from iterserve.metrics.series import ResourceSample
 from iterserve.metrics.slo import ObservationWindow
 from iterserve.metrics.time_unit import TimeUnit
-from iterserve.metrics.timeline import build_timelines
+from iterserve.metrics.timeline import RequestTimeline, build_timelines
 
 SUMMARY_SCHEMA = "iterserve.metrics.run_summary/v1"
 
@@ -127,7 +127,32 @@ def summarize_run(
     token_budget: int,
     sequence_budget: int,
 ) -> RunSummary:
-    observed = build_timelines(events, end_s=window.end_s)
+    inside = [e for e in events if window.contains(e.time_s)]
+    modes = [e.mode for e in inside if isinstance(e, PreemptEvent)]
+    return summarize_timelines(
+        build_timelines(events, end_s=window.end_s), window, unit, label=label,
+        preempt_modes=modes, num_resumes=sum(isinstance(e, ResumeEvent) for e in inside),
+        iterations=iterations, resources=resources, token_budget=token_budget,
+        sequence_budget=sequence_budget)
+
+
+def summarize_timelines(
+    observed: Mapping[str, RequestTimeline],
+    window: ObservationWindow,
+    unit: TimeUnit,
+    *,
+    label: str,
+    preempt_modes: Sequence[str],
+    num_resumes: int,
+    iterations: Sequence[IterationComposition],
+    resources: Sequence[ResourceSample],
+    token_budget: int,
+    sequence_budget: int,
+) -> RunSummary:
+    """:func:`summarize_run` over timelines built with facts before the
+    window's end, given the modes of the preemptions and the number of
+    resumes stamped inside the window (one streaming pass over a long run's
+    events.jsonl gathers all three)."""
     cohort = [t for _, t in sorted(observed.items()) if window.contains(t.arrival_s)]
     clocks = [request_clocks(t) for t in cohort]
     completed = [t.is_finished for t in cohort]
@@ -140,13 +165,12 @@ def summarize_run(
                            for t in cohort),
         num_emitted_tokens=sum(len(t.emission_s) for t in cohort),
     )
-    inside = [e for e in events if window.contains(e.time_s)]
-    modes = [e.mode for e in inside if isinstance(e, PreemptEvent)]
     return RunSummary(
         label=label, window=window, unit=unit, counts=counts,
         samples=latency_samples(clocks, completed),
-        num_preemptions={"recompute": modes.count("recompute"), "swap": modes.count("swap")},
-        num_resumes=sum(isinstance(e, ResumeEvent) for e in inside),
+        num_preemptions={"recompute": preempt_modes.count("recompute"),
+                         "swap": preempt_modes.count("swap")},
+        num_resumes=num_resumes,
         kv=_kv_use(resources),
         slot_occupancy=sequence_slot_occupancy(iterations, sequence_budget),
         token_budget_utilisation=token_budget_utilisation(iterations, token_budget),

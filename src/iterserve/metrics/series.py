@@ -13,6 +13,8 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from iterserve.metrics.events import Event
 from iterserve.metrics.timeline import RequestTimeline, build_timelines
 
@@ -73,13 +75,42 @@ def client_service_series(
     return series
 
 
+def client_service_arrays(
+    timelines: Iterable[RequestTimeline],
+    weights: ServiceWeights,
+    *,
+    start_s: float = -math.inf,
+) -> Mapping[str, tuple[np.ndarray, np.ndarray]]:
+    """:func:`client_service_series` as two float64 arrays per client (times,
+    cumulative service): the same order (time, then amount) and the same
+    left-to-right sums (``cumsum`` adds in sequence), 16 bytes per completed
+    fact instead of a point object, for runs with millions of tokens."""
+    parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    for timeline in timelines:
+        times = np.array(timeline.emission_s, dtype=np.float64)
+        amounts = np.full(len(times), weights.output_weight, dtype=np.float64)
+        if timeline.compute_s:
+            rows = np.array(timeline.compute_s, dtype=np.float64)
+            times = np.concatenate([rows[:, 0], times])
+            amounts = np.concatenate([weights.prompt_weight * rows[:, 1], amounts])
+        keep = times >= start_s
+        parts.setdefault(timeline.client_id, []).append((times[keep], amounts[keep]))
+    arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for client in sorted(parts):
+        times = np.concatenate([t for t, _ in parts[client]])
+        amounts = np.concatenate([a for _, a in parts[client]])
+        order = np.lexsort((amounts, times))
+        arrays[client] = (times[order], np.cumsum(amounts[order]))
+    return arrays
+
+
 def client_service_totals(
     timelines: Iterable[RequestTimeline], weights: ServiceWeights, *, start_s: float = -math.inf
 ) -> Mapping[str, float]:
-    series = client_service_series(timelines, weights, start_s=start_s)
+    series = client_service_arrays(timelines, weights, start_s=start_s)
     return {
-        client: points[-1].cumulative_service if points else 0.0
-        for client, points in series.items()
+        client: float(cumulative[-1]) if len(cumulative) else 0.0
+        for client, (_, cumulative) in series.items()
     }
 
 

@@ -119,8 +119,22 @@ def build_timelines(
     Events are stably sorted by ``time_s`` first, so equal-time events keep
     their log order. Raises :class:`EventLogError` on any lifecycle violation.
     """
+    return build_sorted_timelines(sorted(events, key=lambda item: item.time_s), end_s=end_s)
+
+
+def build_sorted_timelines(
+    events: Iterable[Event], *, end_s: float = math.inf
+) -> dict[str, RequestTimeline]:
+    """:func:`build_timelines` over events already in time order (an event
+    log or its JSONL file), consumed one at a time: nothing but the
+    timelines is held. An event earlier than its predecessor raises."""
     builders: dict[str, _Builder] = {}
-    for event in sorted(events, key=lambda item: item.time_s):
+    last_s = -math.inf
+    for event in events:
+        if event.time_s < last_s:
+            raise EventLogError(f"{event.kind} at {event.time_s} s for request "
+                                f"{event.request_id!r} precedes the previous event at {last_s} s")
+        last_s = event.time_s
         if event.time_s >= end_s:
             continue
         if isinstance(event, ArrivalEvent):
@@ -130,7 +144,10 @@ def build_timelines(
         if builder is None:
             raise EventLogError(f"{event.kind} before arrival for request {event.request_id!r}")
         _apply(builder, event)
-    return {request_id: builder.freeze() for request_id, builder in builders.items()}
+    timelines = {}
+    for request_id in list(builders):  # each builder's lists go as its tuples come
+        timelines[request_id] = builders.pop(request_id).freeze()
+    return timelines
 
 
 def _add_arrival(builders: dict[str, _Builder], event: ArrivalEvent) -> None:

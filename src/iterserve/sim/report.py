@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -33,18 +33,19 @@ from iterserve.metrics import (
     ObservationWindow,
     Report,
     SloConfig,
-    evaluate,
     render_markdown,
 )
 from iterserve.metrics.chunk_ledger import PROXY_LABEL, ledger_from_starts
+from iterserve.metrics.event_scan import scan_events
 from iterserve.metrics.fairness import FairnessReport, evaluate_fairness
 from iterserve.metrics.fairness_md import render_fairness
 from iterserve.metrics.outcomes import counts_by_client
-from iterserve.metrics.run_summary import RunSummary, summarize_run
+from iterserve.metrics.report import evaluate_timelines
+from iterserve.metrics.run_summary import RunSummary, summarize_timelines
 from iterserve.metrics.series import ServiceWeights
 from iterserve.metrics.summary_md import render_summary
 from iterserve.metrics.time_unit import TimeUnit, clock_time_unit
-from iterserve.metrics.timeline import build_timelines
+from iterserve.metrics.timeline import RequestTimeline
 from iterserve.plan import Policy
 from iterserve.policies.settings import settings_of
 from iterserve.records.spec import OnlineWorkload, SloTargets, WorkloadManifest
@@ -241,10 +242,10 @@ class MetricOutputs:
     guard: dict[str, Any] | None = None  # the starvation guard's firings
 
 
-def run_fairness(log: EventLog, workload: OnlineWorkload, window: ObservationWindow,
-                 horizon_s: float | None = None) -> FairnessReport:
+def run_fairness(timelines: Iterable[RequestTimeline], workload: OnlineWorkload,
+                 window: ObservationWindow, horizon_s: float | None = None) -> FairnessReport:
+    """0x09A measures over timelines holding the facts before the window's end."""
     weights, client_weights = service_weights_of(workload)
-    timelines = build_timelines(log, end_s=window.end_s).values()
     return evaluate_fairness(timelines, window, weights, client_weights, horizon_s)
 
 
@@ -255,24 +256,37 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
     """events.jsonl, report.md (with the fairness section, 0x09A) and
     (unless ``plots`` is False) the PNG plots. The run summary and the
     fairness measures are written with or without an SLO; the metrics
-    report (outcome ledger, attainment) only when one is declared."""
-    log = run.recorder.log()
-    log.write_jsonl(out_dir / "events.jsonl")
+    report (outcome ledger, attainment) only when one is declared.
+
+    A recorder that streamed its events (``run_simulation(events=...)``)
+    must have streamed them to ``out_dir/events.jsonl``; one that held them
+    writes them there now. Either way the report reads that file in one
+    streaming pass (:mod:`iterserve.metrics.event_scan`): the report phase
+    holds timelines (one float per token), never the event objects."""
     recorder = run.recorder
+    events_path = out_dir / "events.jsonl"
+    if not recorder.is_streaming:
+        recorder.log().write_jsonl(events_path)
     unit = clock_time_unit(workload.clock, recorder.seconds_per_clock_unit)
     title = f"{workload.workload_id}: {label}"
-    if not len(log):
+    scan = scan_events(events_path)
+    if not scan.num_events:
         (out_dir / "report.md").write_text(f"# {title}\n\nNothing arrived: no events.\n")
         return MetricOutputs(None, None)
-    window = window or default_window(log)
-    summary = summarize_run(list(log), window, unit, label=label,
-                            iterations=recorder.iterations, resources=recorder.samples,
-                            token_budget=workload.capacity.token_budget,
-                            sequence_budget=workload.capacity.sequence_budget)
+    window = window or scan.default_window()
+    if not scan.covers(window):  # facts past the window's end: rebuild up to it
+        del scan
+        scan = scan_events(events_path, end_s=window.end_s)
+    observed = scan.timelines
+    summary = summarize_timelines(
+        observed, window, unit, label=label, preempt_modes=scan.preempt_modes(window),
+        num_resumes=scan.num_resumes(window), iterations=recorder.iterations,
+        resources=recorder.samples, token_budget=workload.capacity.token_budget,
+        sequence_budget=workload.capacity.sequence_budget)
     weights, _ = service_weights_of(workload)
-    report = None if slo is None else evaluate(log, slo, window, label=label,
-                                               service_weights=weights)
-    fairness = run_fairness(log, workload, window, horizon_s)
+    report = None if slo is None else evaluate_timelines(observed, slo, window, label=label,
+                                                         service_weights=weights)
+    fairness = run_fairness(observed.values(), workload, window, horizon_s)
     bound = None if bound_of is None else bound_of(fairness)
     horizon = None if workload.fairness is None else workload.fairness.starvation_horizon
     guard = None if horizon is None else run.ledger_trace.guard_dict(horizon)
@@ -287,20 +301,20 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
     text += "\n" + render_fairness(fairness, outcomes, bound, guard, unit)
     (out_dir / "report.md").write_text(text)
     if plots:
-        _plot_run(out_dir, recorder, log, summary, slo, workload.capacity.token_budget, unit,
-                  weights)
+        _plot_run(out_dir, recorder, observed.values(), summary, slo,
+                  workload.capacity.token_budget, unit, weights)
     return MetricOutputs(summary, report, fairness, bound, guard)
 
 
-def _plot_run(out_dir: Path, recorder: EventRecorder, log: EventLog, summary: RunSummary,
-              slo: SloConfig | None, token_budget: int, unit: TimeUnit,
+def _plot_run(out_dir: Path, recorder: EventRecorder, timelines: Iterable[RequestTimeline],
+              summary: RunSummary, slo: SloConfig | None, token_budget: int, unit: TimeUnit,
               weights: ServiceWeights) -> None:
     # imported here: matplotlib costs ~2 s of start-up that other commands should not pay
     from iterserve.metrics.plots import (
         plot_batch_composition,
-        plot_client_service,
         plot_latency_distributions,
         plot_queue_and_kv,
+        plot_timelines_service,
     )
 
     plot_latency_distributions(summary.samples, out_dir / "latency_cdfs.png", label=summary.label,
@@ -310,5 +324,5 @@ def _plot_run(out_dir: Path, recorder: EventRecorder, log: EventLog, summary: Ru
         plot_batch_composition(recorder.iterations, out_dir / "batch_composition.png",
                                max_rows_per_iteration=token_budget, unit=unit)
         plot_queue_and_kv(recorder.samples, out_dir / "queue_and_kv.png", unit=unit)
-    plot_client_service(log, out_dir / "client_service.png", window=summary.window, unit=unit,
-                        weights=weights)
+    plot_timelines_service(timelines, out_dir / "client_service.png", window=summary.window,
+                           unit=unit, weights=weights)
