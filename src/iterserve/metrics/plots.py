@@ -10,6 +10,7 @@ the iteration clock pass ``unit`` so that axes count iterations.
 
 from __future__ import annotations
 
+import gc
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import pairwise
@@ -274,8 +275,13 @@ def _figure(
 
 
 def _save(figure: Figure, path: str | Path) -> Path:
+    """Write the PNG and free the figure: its artists hold reference cycles
+    that would otherwise outlive the call, so a report's plots would add up
+    (one bar per iteration, one vertex per token) instead of taking turns."""
     target = Path(path)
     figure.savefig(target, format="png")
+    figure.clear()
+    gc.collect()
     return target
 
 
