@@ -36,6 +36,7 @@ from iterserve.metrics.timeline import RequestTimeline, build_timelines
 
 _MS_PER_S = 1000.0
 _DPI = 110
+MAX_BAR_ARTISTS = 2000  # iterations drawn as a bar each; beyond, as a line each
 
 
 def plot_latency_cdfs(reports: Sequence[Report], path: str | Path) -> Path:
@@ -104,30 +105,10 @@ def plot_batch_composition(
     figure, axes = _figure(1, 1, width_in=10.0)
     axis = axes[0]
     times_s = [unit.from_s(item.time_s) for item in iterations]
-    width_s = _bar_width_s(times_s)
-    prefill = [item.num_prefill_rows for item in iterations]
-    decode = [item.num_decode_rows for item in iterations]
-    rebuild = [item.num_rebuild_rows for item in iterations]
-    axis.bar(times_s, prefill, width_s, align="edge", label="prefill rows", color="tab:blue")
-    axis.bar(
-        times_s,
-        decode,
-        width_s,
-        bottom=prefill,
-        align="edge",
-        label="decode rows",
-        color="tab:orange",
-    )
-    stacked = [p + d for p, d in zip(prefill, decode, strict=True)]
-    axis.bar(
-        times_s,
-        rebuild,
-        width_s,
-        bottom=stacked,
-        align="edge",
-        label="rebuild rows",
-        color="tab:red",
-    )
+    if len(times_s) > MAX_BAR_ARTISTS:
+        _composition_lines(axis, iterations, times_s)
+    else:
+        _composition_bars(axis, iterations, times_s)
     title = "Batch composition per iteration"
     tallest = max([item.num_rows for item in iterations] + [max_rows_per_iteration or 0, 1])
     axis.set_ylim(0.0, 1.2 * tallest)
@@ -141,6 +122,43 @@ def plot_batch_composition(
     axis.set_ylabel("rows")
     axis.legend(fontsize="small", loc="upper right")
     return _save(figure, path)
+
+
+_COMPOSITION = (("prefill rows", "tab:blue"), ("decode rows", "tab:orange"),
+                ("rebuild rows", "tab:red"))
+
+
+def _composition_rows(iterations: Sequence[IterationComposition]) -> list[list[int]]:
+    return [[item.num_prefill_rows for item in iterations],
+            [item.num_decode_rows for item in iterations],
+            [item.num_rebuild_rows for item in iterations]]
+
+
+def _composition_bars(axis: Axes, iterations: Sequence[IterationComposition],
+                      times_s: Sequence[float]) -> None:
+    """One stacked bar per iteration (a patch each)."""
+    width_s = _bar_width_s(times_s)
+    bottom = [0] * len(times_s)
+    for (label, color), rows in zip(_COMPOSITION, _composition_rows(iterations), strict=True):
+        axis.bar(times_s, rows, width_s, bottom=None if label == "prefill rows" else bottom,
+                 align="edge", label=label, color=color)
+        bottom = [b + r for b, r in zip(bottom, rows, strict=True)]
+
+
+def _composition_lines(axis: Axes, iterations: Sequence[IterationComposition],
+                       times_s: Sequence[float]) -> None:
+    """The same stacked bars as one line collection per kind, a thin
+    vertical line per iteration with rows of that kind: a long run has more
+    iterations than the axis has pixels (its bars are a pixel wide each), and
+    a patch per bar costs kilobytes."""
+    times = np.asarray(times_s, dtype=np.float64)
+    bottom = np.zeros(len(times))
+    for (label, color), rows in zip(_COMPOSITION, _composition_rows(iterations), strict=True):
+        top = bottom + np.asarray(rows, dtype=np.float64)
+        drawn = top > bottom
+        axis.vlines(times[drawn], bottom[drawn], top[drawn], colors=color, linewidth=0.8,
+                    label=label)
+        bottom = top
 
 
 def plot_queue_and_kv(
