@@ -78,7 +78,7 @@ def plot_latency_distributions(
     figure, axes = _figure(2, 2, width_in=11.0, height_in=8.0)
     limits = {"ttft": ttft_limit_ms, "tbt": tbt_limit_ms}
     for axis, (name, title) in zip(axes, _LATENCY_PANELS, strict=True):
-        values = [value * unit.latency_scale for value in samples.named()[name]]
+        values = np.asarray(samples.named()[name], dtype=np.float64) * unit.latency_scale
         _step_cdf(axis, values, f"{label} (n={len(values)})")
         limit_ms = limits.get(name)
         if limit_ms is not None:
@@ -303,13 +303,16 @@ def _save(figure: Figure, path: str | Path) -> Path:
     return target
 
 
-def _step_cdf(axis: Axes, samples: Sequence[float], label: str) -> None:
-    ordered = sorted(samples)
-    if not ordered:
+def _step_cdf(axis: Axes, samples: Sequence[float] | np.ndarray, label: str) -> None:
+    """As float64 arrays (a run's TBT samples are one per token); the same
+    values as Python floats: k / n and the products are correctly rounded."""
+    ordered = np.sort(np.asarray(samples, dtype=np.float64))
+    if not len(ordered):
         axis.plot([], [], label=f"{label}: no samples")
         return
-    fractions = [(index + 1) / len(ordered) for index in range(len(ordered))]
-    axis.step([ordered[0], *ordered], [0.0, *fractions], where="post", label=label)
+    fractions = np.arange(1, len(ordered) + 1, dtype=np.float64) / len(ordered)
+    axis.step(np.concatenate([ordered[:1], ordered]), np.concatenate([[0.0], fractions]),
+              where="post", label=label)
 
 
 def _bar_width_s(times_s: Sequence[float]) -> float:

@@ -52,6 +52,19 @@ def service_increments(
     return increments
 
 
+def service_increment_arrays(
+    timeline: RequestTimeline, weights: ServiceWeights
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`service_increments` as two float64 arrays (times, service)."""
+    times = np.array(timeline.emission_s, dtype=np.float64)
+    amounts = np.full(len(times), weights.output_weight, dtype=np.float64)
+    if timeline.compute_s:
+        rows = np.array(timeline.compute_s, dtype=np.float64)
+        times = np.concatenate([rows[:, 0], times])
+        amounts = np.concatenate([weights.prompt_weight * rows[:, 1], amounts])
+    return times, amounts
+
+
 def client_service_series(
     timelines: Iterable[RequestTimeline],
     weights: ServiceWeights,
@@ -87,12 +100,7 @@ def client_service_arrays(
     fact instead of a point object, for runs with millions of tokens."""
     parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     for timeline in timelines:
-        times = np.array(timeline.emission_s, dtype=np.float64)
-        amounts = np.full(len(times), weights.output_weight, dtype=np.float64)
-        if timeline.compute_s:
-            rows = np.array(timeline.compute_s, dtype=np.float64)
-            times = np.concatenate([rows[:, 0], times])
-            amounts = np.concatenate([weights.prompt_weight * rows[:, 1], amounts])
+        times, amounts = service_increment_arrays(timeline, weights)
         keep = times >= start_s
         parts.setdefault(timeline.client_id, []).append((times[keep], amounts[keep]))
     arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
