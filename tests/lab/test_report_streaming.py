@@ -1,0 +1,190 @@
+"""The simulate report read from events.jsonl in one streaming pass equals
+the report of the event list (issue 15: the report phase in bounded memory).
+
+The reference side is the event-list path (``summarize_run``, ``evaluate``,
+``build_timelines``) and, for the per-token sums that moved to float64
+arrays, the Python formulas they replaced, kept here as oracles.
+"""
+
+from __future__ import annotations
+
+import json
+from itertools import pairwise
+
+import numpy as np
+import pytest
+from lab_helpers import CHAT_MIX
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from iterserve.admission.overload import make_gate
+from iterserve.cost import parse_cost_model
+from iterserve.metrics import SloConfig, evaluate
+from iterserve.metrics.event_scan import scan_events
+from iterserve.metrics.events import EventLogError, iter_jsonl, read_jsonl
+from iterserve.metrics.fairness import evaluate_fairness
+from iterserve.metrics.plots import _step_cdf
+from iterserve.metrics.run_summary import summarize_run
+from iterserve.metrics.series import (
+    ServiceWeights,
+    client_service_arrays,
+    client_service_series,
+    service_increments,
+)
+from iterserve.metrics.slo import ObservationWindow
+from iterserve.metrics.time_unit import clock_time_unit
+from iterserve.metrics.timeline import build_timelines
+from iterserve.policies.registry import policy_for
+from iterserve.sim.generators import generate_workload
+from iterserve.sim.report import (
+    RunConfig,
+    default_window,
+    run_simulation,
+    service_weights_of,
+    write_metric_outputs,
+)
+from iterserve.sim.traces import trace_lengths
+from iterserve.sim.workload_spec import parse_spec
+
+SLO = SloConfig(ttft_ms=500, tbt_ms=100)
+WEIGHTS = ServiceWeights(1.0, 2.0)
+
+
+def _run(num_blocks: int, events=None):
+    raw = json.loads(CHAT_MIX.read_text())
+    raw["kv"]["num_blocks"] = num_blocks
+    raw["num_requests"] = 120
+    manifest = generate_workload(parse_spec(raw, lambda path, fmt, column: trace_lengths(
+        CHAT_MIX.parent / path, fmt, column)))
+    model = parse_cost_model("linear:8,0.02,0.1")
+    config = RunConfig(policy_for("vllm", manifest.online, cost_model=model), model,
+                       make_gate("accept-all", {}))
+    return manifest.online, run_simulation(manifest, config, events=events)
+
+
+@pytest.fixture(scope="module", params=[4000, 60], ids=["roomy", "preempting"])
+def runs(request, tmp_path_factory):
+    """The same seeded run twice: events held in memory, and streamed."""
+    tmp = tmp_path_factory.mktemp(f"streamed{request.param}")
+    online, in_memory = _run(request.param)
+    with (tmp / "events.jsonl").open("w", encoding="utf-8") as stream:
+        _, streamed = _run(request.param, events=stream)
+    return online, in_memory, streamed, tmp
+
+
+@pytest.mark.parametrize("window", [None, (2.0, 6.0)], ids=["default", "explicit"])
+def test_streamed_report_equals_the_event_list_report(runs, tmp_path, window) -> None:
+    online, in_memory, streamed, streamed_dir = runs
+    log = in_memory.recorder.log()
+    observation = default_window(log) if window is None else ObservationWindow(*window)
+    unit = clock_time_unit(online.clock, in_memory.recorder.seconds_per_clock_unit)
+    expected_summary = summarize_run(
+        list(log), observation, unit, label="L", iterations=in_memory.recorder.iterations,
+        resources=in_memory.recorder.samples, token_budget=online.capacity.token_budget,
+        sequence_budget=online.capacity.sequence_budget)
+    expected_report = evaluate(log, SLO, observation, label="L",
+                               service_weights=service_weights_of(online)[0])
+    outputs = write_metric_outputs(streamed_dir, streamed, online, SLO,
+                                   None if window is None else observation, "L", plots=False)
+    assert outputs.summary is not None and outputs.report is not None
+    assert outputs.summary.to_dict() == expected_summary.to_dict()
+    assert outputs.report.to_dict(include_samples=True) == expected_report.to_dict(
+        include_samples=True)
+    if window is None:  # the held run writes the same files from its list
+        held = write_metric_outputs(tmp_path, in_memory, online, SLO, None, "L", plots=False)
+        assert (tmp_path / "report.md").read_text() == (streamed_dir / "report.md").read_text()
+        assert (tmp_path / "events.jsonl").read_bytes() == (
+            streamed_dir / "events.jsonl").read_bytes()
+        assert held.fairness == outputs.fairness
+
+
+def test_preemptions_are_counted_the_same(runs) -> None:
+    _, in_memory, _, streamed_dir = runs
+    scan = scan_events(streamed_dir / "events.jsonl")
+    window = scan.default_window()
+    assert window == default_window(in_memory.recorder.log())
+    modes = [e.mode for e in in_memory.recorder.log() if e.kind == "preempt"]
+    assert scan.preempt_modes(window) == modes
+    assert scan.num_resumes(window) == sum(e.kind == "resume" for e in in_memory.recorder.log())
+
+
+def test_the_scan_builds_the_timelines_of_the_list(runs) -> None:
+    _, in_memory, _, streamed_dir = runs
+    path = streamed_dir / "events.jsonl"
+    assert scan_events(path).timelines == build_timelines(in_memory.recorder.log())
+    end_s = 3.0
+    assert scan_events(path, end_s=end_s).timelines == build_timelines(
+        in_memory.recorder.log(), end_s=end_s)
+
+
+def test_an_unsorted_file_is_refused(tmp_path) -> None:
+    path = tmp_path / "events.jsonl"
+    path.write_text('{"kind": "arrival", "time_s": 2.0, "request_id": "a", "client_id": "c", '
+                    '"num_prompt_tokens": 4}\n{"kind": "arrival", "time_s": 1.0, '
+                    '"request_id": "b", "client_id": "c", "num_prompt_tokens": 4}\n')
+    with pytest.raises(EventLogError, match="precedes"):
+        scan_events(path)
+    assert len(build_timelines(read_jsonl(path))) == 2  # the list path sorts
+
+
+def test_service_arrays_equal_the_point_series(runs) -> None:
+    _, in_memory, _, _ = runs
+    timelines = list(build_timelines(in_memory.recorder.log()).values())
+    for start_s in (-np.inf, 3.0):
+        series = client_service_series(timelines, WEIGHTS, start_s=start_s)
+        arrays = client_service_arrays(timelines, WEIGHTS, start_s=start_s)
+        assert list(series) == list(arrays)
+        for client, points in series.items():
+            times, cumulative = arrays[client]
+            assert times.tolist() == [p.time_s for p in points]
+            assert cumulative.tolist() == [p.cumulative_service for p in points]
+
+
+def _reference_fairness(timelines, window, phis):
+    """The pure-Python per-client figures evaluate_fairness computed before
+    its steps became arrays: (service, completed events, longest unserved)."""
+    steps: dict[str, list[tuple[float, float]]] = {}
+    for timeline in timelines:
+        phi = phis.get(timeline.client_id, 1.0)
+        for time_s, amount in service_increments(timeline, WEIGHTS):
+            if window.contains(time_s):
+                steps.setdefault(timeline.client_id, []).append((time_s, amount / phi))
+    return {client: (sum(a for _, a in sorted(values)), len({t for t, _ in values}))
+            for client, values in steps.items()}
+
+
+def test_fairness_sums_equal_the_python_reference(runs) -> None:
+    _, in_memory, _, _ = runs
+    log = in_memory.recorder.log()
+    window = default_window(log)
+    timelines = list(build_timelines(log).values())
+    phis = {"chat": 3.0, "batch": 1.0}
+    report = evaluate_fairness(timelines, window, WEIGHTS, phis)
+    reference = _reference_fairness(timelines, window, phis)
+    assert {c.client_id: (c.service, c.num_completed_events) for c in report.per_client} == (
+        reference)
+    assert report.max_backlogged_gap is not None
+
+
+@pytest.mark.parametrize("samples", [[], [3.0], [0.3, 0.1 + 0.2, 7.0, 1e-9, 2.5, 0.3]])
+def test_the_cdf_plot_gets_the_values_of_the_list_formula(samples) -> None:
+    figure = Figure()
+    FigureCanvasAgg(figure)
+    axis = figure.subplots()
+    _step_cdf(axis, samples, "x")
+    x, y = axis.lines[0].get_data()
+    ordered = sorted(samples)
+    if not ordered:
+        assert len(x) == 0
+        return
+    assert list(np.asarray(x)) == [ordered[0], *ordered]
+    assert list(np.asarray(y)) == [0.0, *((i + 1) / len(ordered) for i in range(len(ordered)))]
+
+
+def test_a_cut_s_tokens_share_one_time_object(runs) -> None:
+    """The memory half: a timeline keeps one float object per cut, not per token."""
+    _, _, _, streamed_dir = runs
+    events = list(iter_jsonl(streamed_dir / "events.jsonl"))
+    assert events == read_jsonl(streamed_dir / "events.jsonl")
+    same_time = [(a, b) for a, b in pairwise(events) if a.time_s == b.time_s and a.time_s]
+    assert same_time and all(a.time_s is b.time_s for a, b in same_time)
