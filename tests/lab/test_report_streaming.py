@@ -22,7 +22,7 @@ from iterserve.cost import parse_cost_model
 from iterserve.metrics import SloConfig, evaluate
 from iterserve.metrics.event_scan import scan_events
 from iterserve.metrics.events import EventLogError, iter_jsonl, read_jsonl
-from iterserve.metrics.fairness import evaluate_fairness
+from iterserve.metrics.fairness import backlog_intervals, evaluate_fairness
 from iterserve.metrics.plots import _step_cdf
 from iterserve.metrics.run_summary import summarize_run
 from iterserve.metrics.series import (
@@ -142,15 +142,24 @@ def test_service_arrays_equal_the_point_series(runs) -> None:
 
 def _reference_fairness(timelines, window, phis):
     """The pure-Python per-client figures evaluate_fairness computed before
-    its steps became arrays: (service, completed events, longest unserved)."""
+    its steps became arrays: (service, completed events, longest unserved
+    stretch)."""
     steps: dict[str, list[tuple[float, float]]] = {}
     for timeline in timelines:
         phi = phis.get(timeline.client_id, 1.0)
         for time_s, amount in service_increments(timeline, WEIGHTS):
             if window.contains(time_s):
                 steps.setdefault(timeline.client_id, []).append((time_s, amount / phi))
-    return {client: (sum(a for _, a in sorted(values)), len({t for t, _ in values}))
-            for client, values in steps.items()}
+    backlog = backlog_intervals(timelines, window)
+    figures = {}
+    for client, values in steps.items():
+        longest = 0.0
+        for start, end in backlog.get(client, []):
+            marks = [start, *(t for t, _ in sorted(values) if start < t <= end), end]
+            longest = max(longest, *(b - a for a, b in pairwise(marks)))
+        figures[client] = (sum(a for _, a in sorted(values)), len({t for t, _ in values}),
+                           longest)
+    return figures
 
 
 def test_fairness_sums_equal_the_python_reference(runs) -> None:
@@ -161,8 +170,8 @@ def test_fairness_sums_equal_the_python_reference(runs) -> None:
     phis = {"chat": 3.0, "batch": 1.0}
     report = evaluate_fairness(timelines, window, WEIGHTS, phis)
     reference = _reference_fairness(timelines, window, phis)
-    assert {c.client_id: (c.service, c.num_completed_events) for c in report.per_client} == (
-        reference)
+    assert {c.client_id: (c.service, c.num_completed_events, c.longest_unserved_s)
+            for c in report.per_client} == reference
     assert report.max_backlogged_gap is not None
 
 

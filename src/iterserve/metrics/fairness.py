@@ -240,8 +240,8 @@ def _client_fairness(client: str, phi: float, backlog: list[Interval], steps: St
                      horizon_s: float) -> ClientFairness:
     longest = 0.0
     for start, end in backlog:
-        marks = [start, *steps.within(start, end).times_s.tolist(), end]
-        longest = max(longest, *(b - a for a, b in zip(marks, marks[1:], strict=False)))
+        marks = np.concatenate([[start], steps.within(start, end).times_s, [end]])
+        longest = max(longest, float(np.diff(marks).max()))
     return ClientFairness(
         client_id=client,
         weight=phi,
