@@ -38,9 +38,11 @@ import json
 import os
 import random
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
+from pathlib import Path
 from statistics import fmean
 from typing import Any
 
@@ -50,12 +52,13 @@ from rich.progress import Progress
 from iterserve.cli.flag_types import SEED, finite_float, int_at_least, output_dir
 from iterserve.cli.simulate import FlagError, RunFlags, RunSetup, add_run_flags, setup_from_flags
 from iterserve.cost import seconds_per_clock_unit
-from iterserve.metrics import evaluate
+from iterserve.metrics.event_scan import scan_events
 from iterserve.metrics.plots import plot_sweep
+from iterserve.metrics.report import evaluate_timelines
 from iterserve.policies.registry import bind_fairness, policy_for
 from iterserve.policies.settings import add_policy_setting_flag
 from iterserve.records.spec import WorkloadManifest
-from iterserve.sim.report import RunConfig, default_window, run_simulation
+from iterserve.sim.report import RunConfig, run_simulation
 
 SCHEMA = "iterserve.sweep/v1"
 MAX_TRIALS = 10_000
@@ -132,9 +135,14 @@ def run_trial(job: TrialJob) -> TrialResult:
     policy = bind_fairness(policy_for(job.policy, manifest.online, dict(job.settings),
                                       strict=False, cost_model=setup.cost_model),
                            manifest.online.fairness)
-    result = run_simulation(manifest, RunConfig(policy, setup.cost_model, setup.gate))
-    log = result.recorder.log()
-    report = evaluate(log, setup.slo, default_window(log), label=job.policy)
+    with tempfile.TemporaryDirectory(prefix="iterserve-trial-") as tmp:
+        events_path = Path(tmp) / "events.jsonl"
+        with events_path.open("w", encoding="utf-8") as events:  # to disk, not to memory
+            run_simulation(manifest, RunConfig(policy, setup.cost_model, setup.gate),
+                           events=events)
+        scan = scan_events(events_path)
+    report = evaluate_timelines(scan.timelines, setup.slo, scan.default_window(),
+                                label=job.policy)
     return TrialResult(job, report.attainment.offered_load,
                        report.attainment.completion_conditioned, report.outcomes.num_offered,
                        report.outcomes.num_rejected, report.rates.offered_rate_per_s)

@@ -286,6 +286,9 @@ def plot_sweep(policies: Mapping[str, Mapping[str, Any]], alpha: float, path: st
 def _figure(
     rows: int, cols: int, *, width_in: float, height_in: float = 4.5, sharex: bool = False
 ) -> tuple[Figure, list[Axes]]:
+    # a figure's artists hold reference cycles: collect the previous plot's
+    # now, so a report's plots take turns in memory instead of adding up
+    gc.collect()
     figure = Figure(figsize=(width_in, height_in), dpi=_DPI, layout="constrained")
     FigureCanvasAgg(figure)
     grid = figure.subplots(rows, cols, sharex=sharex, squeeze=False)
@@ -293,13 +296,8 @@ def _figure(
 
 
 def _save(figure: Figure, path: str | Path) -> Path:
-    """Write the PNG and free the figure: its artists hold reference cycles
-    that would otherwise outlive the call, so a report's plots would add up
-    (one bar per iteration, one vertex per token) instead of taking turns."""
     target = Path(path)
     figure.savefig(target, format="png")
-    figure.clear()
-    gc.collect()
     return target
 
 
