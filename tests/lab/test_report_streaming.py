@@ -197,3 +197,25 @@ def test_a_cut_s_tokens_share_one_time_object(runs) -> None:
     assert events == read_jsonl(streamed_dir / "events.jsonl")
     same_time = [(a, b) for a, b in pairwise(events) if a.time_s == b.time_s and a.time_s]
     assert same_time and all(a.time_s is b.time_s for a, b in same_time)
+
+
+def _post_step(x, y, at):
+    """y of the last point with x <= at (NaN before the first): the curve
+    ``step(where="post")`` draws."""
+    index = np.searchsorted(x, at, side="right") - 1
+    return np.where(index >= 0, np.asarray(y)[np.maximum(index, 0)], np.nan)
+
+
+def test_merging_equal_x_keeps_the_step_curve(monkeypatch) -> None:
+    from iterserve.metrics import plots
+
+    rng = np.random.default_rng(15)
+    x = np.sort(rng.integers(0, 40, 500).astype(np.float64))  # many repeats
+    y = np.cumsum(rng.random(500))
+    assert plots._last_per_x(x, y)[0] is x  # below the limit: as given
+    monkeypatch.setattr(plots, "MAX_STEP_VERTICES", 10)
+    merged_x, merged_y = plots._last_per_x(x, y)
+    assert len(merged_x) == len(np.unique(x)) < len(x)
+    grid = np.concatenate([x, x + 0.5, [-1.0]])
+    assert np.array_equal(_post_step(merged_x, merged_y, grid), _post_step(x, y, grid),
+                          equal_nan=True)

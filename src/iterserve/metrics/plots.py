@@ -37,6 +37,7 @@ from iterserve.metrics.timeline import RequestTimeline, build_timelines
 _MS_PER_S = 1000.0
 _DPI = 110
 MAX_BAR_ARTISTS = 2000  # iterations drawn as a bar each; beyond, as a line each
+MAX_STEP_VERTICES = 100_000  # step curves drawn point by point; beyond, one per distinct x
 
 
 def plot_latency_cdfs(reports: Sequence[Report], path: str | Path) -> Path:
@@ -214,7 +215,8 @@ def plot_timelines_service(
     series = client_service_arrays(timelines, service_weights, start_s=start_s)
     figure, axes = _figure(1, 1, width_in=10.0)
     origin_s = 0.0 if window is None else window.start_s
-    for client, (times_s, cumulative) in series.items():
+    for client, (all_times_s, all_cumulative) in series.items():
+        times_s, cumulative = _last_per_x(all_times_s, all_cumulative)
         axes[0].step(
             np.concatenate([[unit.from_s(origin_s)], times_s / unit.seconds_per_unit]),
             np.concatenate([[0.0], cumulative]),
@@ -309,8 +311,22 @@ def _step_cdf(axis: Axes, samples: Sequence[float] | np.ndarray, label: str) -> 
         axis.plot([], [], label=f"{label}: no samples")
         return
     fractions = np.arange(1, len(ordered) + 1, dtype=np.float64) / len(ordered)
-    axis.step(np.concatenate([ordered[:1], ordered]), np.concatenate([[0.0], fractions]),
+    x, y = _last_per_x(ordered, fractions)
+    axis.step(np.concatenate([ordered[:1], x]), np.concatenate([[0.0], y]),
               where="post", label=label)
+
+
+def _last_per_x(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The same post-step curve with one vertex per distinct ``x`` (sorted):
+    a run of equal ``x`` draws a vertical edge only its last ``y`` ends, so
+    keeping the last point of each run keeps the curve and drops the rest
+    (a long run's samples and service facts repeat a few values). Curves of
+    at most ``MAX_STEP_VERTICES`` points are drawn as given (the rasteriser's
+    anti-aliasing differs by a few pixels when vertices are merged)."""
+    if len(x) <= MAX_STEP_VERTICES:
+        return x, y
+    last = np.append(x[1:] != x[:-1], True)
+    return x[last], y[last]
 
 
 def _bar_width_s(times_s: Sequence[float]) -> float:
