@@ -122,3 +122,23 @@ def test_backend_names_and_devices_are_checked() -> None:
         kernels.resolve_in_place_decode("flash", torch.float32, CPU)
     with pytest.raises(ValueError, match="runs on CPU"):
         kernels.resolve_in_place_decode("cpp", torch.float32, torch.device("meta"))
+
+
+@pytest.mark.usefixtures("paged_decode_kernel")
+def test_build_kernels_command_reports_the_cached_build(capsys: pytest.CaptureFixture) -> None:
+    from iterserve.cli.main import main
+
+    assert main(["build-kernels"]) == 0
+    assert f"paged_decode kernel ready in {kernels.cache_root()}" in capsys.readouterr().out
+
+
+def test_build_kernels_command_names_a_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture) -> None:
+    from iterserve.cli.main import main
+
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / f"{kernels.LIBRARY_NAME}.so").write_bytes(b"")
+    monkeypatch.setattr(kernels, "cache_root", lambda: tmp_path)
+    monkeypatch.setattr(kernels, "build_key", lambda: "bad")
+    assert main(["build-kernels"]) == 1
+    assert "fall back to the torch attention path" in capsys.readouterr().out
