@@ -15,6 +15,7 @@ event stream; generating the workload is timed apart), simulated requests
 per wall second and peak resident memory of the process.
 
     .venv/bin/python benchmarks/bench_sim_scale.py                    # 10,000 and 100,000
+    .venv/bin/python benchmarks/bench_sim_scale.py --sizes 1000 10000 100000
     .venv/bin/python benchmarks/bench_sim_scale.py --sizes 2000 --repeat 3
     .venv/bin/python benchmarks/bench_sim_scale.py --sizes 2000 --profile 40
     .venv/bin/python benchmarks/bench_sim_scale.py --json out.json
@@ -36,13 +37,39 @@ from typing import Any
 
 from iterserve.admission.overload import make_gate
 from iterserve.cost import parse_cost_model
+from iterserve.engine.observer import EngineObserver
 from iterserve.policies.registry import policy_for
+from iterserve.records.plan import IterationPlan
+from iterserve.records.result import IterationResult
+from iterserve.records.state import SchedulerState
 from iterserve.sim.generators import generate_workload
 from iterserve.sim.report import RunConfig, run_simulation
 from iterserve.sim.workload_spec import parse_spec
 
 COST_MODEL = "linear:8,0.02,0.1"
 POLICY = "vllm"
+PROGRESS_EVERY_S = 10.0  # wall seconds between progress lines
+
+
+class LineProgress(EngineObserver):
+    """One stderr line every ``PROGRESS_EVERY_S`` wall seconds: requests
+    finished so far and the rate (stderr passes through the parent)."""
+
+    def __init__(self, num_requests: int) -> None:
+        self._num_requests = num_requests
+        self._num_finished = 0
+        self._started_s = self._last_s = time.perf_counter()
+
+    def on_step(self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
+                successor: SchedulerState) -> None:
+        self._num_finished += len(successor.finished)  # each cut lists only its own
+        now_s = time.perf_counter()
+        if now_s - self._last_s >= PROGRESS_EVERY_S:
+            self._last_s = now_s
+            elapsed_s = now_s - self._started_s
+            print(f"  {self._num_requests:,} requests: {self._num_finished:,} finished "
+                  f"after {elapsed_s:.0f} s ({self._num_finished / elapsed_s:,.0f} req/s)",
+                  file=sys.stderr, flush=True)
 
 
 def spec(num_requests: int) -> dict[str, Any]:
@@ -72,7 +99,8 @@ def run_one(num_requests: int, decision_log: bool, profile_lines: int) -> dict[s
             started = time.perf_counter()
             if profiler is not None:
                 profiler.enable()
-            run = run_simulation(manifest, config, log if decision_log else None, events=events)
+            run = run_simulation(manifest, config, log if decision_log else None,
+                                 [LineProgress(num_requests)], events=events)
             if profiler is not None:
                 profiler.disable()
             wall_s = time.perf_counter() - started
@@ -122,8 +150,14 @@ def best_of(size: int, args: argparse.Namespace) -> dict[str, Any]:
     command = [sys.executable, __file__, "--one", str(size)]
     if args.no_decision_log:
         command.append("--no-decision-log")
-    runs = [json.loads(subprocess.run(command, check=True, capture_output=True,
-                                      text=True).stdout) for _ in range(args.repeat)]
+    runs = []
+    for attempt in range(args.repeat):
+        print(f"{size:,} requests, run {attempt + 1} of {args.repeat} ...", file=sys.stderr,
+              flush=True)
+        out = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True).stdout
+        runs.append(json.loads(out))
+        print(f"  {runs[-1]['wall_s']:.1f} s, {runs[-1]['requests_per_wall_s']:,.0f} req/s, "
+              f"peak RSS {runs[-1]['peak_rss_mib']:,.0f} MiB", file=sys.stderr, flush=True)
     best = min(runs, key=lambda run: run["wall_s"])
     return {**best, "peak_rss_mib": max(run["peak_rss_mib"] for run in runs),
             "wall_s_all": [run["wall_s"] for run in runs]}

@@ -175,6 +175,18 @@ def test_progress_bar_appears_only_on_a_terminal_after_the_delay():
     assert not hidden.is_shown and piped.getvalue() == ""
 
 
+def test_progress_counts_every_cut_s_finished_requests():
+    """Each cut lists only the requests that finished in it (they are
+    retired at the next), so the bar sums them: one per step here."""
+    clock = _FakeClock()
+    progress = RunProgress(400, Console(file=io.StringIO(), force_terminal=True), delay_s=0.0,
+                           clock=clock)
+    _steps(progress, 320, clock, 0.01)
+    assert progress.num_finished == 320
+    assert progress.is_shown
+    progress.close()
+
+
 def test_simulate_prints_no_progress_when_stderr_is_captured(tmp_path, capsys):
     assert main(["simulate", "--workload", str(SMALL_KV), "--policy", "vllm",
                  "--out", str(tmp_path / "o"), "--no-plots"]) == 0

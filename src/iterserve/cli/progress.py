@@ -28,6 +28,7 @@ class RunProgress(EngineObserver):
         self._clock = clock
         self._started_s = clock()
         self._num_steps = 0
+        self._num_finished = 0
         self._progress: Progress | None = None
         self._task: TaskID | None = None
 
@@ -35,9 +36,16 @@ class RunProgress(EngineObserver):
     def is_shown(self) -> bool:
         return self._progress is not None
 
+    @property
+    def num_finished(self) -> int:
+        """Requests finished so far (each cut's ``finished`` lists only the
+        requests that finished in it: they are retired at the next cut)."""
+        return self._num_finished
+
     def on_step(self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
                 successor: SchedulerState) -> None:
         self._num_steps += 1
+        self._num_finished += len(successor.finished)
         if not self._is_enabled or self._num_steps % _CHECK_EVERY_STEPS:
             return
         if self._progress is None:
@@ -45,7 +53,7 @@ class RunProgress(EngineObserver):
                 return
             self._start()
         assert self._progress is not None and self._task is not None
-        self._progress.update(self._task, completed=len(successor.finished),
+        self._progress.update(self._task, completed=self._num_finished,
                               description=f"simulate: {self._num_steps} iterations")
 
     def close(self) -> None:

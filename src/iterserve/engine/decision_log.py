@@ -33,7 +33,7 @@ file can recompute it).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -49,6 +49,7 @@ from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import HiddenTruth, OnlineWorkload, RequestSpec
 from iterserve.records.state import CapacityFacts, SchedulerState
+from iterserve.records.state_digest import StateDigester
 from iterserve.records.transition import claimed_prefix_rows
 from iterserve.records.workload import online_to_json
 
@@ -107,13 +108,16 @@ def header_line(workload: OnlineWorkload, capacity: CapacityFacts, *,
 
 
 def iteration_line(
-    state: SchedulerState, plan: IterationPlan, result: IterationResult
+    state: SchedulerState, plan: IterationPlan, result: IterationResult,
+    digest: Callable[[SchedulerState], str] = state_digest,
 ) -> dict[str, Any]:
+    """``digest``: :func:`state_digest`, or a run's incremental
+    :class:`StateDigester` (the same value)."""
     line = {
         "type": "iteration",
         "decision_id": state.decision_id,
         "state_version": state.state_version,
-        "state_digest": state_digest(state),
+        "state_digest": digest(state),
         "policy": {"id": plan.policy_id, "version": plan.policy_version},
         "plan": plan_to_json(plan),
         "result": result_to_json(result, plan, state),
@@ -147,6 +151,7 @@ class DecisionLogWriter(EngineObserver):
                  policy_settings: Mapping[str, Any] | None = None,
                  executor: str = "simulated", hidden: HiddenTruth | None = None) -> None:
         self._stream = stream
+        self._digester = StateDigester()
         self._rejected: list[list[str]] = []  # since the last line
         self._chain = ""
         self._write(header_line(workload, capacity, cost_model=cost_model, gate=gate,
@@ -174,7 +179,7 @@ class DecisionLogWriter(EngineObserver):
     ) -> None:
         # every plan reaches the executor, intent-only ones too (their result
         # carries capacity facts: a preemption frees memory), so each is logged
-        self._write(iteration_line(state, plan, result))
+        self._write(iteration_line(state, plan, result, self._digester.digest))
 
     def close(self, state: SchedulerState, *, is_done: bool = True) -> None:
         """End the log. A run that stopped early (``is_done`` False) or left

@@ -158,9 +158,20 @@ class EventRecorder(EngineObserver):
             self._composition(state, plan, decided_s)
         published_s = self.to_s(successor.now)
         kinds = {item.request_id: item.kind for item in plan.work}
+        views = state.views
+        decode, pending = WorkKind.DECODE_ROW, self._pending
+        # the token line's head is the same for every token of this cut
+        head = f'{{"kind": "token", "time_s": {published_s!r}, "request_id": '
         for completed in result.completed:
-            before = state.views[completed.request_id].num_emitted
-            self._completion(completed, kinds[completed.request_id], before, published_s)
+            rid = completed.request_id
+            before = views[rid].num_emitted
+            if (self._sink is not None and before and completed.finish_reason is None
+                    and kinds[rid] is decode and completed.emitted):
+                # a plain decode token, streamed: _token's line (the hot path)
+                pending.append((published_s, f'{head}{encode_basestring_ascii(rid)}, '
+                                             f'"token_index": {before}}}'))
+                continue
+            self._completion(completed, kinds[rid], before, published_s)
 
     def _arrival(self, spec: RequestSpec) -> ArrivalEvent:
         return ArrivalEvent(self.to_s(spec.arrival), spec.request_id, client_id=spec.client_id,

@@ -208,15 +208,28 @@ class KvResidency:
             key = None
         if key is None:
             return self._allocate(request_id, generation, end, token_ids, lookahead)
-        grow = end - self.manager.num_rows(key)
-        if grow <= 0:
-            return self.manager.num_committed_rows(key)
-        tail = None if token_ids is None else token_ids[len(token_ids) - grow:]
-        result = self.manager.append_rows(key, tail, num_rows=None if tail else grow)
+        result = self.manager.grow_to(key, end, token_ids)
         if isinstance(result, AllocationFailed):
             self._failed += 1
             return None
-        return self.manager.num_committed_rows(key)
+        return result
+
+    def back_and_commit(self, request_id: str, generation: int, start: int, end: int,
+                        token_ids: Sequence[int] | None) -> bool:
+        """:meth:`prepare` then :meth:`commit` ``end``, for an executor that
+        writes rows as soon as they are backed (the simulator); False when
+        blocks are short. One block-table lookup for a request that holds
+        blocks of this generation."""
+        key = self._keys.get(request_id)
+        if key is None or key.generation != generation:
+            if self.prepare(request_id, generation, start, end, token_ids) is None:
+                return False
+            self.commit(request_id, end)
+            return True
+        if self.manager.grow_and_commit(key, end, token_ids) is not None:
+            self._failed += 1
+            return False
+        return True
 
     def _allocate(self, request_id: str, generation: int, end: int,
                   token_ids: Sequence[int] | None,
@@ -270,8 +283,8 @@ class KvResidency:
     def commit(self, request_id: str, end: int) -> None:
         """Record rows [0, end) as written (never below a prefix hit's rows)."""
         key = self._keys.get(request_id)
-        if key is not None and end > self.manager.num_committed_rows(key):
-            self.manager.commit(key, end)
+        if key is not None:
+            self.manager.commit_to(key, end)
 
     def release(self, request_ids: Iterable[str]) -> None:
         for rid in request_ids:

@@ -22,6 +22,7 @@ from iterserve.records.state import SchedulerState
 from iterserve.records.view import FinishReason, RequestView
 
 _LENGTH = FinishReason.LENGTH
+_new_tuple = tuple.__new__  # NamedTuple.__new__ is slow on the hot path
 
 
 class ResultBuilder:
@@ -33,15 +34,18 @@ class ResultBuilder:
     wins on the real model, as in vLLM's ``check_stop``).
     """
 
-    __slots__ = ("_plan", "_views", "_kv", "_length_first", "completed", "failures",
-                 "_failed_ids", "_service", "finished", "_receipts")
+    __slots__ = ("_plan", "_views", "_kv", "_commit_kv", "_length_first", "completed",
+                 "failures", "_failed_ids", "_service", "finished", "_receipts")
 
     def __init__(self, plan: IterationPlan, state: SchedulerState, kv: KvResidency | None,
-                 *, length_first: bool = False) -> None:
-        """Applies the plan's memory intents through ``kv`` (if any) first."""
+                 *, length_first: bool = False, commits_rows: bool = True) -> None:
+        """Applies the plan's memory intents through ``kv`` (if any) first.
+        ``commits_rows`` False: the executor commits each interval's rows
+        itself when it backs them (``KvResidency.back_and_commit``)."""
         self._plan = plan
         self._views = state.views
         self._kv = kv
+        self._commit_kv = kv if commits_rows else None
         self._length_first = length_first
         self.completed: list[CompletedInterval] = []
         self.failures: list[WorkFailure] = []
@@ -71,13 +75,14 @@ class ResultBuilder:
         ``token_id`` and ``stop`` (the executor's own stop observation) are
         used only when the interval emits (decode, or prefill reaching p).
         """
-        rid, end = work.request_id, work.end
-        if self._kv is not None:
-            self._kv.commit(rid, end)
-        if earns_service(work.kind):
-            self._service[view.client_id] += end - work.start
-        if not emits(work.kind, view.num_prompt_tokens, end):
-            self.completed.append(CompletedInterval(rid, work.generation, work.start, end, False))
+        rid, generation, _, start, end, kind, _, _ = work  # one unpack (hot path)
+        if self._commit_kv is not None:
+            self._commit_kv.commit(rid, end)
+        if earns_service(kind):
+            self._service[view.client_id] += end - start
+        if not emits(kind, view.num_prompt_tokens, end):
+            self.completed.append(
+                _new_tuple(CompletedInterval, (rid, generation, start, end, False, None, None)))
             return None
         reason = stop
         if (reason is None or self._length_first) and is_length_stop(
@@ -86,8 +91,8 @@ class ResultBuilder:
             reason = _LENGTH
         if reason is not None:
             self.finished.append(rid)
-        self.completed.append(CompletedInterval(rid, work.generation, work.start, end, True,
-                                                token_id, reason))
+        self.completed.append(
+            _new_tuple(CompletedInterval, (rid, generation, start, end, True, token_id, reason)))
         return reason
 
     def release_finished(self) -> None:

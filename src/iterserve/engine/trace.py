@@ -14,7 +14,7 @@ from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import RequestSpec
 from iterserve.records.state import SchedulerState
-from iterserve.records.view import WorkKind
+from iterserve.records.view import TERMINAL_LIFECYCLES, WorkKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,22 +71,26 @@ class RunTrace(EngineObserver):
                 len(state.waiting), len(state.running),
             ))
         kinds = {work.request_id: work.kind for work in plan.work}
+        prefill = WorkKind.PREFILL_CHUNK
         for item in result.completed:
-            if kinds[item.request_id] is WorkKind.PREFILL_CHUNK:
+            if kinds[item.request_id] is prefill:
                 starts = self.prefill_chunk_starts.setdefault(item.request_id, [])
                 if item.start == 0:
                     starts.clear()
                 starts.append(item.start)
-        touched = [c.request_id for c in result.completed] + [i.request_id for i in plan.intents]
-        for rid in touched:
-            after = successor.views.get(rid)
-            record = self.requests.get(rid)
-            if after is None or record is None:
-                continue
-            record.first_token_time = after.first_token_time
-            record.num_emitted = after.num_emitted
-            if after.lifecycle.is_terminal:
-                self.num_finished += record.finish_time is None
-                record.finish_time = successor.now
-                reason = after.finish_reason
-                record.finish_reason = None if reason is None else reason.value
+            self._update(item.request_id, successor)
+        for intent in plan.intents:
+            self._update(intent.request_id, successor)
+
+    def _update(self, rid: str, successor: SchedulerState) -> None:
+        after = successor.views.get(rid)
+        record = self.requests.get(rid)
+        if after is None or record is None:
+            return
+        record.first_token_time = after.first_token_time
+        record.num_emitted = after.num_emitted
+        if after.lifecycle in TERMINAL_LIFECYCLES:
+            self.num_finished += record.finish_time is None
+            record.finish_time = successor.now
+            reason = after.finish_reason
+            record.finish_reason = None if reason is None else reason.value

@@ -219,6 +219,84 @@ class BlockManager:
             resident.token_ids.extend(token_ids)
         return AllocationGranted(key, resident.num_rows, 0, needed, len(resident.block_ids))
 
+    def grow_to(self, key: RequestKey, num_rows: int,
+                token_ids: Sequence[int] | None = None) -> int | AllocationFailed:
+        """The executor's per-interval path: grow a request holding blocks to
+        ``num_rows`` rows and return its committed rows (a failure when the
+        pool is short). ``token_ids`` end at row ``num_rows``; the missing
+        rows' tokens are their tail (None: anonymous rows). The same checks
+        and effects as ``num_rows`` + ``append_rows`` + ``num_committed_rows``;
+        one table lookup and no allocation unless a block boundary is crossed."""
+        resident = self._resident.get(key)
+        if resident is None or (token_ids is None) != (resident.token_ids is None):
+            return self._grow_general(key, num_rows, token_ids)
+        grow = num_rows - resident.num_rows
+        if grow <= 0:
+            return resident.num_committed_rows
+        if token_ids is not None and len(token_ids) < grow:
+            return self._grow_general(key, num_rows, token_ids)
+        needed = -(-num_rows // self._block_size) - len(resident.block_ids)
+        if needed > 0:
+            device = self._device
+            if needed > device.num_blocks_available:
+                return AllocationFailed(key, FailureReason.DEVICE_BLOCKS_EXHAUSTED, needed,
+                                        device.num_blocks_available)
+            for _ in range(needed):
+                resident.block_ids.append(device.take_fresh())
+        resident.num_rows = num_rows
+        if token_ids is not None and resident.token_ids is not None:
+            resident.token_ids.extend(token_ids[len(token_ids) - grow:])
+        return resident.num_committed_rows
+
+    def grow_and_commit(self, key: RequestKey, num_rows: int,
+                        token_ids: Sequence[int] | None = None) -> AllocationFailed | None:
+        """:meth:`grow_to` then :meth:`commit_to` ``num_rows``: an executor
+        that writes the rows as soon as they are backed (the simulator).
+        None on success; on failure nothing changed."""
+        resident = self._resident.get(key)
+        if resident is not None and token_ids is None and resident.token_ids is None:
+            # anonymous rows: no cache identity to advance (the common simulated case)
+            if num_rows > resident.num_rows:
+                needed = -(-num_rows // self._block_size) - len(resident.block_ids)
+                if needed > 0:
+                    device = self._device
+                    if needed > device.num_blocks_available:
+                        return AllocationFailed(key, FailureReason.DEVICE_BLOCKS_EXHAUSTED,
+                                                needed, device.num_blocks_available)
+                    for _ in range(needed):
+                        resident.block_ids.append(device.take_fresh())
+                resident.num_rows = num_rows
+            if num_rows > resident.num_committed_rows:
+                resident.num_committed_rows = num_rows
+            return None
+        grown = self.grow_to(key, num_rows, token_ids)
+        if isinstance(grown, AllocationFailed):
+            return grown
+        self.commit_to(key, num_rows)
+        return None
+
+    def _grow_general(self, key: RequestKey, num_rows: int,
+                      token_ids: Sequence[int] | None) -> int | AllocationFailed:
+        grow = num_rows - self.num_rows(key)
+        if grow > 0:
+            tail = None if token_ids is None else token_ids[len(token_ids) - grow:]
+            result = self.append_rows(key, tail, num_rows=None if tail else grow)
+            if isinstance(result, AllocationFailed):
+                return result
+        return self.num_committed_rows(key)
+
+    def commit_to(self, key: RequestKey, num_committed_rows: int) -> None:
+        """:meth:`commit` when ``num_committed_rows`` exceeds the committed
+        rows (nothing otherwise); the executor's per-interval path."""
+        resident = self._resident.get(key)
+        if resident is None or num_committed_rows > resident.num_rows:
+            if num_committed_rows > self.num_committed_rows(key):
+                self.commit(key, num_committed_rows)  # the general path and its errors
+            return
+        if num_committed_rows > resident.num_committed_rows:
+            resident.num_committed_rows = num_committed_rows
+            self._advance_chain(resident)
+
     def commit(self, key: RequestKey, num_committed_rows: int) -> CommitResult:
         """Record that K/V rows ``[0, num_committed_rows)`` are written; cache full blocks."""
         resident = self._get_resident(key)

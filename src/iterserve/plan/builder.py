@@ -9,6 +9,8 @@ hand and never counts budgets itself.
 
 from __future__ import annotations
 
+import operator
+
 from iterserve.admission.screen import ReservationScreen
 from iterserve.plan.contract import Policy
 from iterserve.records import frontier
@@ -78,13 +80,22 @@ class PlanBuilder:
         rows left to the target (prompt, or rebuild target, 0x0C)."""
         return frontier.legal_rows(view.num_prompt_tokens, view.num_emitted, view.num_computed)
 
+    def rows_within_tokens(self, view: RequestView) -> int:
+        """``min(legal_rows(view), tokens_left)`` in one frontier call (the
+        running pass asks it of every running request)."""
+        left = self.tokens_left
+        if left <= 0:
+            return min(self.legal_rows(view), left)
+        return next_interval(view.num_prompt_tokens, view.num_emitted, view.num_computed, left)[0]
+
     def blocks_needed(self, view: RequestView, num_rows: int) -> int:
-        facts = self._facts
+        size = self._facts.block_size  # CapacityFacts.blocks_for, inlined (hot path)
         c = view.num_computed
-        return facts.blocks_for(c + num_rows) - facts.blocks_for(c)
+        return (-c // size) - (-(c + num_rows) // size)
 
     def fits_memory(self, view: RequestView, num_rows: int) -> bool:
-        return self.num_blocks_free is None or self.blocks_needed(view, num_rows) <= self.num_blocks_free
+        free = self.num_blocks_free
+        return free is None or self.blocks_needed(view, num_rows) <= free
 
     def add(self, view: RequestView, max_rows: int | None = None) -> int:
         """Schedule up to ``max_rows`` of ``view``'s legal interval; rows granted.
@@ -104,12 +115,14 @@ class PlanBuilder:
         if rows == 0:
             return 0
         blocks = 0
-        if self.num_blocks_free is not None:
-            blocks = self.blocks_needed(view, rows)
-            if blocks > self.num_blocks_free:
-                return 0
-            self.num_blocks_free -= blocks
         end = c + rows
+        free = self.num_blocks_free
+        if free is not None:
+            size = self._facts.block_size  # blocks_needed, inlined (hot path)
+            blocks = (-c // size) - (-end // size)
+            if blocks > free:
+                return 0
+            self.num_blocks_free = free - blocks
         item = _new_tuple(WorkItem, (rid, view.generation, view.snapshot_version, c, end, kind,
                                      range(c, end), self._key(view)))
         self._work[rid] = (item, blocks)
@@ -166,10 +179,18 @@ class PlanBuilder:
         preemption does can make room, so waiting would only stall the run."""
         state = self._state
         views = state.views
+        facts = self._facts
+        assert facts.num_blocks_total is not None
+        # blocks_for(rows) > total exactly when rows > total * block_size: one
+        # comparison per live request (this runs every decision)
+        max_rows = facts.num_blocks_total * facts.block_size
+        through = frontier.rows_through_next_emission
+        if _max_rows_through_next_emission(state) <= max_rows:
+            return  # the common case, checked at C speed: nothing to abort
         for queue in (state.running, state.suspended, state.waiting):
             for rid in queue:
                 view = views[rid]
-                if self._can_never_fit(view):
+                if through(view.num_prompt_tokens, view.num_emitted) > max_rows:
                     self.abort(view)
 
     def abort(self, view: RequestView, reason: str = "exceeds_kv_capacity") -> None:
@@ -246,8 +267,20 @@ class PlanBuilder:
 
 
 def views_of(state: SchedulerState, request_ids: tuple[str, ...]) -> list[RequestView]:
-    views = state.views
-    return [views[rid] for rid in request_ids]
+    return list(map(state.views.__getitem__, request_ids))  # C-level: runs over every queue
+
+
+_PROMPT = operator.attrgetter("num_prompt_tokens")
+_EMITTED = operator.attrgetter("num_emitted")
+
+
+def _max_rows_through_next_emission(state: SchedulerState) -> int:
+    """max over live views of ``frontier.rows_through_next_emission`` (p + e),
+    with no Python-level call per view (this runs every decision)."""
+    views = state.views.values()
+    if not views:
+        return 0
+    return max(map(operator.add, map(_PROMPT, views), map(_EMITTED, views)))
 
 
 def _tightened(budget: int, limit: int | None) -> int:

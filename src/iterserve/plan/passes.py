@@ -141,7 +141,7 @@ def schedule_ranked(builder: PlanBuilder, ranked: list[RequestView]) -> None:
         elif view.lifecycle is not Lifecycle.RUNNING:
             builder.resume(view)
         else:
-            rows = min(builder.legal_rows(view), builder.tokens_left)
+            rows = builder.rows_within_tokens(view)
             if not add_or_preempt(builder, view, rows, victims, gone, least_urgent_victim):
                 break
 

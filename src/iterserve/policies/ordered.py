@@ -31,7 +31,7 @@ def schedule_ordered(builder: PlanBuilder, state: SchedulerState, running_order:
     the next pick is drawn only after the previous one was admitted)."""
 
     def rows_of(view: RequestView) -> int:
-        return min(builder.legal_rows(view), builder.tokens_left)
+        return builder.rows_within_tokens(view)
 
     running = running_order(views_of(state, state.running))
     if running_pass(builder, running, rows_of, fcfs_victim).gone:

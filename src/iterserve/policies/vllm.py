@@ -88,7 +88,7 @@ class VllmFrontier(PolicyBase[VllmConfig]):
         threshold = self.config.long_prefill_token_threshold
 
         def rows_of(view: RequestView) -> int:
-            rows = min(builder.legal_rows(view), builder.tokens_left)
+            rows = builder.rows_within_tokens(view)
             return rows if threshold is None else min(rows, threshold)
 
         done = running_pass(builder, views_of(state, state.running), rows_of, self.choose_victim)

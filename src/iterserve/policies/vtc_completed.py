@@ -79,6 +79,6 @@ def _take(builder: PlanBuilder, view: RequestView, victims: list[RequestView],
     """Rows granted to ``view``'s next interval (a running one may preempt)."""
     if view.lifecycle is not Lifecycle.RUNNING:
         return builder.take(view)
-    rows = min(builder.legal_rows(view), builder.tokens_left)
+    rows = builder.rows_within_tokens(view)
     add_or_preempt(builder, view, rows, victims, gone, fcfs_victim)
     return rows if builder.is_chosen(view.request_id) else 0

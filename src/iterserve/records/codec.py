@@ -23,7 +23,7 @@ from iterserve.records.receipts import (
 )
 from iterserve.records.result import CompletedInterval, IterationResult, WorkFailure
 from iterserve.records.state import CapacityFacts, SchedulerState
-from iterserve.records.view import FinishReason, RequestView, WorkKind
+from iterserve.records.view import FinishReason, Lifecycle, RequestView, WorkKind
 
 LEAK_FIELDS = frozenset(
     {"realized_output_tokens", "fixture_only_hidden_truth", "block_ids", "block_table",
@@ -39,6 +39,13 @@ def dumps(obj: object) -> str:
 def state_to_json(state: SchedulerState) -> dict[str, Any]:
     """The canonical state; ``ledger`` appears only when the run keeps one, so
     the digests of runs without one are unchanged."""
+    return state_fields_to_json(
+        state, [view_to_json(state.views[rid]) for rid in sorted(state.views)])
+
+
+def state_fields_to_json(state: SchedulerState, views: object) -> dict[str, Any]:
+    """:func:`state_to_json` with ``views`` as its ``views`` value (the
+    incremental digest puts a marker there and splices the encoded views)."""
     record = {
         "decision_id": state.decision_id,
         "state_version": state.state_version,
@@ -47,7 +54,7 @@ def state_to_json(state: SchedulerState) -> dict[str, Any]:
         "running": list(state.running),
         "suspended": list(state.suspended),
         "finished": list(state.finished),
-        "views": [_view_to_json(state.views[rid]) for rid in sorted(state.views)],
+        "views": views,
         "token_budget": state.token_budget,
         "sequence_budget": state.sequence_budget,
         "capacity": capacity_to_json(state.capacity),
@@ -69,11 +76,18 @@ def capacity_from_json(obj: Mapping[str, Any]) -> CapacityFacts:
     return CapacityFacts(int(obj["block_size"]), obj["num_blocks_total"], obj["num_blocks_free"])
 
 
-def _view_to_json(view: RequestView) -> list[Any]:
+# Enum ``.value`` is a Python-level descriptor; these run once per view or
+# work item per decision (the decision log's hot path)
+_LIFECYCLE_VALUES = {member: member.value for member in Lifecycle}
+_KIND_VALUES = {member: member.value for member in WorkKind}
+
+
+def view_to_json(view: RequestView) -> list[Any]:
     return [
         view.request_id, view.generation, view.snapshot_version, view.client_id, view.priority,
         view.arrival, view.arrival_order, view.num_prompt_tokens, view.max_output_tokens,
-        view.num_emitted, view.num_computed, view.num_committed, view.lifecycle.value,
+        view.num_emitted, view.num_computed, view.num_committed,
+        _LIFECYCLE_VALUES[view.lifecycle],
         view.is_ready, view.suspension_epoch, view.first_token_time, view.last_output_time,
         None if view.finish_reason is None else view.finish_reason.value,
     ]
@@ -92,7 +106,7 @@ def plan_to_json(plan: IterationPlan) -> dict[str, Any]:
         "work": [
             {"request_id": w.request_id, "generation": w.generation,
              "snapshot_version": w.snapshot_version, "start": w.start, "end": w.end,
-             "kind": w.kind.value, "tie_break": list(w.tie_break)}
+             "kind": _KIND_VALUES[w.kind], "tie_break": list(w.tie_break)}
             for w in plan.work
         ],
         "tokens_used": plan.tokens_used,

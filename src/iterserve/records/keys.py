@@ -97,5 +97,15 @@ def key_function(
         if len(names) == 1:
             return lambda view: (getter(view),)
         return getter
-    fields = [KEY_FIELDS[name] for name in names]
-    return lambda view: tuple(field(state, view) for field in fields)
+    num_head = len(names)
+    while num_head and names[num_head - 1] in VIEW_ATTRIBUTES:
+        num_head -= 1
+    fields = [KEY_FIELDS[name] for name in names[:num_head]]
+    tail = names[num_head:]
+    if num_head == 1 and len(tail) >= 2:
+        # every policy's shape: one state-derived field, then view attributes
+        first = fields[0]
+        rest = operator.attrgetter(*(VIEW_ATTRIBUTES[name] for name in tail))
+        return lambda view: (first(state, view), *rest(view))
+    fields += [KEY_FIELDS[name] for name in tail]
+    return lambda view: tuple([field(state, view) for field in fields])

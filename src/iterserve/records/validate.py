@@ -7,7 +7,9 @@ These checks are the hot path's only safety net, so they stay O(work).
 
 from __future__ import annotations
 
+import operator
 from collections import Counter
+from collections.abc import Mapping
 from typing import NoReturn
 
 from iterserve.records import errors as E
@@ -36,7 +38,42 @@ _QUEUE_LIFECYCLES = {
 
 
 def validate_state(state: SchedulerState) -> None:
-    """Every queue member is known, listed once, in a matching lifecycle."""
+    """Every queue member is known, listed once, in a matching lifecycle.
+
+    Every decision checks every live request, so the check runs at C speed
+    (``map`` over the queues); on any doubt :func:`_explain_state` raises
+    the named error."""
+    views = state.views
+    queues = [getattr(state, name) for name in _QUEUE_LIFECYCLES]
+    ids = [*queues[0], *queues[1], *queues[2], *queues[3]]
+    if len(ids) != len(views) or len(set(ids)) != len(ids) or not all(
+        _queue_ok(views, queue, allowed)
+        for queue, allowed in zip(queues, _QUEUE_LIFECYCLES.values(), strict=True)
+    ):
+        _explain_state(state)
+
+
+_LIFECYCLE = operator.attrgetter("lifecycle")
+_COMMITTED = operator.attrgetter("num_committed")
+_COMPUTED = operator.attrgetter("num_computed")
+
+
+def _queue_ok(views: Mapping[str, RequestView], queue: tuple[str, ...],
+              allowed: frozenset[Lifecycle]) -> bool:
+    """Each member has a view in an ``allowed`` lifecycle whose committed
+    rows equal its computed rows."""
+    if not queue:
+        return True
+    try:
+        members = list(map(views.__getitem__, queue))
+    except KeyError:
+        return False
+    return (set(map(_LIFECYCLE, members)) <= allowed
+            and list(map(_COMMITTED, members)) == list(map(_COMPUTED, members)))
+
+
+def _explain_state(state: SchedulerState) -> NoReturn:
+    """Raise the named error for a state the fast check refused."""
     seen: set[str] = set()
     for queue_name, allowed in _QUEUE_LIFECYCLES.items():
         for request_id in getattr(state, queue_name):
@@ -54,6 +91,7 @@ def validate_state(state: SchedulerState) -> None:
                 raise E.UncommittedFrontier(f"{request_id}: committed != computed at the cut")
     if len(seen) != len(state.views):
         raise E.UnknownRequest("a view belongs to no queue")
+    raise E.ContractViolation("state refused")  # unreachable: the fast check is exact
 
 
 def validate_plan(workload: OnlineWorkload, state: SchedulerState, plan: IterationPlan) -> None:
@@ -221,9 +259,10 @@ def _validate_kv(state: SchedulerState, plan: IterationPlan) -> None:
             freed += held
         elif intent.kind is IntentKind.RESUME:
             resumed += held  # swapped-in rows need device blocks again
-    needed = resumed + sum(
-        facts.blocks_for(w.end) - facts.blocks_for(w.start) for w in plan.work
-    )
+    size = facts.block_size  # blocks_for(end) - blocks_for(start), inlined (hot path)
+    needed = resumed
+    for work in plan.work:
+        needed += (-work.start // size) - (-work.end // size)
     if needed > facts.num_blocks_free + freed:
         raise E.KvCapacityExceeded(
             f"plan needs {needed} new KV blocks, {facts.num_blocks_free} free + {freed} released"

@@ -43,6 +43,8 @@ class Lifecycle(enum.Enum):
 _TERMINAL = frozenset(
     {Lifecycle.FINISHED, Lifecycle.CANCELLED, Lifecycle.REJECTED, Lifecycle.ABORTED}
 )
+#: ``lifecycle in TERMINAL_LIFECYCLES``: ``is_terminal`` without a property call (hot paths)
+TERMINAL_LIFECYCLES = _TERMINAL
 
 #: The explicit table of allowed lifecycle transitions (0x0C). Any non-terminal
 #: state may be cancelled; terminal states are final.

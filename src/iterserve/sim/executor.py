@@ -22,6 +22,8 @@ from iterserve.records.state import CapacityFacts, SchedulerState
 from iterserve.records.transition import claimed_prefix_rows
 from iterserve.records.view import FinishReason, RequestView
 
+_STOP = FinishReason.STOP
+
 
 class SimulatedExecutor:
     def __init__(
@@ -68,34 +70,35 @@ class SimulatedExecutor:
         return hits
 
     def execute(self, plan: IterationPlan, state: SchedulerState) -> IterationResult:
-        builder = ResultBuilder(plan, state, self.kv, length_first=True)
-        views = state.views
+        builder = ResultBuilder(plan, state, self.kv, length_first=True, commits_rows=False)
+        views, faults, realized = state.views, self._faults, self._realized
+        intent_failed = builder.intent_failed if builder.failures else None
         for work in plan.work:
-            view = views[work.request_id]
-            if self._faults and (work.request_id, plan.decision_id) in self._faults:
+            rid = work.request_id
+            view = views[rid]
+            if faults and (rid, plan.decision_id) in faults:
                 builder.fail(work, "injected_fault")
                 continue
-            if builder.intent_failed(work.request_id) or not self._back(work, view):
+            if (intent_failed is not None and intent_failed(rid)) or not self._back(work, view):
                 builder.fail(work)
                 continue
             num_emitted = view.num_emitted + 1  # output k has the synthetic id k
-            builder.complete(work, view, num_emitted, self._hidden_stop(work, num_emitted))
+            # STOP once the hidden realized output length is reached
+            limit = realized.get(rid)
+            stop = _STOP if limit is not None and num_emitted >= limit else None
+            builder.complete(work, view, num_emitted, stop)
         builder.release_finished()
         return builder.build(self._cost.iteration_duration(plan, state) if plan.work else 0.0)
 
     def _back(self, work: WorkItem, view: RequestView) -> bool:
-        """Back ``work``'s rows with blocks (the builder commits them)."""
+        """Back ``work``'s rows with blocks and commit them (a simulated
+        interval that runs completes: its rows are written)."""
         if self.kv is None:
             return True
-        tokens = self._tokens(view, 0 if self.kv.key(work.request_id) is None else work.start,
-                              work.end)
-        return self.kv.prepare(work.request_id, work.generation, work.start, work.end,
-                               tokens) is not None
-
-    def _hidden_stop(self, work: WorkItem, num_emitted: int) -> FinishReason | None:
-        """STOP once the hidden realized output length is reached."""
-        realized = self._realized.get(work.request_id)
-        return FinishReason.STOP if realized is not None and num_emitted >= realized else None
+        tokens = None if not self._prompts else self._tokens(
+            view, 0 if self.kv.key(work.request_id) is None else work.start, work.end)
+        return self.kv.back_and_commit(work.request_id, work.generation, work.start, work.end,
+                                       tokens)
 
     def _tokens(self, view: RequestView, start: int, end: int) -> Sequence[int] | None:
         """Token ids at positions [start, end): the prompt's, then synthetic
