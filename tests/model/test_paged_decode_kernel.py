@@ -79,6 +79,13 @@ def test_decode_only_batch_needs_no_scatter() -> None:
 
 
 @pytest.mark.usefixtures("paged_decode_kernel")
+@pytest.mark.parametrize("head_dim", [64, 24])  # the AVX-512 path and the plain loop
+def test_float16_matches_too(head_dim: int) -> None:
+    kernel, reference = _attend_both(5, 8, 2, head_dim, 16, 64, torch.float16, chunk_rows=9)
+    torch.testing.assert_close(kernel.float(), reference.float(), atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.usefixtures("paged_decode_kernel")
 def test_model_uses_the_kernel_and_matches_the_torch_path(tiny_model: PackedCausalLM) -> None:
     if tiny_model.device.type != "cpu":
         pytest.skip("the kernel is CPU-only")
