@@ -101,10 +101,11 @@ def top_ops(variant: Variant, name: str) -> str:
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         variant.step(name)
     self_us: Counter[str] = Counter()
-    events = [e for e in prof.events() if e.name.startswith(("aten::", "mkldnn::"))]
+    events = [e for e in prof.events()
+              if e.name.startswith(("aten::", "mkldnn::", "iterserve_kernels::"))]
     for event in events:
         self_us[event.name] += event.self_cpu_time_total
-    return f"{len(events)} aten/mkldnn ops; " + "; ".join(
+    return f"{len(events)} aten/mkldnn/iterserve ops; " + "; ".join(
         f"{op} {us / 1000:.1f} ms" for op, us in self_us.most_common(5))
 
 

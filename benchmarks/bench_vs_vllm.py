@@ -62,6 +62,7 @@ are 2-3x lower for every system and their ratios are noise.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -349,6 +350,31 @@ def table(summaries: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def reference_key(args: argparse.Namespace, workload_path: Path) -> str:
+    """The reference depends only on the workload, the checkpoint, the dtype and transformers."""
+    import transformers
+
+    digest = hashlib.sha256(workload_path.read_bytes())
+    for name in ("config.json", "model.safetensors"):
+        digest.update(hashlib.sha256((Path(args.model) / name).read_bytes()).digest())
+    digest.update(f"{args.dtype}|{args.threads}|{transformers.__version__}".encode())
+    return digest.hexdigest()[:24]
+
+
+def reference_outputs(args: argparse.Namespace, workload_path: Path,
+                      out_path: Path) -> list[list[int]]:
+    """transformers batch-1 greedy outputs, cached on disk (they take minutes to compute)."""
+    cached = CACHE_DIR / "reference" / f"{reference_key(args, workload_path)}.json"
+    if cached.is_file():
+        print(f"transformers reference from {cached}", file=sys.stderr)
+        return json.loads(cached.read_text())
+    print("transformers reference, one request at a time", file=sys.stderr)
+    outputs = run_worker("reference", sys.executable, args, workload_path, out_path)["outputs"]
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_text(json.dumps(outputs))
+    return outputs
+
+
 def orchestrate(args: argparse.Namespace) -> int:
     systems = [s for s in args.systems.split(",") if s]
     unknown = sorted(set(systems) - set(SYSTEMS))
@@ -374,11 +400,8 @@ def orchestrate(args: argparse.Namespace) -> int:
                 out = Path(scratch) / f"{system}-{repeat}.json"
                 print(f"repeat {repeat + 1}/{args.repeats}: {system}", file=sys.stderr)
                 runs[system].append(run_worker(system, pythons[system], args, workload_path, out))
-        reference = None
-        if not args.no_reference:
-            print("transformers reference, one request at a time", file=sys.stderr)
-            reference = run_worker("reference", sys.executable, args, workload_path,
-                                   Path(scratch) / "reference.json")["outputs"]
+        reference = None if args.no_reference else reference_outputs(
+            args, workload_path, Path(scratch) / "reference.json")
     summaries = {s: summarise(runs[s], num_output_tokens, reference) for s in systems}
     print(f"{args.num_requests} requests, {num_output_tokens} output tokens, {args.dtype}, "
           f"{args.threads} threads, model {args.model}, medians of {args.repeats} repeats")

@@ -12,3 +12,6 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt
     .venv/bin/python -m pip install -q -c constraints.txt -e ".[dev]"
     touch "$stamp"
 fi
+# Prebuild the native attention kernel into ~/.cache/iterserve (about 15 s once
+# per torch version and CPU); without a compiler models use the torch path.
+.venv/bin/iterserve build-kernels || true

@@ -51,3 +51,15 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="session")
+def paged_decode_kernel() -> None:
+    """The in-place decode kernel, loaded once per session (built into the user's
+    cache on first use, ~15 s; `iterserve build-kernels` prebuilds it)."""
+    from iterserve.model import kernels
+
+    try:
+        kernels.load_paged_decode()
+    except kernels.KernelBuildError as error:
+        pytest.skip(str(error))

@@ -41,7 +41,11 @@ def test_few_rows_stay_one_group_in_segment_order() -> None:
 def test_grouped_decode_matches_one_padded_group(tiny_model) -> None:
     rng = random.Random(7)
     vocab = tiny_model.config.vocab_size
-    one_group = PackedCausalLM(tiny_model.config, tiny_model.weights, max_decode_groups=1)
+    # the torch backend: the in-place kernel (the default where built) has no groups
+    grouped_model = PackedCausalLM(tiny_model.config, tiny_model.weights,
+                                   attention_backend="torch")
+    one_group = PackedCausalLM(tiny_model.config, tiny_model.weights, max_decode_groups=1,
+                               attention_backend="torch")
     lengths = [rng.choice([3, 5, 9, 17, 33, 60]) for _ in range(24)]
     assert len(decode_groups(_decode_batch(lengths), list(range(24)), max_groups=4)) > 1
     cache = tiny_model.allocate_cache(num_blocks=512, block_size=4)
@@ -51,6 +55,6 @@ def test_grouped_decode_matches_one_padded_group(tiny_model) -> None:
                  [(name, tokens, 0, False) for name, tokens in prompts.items()])
     step = [(name, [rng.randrange(vocab)], len(tokens), True) for name, tokens in prompts.items()]
     step.insert(3, ("chunk", random_tokens(rng, 6, vocab), 0, True))  # a mixed batch
-    grouped = run_segments(tiny_model, cache, handout, step)
+    grouped = run_segments(grouped_model, cache, handout, step)
     padded = run_segments(one_group, cache, handout, step)
     torch.testing.assert_close(grouped, padded, atol=ATOL, rtol=0)

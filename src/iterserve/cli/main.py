@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from iterserve.admission.overload import OverloadConfigError
 from iterserve.cli import (
     bench,
+    build_kernels,
     compare,
     generate,
     make_model,
@@ -58,7 +59,7 @@ def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="iterserve", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module in (simulate, sweep, replay, policies, generate, make_model, workload, serve,
-                   profile, compare, sensitivity, bench):
+                   profile, compare, sensitivity, bench, build_kernels):
         module.add_parser(subparsers)
     return parser
 

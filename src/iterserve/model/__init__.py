@@ -6,12 +6,13 @@ import. Sampling parameters live in `records/sampling_params.py`.
 
 Modules and their one job:
     make_model   write a random-weight Llama checkpoint + local tokenizer (presets)
-    loader       load_model(dir, dtype, device) -> PackedCausalLM (safetensors only)
+    loader       load_model(dir, dtype, device, attention_backend) -> PackedCausalLM (safetensors only)
     hf_config    head_dim / RoPE through transformers, only where it can change them
     packing      SegmentSpec, PackedBatch, pack(segments, block_size)
     kv_cache     PagedKVCache: per-layer K/V pools [num_blocks, block_size, kv, d]
     llama        PackedCausalLM.forward(batch, cache) -> logits at sample rows
     attention    request-local paged attention (0x04 visibility predicate)
+    kernels      the in-place paged decode kernel (csrc/): built once into the user's cache
     projection   the projection matmuls; bf16 weights prepacked for oneDNN where it pays
     executor     TorchExecutor: runs a validated plan's intervals on the model
     runtime      torch version, threads, dtypes, CUDA availability

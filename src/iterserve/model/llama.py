@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from iterserve.model.attention import MAX_DECODE_GROUPS, AttentionMetadata, paged_attention
 from iterserve.model.config import ModelConfig
+from iterserve.model.kernels import resolve_in_place_decode
 from iterserve.model.kv_cache import PagedKVCache
 from iterserve.model.packing import PackedBatch
 from iterserve.model.projection import linear, pack_weights, packing_pays
@@ -39,15 +40,19 @@ class PackedCausalLM:
     """A decoder-only LM whose forward consumes PackedBatch over a PagedKVCache."""
 
     def __init__(self, config: ModelConfig, weights: ModelWeights,
-                 max_decode_groups: int = MAX_DECODE_GROUPS, prepack: bool = True) -> None:
+                 max_decode_groups: int = MAX_DECODE_GROUPS, prepack: bool = True,
+                 attention_backend: str = "auto") -> None:
         """`prepack`: reorder the projection weights for oneDNN where that is
-        the faster path (see model.projection); the forward is the same."""
+        the faster path (see model.projection); the forward is the same.
+        `attention_backend`: how single-row segments are attended, one of
+        kernels.ATTENTION_BACKENDS (the in-place C++ kernel or gather + SDPA)."""
         self.config = config
         embed = weights.embed_tokens
         self.weights = pack_weights(weights) if prepack and packing_pays(
             embed.dtype, embed.device) else weights
         self.max_decode_groups = max_decode_groups  # see attention.decode_groups
         self._inv_freq = model_inverse_frequencies(config, self.device)
+        self.in_place_decode = resolve_in_place_decode(attention_backend, self.dtype, self.device)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -67,7 +72,8 @@ class PackedCausalLM:
         self._check_batch(batch, cache)
         with torch.inference_mode():
             metadata = AttentionMetadata.build(batch, self.config.sliding_windows,
-                                               self.max_decode_groups, self.dtype)
+                                               self.max_decode_groups, self.dtype,
+                                               self.in_place_decode)
             tables = rotary_tables(batch.positions, self._inv_freq, self.dtype,
                                    self.config.rope_attention_scaling)
             hidden = F.embedding(batch.token_ids, self.weights.embed_tokens)

@@ -35,11 +35,12 @@ def load_model(
     dtype: torch.dtype | str = torch.float32,
     device: torch.device | str = "cpu",
     prepack: bool = True,
+    attention_backend: str = "auto",
 ) -> PackedCausalLM:
     """Load config and weights from `model_dir`; raises a CheckpointError subclass
     naming the missing file, the unsupported architecture or the bad config.
     `dtype` is a torch dtype, one of DTYPES_BY_NAME, or "auto" (see resolve_dtype);
-    `prepack` as in PackedCausalLM."""
+    `prepack` and `attention_backend` as in PackedCausalLM."""
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise CheckpointError(f"{model_dir}: not a checkpoint directory")
@@ -65,7 +66,7 @@ def load_model(
             return tensor
 
         weights = assemble_weights(config, get, dtype, device)
-    return PackedCausalLM(config, weights, prepack=prepack)
+    return PackedCausalLM(config, weights, prepack=prepack, attention_backend=attention_backend)
 
 
 def _open_safetensors(stack: ExitStack, path: Path) -> Any:

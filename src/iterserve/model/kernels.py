@@ -1,0 +1,122 @@
+"""Native kernels, built on demand and cached on disk (spec 0x04 launch structure).
+
+`paged_decode` (csrc/paged_decode.cpp) attends single-row segments reading
+K/V rows in place from the paged pool: no gather, no padding, no mask.
+
+Build and load, never at import: `load_paged_decode()` compiles the source
+with torch.utils.cpp_extension (g++ and ninja) into
+`$XDG_CACHE_HOME/iterserve/kernels/<key>/` (default `~/.cache`), where the key
+names the torch version, the source hash and the CPU's instruction-set flags,
+so a torch upgrade, an edited source or another CPU model builds afresh
+(`-march=native`). A cached build loads in milliseconds; `iterserve
+build-kernels` (run by scripts/setup.sh) builds ahead so that start-up stays
+fast. The loaded library is memoized per build directory; that is the only
+state kept.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import platform
+from pathlib import Path
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+#: "auto": the kernel when it is built or buildable (a CPU model in a kernel
+#: dtype), else torch with one warning; "torch": gather + SDPA; "cpp": the
+#: kernel or an error.
+ATTENTION_BACKENDS = ("auto", "torch", "cpp")
+KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+SOURCE = Path(__file__).with_name("csrc") / "paged_decode.cpp"
+LIBRARY_NAME = "iterserve_paged_decode"
+CFLAGS = ("-O3", "-march=native", "-fopenmp")
+
+
+class KernelBuildError(RuntimeError):
+    """The native kernel could not be compiled or loaded."""
+
+
+def cache_root() -> Path:
+    """`$XDG_CACHE_HOME/iterserve/kernels`, `~/.cache/...` when unset (read per call)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "iterserve" / "kernels"
+
+
+def build_key() -> str:
+    """torch version + source hash + CPU flags: anything that changes the binary."""
+    digest = hashlib.sha256()
+    digest.update(torch.__version__.encode())
+    digest.update(SOURCE.read_bytes())
+    digest.update(" ".join(CFLAGS).encode())
+    digest.update(_cpu_flags().encode())
+    return f"{LIBRARY_NAME}-{digest.hexdigest()[:16]}"
+
+
+def _cpu_flags() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    return platform.machine() + platform.processor()
+
+
+def load_paged_decode(build_dir: Path | None = None) -> None:
+    """Load the kernel into `torch.ops.iterserve_kernels`, building it first if
+    `build_dir` (default: cache_root() / build_key()) holds no library.
+    Raises KernelBuildError naming the cause; a failure is remembered, so a
+    broken toolchain costs one build attempt per process."""
+    failure = _load(build_dir or cache_root() / build_key())
+    if failure is not None:
+        raise KernelBuildError(failure)
+
+
+@functools.cache
+def _load(build_dir: Path) -> str | None:
+    """None once loaded, else why not."""
+    library = build_dir / f"{LIBRARY_NAME}.so"
+    try:
+        if library.is_file():
+            torch.ops.load_library(str(library))
+            return None
+        from torch.utils import cpp_extension  # heavy import, only when building
+
+        build_dir.mkdir(parents=True, exist_ok=True)
+        cpp_extension.load(name=LIBRARY_NAME, sources=[str(SOURCE)], build_directory=str(build_dir),
+                           extra_cflags=list(CFLAGS), extra_ldflags=["-fopenmp"],
+                           is_python_module=False, verbose=False)
+    except Exception as error:  # compiler missing, build error, bad cached library
+        message = " ".join(str(error).split())[-300:]
+        failure = f"paged_decode kernel unavailable in {build_dir} ({type(error).__name__}: {message})"
+        logger.warning("%s; single-row attention uses the torch path", failure)
+        return failure
+    return None
+
+
+def resolve_in_place_decode(backend: str, dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether a model of `dtype` on `device` attends its single-row segments with
+    the kernel, per `backend` (one of ATTENTION_BACKENDS). Loads (and if need
+    be builds) the kernel; "cpp" raises ValueError or KernelBuildError where
+    "auto" falls back (the build failure is logged once)."""
+    if backend not in ATTENTION_BACKENDS:
+        raise ValueError(f"attention_backend {backend!r} unknown; use one of {ATTENTION_BACKENDS}")
+    if backend == "torch":
+        return False
+    is_supported = device.type == "cpu" and dtype in KERNEL_DTYPES
+    if backend == "cpp" and not is_supported:
+        raise ValueError(f"attention_backend 'cpp' runs on CPU in {KERNEL_DTYPES}, "
+                         f"not {device.type} {dtype}")
+    if not is_supported:
+        return False
+    try:
+        load_paged_decode()
+    except KernelBuildError:
+        if backend == "cpp":
+            raise
+        return False
+    return True
