@@ -19,6 +19,11 @@ per wall second and peak resident memory of the process.
     .venv/bin/python benchmarks/bench_sim_scale.py --sizes 2000 --repeat 3
     .venv/bin/python benchmarks/bench_sim_scale.py --sizes 2000 --profile 40
     .venv/bin/python benchmarks/bench_sim_scale.py --json out.json
+    .venv/bin/python benchmarks/bench_sim_scale.py --cli --sizes 1000 3000 10000
+
+``--cli`` measures the whole ``iterserve simulate`` command instead (the run,
+report.json, report.md and the four plots; the decision log on unless
+``--no-decision-log``): wall seconds and the child's peak RSS.
 """
 
 from __future__ import annotations
@@ -120,6 +125,32 @@ def run_one(num_requests: int, decision_log: bool, profile_lines: int) -> dict[s
     }
 
 
+def run_cli(num_requests: int, decision_log: bool) -> dict[str, Any]:
+    """The whole ``iterserve simulate`` command (run, report, plots) in a
+    child process: its wall seconds and its peak RSS (``RUSAGE_CHILDREN``:
+    this process waits for that one child only)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        workload = Path(tmp) / "workload.json"
+        (Path(tmp) / "spec.json").write_text(json.dumps(spec(num_requests)))
+        iterserve = [sys.executable, "-m", "iterserve.cli.main"]
+        subprocess.run([*iterserve, "workload", "gen", str(Path(tmp) / "spec.json"),
+                        "-o", str(workload)], check=True, stdout=subprocess.DEVNULL)
+        command = [*iterserve, "simulate", "--workload", str(workload), "--policy", POLICY,
+                   "--cost-model", COST_MODEL, "--out", str(Path(tmp) / "out")]
+        if decision_log:
+            command += ["--decision-log", str(Path(tmp) / "decisions.jsonl")]
+        started = time.perf_counter()
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        wall_s = time.perf_counter() - started
+        events_bytes = (Path(tmp) / "out" / "events.jsonl").stat().st_size
+        iterations = json.loads((Path(tmp) / "out" / "report.json").read_text())["iterations"]
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return {"num_requests": num_requests, "policy": POLICY, "cost_model": COST_MODEL,
+            "mode": "cli", "decision_log": decision_log, "plots": True, "iterations": iterations,
+            "wall_s": round(wall_s, 3), "requests_per_wall_s": round(num_requests / wall_s, 1),
+            "peak_rss_mib": round(peak_kib / 1024, 1), "events_bytes": events_bytes}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
@@ -128,8 +159,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=int, default=0, metavar="LINES",
                         help="cProfile the run, print the top LINES by own time (one size)")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--cli", action="store_true",
+                        help="measure the whole `iterserve simulate` command (report and "
+                             "plots included) in a child process")
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.one is not None and args.cli:
+        print(json.dumps(run_cli(args.one, not args.no_decision_log)))
+        return 0
     if args.one is not None or args.profile:
         size = args.one if args.one is not None else args.sizes[0]
         print(json.dumps(run_one(size, not args.no_decision_log, args.profile)))
@@ -150,6 +187,8 @@ def best_of(size: int, args: argparse.Namespace) -> dict[str, Any]:
     command = [sys.executable, __file__, "--one", str(size)]
     if args.no_decision_log:
         command.append("--no-decision-log")
+    if args.cli:
+        command.append("--cli")
     runs = []
     for attempt in range(args.repeat):
         print(f"{size:,} requests, run {attempt + 1} of {args.repeat} ...", file=sys.stderr,
