@@ -219,3 +219,18 @@ def test_merging_equal_x_keeps_the_step_curve(monkeypatch) -> None:
     grid = np.concatenate([x, x + 0.5, [-1.0]])
     assert np.array_equal(_post_step(merged_x, merged_y, grid), _post_step(x, y, grid),
                           equal_nan=True)
+
+
+def test_tbt_samples_share_equal_values(runs) -> None:
+    """The samples equal the sorted gaps; equal neighbours are one object."""
+    from iterserve.metrics.clocks import request_clocks
+    from iterserve.metrics.report import latency_samples
+
+    _, in_memory, _, _ = runs
+    clocks = [request_clocks(t) for t in build_timelines(in_memory.recorder.log()).values()]
+    samples = latency_samples(clocks, [True] * len(clocks))
+    gaps = sorted(gap for clock in clocks for gap in clock.tbt_gaps_s)
+    assert samples.tbt_s == tuple(gaps)
+    equal = [(a, b) for a, b in pairwise(samples.tbt_s) if a == b and a]
+    assert equal and all(a is b for a, b in equal)
+    assert len({id(v) for v in samples.tbt_s}) < len(samples.tbt_s) / 2

@@ -188,9 +188,11 @@ def client_steps(
         inside = (times >= window.start_s) & (times < window.end_s)
         parts.setdefault(timeline.client_id, []).append((times[inside], amounts[inside] / phi))
     steps: dict[str, Steps] = {}
-    for client, pieces in parts.items():
+    for client in list(parts):
+        pieces = parts.pop(client)  # each client's pieces go as its arrays come
         times = np.concatenate([t for t, _ in pieces])
         amounts = np.concatenate([a for _, a in pieces])
+        del pieces
         order = np.lexsort((amounts, times))
         steps[client] = Steps(times[order], amounts[order])
     return steps

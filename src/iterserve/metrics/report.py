@@ -40,6 +40,7 @@ requests inside W, including requests that arrived before W.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -206,11 +207,27 @@ def latency_samples(clocks: Sequence[RequestClocks], is_completed: Sequence[bool
     completed = [clock for clock, done in zip(clocks, is_completed, strict=True) if done]
     return LatencySamples(
         ttft_s=_ascending(clock.ttft_s for clock in clocks),
-        tbt_s=tuple(sorted(gap for clock in clocks for gap in clock.tbt_gaps_s)),
+        tbt_s=_shared_runs(sorted(gap for clock in clocks for gap in clock.tbt_gaps_s)),
         tpot_s=_ascending(clock.tpot_s for clock in completed),
         end_to_end_s=_ascending(clock.end_to_end_s for clock in completed),
         queue_s=_ascending(clock.queue_s for clock in clocks),
     )
+
+
+def _shared_runs(ordered: list[float]) -> tuple[float, ...]:
+    """``tuple(ordered)`` with equal neighbours sharing one float object: a
+    long run has a TBT gap per token but few distinct gaps, and the samples
+    outlive the clocks that made them. Zeros keep their own objects (0.0
+    and -0.0 compare equal)."""
+    shared: list[float] = []
+    previous = math.nan
+    for value in ordered:
+        if value == previous and value:
+            shared.append(previous)
+        else:
+            shared.append(value)
+            previous = value
+    return tuple(shared)
 
 
 def _ascending(values: Iterable[float | None]) -> tuple[float, ...]:

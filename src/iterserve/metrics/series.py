@@ -105,8 +105,10 @@ def client_service_arrays(
         parts.setdefault(timeline.client_id, []).append((times[keep], amounts[keep]))
     arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for client in sorted(parts):
-        times = np.concatenate([t for t, _ in parts[client]])
-        amounts = np.concatenate([a for _, a in parts[client]])
+        pieces = parts.pop(client)  # each client's pieces go as its arrays come
+        times = np.concatenate([t for t, _ in pieces])
+        amounts = np.concatenate([a for _, a in pieces])
+        del pieces
         order = np.lexsort((amounts, times))
         arrays[client] = (times[order], np.cumsum(amounts[order]))
     return arrays
