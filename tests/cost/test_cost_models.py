@@ -23,19 +23,18 @@ from iterserve.cost import (
     seconds_per_clock_unit,
 )
 from iterserve.cost.fit import fit_profile, speed_factor
-from iterserve.cost.profiled import FEATURES, profile_from_json
+from iterserve.cost.profiled import profile_from_json
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 COST_DIR = REPO_ROOT / "src" / "iterserve" / "cost"
 COORDS = (("config_hash", "ab" * 32), ("dtype", "float32"), ("num_threads", "1"),
           ("torch_version", "2.x"), ("cpu_model", "test cpu"), ("machine", "test"))
-TRUE_MS = (1.5, 0.02, 0.3, 1e-5, 4e-4, 0.1, 0.4)  # intercept, then FEATURES order
+TRUE_MS = (1.5, 0.02, 0.3, 1e-5, 0.1, 0.4)  # intercept, then FEATURES order
 
 
 def _true_ms(shape: BatchShape) -> float:
-    prefill_attended = shape.num_attended_tokens - shape.num_decode_attended_tokens
-    features = (1, shape.num_prefill_rows, shape.num_decode_rows, prefill_attended,
-                shape.num_decode_attended_tokens, shape.num_sequences, shape.num_sequences > 1)
+    features = (1, shape.num_prefill_rows, shape.num_decode_rows, shape.num_attended_tokens,
+                shape.num_sequences, shape.num_sequences > 1)
     return sum(c * x for c, x in zip(TRUE_MS, features, strict=True))
 
 
@@ -45,10 +44,8 @@ def _samples(num: int, noise: float, seed: int = 0) -> list[tuple[BatchShape, fl
     for _ in range(num):
         decode = rng.randint(0, 32)
         prefill = rng.choice([0, rng.randint(1, 512)])
-        decode_attended = decode * rng.randint(1, 2_000)
         shape = BatchShape(prefill, decode or (0 if prefill else 1),
-                           decode_attended + rng.randint(0, 200_000), decode + (1 if prefill else 0),
-                           decode_attended)
+                           rng.randint(0, 200_000), decode + (1 if prefill else 0))
         samples.append((shape, _true_ms(shape) * (1 + rng.uniform(-noise, noise))))
     return samples
 
@@ -80,7 +77,7 @@ def test_the_fit_recovers_a_known_model_and_reports_held_out_error() -> None:
 def test_a_profile_round_trips_and_predicts_from_the_batch_shape(tmp_path: Path) -> None:
     model = parse_cost_model(f"profile:{_profile_file(tmp_path)}")
     assert isinstance(model, ProfiledIterationCost)
-    assert model.model_id.startswith("profiled-iteration-v2(config_hash=abababababab,")
+    assert model.model_id.startswith("profiled-iteration-v1(config_hash=abababababab,")
     small, large = BatchShape(0, 1, 10, 1), BatchShape(500, 30, 150_000, 31)
     assert 0 < model.predict_batch_ms(small) < model.predict_batch_ms(large)
     assert model.predict_iteration_s(0, 1) == pytest.approx(
@@ -131,7 +128,7 @@ def test_simulate_runs_on_a_profile_and_refuses_a_bad_one(tmp_path: Path, capsys
                  "--cost-model", f"profile:{path}", "--out", str(out)]) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["cost_model"]["spec"] == f"profile:{path}"
-    assert report["cost_model"]["model_id"].startswith("profiled-iteration-v2")
+    assert report["cost_model"]["model_id"].startswith("profiled-iteration-v1")
     bad = _profile_file(tmp_path, floor_ms=0)
     assert main(["simulate", "--workload", workload, "--policy", "vllm",
                  "--cost-model", f"profile:{bad}",
@@ -171,35 +168,3 @@ def test_profile_flags_fail_in_one_line_before_any_model_work(
                  *flags]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
-
-
-def test_a_v1_profile_is_refused_by_its_format(tmp_path: Path, capsys) -> None:
-    """v1 priced all attention with one coefficient; its files do not load as v2."""
-    workload = str(REPO_ROOT / "examples" / "burst_0x07.json")
-    old = _profile_file(tmp_path, format="iterserve-profile-v1")
-    assert main(["simulate", "--workload", workload, "--policy", "vllm",
-                 "--cost-model", f"profile:{old}", "--out", str(tmp_path / "out")]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "format: expected 'iterserve-profile-v2'" in err[0]
-
-
-def test_decode_attention_is_priced_apart_from_prefill_attention() -> None:
-    """The fit recovers a decode-attention price that differs from prefill's."""
-    profile = fit_profile(_samples(300, 0.0), COORDS)
-    coefficients = dict(zip(FEATURES, profile.coefficients_ms, strict=True))
-    assert coefficients["num_decode_attended_tokens"] == pytest.approx(4e-4, rel=1e-6)
-    assert coefficients["num_prefill_attended_tokens"] == pytest.approx(1e-5, rel=1e-6)
-
-
-def test_batch_shape_splits_decode_attention_from_the_rest() -> None:
-    from iterserve.cost import batch_shape
-    from iterserve.records.plan import IterationPlan, make_work
-    from iterserve.records.view import WorkKind
-
-    work = (make_work("a", 0, 0, 40, 41, WorkKind.DECODE_ROW),
-            make_work("b", 0, 0, 99, 100, WorkKind.DECODE_ROW),
-            make_work("c", 0, 0, 0, 16, WorkKind.PREFILL_CHUNK))
-    shape = batch_shape(IterationPlan(0, 0, "test", "1", work, 18, 3))
-    assert (shape.num_prefill_rows, shape.num_decode_rows, shape.num_sequences) == (16, 2, 3)
-    assert shape.num_decode_attended_tokens == 41 + 100
-    assert shape.num_attended_tokens == 41 + 100 + 16 * 16

@@ -45,11 +45,10 @@ def seconds_per_clock_unit(clock: str, model: IterationCostModel | None) -> floa
 def batch_shape(plan: IterationPlan) -> BatchShape:
     """The shape of a planned iteration: decode rows, the other computed
     rows (prefill and rebuild), attention work and sequences."""
-    decode_ends = [item.end for item in plan.work if item.kind is WorkKind.DECODE_ROW]
-    num_decode_rows = len(decode_ends)
+    num_decode_rows = sum(1 for item in plan.work if item.kind is WorkKind.DECODE_ROW)
     num_attended = sum((item.end - item.start) * item.end for item in plan.work)
     return BatchShape(plan.tokens_used - num_decode_rows, num_decode_rows, num_attended,
-                      len(plan.work), sum(decode_ends))
+                      len(plan.work))
 
 
 class ClockedCost:

@@ -19,9 +19,9 @@ from typing import Any
 
 from iterserve.cost.protocol import BatchShape, CostModelError, RowQueries
 
-PROFILE_FORMAT = "iterserve-profile-v2"  # v2: decode and prefill attention priced apart
-FEATURES = ("num_prefill_rows", "num_decode_rows", "num_prefill_attended_tokens",
-            "num_decode_attended_tokens", "num_sequences", "multi_sequence")
+PROFILE_FORMAT = "iterserve-profile-v1"
+FEATURES = ("num_prefill_rows", "num_decode_rows", "num_attended_tokens", "num_sequences",
+            "multi_sequence")
 PROVENANCE_FIELDS = ("config_hash", "dtype", "num_threads", "torch_version", "cpu_model",
                      "machine")
 FIT_FIELDS = ("num_train", "num_heldout", "mean_relative_error", "max_relative_error")
@@ -31,9 +31,7 @@ def feature_values(shape: BatchShape) -> tuple[float, ...]:
     """The shape as the model's features (FEATURES order). ``multi_sequence``
     is 1 when the batch packs several sequences: one segment is measurably
     cheaper than the linear trend of two to eight."""
-    decode_attended = shape.num_decode_attended_tokens
-    return (shape.num_prefill_rows, shape.num_decode_rows,
-            shape.num_attended_tokens - decode_attended, decode_attended,
+    return (shape.num_prefill_rows, shape.num_decode_rows, shape.num_attended_tokens,
             shape.num_sequences, 1.0 if shape.num_sequences > 1 else 0.0)
 
 
@@ -93,7 +91,7 @@ class ProfiledIterationCost(RowQueries):
     @property
     def model_id(self) -> str:
         coords = dict(self.profile.provenance)
-        return (f"profiled-iteration-v2(config_hash={coords['config_hash'][:12]},"
+        return (f"profiled-iteration-v1(config_hash={coords['config_hash'][:12]},"
                 f"dtype={coords['dtype']},threads={coords['num_threads']})")
 
     @property

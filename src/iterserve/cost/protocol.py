@@ -23,15 +23,12 @@ class CostModelError(ValueError):
 class BatchShape:
     """What one iteration carries. Prefill rows include rebuild rows (the
     same compute, 0x0C). ``num_attended_tokens`` is the attention work:
-    the sum over sequences of rows x attended positions (the interval's end);
-    ``num_decode_attended_tokens`` is the decode rows' part of it (decode and
-    prefill attention run different kernels, so a profile prices them apart)."""
+    the sum over sequences of rows x attended positions (the interval's end)."""
 
     num_prefill_rows: int
     num_decode_rows: int
     num_attended_tokens: int = 0
     num_sequences: int = 0
-    num_decode_attended_tokens: int = 0
 
     @classmethod
     def of_rows(cls, num_prefill_rows: int, num_decode_rows: int) -> BatchShape:
