@@ -47,16 +47,6 @@ def child(model_dir: str, dtype: str) -> None:
                       "startup_s": ready - began, "first_token_s": first - ready}))
 
 
-def ensure_model(preset: str) -> Path:
-    model_dir = CACHE_DIR / f"{preset}-seed0"
-    if not (model_dir / "model.safetensors").is_file():
-        from iterserve.model.make_model import make_model
-
-        print(f"building the {preset!r} checkpoint in {model_dir}", file=sys.stderr)
-        make_model(model_dir, preset=preset, seed=0)
-    return model_dir
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", default="small")
@@ -69,7 +59,9 @@ def main() -> None:
         return
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
-    model_dir = ensure_model(args.preset)
+    from iterserve.model.make_model import cached_model
+
+    model_dir = cached_model(CACHE_DIR / f"{args.preset}-seed0", args.preset)
     runs = []
     for _ in range(args.repeats):
         out = subprocess.run([sys.executable, __file__, "--child", str(model_dir),

@@ -46,7 +46,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch  # noqa: E402
 
 from iterserve.llm import DTYPES, LLM  # noqa: E402
-from iterserve.model.make_model import make_model  # noqa: E402
+from iterserve.model.make_model import cached_model  # noqa: E402
 from iterserve.records.sampling_params import SamplingParams  # noqa: E402
 
 FIRST_PLAIN_TOKEN = 4  # ids below are special tokens in make_model's tokenizers
@@ -109,14 +109,6 @@ def _percentile(sorted_values: Sequence[float], q: float) -> float:
     low = int(position)
     high = min(low + 1, len(sorted_values) - 1)
     return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
-
-
-def ensure_model(cache_dir: Path, preset: str, seed: int = 0) -> Path:
-    model_dir = cache_dir / f"{preset}-seed{seed}"
-    if not (model_dir / "model.safetensors").is_file():
-        print(f"building the {preset!r} checkpoint in {model_dir}", file=sys.stderr)
-        make_model(model_dir, preset=preset, seed=seed)
-    return model_dir
 
 
 # ---------------------------------------------------------------- iterserve
@@ -352,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         workload = Workload(args.num_requests or 16, (16, 64), (8, 32), args.seed)
     else:
         workload = Workload(args.num_requests or 64, (32, 256), (16, 256), args.seed)
-    model_dir = args.model_dir or ensure_model(args.cache_dir, args.preset)
+    model_dir = args.model_dir or cached_model(args.cache_dir / f"{args.preset}-seed0", args.preset)
     vocab_size = json.loads((model_dir / "config.json").read_text())["vocab_size"]
     requests = workload.requests(vocab_size)
     if args.profile_steps:

