@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from iterserve.metrics.series import ServiceWeights, service_increment_arrays
+from iterserve.metrics.series import ServiceWeights, client_increment_arrays
 from iterserve.metrics.slo import ObservationWindow
 from iterserve.metrics.timeline import RequestTimeline
 
@@ -181,21 +181,9 @@ def client_steps(
     """Per client, each completed fact inside ``window`` with its weighted
     service, sorted by (time, service): float64 arrays, 16 bytes a fact (a
     long run publishes one per token)."""
-    parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
-    for timeline in timelines:
-        phi = client_weights.get(timeline.client_id, 1.0)
-        times, amounts = service_increment_arrays(timeline, weights)
-        inside = (times >= window.start_s) & (times < window.end_s)
-        parts.setdefault(timeline.client_id, []).append((times[inside], amounts[inside] / phi))
-    steps: dict[str, Steps] = {}
-    for client in list(parts):
-        pieces = parts.pop(client)  # each client's pieces go as its arrays come
-        times = np.concatenate([t for t, _ in pieces])
-        amounts = np.concatenate([a for _, a in pieces])
-        del pieces
-        order = np.lexsort((amounts, times))
-        steps[client] = Steps(times[order], amounts[order])
-    return steps
+    increments = client_increment_arrays(timelines, weights, start_s=window.start_s,
+                                         end_s=window.end_s, client_weights=client_weights)
+    return {client: Steps(times, amounts) for client, (times, amounts) in increments.items()}
 
 
 def max_backlogged_gap(

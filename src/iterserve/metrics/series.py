@@ -98,19 +98,38 @@ def client_service_arrays(
     cumulative service): the same order (time, then amount) and the same
     left-to-right sums (``cumsum`` adds in sequence), 16 bytes per completed
     fact instead of a point object, for runs with millions of tokens."""
+    increments = client_increment_arrays(timelines, weights, start_s=start_s)
+    return {client: (times, np.cumsum(amounts, out=amounts))  # in place: no second array
+            for client, (times, amounts) in sorted(increments.items())}
+
+
+def client_increment_arrays(
+    timelines: Iterable[RequestTimeline],
+    weights: ServiceWeights,
+    *,
+    start_s: float = -math.inf,
+    end_s: float = math.inf,
+    client_weights: Mapping[str, float] | None = None,
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per client (in order of first appearance), the service increments
+    stamped in [start_s, end_s), each divided by the client's weight when
+    ``client_weights`` is given (1 for a client it does not name), sorted by
+    (time, amount): two float64 arrays, 16 bytes a completed fact."""
     parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     for timeline in timelines:
         times, amounts = service_increment_arrays(timeline, weights)
-        keep = times >= start_s
-        parts.setdefault(timeline.client_id, []).append((times[keep], amounts[keep]))
+        inside = (times >= start_s) & (times < end_s)
+        if client_weights is not None:
+            amounts = amounts / client_weights.get(timeline.client_id, 1.0)
+        parts.setdefault(timeline.client_id, []).append((times[inside], amounts[inside]))
     arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for client in sorted(parts):
+    for client in list(parts):
         pieces = parts.pop(client)  # each client's pieces go as its arrays come
         times = np.concatenate([t for t, _ in pieces])
         amounts = np.concatenate([a for _, a in pieces])
         del pieces
         order = np.lexsort((amounts, times))
-        arrays[client] = (times[order], np.cumsum(amounts[order]))
+        arrays[client] = (times[order], amounts[order])
     return arrays
 
 
