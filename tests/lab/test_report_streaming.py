@@ -117,6 +117,22 @@ def test_the_scan_builds_the_timelines_of_the_list(runs) -> None:
         in_memory.recorder.log(), end_s=end_s)
 
 
+def test_a_compact_scan_holds_the_same_timelines_in_float_arrays(runs) -> None:
+    """The report's scan keeps each request's emission times in an
+    ``array('d')`` (8 bytes a token); everything else, and every value, is
+    the list's."""
+    from array import array
+    from dataclasses import replace
+
+    _, in_memory, _, streamed_dir = runs
+    compact = scan_events(streamed_dir / "events.jsonl", compact=True).timelines
+    assert all(isinstance(t.emission_s, array) and t.emission_s.typecode == "d"
+               for t in compact.values())
+    as_tuples = {request_id: replace(t, emission_s=tuple(t.emission_s))
+                 for request_id, t in compact.items()}
+    assert as_tuples == build_timelines(in_memory.recorder.log())
+
+
 def test_an_unsorted_file_is_refused(tmp_path) -> None:
     path = tmp_path / "events.jsonl"
     path.write_text('{"kind": "arrival", "time_s": 2.0, "request_id": "a", "client_id": "c", '
@@ -221,16 +237,20 @@ def test_merging_equal_x_keeps_the_step_curve(monkeypatch) -> None:
                           equal_nan=True)
 
 
-def test_tbt_samples_share_equal_values(runs) -> None:
-    """The samples equal the sorted gaps; equal neighbours are one object."""
+def test_tbt_samples_are_one_float64_array_of_the_sorted_gaps(runs) -> None:
+    """The samples equal the sorted gaps, tuple timelines or compact ones,
+    held as one float64 array: 8 bytes a gap (they replaced a tuple whose
+    equal neighbours shared one float object)."""
     from iterserve.metrics.clocks import request_clocks
     from iterserve.metrics.report import latency_samples
 
-    _, in_memory, _, _ = runs
+    _, in_memory, _, streamed_dir = runs
     clocks = [request_clocks(t) for t in build_timelines(in_memory.recorder.log()).values()]
     samples = latency_samples(clocks, [True] * len(clocks))
     gaps = sorted(gap for clock in clocks for gap in clock.tbt_gaps_s)
-    assert samples.tbt_s == tuple(gaps)
-    equal = [(a, b) for a, b in pairwise(samples.tbt_s) if a == b and a]
-    assert equal and all(a is b for a, b in equal)
-    assert len({id(v) for v in samples.tbt_s}) < len(samples.tbt_s) / 2
+    assert samples.tbt_s.tolist() == gaps
+    assert samples.tbt_s.dtype == np.float64 and samples.tbt_s.nbytes == 8 * len(gaps)
+    compact = scan_events(streamed_dir / "events.jsonl", compact=True).timelines
+    compact_clocks = [request_clocks(t) for t in compact.values()]
+    assert all(isinstance(c.tbt_gaps_s, np.ndarray) for c in compact_clocks)
+    assert latency_samples(compact_clocks, [True] * len(clocks)).tbt_s.tolist() == gaps
