@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from iterserve.cost import BatchShape, CostProfile
-from iterserve.cost.fit import fit_profile, speed_factor
+from iterserve.cost.fit import MeasuredIteration, fit_profile, speed_factor
 from iterserve.engine.events import EventRecorder
 from iterserve.engine.loop import Engine
 from iterserve.lab.profiling import GRIDS, _IterationTimes, measure, provenance
@@ -43,7 +43,7 @@ NUM_BLOCKS = 1024
 BLOCK_SIZE = 16
 TIMER = time.process_time
 
-Samples = list[tuple[BatchShape, float]]
+Samples = list[MeasuredIteration]
 
 
 def real_samples(model, workload, policy: str, settings: dict[str, int]) -> Samples:  # type: ignore[no-untyped-def]
@@ -66,7 +66,7 @@ def group_of(shape: BatchShape) -> str:
 
 def bias_table(profile: CostProfile, samples: Samples, factor: float) -> list[str]:
     groups: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for shape, measured_ms in samples:
+    for shape, measured_ms, _ in samples:
         groups[group_of(shape)].append((profile.predict_ms(shape) * factor, measured_ms))
     lines = []
     for name in sorted(groups):
@@ -99,8 +99,8 @@ def one_round(model_dir: Path, model, grid_name: str) -> None:  # type: ignore[n
         factor = speed_factor(profile, passes[index] + passes[index + 1])
         print(f"{policy}: speed factor {factor:.3f}")
         print("\n".join(bias_table(profile, reals[policy], factor)))
-        total_pred = sum(profile.predict_ms(s) * factor for s, _ in reals[policy])
-        total_meas = sum(m for _, m in reals[policy])
+        total_pred = sum(profile.predict_ms(s.shape) * factor for s in reals[policy])
+        total_meas = sum(s.duration_ms for s in reals[policy])
         print(f"  all: pred/meas totals {total_pred / total_meas:5.3f}")
     print("grid samples, their own fit:")
     print("\n".join(bias_table(profile, [s for one in passes for s in one], 1.0)))
