@@ -254,3 +254,23 @@ def test_tbt_samples_are_one_float64_array_of_the_sorted_gaps(runs) -> None:
     compact_clocks = [request_clocks(t) for t in compact.values()]
     assert all(isinstance(c.tbt_gaps_s, np.ndarray) for c in compact_clocks)
     assert latency_samples(compact_clocks, [True] * len(clocks)).tbt_s.tolist() == gaps
+
+
+def test_a_merged_cdf_keeps_the_fractions_of_the_full_curve(monkeypatch) -> None:
+    """Past ``MAX_STEP_VERTICES`` the CDF computes its fractions only at the
+    kept vertices (no n-point array): the values :func:`_last_per_x` keeps."""
+    from iterserve.metrics import plots
+
+    rng = np.random.default_rng(7)
+    samples = np.sort(rng.integers(0, 50, 400).astype(np.float64) / 8)
+    monkeypatch.setattr(plots, "MAX_STEP_VERTICES", 10)
+    figure = Figure()
+    FigureCanvasAgg(figure)
+    axis = figure.subplots()
+    _step_cdf(axis, samples, "x")
+    x, y = axis.lines[0].get_data()
+    fractions = np.arange(1, len(samples) + 1, dtype=np.float64) / len(samples)
+    want_x, want_y = plots._last_per_x(samples, fractions)
+    assert np.asarray(x).tolist() == [samples[0], *want_x.tolist()]
+    assert np.asarray(y).tolist() == [0.0, *want_y.tolist()]
+    assert len(want_x) == len(np.unique(samples))

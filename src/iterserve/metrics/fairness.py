@@ -209,18 +209,18 @@ def _gap_on(joint: Interval, f: str, g: str, f_steps: Steps, g_steps: Steps) -> 
     times = np.concatenate([f_in.times_s, g_in.times_s])
     amounts = np.concatenate([f_in.amounts, -g_in.amounts])
     order = np.lexsort((amounts, times))
-    moves = list(zip(times[order].tolist(), amounts[order].tolist(), strict=True))
-    level, low, high = 0.0, (0.0, start), (0.0, start)
-    index = 0
-    while index < len(moves):  # equal-time facts are one publication
-        time_s = moves[index][0]
-        while index < len(moves) and moves[index][0] == time_s:
-            level += moves[index][1]
-            index += 1
-        if level < low[0]:
-            low = (level, time_s)
-        if level > high[0]:
-            high = (level, time_s)
+    times, levels = times[order], np.cumsum(amounts[order])  # cumsum adds left to right
+    del order, amounts
+    # equal-time facts are one publication: the walk is read after each one's last fact
+    last = np.append(times[1:] != times[:-1], True) if len(times) else np.empty(0, bool)
+    times, levels = times[last], levels[last]
+    low, high = (0.0, start), (0.0, start)
+    if len(levels):
+        lowest, highest = int(np.argmin(levels)), int(np.argmax(levels))  # first of each
+        if levels[lowest] < 0.0:
+            low = (float(levels[lowest]), float(times[lowest]))
+        if levels[highest] > 0.0:
+            high = (float(levels[highest]), float(times[highest]))
     if high[1] >= low[1]:  # f pulled ahead after the low point
         return ServiceGap(high[0] - low[0], (f, g), (low[1], high[1]))
     return ServiceGap(high[0] - low[0], (g, f), (high[1], low[1]))
