@@ -46,18 +46,11 @@ from iterserve.records.state import SchedulerState
 
 @dataclass(frozen=True, slots=True)
 class ProfileGrid:
-    """The batch shapes to measure: every (sequences, prompt length) pair,
-    then a decode sweep: ``decode_sequences`` requests at once with the
-    shortest prompts and outputs of up to ``decode_output_tokens``. The
-    pairs' bursts are mostly prefill (a few outputs each); a light load is
-    mostly small decode batches, which the sweep measures over a context
-    that grows token by token."""
+    """The batch shapes to measure: every (sequences, prompt length) pair."""
 
     num_sequences: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
     prompt_lens: tuple[int, ...] = (16, 64, 160, 320)
     max_output_tokens: int = 10
-    decode_sequences: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
-    decode_output_tokens: int = 32
     token_budget: int = 512
     block_size: int = 16
     arrival_gap_ms: float = 4.0
@@ -67,8 +60,7 @@ class ProfileGrid:
 
     def __post_init__(self) -> None:
         values = (*self.num_sequences, *self.prompt_lens, self.max_output_tokens,
-                  *self.decode_sequences, self.decode_output_tokens, self.token_budget,
-                  self.block_size)
+                  self.token_budget, self.block_size)
         if not self.num_sequences or not self.prompt_lens or min(values) < 1:
             raise ValueError("profile grid: every count and length must be >= 1")
 
@@ -76,15 +68,11 @@ class ProfileGrid:
     def num_blocks(self) -> int:
         """A pool that holds the largest cell without preemption."""
         rows = max(self.num_sequences) * (max(self.prompt_lens) * 3 // 2 + self.max_output_tokens)
-        sweep = max(self.decode_sequences, default=0) * (
-            min(self.prompt_lens) * 3 // 2 + self.decode_output_tokens)
-        most = max((*self.num_sequences, *self.decode_sequences))
-        return -(-max(rows, sweep) // self.block_size) + most
+        return -(-rows // self.block_size) + max(self.num_sequences)
 
 
 QUICK_GRID = ProfileGrid(num_sequences=(1, 2, 4, 16), prompt_lens=(16, 48, 128, 320),
-                         max_output_tokens=6, decode_sequences=(1, 2, 4, 8),
-                         decode_output_tokens=24)
+                         max_output_tokens=6)
 GRIDS = {"full": ProfileGrid(), "quick": QUICK_GRID}
 
 
@@ -104,16 +92,14 @@ class _IterationTimes(EngineObserver):
 
 
 def _cell(executor: TorchExecutor, grid: ProfileGrid, num_sequences: int, prompt_len: int,
-          rng: random.Random, tag: str, gap_ms: float = 0.0,
-          max_output_tokens: int | None = None) -> list[MeasuredIteration]:
+          rng: random.Random, tag: str, gap_ms: float = 0.0) -> list[MeasuredIteration]:
     vocab_size = executor.model.config.vocab_size
     specs = []
     for index in range(num_sequences):
         request_id = f"{tag}-{index}"
         num_prompt = rng.randint(max(1, prompt_len // 2), prompt_len * 3 // 2)
         prompt = [rng.randrange(FIRST_PLAIN_TOKEN, vocab_size) for _ in range(num_prompt)]
-        most = grid.max_output_tokens if max_output_tokens is None else max_output_tokens
-        num_output = rng.randint(max(1, most // 2), most)
+        num_output = rng.randint(max(1, grid.max_output_tokens // 2), grid.max_output_tokens)
         params = SamplingParams(max_tokens=num_output, temperature=0.0, ignore_eos=True)
         executor.add_request(request_id, prompt, params, seed=index)
         specs.append(RequestSpec(request_id, index * gap_ms, num_prompt, num_output,
@@ -143,9 +129,6 @@ def measure(model: PackedCausalLM, grid: ProfileGrid, pass_index: int = 0,
     for index, (num_sequences, prompt_len) in enumerate(cells):
         gap_ms = grid.arrival_gap_ms if index % 2 else 0.0
         samples.extend(_cell(executor, grid, num_sequences, prompt_len, rng, f"c{index}", gap_ms))
-    for index, num_sequences in enumerate(grid.decode_sequences):
-        samples.extend(_cell(executor, grid, num_sequences, min(grid.prompt_lens), rng,
-                             f"d{index}", max_output_tokens=grid.decode_output_tokens))
     return samples
 
 
