@@ -241,7 +241,7 @@ def test_tbt_samples_are_one_float64_array_of_the_sorted_gaps(runs) -> None:
     """The samples equal the sorted gaps, tuple timelines or compact ones,
     held as one float64 array: 8 bytes a gap (they replaced a tuple whose
     equal neighbours shared one float object)."""
-    from iterserve.metrics.clocks import request_clocks
+    from iterserve.metrics.clocks import EmissionGaps, request_clocks
     from iterserve.metrics.report import latency_samples
 
     _, in_memory, _, streamed_dir = runs
@@ -252,7 +252,9 @@ def test_tbt_samples_are_one_float64_array_of_the_sorted_gaps(runs) -> None:
     assert samples.tbt_s.dtype == np.float64 and samples.tbt_s.nbytes == 8 * len(gaps)
     compact = scan_events(streamed_dir / "events.jsonl", compact=True).timelines
     compact_clocks = [request_clocks(t) for t in compact.values()]
-    assert all(isinstance(c.tbt_gaps_s, np.ndarray) for c in compact_clocks)
+    assert all(isinstance(c.tbt_gaps_s, EmissionGaps) for c in compact_clocks)
+    assert [g for c in compact_clocks for g in c.tbt_gaps_s] == [
+        g for c in clocks for g in c.tbt_gaps_s]  # read when asked, the same gaps
     assert latency_samples(compact_clocks, [True] * len(clocks)).tbt_s.tolist() == gaps
 
 
@@ -274,3 +276,20 @@ def test_a_merged_cdf_keeps_the_fractions_of_the_full_curve(monkeypatch) -> None
     assert np.asarray(x).tolist() == [samples[0], *want_x.tolist()]
     assert np.asarray(y).tolist() == [0.0, *want_y.tolist()]
     assert len(want_x) == len(np.unique(samples))
+
+
+def test_chunked_fairness_scans_equal_the_whole_array_formulas(monkeypatch) -> None:
+    """Steps.total and the longest unserved gap read per-token arrays a chunk
+    at a time; with tiny chunks they give the whole-array values exactly."""
+    from iterserve.metrics import fairness
+
+    rng = np.random.default_rng(3)
+    times = np.sort(rng.integers(0, 300, 50).astype(np.float64) / 7)
+    amounts = rng.random(50) * 3
+    want_total = float(np.cumsum(amounts)[-1])
+    want_gap = float(np.diff(np.concatenate([[-1.0], times, [50.0]])).max())
+    for chunk in (1, 3, 7, 1 << 20):
+        monkeypatch.setattr(fairness, "_CHUNK", chunk)
+        assert fairness.Steps(times, amounts).total() == want_total
+        assert fairness._longest_gap(-1.0, times, 50.0) == want_gap
+    assert fairness._longest_gap(1.0, times[:0], 4.5) == 3.5

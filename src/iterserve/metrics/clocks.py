@@ -19,7 +19,7 @@ Deadlines use the same origins:
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -33,12 +33,12 @@ from iterserve.metrics.timeline import RequestTimeline
 class RequestClocks:
     """Observed clocks of one request, in seconds. ``None`` means undefined or
     not yet observed; it is never replaced by 0. ``tbt_gaps_s`` is a tuple,
-    or a float64 array for a compact timeline (see :func:`tbt_gaps_s`)."""
+    or :class:`EmissionGaps` for a compact timeline (see :func:`tbt_gaps_s`)."""
 
     request_id: str
     num_output_tokens: int
     ttft_s: float | None
-    tbt_gaps_s: tuple[float, ...] | NDArray[np.float64]
+    tbt_gaps_s: tuple[float, ...] | EmissionGaps
     tpot_s: float | None
     end_to_end_s: float | None
     queue_s: float | None
@@ -58,11 +58,29 @@ def request_clocks(timeline: RequestTimeline) -> RequestClocks:
     )
 
 
-def tbt_gaps_s(emission_s: Sequence[float]) -> tuple[float, ...] | NDArray[np.float64]:
-    """Gap j = y_j - y_{j-1}: a tuple of a tuple; a float64 array (8 bytes a
-    gap, the same IEEE differences) of a compact timeline's ``array('d')``."""
+@dataclass(frozen=True, slots=True)
+class EmissionGaps:
+    """The TBT gaps of a compact timeline, computed when read (``np.asarray``
+    or iteration: a float64 array of the same IEEE differences): held, they
+    cost nothing beyond the emission times the timeline already keeps."""
+
+    emission_s: array[float]
+
+    def __len__(self) -> int:
+        return max(0, len(self.emission_s) - 1)
+
+    def __array__(self, dtype: object = None, copy: object = None) -> NDArray[np.float64]:
+        return np.diff(np.frombuffer(self.emission_s, dtype=np.float64))
+
+    def __iter__(self) -> Iterator[float]:
+        return iter(self.__array__().tolist())
+
+
+def tbt_gaps_s(emission_s: Sequence[float]) -> tuple[float, ...] | EmissionGaps:
+    """Gap j = y_j - y_{j-1}: a tuple of a tuple; :class:`EmissionGaps` of a
+    compact timeline's ``array('d')``."""
     if isinstance(emission_s, array):
-        return np.diff(np.frombuffer(emission_s, dtype=np.float64))
+        return EmissionGaps(emission_s)
     return tuple(later - earlier for earlier, later in pairwise(emission_s))
 
 

@@ -36,6 +36,9 @@ from iterserve.metrics.timeline import RequestTimeline
 Interval = tuple[float, float]
 
 
+_CHUNK = 1 << 20  # facts per pass of a chunked scan (8 MiB of float64 at a time)
+
+
 @dataclass(frozen=True, slots=True)
 class Steps:
     """One client's completed facts: publication times and weighted service,
@@ -56,8 +59,14 @@ class Steps:
         return Steps(self.times_s[low:high], self.amounts[low:high])
 
     def total(self) -> float:
-        """The left-to-right sum (``sum`` of the floats in order: 0 when empty)."""
-        return float(np.cumsum(self.amounts)[-1]) if len(self.amounts) else 0
+        """The left-to-right sum (``sum`` of the floats in order: 0 when empty),
+        a chunk at a time (each chunk's running sum starts from the last)."""
+        if not len(self.amounts):
+            return 0
+        total = float(np.cumsum(self.amounts[:_CHUNK])[-1])
+        for at in range(_CHUNK, len(self.amounts), _CHUNK):
+            total = float(np.cumsum(np.append(total, self.amounts[at:at + _CHUNK]))[-1])
+        return total
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,17 +241,31 @@ def _client_fairness(client: str, phi: float, backlog: list[Interval], steps: St
                      horizon_s: float) -> ClientFairness:
     longest = 0.0
     for start, end in backlog:
-        marks = np.concatenate([[start], steps.within(start, end).times_s, [end]])
-        longest = max(longest, float(np.diff(marks).max()))
+        longest = max(longest, _longest_gap(start, steps.within(start, end).times_s, end))
+    times = steps.times_s
     return ClientFairness(
         client_id=client,
         weight=phi,
         service=steps.total(),
-        num_completed_events=len(np.unique(steps.times_s)),
+        num_completed_events=int(np.count_nonzero(times[1:] != times[:-1])) + 1 if len(times)
+        else 0,  # distinct times: they ascend
         backlogged_s=sum(end - start for start, end in backlog),
         longest_unserved_s=longest,
         is_starved=bool(backlog) and longest >= horizon_s,
     )
+
+
+def _longest_gap(start_s: float, times_s: np.ndarray, end_s: float) -> float:
+    """The widest gap between start_s, the ascending ``times_s`` and end_s
+    (``np.diff`` of the three joined, its max), a chunk at a time: no copy
+    of a per-token array."""
+    if not len(times_s):
+        return end_s - start_s
+    longest = max(float(times_s[0] - start_s), float(end_s - times_s[-1]))
+    for at in range(0, len(times_s) - 1, _CHUNK):
+        part = times_s[at:at + _CHUNK + 1]
+        longest = max(longest, float((part[1:] - part[:-1]).max()))
+    return longest
 
 
 def jain_index(values: Sequence[float]) -> float | None:

@@ -210,9 +210,12 @@ def latency_samples(clocks: Sequence[RequestClocks], is_completed: Sequence[bool
     is one ascending float64 array (8 bytes a sample): a long run has a TBT
     gap per token."""
     completed = [clock for clock, done in zip(clocks, is_completed, strict=True) if done]
-    gaps = [np.asarray(clock.tbt_gaps_s, dtype=np.float64) for clock in clocks]
-    tbt_s = np.concatenate(gaps) if gaps else np.empty(0)
-    del gaps
+    tbt_s = np.empty(sum(len(clock.tbt_gaps_s) for clock in clocks))
+    at = 0
+    for clock in clocks:  # one request's gaps at a time (a compact one's are made here)
+        gaps = np.asarray(clock.tbt_gaps_s, dtype=np.float64)
+        tbt_s[at:at + len(gaps)] = gaps
+        at += len(gaps)
     tbt_s.sort()  # in place: one array, no sorted copy
     return LatencySamples(
         ttft_s=_ascending(clock.ttft_s for clock in clocks),
