@@ -23,6 +23,7 @@ counted as under-served after its demand ends.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +37,7 @@ from iterserve.metrics.timeline import RequestTimeline
 Interval = tuple[float, float]
 
 
-_CHUNK = 1 << 20  # facts per pass of a chunked scan (8 MiB of float64 at a time)
+_CHUNK = 1 << 16  # facts per pass of a chunked scan (512 KiB of float64 at a time)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,9 +54,10 @@ class Steps:
 
     def within(self, start_s: float, end_s: float) -> Steps:
         """The facts in (start_s, end_s]: a slice (views, no copies) since
-        the times ascend."""
-        low, high = np.searchsorted(self.times_s, (start_s, end_s), side="right")
-        high = max(low, high)
+        the times ascend. ``bisect`` rather than ``np.searchsorted``, which
+        copies a strided array (the times are a view of a complex array)."""
+        low = bisect.bisect_right(self.times_s, start_s)
+        high = max(low, bisect.bisect_right(self.times_s, end_s))
         return Steps(self.times_s[low:high], self.amounts[low:high])
 
     def total(self) -> float:
