@@ -293,3 +293,47 @@ def test_chunked_fairness_scans_equal_the_whole_array_formulas(monkeypatch) -> N
         assert fairness.Steps(times, amounts).total() == want_total
         assert fairness._longest_gap(-1.0, times, 50.0) == want_gap
     assert fairness._longest_gap(1.0, times[:0], 4.5) == 3.5
+
+
+def _reference_gap(joint, f, g, f_steps, g_steps):
+    """The Python walk that the array walk replaced (one tuple per fact)."""
+    from iterserve.metrics.fairness import ServiceGap
+
+    start, end = joint
+    f_in, g_in = f_steps.within(start, end), g_steps.within(start, end)
+    times = np.concatenate([f_in.times_s, g_in.times_s])
+    amounts = np.concatenate([f_in.amounts, -g_in.amounts])
+    order = np.lexsort((amounts, times))
+    moves = list(zip(times[order].tolist(), amounts[order].tolist(), strict=True))
+    level, low, high = 0.0, (0.0, start), (0.0, start)
+    index = 0
+    while index < len(moves):
+        time_s = moves[index][0]
+        while index < len(moves) and moves[index][0] == time_s:
+            level += moves[index][1]
+            index += 1
+        if level < low[0]:
+            low = (level, time_s)
+        if level > high[0]:
+            high = (level, time_s)
+    if high[1] >= low[1]:
+        return ServiceGap(high[0] - low[0], (f, g), (low[1], high[1]))
+    return ServiceGap(high[0] - low[0], (g, f), (high[1], low[1]))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_backlogged_gap_walk_on_arrays_equals_the_python_walk(seed) -> None:
+    from iterserve.metrics.fairness import Steps, _gap_on
+
+    rng = np.random.default_rng(seed)
+
+    def steps(n):
+        times = np.sort(rng.integers(0, 40, n).astype(np.float64) / 4)
+        amounts = rng.choice([1.0, 2.0, 0.5, 3.25], n)
+        order = np.lexsort((amounts, times))
+        return Steps(times[order], amounts[order])
+
+    f_steps, g_steps = steps(int(rng.integers(0, 60))), steps(int(rng.integers(0, 60)))
+    for joint in ((0.0, 10.0), (2.5, 7.25), (20.0, 30.0)):
+        assert _gap_on(joint, "f", "g", f_steps, g_steps) == _reference_gap(
+            joint, "f", "g", f_steps, g_steps)
