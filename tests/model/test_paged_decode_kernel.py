@@ -48,7 +48,7 @@ def _attend_both(seed: int, num_heads: int, num_kv_heads: int, head_dim: int,
     outputs = []
     for in_place in (True, False):
         metadata = AttentionMetadata.build(batch, [window], mask_dtype=dtype,
-                                           in_place_decode=in_place)
+                                           in_place=in_place)
         outputs.append(paged_attention(query, new_keys, new_values, key_pool, value_pool,
                                        metadata, window))
     return outputs[0], outputs[1]

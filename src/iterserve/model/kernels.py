@@ -1,7 +1,8 @@
 """Native kernels, built on demand and cached on disk (spec 0x04 launch structure).
 
-`paged_decode` (csrc/paged_decode.cpp) attends single-row segments reading
-K/V rows in place from the paged pool: no gather, no padding, no mask.
+`paged_attention` (csrc/paged_decode.cpp) attends every segment of a packed
+batch, decode rows and multi-row chunks at any start, reading K/V rows in
+place from the paged pool: no gather, no padding, no mask, no scatter.
 
 Build and load, never at import: `load_paged_decode()` compiles the source
 with torch.utils.cpp_extension (g++ and ninja) into
@@ -29,7 +30,8 @@ logger = logging.getLogger(__name__)
 
 #: "auto": the kernel when it is built or buildable (a CPU model in a kernel
 #: dtype), else torch with one warning; "torch": gather + SDPA; "cpp": the
-#: kernel or an error.
+#: kernel or an error. The kernel attends every segment, not only decode rows
+#: (the names `in_place_decode` / `load_paged_decode` predate chunk support).
 ATTENTION_BACKENDS = ("auto", "torch", "cpp")
 KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 SOURCE = Path(__file__).with_name("csrc") / "paged_decode.cpp"
@@ -93,13 +95,13 @@ def _load(build_dir: Path) -> str | None:
     except Exception as error:  # compiler missing, build error, bad cached library
         message = " ".join(str(error).split())[-300:]
         failure = f"paged_decode kernel unavailable in {build_dir} ({type(error).__name__}: {message})"
-        logger.warning("%s; single-row attention uses the torch path", failure)
+        logger.warning("%s; attention uses the torch path", failure)
         return failure
     return None
 
 
 def resolve_in_place_decode(backend: str, dtype: torch.dtype, device: torch.device) -> bool:
-    """Whether a model of `dtype` on `device` attends its single-row segments with
+    """Whether a model of `dtype` on `device` attends its segments with
     the kernel, per `backend` (one of ATTENTION_BACKENDS). Loads (and if need
     be builds) the kernel; "cpp" raises ValueError or KernelBuildError where
     "auto" falls back (the build failure is logged once)."""

@@ -44,7 +44,7 @@ class PackedCausalLM:
                  attention_backend: str = "auto") -> None:
         """`prepack`: reorder the projection weights for oneDNN where that is
         the faster path (see model.projection); the forward is the same.
-        `attention_backend`: how single-row segments are attended, one of
+        `attention_backend`: how segments are attended, one of
         kernels.ATTENTION_BACKENDS (the in-place C++ kernel or gather + SDPA)."""
         self.config = config
         embed = weights.embed_tokens
