@@ -8,9 +8,13 @@
 // G = H / KV (the Hugging Face repeat_kv convention).
 //
 // Work is cut into tasks: up to kTileRows consecutive rows of one segment and
-// one kv head, whose n_q = rows * G query vectors share every key row they
-// read. A task walks its keys in spans of up to kSpan: score the span against
-// the queries (q . k, float32, a register tile of queries per key load), hide
+// its kv heads (all of them unless there are too few tiles to keep every
+// thread busy); per kv head the n_q = rows * G query vectors share every key
+// row read. A task walks its keys in spans of up to kSpan, prefetching the
+// next span's K/V rows (scattered blocks defeat the hardware prefetcher; this
+// keeps many misses in flight while the current span computes). Per span and
+// kv head: score the span against the queries (q . k, float32, a register tile
+// of queries per key load), hide
 // keys a row may not see (-inf), take one streaming-softmax step per span
 // (raise the running max, rescale sum and accumulator, turn scores into
 // weights), and accumulate the weighted V rows (a register tile of
@@ -40,7 +44,7 @@
 
 namespace {
 
-constexpr int64_t kSpan = 128;     // keys per softmax step
+constexpr int64_t kSpan = 32;      // keys per softmax step and prefetch
 constexpr int64_t kTileRows = 16;  // rows of a chunk per task
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
@@ -63,26 +67,31 @@ struct Tile {
   int64_t segment, row_begin, num_rows, first_position;
 };
 
-// Per thread, for a task's n_q <= kTileRows * G queries (query q = row m, head j:
-// q = m * G + j): scaled queries and accumulators [n_q, D], a span's scores
-// [kSpan, n_q] (key-major), running max / sum / this span's shift [n_q], the
-// span's pool-row offsets [kSpan].
+// Per kv head of a task, for its n_q <= kTileRows * G queries (query q = row m,
+// head j: q = m * G + j): scaled queries and accumulators [n_q, D], running
+// max / sum and this span's shift [n_q].
+struct HeadState {
+  std::vector<float> query, acc, running_max, running_sum, shift;
+  explicit HeadState(const Geometry& g)
+      : query(kTileRows * g.group() * g.head_dim), acc(query.size()),
+        running_max(kTileRows * g.group()), running_sum(running_max.size()),
+        shift(running_max.size()) {}
+};
+
+// Per thread: a state per kv head, one span's scores [kSpan, n_q] (key-major),
+// the pool-row offsets (elements) of this span's keys and of the next span's.
 struct Scratch {
-  std::vector<float> query, acc, scores, running_max, running_sum, shift;
-  std::vector<int64_t> offsets;
+  std::vector<HeadState> heads;
+  std::vector<float> scores;
+  std::vector<int64_t> offsets, next_offsets;
   explicit Scratch(const Geometry& g)
-      : query(kTileRows * g.num_heads / g.num_kv_heads * g.head_dim),
-        acc(query.size()),
-        scores(kSpan * kTileRows * g.group()),
-        running_max(kTileRows * g.group()),
-        running_sum(running_max.size()),
-        shift(running_max.size()),
-        offsets(kSpan) {}
+      : heads(g.num_kv_heads, HeadState(g)), scores(kSpan * kTileRows * g.group()),
+        offsets(kSpan), next_offsets(kSpan) {}
 };
 
 // A span step (score or accumulate) specialised for one head size.
 template <typename T>
-using SpanFn = void (*)(const T*, int64_t, int64_t, Scratch&);
+using SpanFn = void (*)(const T*, const int64_t*, int64_t, int64_t, const float*, float*);
 
 #ifdef __AVX512F__
 // 16 float32 lanes from a float/bf16/half row (the build uses -march=native).
@@ -147,13 +156,14 @@ constexpr int tile_queries(int C) { return C >= 16 ? 1 : 16 / C; }
 
 // scores[i, q] = query_q . key_i for the span's n key rows, R queries per key load.
 template <int C, typename T>
-void score_span_vec(const T* keys, int64_t n, int64_t n_q, Scratch& s) {
+void score_span_vec(const T* keys, const int64_t* offsets, int64_t n, int64_t n_q,
+                    const float* queries, float* scores) {
   constexpr int R = tile_queries(C);
   for (int64_t q0 = 0; q0 < n_q; q0 += R) {
     const int64_t live = std::min<int64_t>(R, n_q - q0);
     __m512 query[R][C];
     for (int r = 0; r < R; ++r) {
-      const float* src = s.query.data() + std::min<int64_t>(q0 + r, n_q - 1) * C * 16;
+      const float* src = queries + std::min<int64_t>(q0 + r, n_q - 1) * C * 16;
       for (int c = 0; c < C; ++c) query[r][c] = _mm512_loadu_ps(src + 16 * c);
     }
     __m512 pending[16];
@@ -168,13 +178,13 @@ void score_span_vec(const T* keys, int64_t n, int64_t n_q, Scratch& s) {
       }
       for (int e = 0; e < filled; ++e) {
         const int64_t index = first + e, r = index % R;
-        if (r < live) s.scores[(index / R) * n_q + q0 + r] = sums[e];
+        if (r < live) scores[(index / R) * n_q + q0 + r] = sums[e];
       }
       first += filled;
       filled = 0;
     };
     for (int64_t i = 0; i < n; ++i) {
-      const T* k = keys + s.offsets[i];
+      const T* k = keys + offsets[i];
       __m512 key[C];
       for (int c = 0; c < C; ++c) key[c] = load16(k + 16 * c);
       for (int r = 0; r < R; ++r) {
@@ -190,7 +200,8 @@ void score_span_vec(const T* keys, int64_t n, int64_t n_q, Scratch& s) {
 
 // acc[q] += sum_i weight[i, q] * value_i over the span, R accumulators per value load.
 template <int C, typename T>
-void accumulate_span_vec(const T* values, int64_t n, int64_t n_q, Scratch& s) {
+void accumulate_span_vec(const T* values, const int64_t* offsets, int64_t n, int64_t n_q,
+                         const float* scores, float* accumulators) {
   constexpr int R = tile_queries(C);
   for (int64_t q0 = 0; q0 < n_q; q0 += R) {
     const int64_t live = std::min<int64_t>(R, n_q - q0);
@@ -198,11 +209,11 @@ void accumulate_span_vec(const T* values, int64_t n, int64_t n_q, Scratch& s) {
     __m512 acc[R][C];
     for (int r = 0; r < R; ++r) {
       column[r] = std::min<int64_t>(q0 + r, n_q - 1);
-      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_loadu_ps(s.acc.data() + (column[r] * C + c) * 16);
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_loadu_ps(accumulators + (column[r] * C + c) * 16);
     }
     for (int64_t i = 0; i < n; ++i) {
-      const T* v = values + s.offsets[i];
-      const float* weights = s.scores.data() + i * n_q;
+      const T* v = values + offsets[i];
+      const float* weights = scores + i * n_q;
       __m512 value[C];
       for (int c = 0; c < C; ++c) value[c] = load16(v + 16 * c);
       for (int r = 0; r < R; ++r) {
@@ -211,7 +222,7 @@ void accumulate_span_vec(const T* values, int64_t n, int64_t n_q, Scratch& s) {
       }
     }
     for (int r = 0; r < live; ++r)
-      for (int c = 0; c < C; ++c) _mm512_storeu_ps(s.acc.data() + (column[r] * C + c) * 16, acc[r][c]);
+      for (int c = 0; c < C; ++c) _mm512_storeu_ps(accumulators + (column[r] * C + c) * 16, acc[r][c]);
   }
 }
 
@@ -229,35 +240,36 @@ constexpr bool kHasLoad16 = false;
 
 // The portable span steps: any head_dim, any dtype.
 template <typename T>
-void score_span_scalar(const T* keys, int64_t n, int64_t n_q, Scratch& s, int64_t d) {
+void score_span_scalar(const T* keys, const int64_t* offsets, int64_t n, int64_t n_q,
+                       const float* queries, float* scores, int64_t d) {
   for (int64_t i = 0; i < n; ++i)
     for (int64_t q = 0; q < n_q; ++q) {
-      const T* k = keys + s.offsets[i];
-      const float* query = s.query.data() + q * d;
+      const T* k = keys + offsets[i];
+      const float* query = queries + q * d;
       float sum = 0.f;
       for (int64_t e = 0; e < d; ++e) sum += query[e] * to_float(k[e]);
-      s.scores[i * n_q + q] = sum;
+      scores[i * n_q + q] = sum;
     }
 }
 
 template <typename T>
-void accumulate_span_scalar(const T* values, int64_t n, int64_t n_q, Scratch& s, int64_t d) {
+void accumulate_span_scalar(const T* values, const int64_t* offsets, int64_t n, int64_t n_q,
+                            const float* scores, float* accumulators, int64_t d) {
   for (int64_t i = 0; i < n; ++i)
     for (int64_t q = 0; q < n_q; ++q) {
-      const T* v = values + s.offsets[i];
-      const float w = s.scores[i * n_q + q];
-      float* acc = s.acc.data() + q * d;
+      const T* v = values + offsets[i];
+      const float w = scores[i * n_q + q];
+      float* acc = accumulators + q * d;
       for (int64_t e = 0; e < d; ++e) acc[e] += w * to_float(v[e]);
     }
 }
 
 // scores[i, q] := e^(scores[i, q] - shift[q]); running_sum[q] += the new row.
-void exp_scores(int64_t n, int64_t n_q, Scratch& s) {
-  float* scores = s.scores.data();
+void exp_scores(int64_t n, int64_t n_q, float* scores, HeadState& h) {
 #ifdef __AVX512F__
   if (16 % n_q == 0) {  // the shift pattern repeats every n_q lanes of the flat block
     alignas(64) float pattern[16], folded[16];
-    for (int k = 0; k < 16; ++k) pattern[k] = s.shift[k % n_q];
+    for (int k = 0; k < 16; ++k) pattern[k] = h.shift[k % n_q];
     const __m512 shift = _mm512_load_ps(pattern);
     __m512 total = _mm512_setzero_ps();
     for (int64_t e = 0; e < n * n_q; e += 16) {
@@ -267,7 +279,7 @@ void exp_scores(int64_t n, int64_t n_q, Scratch& s) {
       total = _mm512_add_ps(total, _mm512_maskz_mov_ps(mask, w));
     }
     _mm512_store_ps(folded, total);
-    for (int k = 0; k < 16; ++k) s.running_sum[k % n_q] += folded[k];
+    for (int k = 0; k < 16; ++k) h.running_sum[k % n_q] += folded[k];
     return;
   }
   for (int64_t i = 0; i < n; ++i)
@@ -275,51 +287,69 @@ void exp_scores(int64_t n, int64_t n_q, Scratch& s) {
       const __mmask16 mask = tail_mask(n_q - c);
       float* row = scores + i * n_q + c;
       const __m512 w = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, row),
-                                           _mm512_maskz_loadu_ps(mask, s.shift.data() + c)));
+                                           _mm512_maskz_loadu_ps(mask, h.shift.data() + c)));
       _mm512_mask_storeu_ps(row, mask, w);
-      float* sum = s.running_sum.data() + c;
+      float* sum = h.running_sum.data() + c;
       _mm512_mask_storeu_ps(sum, mask, _mm512_add_ps(_mm512_maskz_loadu_ps(mask, sum), w));
     }
 #else
   for (int64_t i = 0; i < n; ++i)
     for (int64_t q = 0; q < n_q; ++q) {
       float& x = scores[i * n_q + q];
-      x = std::exp(x - s.shift[q]);
-      s.running_sum[q] += x;
+      x = std::exp(x - h.shift[q]);
+      h.running_sum[q] += x;
     }
 #endif
+}
+
+// out[q] := max over i of scores[i, q], for the key-major [n, n_q] block.
+void column_max(int64_t n, int64_t n_q, const float* scores, float* out) {
+  std::fill(out, out + n_q, kNegInf);
+#ifdef __AVX512F__
+  if (16 % n_q == 0) {  // lane k of the flat block belongs to query k % n_q
+    __m512 best = _mm512_set1_ps(kNegInf);
+    for (int64_t e = 0; e < n * n_q; e += 16)
+      best = _mm512_mask_max_ps(best, tail_mask(n * n_q - e), best,
+                                _mm512_maskz_loadu_ps(tail_mask(n * n_q - e), scores + e));
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, best);
+    for (int k = 0; k < 16; ++k) out[k % n_q] = std::max(out[k % n_q], lanes[k]);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t q = 0; q < n_q; ++q) out[q] = std::max(out[q], scores[i * n_q + q]);
 }
 
 // One streaming-softmax step over a span of n scores per query. A query that
 // has seen no visible key yet keeps max -inf and shifts by 0, so its hidden
 // scores (-inf) become weight 0, never NaN.
-void softmax_span(int64_t n, int64_t n_q, int64_t d, Scratch& s) {
+void softmax_span(int64_t n, int64_t n_q, int64_t d, float* scores, HeadState& h) {
+  column_max(n, n_q, scores, h.shift.data());
   for (int64_t q = 0; q < n_q; ++q) {
-    float span_max = kNegInf;
-    for (int64_t i = 0; i < n; ++i) span_max = std::max(span_max, s.scores[i * n_q + q]);
-    const float new_max = std::max(s.running_max[q], span_max);
+    const float new_max = std::max(h.running_max[q], h.shift[q]);
     const float shift = new_max == kNegInf ? 0.f : new_max;
-    const float correction = std::exp(s.running_max[q] - shift);
-    s.running_max[q] = new_max;
-    s.shift[q] = shift;
+    const float correction = std::exp(h.running_max[q] - shift);
+    h.running_max[q] = new_max;
+    h.shift[q] = shift;
     if (correction != 1.f) {
-      s.running_sum[q] *= correction;
-      float* acc = s.acc.data() + q * d;
+      h.running_sum[q] *= correction;
+      float* acc = h.acc.data() + q * d;
       for (int64_t e = 0; e < d; ++e) acc[e] *= correction;
     }
   }
-  exp_scores(n, n_q, s);
+  exp_scores(n, n_q, scores, h);
 }
 
 // Hide the keys [lo, hi) of the span that row m of a multi-row tile may not see.
-void mask_span(int64_t lo, int64_t hi, const Tile& tile, const Geometry& g, Scratch& s) {
+void mask_span(int64_t lo, int64_t hi, const Tile& tile, const Geometry& g, float* scores) {
   const int64_t group = g.group(), n_q = tile.num_rows * group;
   for (int64_t m = 0; m < tile.num_rows; ++m) {
     const int64_t row_hi = tile.first_position + m + 1;
     const int64_t row_lo = g.window > 0 ? std::max<int64_t>(0, row_hi - g.window) : 0;
     for (int64_t u = lo; u < hi; ++u) {
       if (u >= row_lo && u < row_hi) continue;
-      float* row = s.scores.data() + (u - lo) * n_q + m * group;
+      float* row = scores + (u - lo) * n_q + m * group;
       std::fill(row, row + group, kNegInf);
     }
   }
@@ -331,57 +361,93 @@ struct Kernel {
   const int64_t* tables;
   T* out;
   Geometry g;
+  int64_t kv_heads_per_task;
   SpanFn<T> score = nullptr, accumulate = nullptr;  // null: the scalar steps
 
-  void load_queries(const Tile& tile, int64_t kv_head, Scratch& s) const {
-    const int64_t d = g.head_dim, group = g.group();
+  void load_queries(const Tile& tile, int64_t kv_head, HeadState& h) const {
+    const int64_t d = g.head_dim, group = g.group(), n_q = tile.num_rows * group;
     for (int64_t m = 0; m < tile.num_rows; ++m)
       for (int64_t j = 0; j < group; ++j) {
         const T* src = query + (tile.row_begin + m) * g.query_row_stride +
                        (kv_head * group + j) * g.query_head_stride;
-        float* dst = s.query.data() + (m * group + j) * d;
+        float* dst = h.query.data() + (m * group + j) * d;
         for (int64_t e = 0; e < d; ++e) dst[e] = to_float(src[e]) * g.softmax_scale;
       }
+    std::fill(h.acc.begin(), h.acc.begin() + n_q * d, 0.f);
+    std::fill(h.running_max.begin(), h.running_max.begin() + n_q, kNegInf);
+    std::fill(h.running_sum.begin(), h.running_sum.begin() + n_q, 0.f);
+  }
+
+  // offsets[u - lo] := the pool offset (elements) of key u's row, block by block.
+  void locate(int64_t lo, int64_t hi, const Tile& tile, int64_t* offsets) const {
+    const int64_t bs = g.block_size, row_stride = g.row_stride();
+    const int64_t* table = tables + tile.segment * g.max_blocks;
+    for (int64_t u = lo, logical = lo / bs; u < hi; ++logical) {
+      const int64_t stop = std::min(hi, (logical + 1) * bs);
+      int64_t offset = (table[logical] * bs + u - logical * bs) * row_stride;
+      for (; u < stop; ++u, offset += row_stride) offsets[u - lo] = offset;
+    }
+  }
+
+  // Ask for the task's part of n K and V rows ahead of their use.
+  void prefetch(const int64_t* offsets, int64_t n, int64_t head_begin) const {
+    const int64_t bytes = kv_heads_per_task * g.head_dim * static_cast<int64_t>(sizeof(T));
+    for (int64_t i = 0; i < n; ++i) {
+      const char* k = reinterpret_cast<const char*>(key_pool + offsets[i] + head_begin * g.head_dim);
+      const char* v = reinterpret_cast<const char*>(value_pool + offsets[i] + head_begin * g.head_dim);
+      for (int64_t b = 0; b < bytes; b += 64) {
+        __builtin_prefetch(k + b);
+        __builtin_prefetch(v + b);
+      }
+    }
   }
 
   void run_span(int64_t lo, int64_t hi, const Tile& tile, int64_t kv_head, Scratch& s) const {
-    const int64_t n = hi - lo, n_q = tile.num_rows * g.group(), bs = g.block_size;
-    const int64_t* table = tables + tile.segment * g.max_blocks;
-    const int64_t row_stride = g.row_stride(), head_offset = kv_head * g.head_dim;
-    for (int64_t u = lo, logical = lo / bs; u < hi; ++logical) {  // block by block: no divisions
-      const int64_t stop = std::min(hi, (logical + 1) * bs);
-      int64_t offset = (table[logical] * bs + u - logical * bs) * row_stride + head_offset;
-      for (; u < stop; ++u, offset += row_stride) s.offsets[u - lo] = offset;
-    }
+    const int64_t n = hi - lo, n_q = tile.num_rows * g.group(), d = g.head_dim;
+    HeadState& h = s.heads[kv_head];
+    const T* keys = key_pool + kv_head * d;
+    const T* values = value_pool + kv_head * d;
     if (score != nullptr) {
-      score(key_pool, n, n_q, s);
+      score(keys, s.offsets.data(), n, n_q, h.query.data(), s.scores.data());
     } else {
-      score_span_scalar(key_pool, n, n_q, s, g.head_dim);
+      score_span_scalar(keys, s.offsets.data(), n, n_q, h.query.data(), s.scores.data(), d);
     }
-    if (tile.num_rows > 1) mask_span(lo, hi, tile, g, s);
-    softmax_span(n, n_q, g.head_dim, s);
+    if (tile.num_rows > 1) mask_span(lo, hi, tile, g, s.scores.data());
+    softmax_span(n, n_q, d, s.scores.data(), h);
     if (accumulate != nullptr) {
-      accumulate(value_pool, n, n_q, s);
+      accumulate(values, s.offsets.data(), n, n_q, s.scores.data(), h.acc.data());
     } else {
-      accumulate_span_scalar(value_pool, n, n_q, s, g.head_dim);
+      accumulate_span_scalar(values, s.offsets.data(), n, n_q, s.scores.data(), h.acc.data(), d);
     }
   }
 
-  void attend(const Tile& tile, int64_t kv_head, Scratch& s) const {
+  void store(const Tile& tile, int64_t kv_head, const HeadState& h) const {
     const int64_t d = g.head_dim, group = g.group(), n_q = tile.num_rows * group;
-    load_queries(tile, kv_head, s);
-    std::fill(s.acc.begin(), s.acc.begin() + n_q * d, 0.f);
-    std::fill(s.running_max.begin(), s.running_max.begin() + n_q, kNegInf);
-    std::fill(s.running_sum.begin(), s.running_sum.begin() + n_q, 0.f);
+    for (int64_t q = 0; q < n_q; ++q) {
+      const float inverse = 1.f / h.running_sum[q];
+      T* dst = out + ((tile.row_begin + q / group) * g.num_heads + kv_head * group + q % group) * d;
+      for (int64_t e = 0; e < d; ++e) dst[e] = static_cast<T>(h.acc[q * d + e] * inverse);
+    }
+  }
+
+  // One task: the tile's rows, kv heads [head_begin, head_begin + kv_heads_per_task).
+  void attend(const Tile& tile, int64_t head_begin, Scratch& s) const {
+    const int64_t head_end = head_begin + kv_heads_per_task;
+    for (int64_t h = head_begin; h < head_end; ++h) load_queries(tile, h, s.heads[h]);
     const int64_t hi = tile.first_position + tile.num_rows;
     const int64_t lo = g.window > 0 ? std::max<int64_t>(0, tile.first_position + 1 - g.window) : 0;
-    for (int64_t start = lo; start < hi; start += kSpan)
-      run_span(start, std::min(hi, start + kSpan), tile, kv_head, s);
-    for (int64_t q = 0; q < n_q; ++q) {
-      const float inverse = 1.f / s.running_sum[q];
-      T* dst = out + ((tile.row_begin + q / group) * g.num_heads + kv_head * group + q % group) * d;
-      for (int64_t e = 0; e < d; ++e) dst[e] = static_cast<T>(s.acc[q * d + e] * inverse);
+    locate(lo, std::min(hi, lo + kSpan), tile, s.offsets.data());
+    prefetch(s.offsets.data(), std::min(hi, lo + kSpan) - lo, head_begin);
+    for (int64_t start = lo; start < hi; start += kSpan) {
+      const int64_t stop = std::min(hi, start + kSpan), next_stop = std::min(hi, stop + kSpan);
+      if (stop < hi) {
+        locate(stop, next_stop, tile, s.next_offsets.data());
+        prefetch(s.next_offsets.data(), next_stop - stop, head_begin);
+      }
+      for (int64_t h = head_begin; h < head_end; ++h) run_span(start, stop, tile, h, s);
+      std::swap(s.offsets, s.next_offsets);
     }
+    for (int64_t h = head_begin; h < head_end; ++h) store(tile, h, s.heads[h]);
   }
 };
 
@@ -396,29 +462,43 @@ std::vector<Tile> make_tiles(const int64_t* offsets, const int64_t* context_lens
   return tiles;
 }
 
-// Tasks (tile, kv head) split into one contiguous run per thread of about equal
-// cost (rows times keys read), so a long chunk does not leave a thread idle.
+// Whole kv heads per task unless there are too few tiles to keep every thread
+// busy; then the kv heads are split into equal parts.
+int64_t kv_heads_per_task(int64_t num_tiles, int64_t num_kv_heads) {
+  const int64_t wanted_tasks = 4 * static_cast<int64_t>(at::get_num_threads());
+  int64_t per_task = num_kv_heads;
+  while (per_task > 1 && num_tiles * (num_kv_heads / per_task) < wanted_tasks) {
+    int64_t smaller = per_task - 1;
+    while (num_kv_heads % smaller != 0) --smaller;
+    per_task = smaller;
+  }
+  return per_task;
+}
+
+// Tasks (tile, kv head part) split into one contiguous run per thread of about
+// equal cost (rows times keys read), so a long chunk does not leave a thread idle.
 template <typename T>
 void run_tasks(const Kernel<T>& kernel, const std::vector<Tile>& tiles) {
-  const int64_t kv = kernel.g.num_kv_heads, num_tasks = static_cast<int64_t>(tiles.size()) * kv;
+  const int64_t parts = kernel.g.num_kv_heads / kernel.kv_heads_per_task;
+  const int64_t num_tasks = static_cast<int64_t>(tiles.size()) * parts;
   std::vector<double> cost_before(num_tasks + 1, 0.0);
   for (int64_t t = 0; t < num_tasks; ++t) {
-    const Tile& tile = tiles[t / kv];
+    const Tile& tile = tiles[t / parts];
     const int64_t keys = tile.first_position + tile.num_rows;
-    const double span = kernel.g.window > 0 ? std::min<int64_t>(keys, kernel.g.window + tile.num_rows) : keys;
-    cost_before[t + 1] = cost_before[t] + tile.num_rows * (span + 8.0);
+    const int64_t span = kernel.g.window > 0 ? std::min(keys, kernel.g.window + tile.num_rows) : keys;
+    cost_before[t + 1] = cost_before[t] + static_cast<double>(tile.num_rows) * (span + 8);
   }
-  const int64_t num_parts = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), num_tasks));
+  const int64_t num_runs = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), num_tasks));
   const double total = cost_before[num_tasks];
-  at::parallel_for(0, num_parts, 1, [&](int64_t part_begin, int64_t part_end) {
+  auto first_task = [&](int64_t run) -> int64_t {
+    if (run >= num_runs) return num_tasks;
+    return std::lower_bound(cost_before.begin(), cost_before.end() - 1, total * run / num_runs) -
+           cost_before.begin();
+  };
+  at::parallel_for(0, num_runs, 1, [&](int64_t run_begin, int64_t run_end) {
     Scratch scratch(kernel.g);
-    for (int64_t part = part_begin; part < part_end; ++part) {
-      const auto first = std::lower_bound(cost_before.begin(), cost_before.end() - 1, total * part / num_parts);
-      const auto last = part + 1 == num_parts ? cost_before.end() - 1
-                        : std::lower_bound(cost_before.begin(), cost_before.end() - 1, total * (part + 1) / num_parts);
-      for (int64_t t = first - cost_before.begin(); t < last - cost_before.begin(); ++t)
-        kernel.attend(tiles[t / kv], t % kv, scratch);
-    }
+    for (int64_t t = first_task(run_begin); t < first_task(run_end); ++t)
+      kernel.attend(tiles[t / parts], (t % parts) * kernel.kv_heads_per_task, scratch);
   });
 }
 
@@ -428,7 +508,8 @@ void run(const at::Tensor& query, const at::Tensor& key_pool, const at::Tensor& 
          at::Tensor& out) {
   Kernel<T> kernel{query.const_data_ptr<T>(), key_pool.const_data_ptr<T>(),
                    value_pool.const_data_ptr<T>(), block_tables.const_data_ptr<int64_t>(),
-                   out.mutable_data_ptr<T>(), g};
+                   out.mutable_data_ptr<T>(), g,
+                   kv_heads_per_task(static_cast<int64_t>(tiles.size()), g.num_kv_heads)};
 #ifdef __AVX512F__
   if constexpr (kHasLoad16<T>) {
     const int64_t chunks = g.head_dim % 16 == 0 ? g.head_dim / 16 : 0;
