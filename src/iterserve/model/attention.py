@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch._ops import _OpNamespace as OpNamespace
 
 from iterserve.model.packing import PackedBatch
 
@@ -65,6 +66,7 @@ class DecodeRows:
 class InPlaceRows:
     """Every segment of the batch, for the in-place kernel (csrc/paged_decode.cpp)."""
 
+    ops: OpNamespace  # the loaded kernels (model.kernels.load_paged_decode)
     block_tables: torch.Tensor  # [S, max_num_blocks] int64, contiguous
     request_offsets: torch.Tensor  # [S + 1]: segment i owns rows [o_i, o_{i+1})
     context_lens: torch.Tensor  # [S]: position of each segment's first row
@@ -94,14 +96,14 @@ class AttentionMetadata:
     def build(cls, batch: PackedBatch, windows: Iterable[Window],
               max_decode_groups: int = MAX_DECODE_GROUPS,
               mask_dtype: torch.dtype | None = None,
-              in_place: bool = False) -> AttentionMetadata:
+              in_place: OpNamespace | None = None) -> AttentionMetadata:
         """`mask_dtype`: masks are additive (0 / -inf) in this dtype, the
         query's, built once here; None keeps boolean masks, which SDPA
         converts on every call (three more aten ops per call and layer).
-        `in_place`: every segment goes to the native kernel, which must be
-        loaded (model.kernels.load_paged_decode); nothing else is built."""
-        if in_place:
-            rows = InPlaceRows(block_tables=batch.block_tables.contiguous(),
+        `in_place`: the loaded kernels (model.kernels.load_paged_decode),
+        which then attend every segment; nothing else is built."""
+        if in_place is not None:
+            rows = InPlaceRows(ops=in_place, block_tables=batch.block_tables.contiguous(),
                                request_offsets=batch.request_offsets,
                                context_lens=batch.context_lens)
             return cls(decode_groups=(), chunks=(), block_size=batch.block_size, in_place=rows)
@@ -196,7 +198,7 @@ def _attend_in_place(
     visibility and GQA head mapping as the torch path, softmax in float32."""
     if query.stride(2) != 1:
         query = query.contiguous()
-    return torch.ops.iterserve_kernels.paged_attention(
+    return rows.ops.paged_attention(
         query, key_pool, value_pool, rows.block_tables, rows.request_offsets,
         rows.context_lens, window or 0, query.shape[-1] ** -0.5)
 

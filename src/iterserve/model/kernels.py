@@ -25,6 +25,7 @@ import platform
 from pathlib import Path
 
 import torch
+from torch._ops import _OpNamespace as OpNamespace
 
 logger = logging.getLogger(__name__)
 
@@ -68,57 +69,70 @@ def _cpu_flags() -> str:
     return platform.machine() + platform.processor()
 
 
-def load_paged_decode(build_dir: Path | None = None) -> None:
-    """Load the kernel into `torch.ops.iterserve_kernels`, building it first if
+def load_paged_decode(build_dir: Path | None = None) -> OpNamespace:
+    """Load the kernels and return their op namespace, building them first if
     `build_dir` (default: cache_root() / build_key()) holds no library.
     Raises KernelBuildError naming the cause; a failure is remembered, so a
     broken toolchain costs one build attempt per process."""
-    failure = _load(build_dir or cache_root() / build_key())
-    if failure is not None:
-        raise KernelBuildError(failure)
+    loaded = _load(build_dir or cache_root() / build_key())
+    if isinstance(loaded, str):
+        raise KernelBuildError(loaded)
+    return loaded
+
+
+def op_namespace(build_dir: Path) -> str:
+    """The torch.ops namespace of the build in `build_dir` (named by its key):
+    one per build, so two builds (two source trees, as in
+    benchmarks/bench_step_ab.py) can be loaded in one process side by side."""
+    digest = hashlib.sha256(build_dir.name.encode()).hexdigest()[:16]
+    return f"iterserve_kernels_{digest}"
 
 
 @functools.cache
-def _load(build_dir: Path) -> str | None:
-    """None once loaded, else why not."""
+def _load(build_dir: Path) -> OpNamespace | str:
+    """The loaded ops, else why not."""
     library = build_dir / f"{LIBRARY_NAME}.so"
+    namespace = op_namespace(build_dir)
     try:
         if library.is_file():
             torch.ops.load_library(str(library))
-            return None
-        from torch.utils import cpp_extension  # heavy import, only when building
+        else:
+            from torch.utils import cpp_extension  # heavy import, only when building
 
-        build_dir.mkdir(parents=True, exist_ok=True)
-        cpp_extension.load(name=LIBRARY_NAME, sources=[str(SOURCE)], build_directory=str(build_dir),
-                           extra_cflags=list(CFLAGS), extra_ldflags=["-fopenmp"],
-                           is_python_module=False, verbose=False)
+            build_dir.mkdir(parents=True, exist_ok=True)
+            cpp_extension.load(name=LIBRARY_NAME, sources=[str(SOURCE)],
+                               build_directory=str(build_dir),
+                               extra_cflags=[*CFLAGS, f"-DITERSERVE_OPS={namespace}"],
+                               extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
+        ops: OpNamespace = getattr(torch.ops, namespace)
+        ops.paged_attention  # noqa: B018 - a library built without the namespace fails here
     except Exception as error:  # compiler missing, build error, bad cached library
         message = " ".join(str(error).split())[-300:]
         failure = f"paged_decode kernel unavailable in {build_dir} ({type(error).__name__}: {message})"
         logger.warning("%s; attention uses the torch path", failure)
         return failure
-    return None
+    return ops
 
 
-def resolve_in_place_decode(backend: str, dtype: torch.dtype, device: torch.device) -> bool:
-    """Whether a model of `dtype` on `device` attends its segments with
-    the kernel, per `backend` (one of ATTENTION_BACKENDS). Loads (and if need
-    be builds) the kernel; "cpp" raises ValueError or KernelBuildError where
-    "auto" falls back (the build failure is logged once)."""
+def resolve_in_place_decode(backend: str, dtype: torch.dtype,
+                            device: torch.device) -> OpNamespace | None:
+    """The kernels' ops if a model of `dtype` on `device` attends its segments
+    with them, per `backend` (one of ATTENTION_BACKENDS), else None. Loads (and
+    if need be builds) the kernels; "cpp" raises ValueError or KernelBuildError
+    where "auto" falls back (the build failure is logged once)."""
     if backend not in ATTENTION_BACKENDS:
         raise ValueError(f"attention_backend {backend!r} unknown; use one of {ATTENTION_BACKENDS}")
     if backend == "torch":
-        return False
+        return None
     is_supported = device.type == "cpu" and dtype in KERNEL_DTYPES
     if backend == "cpp" and not is_supported:
         raise ValueError(f"attention_backend 'cpp' runs on CPU in {KERNEL_DTYPES}, "
                          f"not {device.type} {dtype}")
     if not is_supported:
-        return False
+        return None
     try:
-        load_paged_decode()
+        return load_paged_decode()
     except KernelBuildError:
         if backend == "cpp":
             raise
-        return False
-    return True
+        return None

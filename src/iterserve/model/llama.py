@@ -52,7 +52,12 @@ class PackedCausalLM:
             embed.dtype, embed.device) else weights
         self.max_decode_groups = max_decode_groups  # see attention.decode_groups
         self._inv_freq = model_inverse_frequencies(config, self.device)
-        self.in_place_decode = resolve_in_place_decode(attention_backend, self.dtype, self.device)
+        self.native_ops = resolve_in_place_decode(attention_backend, self.dtype, self.device)
+
+    @property
+    def in_place_decode(self) -> bool:
+        """Whether the native kernel attends this model's segments in place."""
+        return self.native_ops is not None
 
     @property
     def dtype(self) -> torch.dtype:
@@ -73,7 +78,7 @@ class PackedCausalLM:
         with torch.inference_mode():
             metadata = AttentionMetadata.build(batch, self.config.sliding_windows,
                                                self.max_decode_groups, self.dtype,
-                                               self.in_place_decode)
+                                               self.native_ops)
             tables = rotary_tables(batch.positions, self._inv_freq, self.dtype,
                                    self.config.rope_attention_scaling)
             hidden = F.embedding(batch.token_ids, self.weights.embed_tokens)

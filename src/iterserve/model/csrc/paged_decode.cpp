@@ -583,7 +583,13 @@ at::Tensor paged_attention(const at::Tensor& query, const at::Tensor& key_pool,
 
 }  // namespace
 
-TORCH_LIBRARY(iterserve_kernels, m) {
+// One namespace per build (model/kernels.py passes it), so that two builds
+// can be loaded in one process.
+#ifndef ITERSERVE_OPS
+#define ITERSERVE_OPS iterserve_kernels
+#endif
+
+TORCH_LIBRARY(ITERSERVE_OPS, m) {
   m.def("paged_attention(Tensor query, Tensor key_pool, Tensor value_pool, Tensor block_tables, "
         "Tensor offsets, Tensor context_lens, int window, float softmax_scale) -> Tensor");
   m.impl("paged_attention", c10::DispatchKey::CPU, &paged_attention);
