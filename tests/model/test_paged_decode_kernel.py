@@ -21,8 +21,8 @@ CPU = torch.device("cpu")
 
 def _attend_both(seed: int, num_heads: int, num_kv_heads: int, head_dim: int,
                  block_size: int, window: Window, dtype: torch.dtype,
-                 chunk_rows: int = 0, chunks: tuple[tuple[int, int], ...] = ()
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+                 chunk_rows: int = 0, chunks: tuple[tuple[int, int], ...] = (),
+                 chunks_in_place: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Random context lengths 0..599 (1..600 keys) over a shuffled block pool,
     optionally with multi-row chunks among the decode rows: `chunk_rows` rows
     from position 0, and each (start, rows) of `chunks`; (kernel, torch) outputs."""
@@ -52,7 +52,7 @@ def _attend_both(seed: int, num_heads: int, num_kv_heads: int, head_dim: int,
     outputs = []
     for in_place in (kernels.load_paged_decode(), None):
         metadata = AttentionMetadata.build(batch, [window], mask_dtype=dtype,
-                                           in_place=in_place)
+                                           in_place=in_place, chunks_in_place=chunks_in_place)
         outputs.append(paged_attention(query, new_keys, new_values, key_pool, value_pool,
                                        metadata, window))
     return outputs[0], outputs[1]
@@ -110,8 +110,18 @@ def test_chunk_only_batch() -> None:
     new_values = value_pool.view(flat).index_select(0, batch.slot_mapping)
     kernel, reference = (
         paged_attention(query, new_keys, new_values, key_pool, value_pool,
-                        AttentionMetadata.build(batch, [None], in_place=in_place), None)
+                        AttentionMetadata.build(batch, [None], in_place=in_place,
+                                                chunks_in_place=True), None)
         for in_place in (kernels.load_paged_decode(), None))
+    torch.testing.assert_close(kernel, reference, atol=2e-6, rtol=1e-5)
+
+
+@pytest.mark.usefixtures("paged_decode_kernel")
+@pytest.mark.parametrize("window", [None, 7])
+def test_decode_rows_in_place_beside_sdpa_chunks(window: Window) -> None:
+    """The model's routing: kernel for single rows, scattered among SDPA chunks."""
+    kernel, reference = _attend_both(4, 8, 2, 64, 16, window, torch.float32,
+                                     chunks=((0, 20), (45, 9)), chunks_in_place=False)
     torch.testing.assert_close(kernel, reference, atol=2e-6, rtol=1e-5)
 
 

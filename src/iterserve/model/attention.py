@@ -9,10 +9,11 @@ into the pool before attention, so a segment's keys are always the pool rows
 current rows, which is the chunked-prefill union of 0x09.
 
 Launch structure (one valid realisation; 0x04 leaves it free):
-- with the native kernel (`in_place`, see model.kernels) every segment,
-  decode row or multi-row chunk at any start, is attended in one call per
-  layer that walks each block table over the pool in place: nothing is
-  gathered, padded, masked or scattered;
+- with the native kernel (`in_place`, see model.kernels) all single-row
+  segments are attended in one call per layer that walks each block table
+  over the pool in place: nothing is gathered, padded or masked. The kernel
+  attends multi-row chunks at any start too (`chunks_in_place`), but SDPA's
+  bf16 GEMMs do those faster on AMX CPUs, so the model leaves them below;
 - otherwise the single-row segments (decode rows, one-token chunks) are attended in a
   few padded SDPA calls per layer: sorted by the blocks they need and split
   into at most MAX_DECODE_GROUPS groups whose longest row needs at most
@@ -64,12 +65,13 @@ class DecodeRows:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class InPlaceRows:
-    """Every segment of the batch, for the in-place kernel (csrc/paged_decode.cpp)."""
+    """Segments for the in-place kernel (csrc/paged_decode.cpp), in its own row order."""
 
     ops: OpNamespace  # the loaded kernels (model.kernels.load_paged_decode)
     block_tables: torch.Tensor  # [S, max_num_blocks] int64, contiguous
-    request_offsets: torch.Tensor  # [S + 1]: segment i owns rows [o_i, o_{i+1})
+    request_offsets: torch.Tensor  # [S + 1]: segment i owns kernel rows [o_i, o_{i+1})
     context_lens: torch.Tensor  # [S]: position of each segment's first row
+    rows: torch.Tensor | None  # packed row of each kernel row; None: the whole batch, in order
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -90,22 +92,26 @@ class AttentionMetadata:
     decode_groups: tuple[DecodeRows, ...]
     chunks: tuple[ChunkRows, ...]
     block_size: int
-    in_place: InPlaceRows | None = None  # set: decode_groups and chunks are empty
+    in_place: InPlaceRows | None = None  # set: decode_groups is empty
 
     @classmethod
     def build(cls, batch: PackedBatch, windows: Iterable[Window],
               max_decode_groups: int = MAX_DECODE_GROUPS,
               mask_dtype: torch.dtype | None = None,
-              in_place: OpNamespace | None = None) -> AttentionMetadata:
+              in_place: OpNamespace | None = None,
+              chunks_in_place: bool = False) -> AttentionMetadata:
         """`mask_dtype`: masks are additive (0 / -inf) in this dtype, the
         query's, built once here; None keeps boolean masks, which SDPA
         converts on every call (three more aten ops per call and layer).
         `in_place`: the loaded kernels (model.kernels.load_paged_decode),
-        which then attend every segment; nothing else is built."""
-        if in_place is not None:
+        which then attend the single-row segments, and the multi-row ones too
+        with `chunks_in_place`. Multi-row segments default to SDPA: on the
+        project's Xeon (AMX) its bf16 GEMM tiles run a 56-256-row chunk 2-3x
+        faster than the kernel's float32 dot products, gather included."""
+        if in_place is not None and chunks_in_place:
             rows = InPlaceRows(ops=in_place, block_tables=batch.block_tables.contiguous(),
                                request_offsets=batch.request_offsets,
-                               context_lens=batch.context_lens)
+                               context_lens=batch.context_lens, rows=None)
             return cls(decode_groups=(), chunks=(), block_size=batch.block_size, in_place=rows)
         distinct_windows = frozenset(windows)
         single = [i for i, q in enumerate(batch.query_lens) if q == 1]
@@ -113,6 +119,9 @@ class AttentionMetadata:
             _chunk_rows(batch, i, distinct_windows, mask_dtype)
             for i, q in enumerate(batch.query_lens) if q > 1
         )
+        if in_place is not None:
+            return cls(decode_groups=(), chunks=chunks, block_size=batch.block_size,
+                       in_place=_in_place_rows(in_place, batch, single) if single else None)
         groups = decode_groups(batch, single, max_decode_groups)
         decode = tuple(_decode_rows(batch, group, distinct_windows, mask_dtype)
                        for group in groups)
@@ -139,12 +148,15 @@ def paged_attention(
     """
     num_rows, num_heads, head_dim = query.shape
     groups = metadata.decode_groups
-    if metadata.in_place is not None:
-        return _attend_in_place(query, key_pool, value_pool, metadata.in_place,
-                                window).view(num_rows, -1)
+    in_place = metadata.in_place
+    if in_place is not None and in_place.rows is None:
+        return _attend_in_place(query, key_pool, value_pool, in_place, window).view(num_rows, -1)
     if len(groups) == 1 and groups[0].covers_all_rows:
         return _attend_decode(query, key_pool, value_pool, groups[0], window).view(num_rows, -1)
     out = query.new_empty(num_rows, num_heads, head_dim)
+    if in_place is not None and in_place.rows is not None:
+        out.index_copy_(0, in_place.rows, _attend_in_place(
+            query.index_select(0, in_place.rows), key_pool, value_pool, in_place, window))
     for decode in groups:
         decoded = _attend_decode(
             query.index_select(0, decode.rows), key_pool, value_pool, decode, window
@@ -284,6 +296,23 @@ def _decode_rows(batch: PackedBatch, segments: list[int], windows: frozenset[Win
         num_blocks=num_blocks,
         masks=masks,
         covers_all_rows=covers_all,
+    )
+
+
+def _in_place_rows(ops: OpNamespace, batch: PackedBatch, single: list[int]) -> InPlaceRows:
+    """The single-row segments `single` for the kernel: all of the batch (no
+    scatter), or a selection whose kernel rows are 0..len(single)-1."""
+    if len(single) == batch.num_segments:
+        return InPlaceRows(ops=ops, block_tables=batch.block_tables.contiguous(),
+                           request_offsets=batch.request_offsets,
+                           context_lens=batch.context_lens, rows=None)
+    index = torch.tensor(single, dtype=torch.int64, device=batch.token_ids.device)
+    return InPlaceRows(
+        ops=ops,
+        block_tables=batch.block_tables.index_select(0, index),
+        request_offsets=torch.arange(len(single) + 1, device=index.device),
+        context_lens=batch.context_lens.index_select(0, index),
+        rows=batch.request_offsets.index_select(0, index),
     )
 
 
