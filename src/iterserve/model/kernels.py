@@ -1,8 +1,10 @@
 """Native kernels, built on demand and cached on disk (spec 0x04 launch structure).
 
-`paged_attention` (csrc/paged_decode.cpp) attends every segment of a packed
+`paged_attention` (csrc/paged_decode.cpp) attends the segments of a packed
 batch, decode rows and multi-row chunks at any start, reading K/V rows in
-place from the paged pool: no gather, no padding, no mask, no scatter.
+place from the paged pool: no gather, no padding, no mask. `fused_add_rms_norm`
+and `silu_and_mul` (csrc/fused_ops.cpp) do the layer's element-wise steps in
+one pass per row.
 
 Build and load, never at import: `load_paged_decode()` compiles the source
 with torch.utils.cpp_extension (g++ and ninja) into
@@ -35,7 +37,9 @@ logger = logging.getLogger(__name__)
 #: (the names `in_place_decode` / `load_paged_decode` predate chunk support).
 ATTENTION_BACKENDS = ("auto", "torch", "cpp")
 KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-SOURCE = Path(__file__).with_name("csrc") / "paged_decode.cpp"
+#: The extension's sources: in-place paged attention, fused element-wise ops.
+SOURCES = tuple(Path(__file__).with_name("csrc") / name
+                for name in ("paged_decode.cpp", "fused_ops.cpp"))
 LIBRARY_NAME = "iterserve_paged_decode"
 CFLAGS = ("-O3", "-march=native", "-fopenmp")
 
@@ -54,7 +58,8 @@ def build_key() -> str:
     """torch version + source hash + CPU flags: anything that changes the binary."""
     digest = hashlib.sha256()
     digest.update(torch.__version__.encode())
-    digest.update(SOURCE.read_bytes())
+    for source in SOURCES:
+        digest.update(source.read_bytes())
     digest.update(" ".join(CFLAGS).encode())
     digest.update(_cpu_flags().encode())
     return f"{LIBRARY_NAME}-{digest.hexdigest()[:16]}"
@@ -100,12 +105,12 @@ def _load(build_dir: Path) -> OpNamespace | str:
             from torch.utils import cpp_extension  # heavy import, only when building
 
             build_dir.mkdir(parents=True, exist_ok=True)
-            cpp_extension.load(name=LIBRARY_NAME, sources=[str(SOURCE)],
+            cpp_extension.load(name=LIBRARY_NAME, sources=[str(s) for s in SOURCES],
                                build_directory=str(build_dir),
                                extra_cflags=[*CFLAGS, f"-DITERSERVE_OPS={namespace}"],
                                extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
         ops: OpNamespace = getattr(torch.ops, namespace)
-        ops.paged_attention  # noqa: B018 - a library built without the namespace fails here
+        ops.paged_attention, ops.silu_and_mul  # noqa: B018 - absent from a library built otherwise
     except Exception as error:  # compiler missing, build error, bad cached library
         message = " ".join(str(error).split())[-300:]
         failure = f"paged_decode kernel unavailable in {build_dir} ({type(error).__name__}: {message})"
