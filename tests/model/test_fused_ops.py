@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from iterserve.model import kernels
 
+CPU = torch.device("cpu")
 pytestmark = pytest.mark.usefixtures("paged_decode_kernel")
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -64,3 +65,20 @@ def test_shapes_and_dtypes_are_checked() -> None:
             ops.silu_and_mul(torch.zeros(2, 7))
         with pytest.raises(RuntimeError, match="contiguous 2-D"):
             ops.silu_and_mul(torch.zeros(4, 8).t())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("head_dim", [64, 128, 40, 6])
+def test_rotary_in_place_equals_apply_rotary(dtype: torch.dtype, head_dim: int) -> None:
+    """On a head slice of a wider row, as the model passes q and k."""
+    from iterserve.model.rope import apply_rotary, inverse_frequencies, rotary_tables
+
+    generator = torch.Generator().manual_seed(head_dim)
+    qkv = torch.randn(37, 12, head_dim, generator=generator).to(dtype)
+    untouched = qkv[:, 10:].clone()
+    tables = rotary_tables(torch.arange(37) * 11, inverse_frequencies(head_dim, 1e4, CPU), dtype)
+    expected = apply_rotary(qkv[:, :10], tables)
+    with torch.inference_mode():
+        kernels.load_paged_decode().rotary_in_place(qkv[:, :10], tables.cos, tables.signed_sin)
+    _close(qkv[:, :10], expected)
+    assert torch.equal(qkv[:, 10:], untouched)

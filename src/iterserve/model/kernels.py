@@ -2,9 +2,9 @@
 
 `paged_attention` (csrc/paged_decode.cpp) attends the segments of a packed
 batch, decode rows and multi-row chunks at any start, reading K/V rows in
-place from the paged pool: no gather, no padding, no mask. `fused_add_rms_norm`
-and `silu_and_mul` (csrc/fused_ops.cpp) do the layer's element-wise steps in
-one pass per row.
+place from the paged pool: no gather, no padding, no mask. `fused_add_rms_norm`,
+`silu_and_mul` and `rotary_in_place` (csrc/fused_ops.cpp) do the layer's
+element-wise steps in one pass per row.
 
 Build and load, never at import: `load_paged_decode()` compiles the source
 with torch.utils.cpp_extension (g++ and ninja) into
@@ -110,7 +110,7 @@ def _load(build_dir: Path) -> OpNamespace | str:
                                extra_cflags=[*CFLAGS, f"-DITERSERVE_OPS={namespace}"],
                                extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
         ops: OpNamespace = getattr(torch.ops, namespace)
-        ops.paged_attention, ops.silu_and_mul  # noqa: B018 - absent from a library built otherwise
+        ops.paged_attention, ops.rotary_in_place  # noqa: B018 - absent from a library built otherwise
     except Exception as error:  # compiler missing, build error, bad cached library
         message = " ".join(str(error).split())[-300:]
         failure = f"paged_decode kernel unavailable in {build_dir} ({type(error).__name__}: {message})"

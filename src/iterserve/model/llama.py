@@ -149,7 +149,11 @@ class PackedCausalLM:
         config = self.config
         qkv = linear(normed, layer.qkv_proj, layer.qkv_bias)
         qkv = qkv.view(normed.shape[0], config.num_heads + 2 * config.num_kv_heads, config.head_dim)
-        rotated = apply_rotary(_qk_normed(qkv, layer, config), tables)
+        rotated = _qk_normed(qkv, layer, config)
+        if self.native_ops is None:
+            rotated = apply_rotary(rotated, tables)
+        else:  # in place on qkv (or on the q/k norm's fresh output)
+            self.native_ops.rotary_in_place(rotated, tables.cos, tables.signed_sin)
         query, keys = rotated[:, : config.num_heads], rotated[:, config.num_heads :]
         values = qkv[:, config.num_heads + config.num_kv_heads :]
         cache.write(index, batch.slot_mapping, keys, values)

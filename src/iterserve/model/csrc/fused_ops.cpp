@@ -8,6 +8,8 @@
 //                                                    (torch: F.rms_norm, float32 inside)
 // silu_and_mul(gate_up [N, 2I]) -> [N, I]:
 //   out := T(T(silu(gate)) * up)                     (torch: F.silu(gate) * up)
+// rotary_in_place(x [Q, NH, D], cos [Q, D], signed_sin [Q, D]), in place:
+//   x := T(T(x * cos) + swap_halves(x) * signed_sin) (torch: model.rope.apply_rotary)
 //
 // T is the tensor's dtype (float32, bfloat16, float16); arithmetic in float32.
 #include <ATen/Dispatch.h>
@@ -158,6 +160,32 @@ void silu_and_mul_row(const T* gate, const T* up, T* out, int64_t n) {
   }
 }
 
+// One head of one row: both halves rotate together, from the values read before.
+template <typename T>
+void rotate_head(T* x, const T* cos, const T* sin, int64_t d) {
+  const int64_t half = d / 2;
+  int64_t e = 0;
+#ifdef __AVX512F__
+  if constexpr (kVector<T>) {
+    for (; e < half; e += 16) {
+      const __mmask16 mask = tail_mask(half - e);
+      const __m512 a = load16(x + e, mask), b = load16(x + half + e, mask);
+      const __m512 a_cos = round16<T>(_mm512_mul_ps(a, load16(cos + e, mask)));
+      const __m512 b_cos = round16<T>(_mm512_mul_ps(b, load16(cos + half + e, mask)));
+      store16(x + e, _mm512_add_ps(a_cos, _mm512_mul_ps(b, load16(sin + e, mask))), mask);
+      store16(x + half + e, _mm512_add_ps(b_cos, _mm512_mul_ps(a, load16(sin + half + e, mask))),
+              mask);
+    }
+  }
+#endif
+  for (; e < half; ++e) {
+    const float a = static_cast<float>(x[e]), b = static_cast<float>(x[half + e]);
+    x[e] = round_to<T>(rounded<T>(a * static_cast<float>(cos[e])) + b * static_cast<float>(sin[e]));
+    x[half + e] = round_to<T>(rounded<T>(b * static_cast<float>(cos[half + e])) +
+                              a * static_cast<float>(sin[half + e]));
+  }
+}
+
 void check_rows(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.device().is_cpu() && t.dim() == 2 && t.is_contiguous(), name,
               " must be a contiguous 2-D CPU tensor");
@@ -200,6 +228,27 @@ at::Tensor silu_and_mul(const at::Tensor& gate_up) {
   return out;
 }
 
+void rotary_in_place(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& signed_sin) {
+  TORCH_CHECK(x.device().is_cpu() && x.dim() == 3 && x.stride(2) == 1 && x.size(2) % 2 == 0,
+              "x [Q, heads, D] on the CPU, D even and contiguous");
+  const int64_t rows = x.size(0), heads = x.size(1), d = x.size(2);
+  for (const at::Tensor* table : {&cos, &signed_sin})
+    TORCH_CHECK(table->is_contiguous() && table->numel() == rows * d &&
+                    table->scalar_type() == x.scalar_type(),
+                "cos and signed_sin [Q, D] (or [Q, 1, D]) contiguous, in x's dtype");
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "rotary_in_place", [&] {
+    scalar_t* xs = x.mutable_data_ptr<scalar_t>();
+    const scalar_t* c = cos.const_data_ptr<scalar_t>();
+    const scalar_t* s = signed_sin.const_data_ptr<scalar_t>();
+    const int64_t row_stride = x.stride(0), head_stride = x.stride(1);
+    at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row)
+        for (int64_t h = 0; h < heads; ++h)
+          rotate_head(xs + row * row_stride + h * head_stride, c + row * d, s + row * d, d);
+    });
+  });
+}
+
 }  // namespace
 
 #ifndef ITERSERVE_OPS
@@ -211,4 +260,6 @@ TORCH_LIBRARY_FRAGMENT(ITERSERVE_OPS, m) {
   m.impl("fused_add_rms_norm", c10::DispatchKey::CPU, &fused_add_rms_norm);
   m.def("silu_and_mul(Tensor gate_up) -> Tensor");
   m.impl("silu_and_mul", c10::DispatchKey::CPU, &silu_and_mul);
+  m.def("rotary_in_place(Tensor(a!) x, Tensor cos, Tensor signed_sin) -> ()");
+  m.impl("rotary_in_place", c10::DispatchKey::CPU, &rotary_in_place);
 }
