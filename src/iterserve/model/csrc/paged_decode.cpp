@@ -171,6 +171,12 @@ void score_span_vec(const T* keys, const int64_t* offsets, int64_t n, int64_t n_
     int filled = 0;
     int64_t first = 0;  // (key, r) index of pending[0], key-major
     auto flush = [&]() {
+      if (filled == 16 && live == R && n_q == R && 16 % R == 0) {  // 16 / R whole key rows
+        _mm512_storeu_ps(scores + (first / R) * n_q, reduce16(pending));
+        first += 16;
+        filled = 0;
+        return;
+      }
       if (filled == 16) {
         _mm512_storeu_ps(sums, reduce16(pending));
       } else {
