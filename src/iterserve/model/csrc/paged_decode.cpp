@@ -44,7 +44,7 @@
 
 namespace {
 
-constexpr int64_t kSpan = 32;      // keys per softmax step and prefetch
+constexpr int64_t kSpan = 128;     // keys per softmax step and prefetch
 constexpr int64_t kTileRows = 16;  // rows of a chunk per task
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
