@@ -14,11 +14,12 @@
 // next span's K/V rows (scattered blocks defeat the hardware prefetcher; this
 // keeps many misses in flight while the current span computes). Per span and
 // kv head: score the span against the queries (q . k, float32, a register tile
-// of queries per key load), hide
-// keys a row may not see (-inf), take one streaming-softmax step per span
-// (raise the running max, rescale sum and accumulator, turn scores into
-// weights), and accumulate the weighted V rows (a register tile of
-// accumulators per value load). The output is acc / sum per query.
+// of queries per key load), hide keys a row may not see (-inf), take one
+// streaming-softmax step (raise the running max, rescale sum and accumulator,
+// turn scores into weights), and accumulate the weighted V rows (a register
+// tile of accumulators per value load). The output is acc / sum per query.
+// (model/attention.py sends only decode rows here by default; chunks go to
+// SDPA, whose bf16 GEMMs beat these float32 dot products on AMX CPUs.)
 //
 // Shapes: query [Q, H, D] (stride(2) == 1), pools [N, block_size, KV, D]
 // contiguous, block_tables [S, max_blocks], offsets [S + 1], context_lens [S]
