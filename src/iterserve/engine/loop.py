@@ -93,6 +93,7 @@ class Engine:
         self.readiness = ReadinessBoard()
         # checked once: a runtime protocol check is too slow for every step
         self._hit_source = executor if isinstance(executor, PrefixHitSource) else None
+        self._has_claimed = False  # a prefix-hit claim was published (0x0E)
         order = sorted(range(len(workload.requests)), key=lambda i: (workload.requests[i].arrival, i))
         # arrival_order is the rank by (arrival, file index): FCFS keys follow time
         self._pending: list[tuple[RequestSpec, int]] = [
@@ -199,12 +200,15 @@ class Engine:
         policy runs, so plans start past them (0x0E)."""
         if self._hit_source is None or not self.state.waiting:
             return
-        held = claimed_prefix_rows(self.state)
+        # only this method publishes claims: until it has, no waiting request
+        # holds one, and the scan of the waiting queue is skipped
+        held = claimed_prefix_rows(self.state) if self._has_claimed else {}
         if held:  # last decision's claims end: nobody waits on blocks a waiter holds
             self.executor.release(held)
             self.state = without_claimed_prefix_rows(self.state, held)
         hits = self._hit_source.claim_prefix_hits(self.state)
         if hits:
+            self._has_claimed = True
             self.state = with_claimed_prefix_rows(self.state, hits)
 
     def step(self) -> bool:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import operator
-from bisect import insort
+from bisect import bisect
 from collections.abc import Mapping
-from itertools import compress
+from itertools import compress, repeat
 from operator import is_not
 
 import orjson
@@ -24,6 +24,7 @@ import orjson
 from iterserve.records.canonical_json import canonical_json, is_plain_ascii
 from iterserve.records.codec import state_fields_to_json, view_to_json
 from iterserve.records.state import SchedulerState
+from iterserve.records.transition import claimed_prefix_rows
 from iterserve.records.view import FinishReason, Lifecycle, RequestView
 
 # a string value no canonical text can hold unescaped after a comma: the
@@ -38,52 +39,83 @@ class StateDigester:
     work over every live view runs in C (``map``, ``compress``); the views
     that changed are encoded together by one :func:`encode_views` call."""
 
-    __slots__ = ("_view_of", "_text_of", "_order")
+    __slots__ = ("_order", "_views", "_texts", "_claim_ids")
 
     def __init__(self) -> None:
-        self._view_of: dict[str, RequestView] = {}  # id -> the view last encoded
-        self._text_of: dict[str, str] = {}  # id -> that view's canonical text, brackets off
-        self._order: list[str] = []  # the view ids, sorted
+        # three parallel lists in request-id order: the ids, the view each
+        # had when last encoded, and that view's canonical text without brackets
+        self._order: list[str] = []
+        self._views: list[RequestView | None] = []  # None: not encoded yet
+        self._texts: list[str | None] = []
+        self._claim_ids: set[str] = set()  # ids whose view may hold a claimed prefix hit
+
+    def claimed_prefix_rows(self, state: SchedulerState) -> dict[str, int]:
+        """:func:`~iterserve.records.transition.claimed_prefix_rows` of a
+        valid ``state`` (waiting members are WAITING views) digested last:
+        without a scan of the waiting queue when none of its views is a
+        WAITING one that computed rows and emitted nothing."""
+        return claimed_prefix_rows(state) if self._claim_ids else {}
 
     def digest(self, state: SchedulerState) -> str:
         return hashlib.sha256(self.canonical_text(state).encode()).hexdigest()
 
     def canonical_text(self, state: SchedulerState) -> str:
         """``dumps(state_to_json(state))``."""
-        views, view_of, text_of = state.views, self._view_of, self._text_of
-        if view_of.keys() != views.keys():
-            self._reorder(views)
-        order = self._order
-        current = list(map(views.__getitem__, order))
-        stale = list(map(is_not, current, map(view_of.get, order)))
+        views = state.views
+        current = list(map(views.get, self._order))
+        if len(views) != len(current) or None in current:
+            current = self._reorder(views, current)
+        stale = list(map(is_not, current, self._views))
         if any(stale):
-            changed = list(compress(current, stale))
-            ids = list(compress(order, stale))
-            view_of.update(zip(ids, changed))
-            text_of.update(zip(ids, encode_views(changed)))
+            self._encode(current, stale)
         text = canonical_json(state_fields_to_json(state, _MARKER))
         head, marker, tail = text.partition(_MARKER_TEXT)
         if not marker:  # cannot happen for a canonical state; never guess
             raise ValueError("state text has no views marker")
-        if not order:
+        if not current:
             return f'{head},"views":[]{tail}'
-        return f'{head},"views":[[{"],[".join(map(text_of.__getitem__, order))}]]{tail}'
+        return f'{head},"views":[[{"],[".join(self._texts)}]]{tail}'  # type: ignore[arg-type]
 
-    def _reorder(self, views: Mapping[str, RequestView]) -> None:
-        """Forget retired views; the sorted order of the live ones (a few
-        arrivals join a long sorted list: inserted, not sorted again)."""
-        view_of, text_of, order = self._view_of, self._text_of, self._order
-        gone = view_of.keys() - views.keys()
-        for rid in gone:
-            del view_of[rid], text_of[rid]
-        new = views.keys() - view_of.keys()
-        if len(new) + len(gone) > len(order) // 8:
-            self._order = sorted(views)
-            return
-        if gone:
-            order[:] = [rid for rid in order if rid not in gone]
-        for rid in new:
-            insort(order, rid)
+    def _encode(self, current: list[RequestView], stale: list[bool]) -> None:
+        """Encode the ``stale`` views of ``current`` (in id order); remember them."""
+        changed = list(compress(current, stale))
+        texts = self._texts
+        for index, text in zip(compress(range(len(current)), stale), encode_views(changed)):
+            texts[index] = text
+        self._views = current  # type: ignore[assignment]
+        ids = list(compress(self._order, stale))
+        self._claim_ids.difference_update(ids)
+        self._claim_ids.update(compress(ids, map(all, zip(
+            map(_COMPUTED, changed), map(operator.not_, map(_EMITTED, changed)),
+            map(operator.is_, map(_LIFECYCLE, changed), repeat(Lifecycle.WAITING))))))
+
+    def _reorder(self, views: Mapping[str, RequestView],
+                 current: list[RequestView | None]) -> list[RequestView]:
+        """Forget retired views and place new ids in order (a few arrivals
+        join a long sorted list: inserted, not sorted again); the state's
+        views in the new order."""
+        kept = list(map(is_not, current, repeat(None)))
+        self._claim_ids.difference_update(compress(self._order, map(operator.not_, kept)))
+        order = list(compress(self._order, kept))
+        encoded = list(compress(self._views, kept))
+        texts = list(compress(self._texts, kept))
+        new = views.keys() - order
+        if len(new) > len(order) // 8:
+            pairs = dict(zip(order, zip(encoded, texts)))
+            order = sorted(views)
+            encoded = [pairs.get(rid, _NOTHING)[0] for rid in order]
+            texts = [pairs.get(rid, _NOTHING)[1] for rid in order]
+        else:
+            for rid in new:
+                index = bisect(order, rid)
+                order.insert(index, rid)
+                encoded.insert(index, None)
+                texts.insert(index, None)
+        self._order, self._views, self._texts = order, encoded, texts
+        return list(map(views.__getitem__, order))
+
+
+_NOTHING = (None, None)
 
 
 # view_to_json's 18 fields in four runs: the scalars before the lifecycle, the
@@ -93,6 +125,7 @@ _HEAD = operator.itemgetter(slice(0, 12))
 _LIFECYCLE = operator.itemgetter(12)
 _TAIL = operator.itemgetter(slice(13, 17))
 _REASON = operator.itemgetter(17)
+_EMITTED, _COMPUTED = operator.itemgetter(9), operator.itemgetter(10)
 _LIFECYCLE_TEXT = {member: f'"{member.value}"' for member in Lifecycle}
 _REASON_TEXT: dict[FinishReason | None, str] = {
     None: "null", **{member: f'"{member.value}"' for member in FinishReason}}
