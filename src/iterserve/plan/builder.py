@@ -10,6 +10,7 @@ hand and never counts budgets itself.
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterator
 
 from iterserve.admission.screen import ReservationScreen
 from iterserve.plan.contract import Policy
@@ -268,6 +269,12 @@ class PlanBuilder:
 
 def views_of(state: SchedulerState, request_ids: tuple[str, ...]) -> list[RequestView]:
     return list(map(state.views.__getitem__, request_ids))  # C-level: runs over every queue
+
+
+def iter_views(state: SchedulerState, request_ids: tuple[str, ...]) -> Iterator[RequestView]:
+    """:func:`views_of`, lazily: a pass that stops early (the waiting pass
+    at its first misfit) reads only the views it reaches, not a long queue."""
+    return map(state.views.__getitem__, request_ids)
 
 
 _PROMPT = operator.attrgetter("num_prompt_tokens")

@@ -16,7 +16,10 @@ stops the pass.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
+from iterserve.plan.builder import iter_views
 from iterserve.plan.feasibility import RunningSet
 from iterserve.plan.passes import resume_then_admit, running_pass
 from iterserve.plan.victims import VictimChooser, fcfs_victim, priority_victim
@@ -77,8 +80,8 @@ class VllmFrontier(PolicyBase[VllmConfig]):
     contract = _CONTRACT
     choose_victim: VictimChooser = staticmethod(fcfs_victim)
 
-    def waiting_order(self, waiting: list[RequestView]) -> list[RequestView]:
-        return waiting
+    def waiting_order(self, waiting: Iterable[RequestView]) -> Iterable[RequestView]:
+        return waiting  # lazy: the waiting pass stops at its first misfit
 
     def ledgers(self) -> dict[str, int | None]:
         return {"max_num_seqs": self.config.max_num_seqs,
@@ -93,7 +96,7 @@ class VllmFrontier(PolicyBase[VllmConfig]):
 
         done = running_pass(builder, views_of(state, state.running), rows_of, self.choose_victim)
         if not done.gone:  # no waiting pass after a running-path preemption
-            waiting = self.waiting_order(views_of(state, state.waiting))
+            waiting = self.waiting_order(iter_views(state, state.waiting))
             resume_then_admit(builder, state, waiting, rows_of, threshold,
                               full_isl=self.config.reserve_full_isl == 1)
 
@@ -107,5 +110,5 @@ class VllmPriority(VllmFrontier):
                                       "request_id", "request_generation")
     choose_victim: VictimChooser = staticmethod(priority_victim)
 
-    def waiting_order(self, waiting: list[RequestView]) -> list[RequestView]:
+    def waiting_order(self, waiting: Iterable[RequestView]) -> Iterable[RequestView]:
         return sorted(waiting, key=lambda v: (v.priority, v.arrival, v.arrival_order))
