@@ -16,6 +16,7 @@ import hashlib
 import operator
 from bisect import bisect
 from collections.abc import Mapping
+from typing import cast
 from itertools import compress, repeat
 from operator import is_not
 
@@ -62,9 +63,11 @@ class StateDigester:
     def canonical_text(self, state: SchedulerState) -> str:
         """``dumps(state_to_json(state))``."""
         views = state.views
-        current = list(map(views.get, self._order))
-        if len(views) != len(current) or None in current:
-            current = self._reorder(views, current)
+        found = list(map(views.get, self._order))  # None: retired
+        if len(views) != len(found) or None in found:
+            current = self._reorder(views, found)
+        else:
+            current = cast(list[RequestView], found)
         stale = list(map(is_not, current, self._views))
         if any(stale):
             self._encode(current, stale)
@@ -80,14 +83,16 @@ class StateDigester:
         """Encode the ``stale`` views of ``current`` (in id order); remember them."""
         changed = list(compress(current, stale))
         texts = self._texts
-        for index, text in zip(compress(range(len(current)), stale), encode_views(changed)):
+        for index, text in zip(compress(range(len(current)), stale), encode_views(changed),
+                               strict=True):
             texts[index] = text
         self._views = current  # type: ignore[assignment]
         ids = list(compress(self._order, stale))
         self._claim_ids.difference_update(ids)
         self._claim_ids.update(compress(ids, map(all, zip(
             map(_COMPUTED, changed), map(operator.not_, map(_EMITTED, changed)),
-            map(operator.is_, map(_LIFECYCLE, changed), repeat(Lifecycle.WAITING))))))
+            map(operator.is_, map(_LIFECYCLE, changed), repeat(Lifecycle.WAITING)),
+            strict=True))))
 
     def _reorder(self, views: Mapping[str, RequestView],
                  current: list[RequestView | None]) -> list[RequestView]:
@@ -101,7 +106,7 @@ class StateDigester:
         texts = list(compress(self._texts, kept))
         new = views.keys() - order
         if len(new) > len(order) // 8:
-            pairs = dict(zip(order, zip(encoded, texts)))
+            pairs = dict(zip(order, zip(encoded, texts, strict=True), strict=True))
             order = sorted(views)
             encoded = [pairs.get(rid, _NOTHING)[0] for rid in order]
             texts = [pairs.get(rid, _NOTHING)[1] for rid in order]
@@ -143,7 +148,7 @@ def encode_views(views: list[RequestView]) -> list[str]:
         return [canonical_json(view_to_json(view))[1:-1] for view in views]
     lifecycles = map(_LIFECYCLE_TEXT.__getitem__, map(_LIFECYCLE, views))
     reasons = map(_REASON_TEXT.__getitem__, map(_REASON, views))
-    return list(map(",".join, zip(heads, lifecycles, tails, reasons)))
+    return list(map(",".join, zip(heads, lifecycles, tails, reasons, strict=True)))
 
 
 def _split_rows(data: bytes, num_rows: int) -> list[str] | None:
