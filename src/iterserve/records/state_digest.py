@@ -16,9 +16,9 @@ import hashlib
 import operator
 from bisect import bisect
 from collections.abc import Mapping
-from typing import cast
 from itertools import compress, repeat
 from operator import is_not
+from typing import cast
 
 import orjson
 
