@@ -98,6 +98,19 @@ class PlanBuilder:
         free = self.num_blocks_free
         return free is None or self.blocks_needed(view, num_rows) <= free
 
+    def add_if_fits(self, view: RequestView, num_rows: int) -> bool:
+        """:meth:`fits_memory` then :meth:`add` in one call (the running
+        pass asks it of every running request); False, changing nothing,
+        when ``num_rows`` more rows do not fit the KV ledger."""
+        free = self.num_blocks_free
+        if free is not None:
+            size = self._facts.block_size  # blocks_needed, inlined (hot path)
+            c = view.num_computed
+            if (-c // size) - (-(c + num_rows) // size) > free:
+                return False
+        self.add(view, num_rows)
+        return True
+
     def add(self, view: RequestView, max_rows: int | None = None) -> int:
         """Schedule up to ``max_rows`` of ``view``'s legal interval; rows granted.
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
 from iterserve.plan.builder import iter_views
 from iterserve.plan.feasibility import RunningSet
-from iterserve.plan.passes import resume_then_admit, running_pass
+from iterserve.plan.passes import RowsOf, resume_then_admit, running_pass
 from iterserve.plan.victims import VictimChooser, fcfs_victim, priority_victim
 from iterserve.policies.policy import PolicyBase
 from iterserve.policies.scheduler_rules import VLLM_RULES, check_cross_fields
@@ -90,15 +90,18 @@ class VllmFrontier(PolicyBase[VllmConfig]):
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         threshold = self.config.long_prefill_token_threshold
 
-        def rows_of(view: RequestView) -> int:
-            rows = builder.rows_within_tokens(view)
-            return rows if threshold is None else min(rows, threshold)
-
+        rows_of = (builder.rows_within_tokens if threshold is None  # one call less per row
+                   else _capped(builder.rows_within_tokens, threshold))
         done = running_pass(builder, views_of(state, state.running), rows_of, self.choose_victim)
         if not done.gone:  # no waiting pass after a running-path preemption
             waiting = self.waiting_order(iter_views(state, state.waiting))
             resume_then_admit(builder, state, waiting, rows_of, threshold,
                               full_isl=self.config.reserve_full_isl == 1)
+
+
+def _capped(rows_of: RowsOf, max_rows: int) -> RowsOf:
+    """``rows_of`` capped at ``max_rows`` (long_prefill_token_threshold)."""
+    return lambda view: min(rows_of(view), max_rows)
 
 
 class VllmPriority(VllmFrontier):
