@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import operator
-from bisect import bisect
+from bisect import bisect, bisect_left
 from collections.abc import Mapping
-from itertools import compress, repeat
+from itertools import compress, count, islice, repeat
 from operator import is_not
 from typing import cast
 
@@ -64,12 +64,13 @@ class StateDigester:
         """``dumps(state_to_json(state))``."""
         views = state.views
         found = list(map(views.get, self._order))  # None: retired
-        if len(views) != len(found) or None in found:
+        if len(views) != len(found) or not all(found):  # a view is a non-empty tuple
             current = self._reorder(views, found)
         else:
             current = cast(list[RequestView], found)
-        stale = list(map(is_not, current, self._views))
-        if any(stale):
+        # one pass over the live views: the positions whose view object changed
+        stale = list(compress(count(), map(is_not, current, self._views)))
+        if stale:
             self._encode(current, stale)
         text = canonical_json(state_fields_to_json(state, _MARKER))
         head, marker, tail = text.partition(_MARKER_TEXT)
@@ -79,15 +80,15 @@ class StateDigester:
             return f'{head},"views":[]{tail}'
         return f'{head},"views":[[{"],[".join(self._texts)}]]{tail}'  # type: ignore[arg-type]
 
-    def _encode(self, current: list[RequestView], stale: list[bool]) -> None:
-        """Encode the ``stale`` views of ``current`` (in id order); remember them."""
-        changed = list(compress(current, stale))
+    def _encode(self, current: list[RequestView], stale: list[int]) -> None:
+        """Encode the views of ``current`` (in id order) at the ``stale``
+        positions; remember them."""
+        changed = list(map(current.__getitem__, stale))
         texts = self._texts
-        for index, text in zip(compress(range(len(current)), stale), encode_views(changed),
-                               strict=True):
+        for index, text in zip(stale, encode_views(changed), strict=True):
             texts[index] = text
         self._views = current  # type: ignore[assignment]
-        ids = list(compress(self._order, stale))
+        ids = list(map(self._order.__getitem__, stale))
         self._claim_ids.difference_update(ids)
         self._claim_ids.update(compress(ids, map(all, zip(
             map(_COMPUTED, changed), map(operator.not_, map(_EMITTED, changed)),
@@ -104,7 +105,7 @@ class StateDigester:
         order = list(compress(self._order, kept))
         encoded = list(compress(self._views, kept))
         texts = list(compress(self._texts, kept))
-        new = views.keys() - order
+        new = _new_ids(views, order)
         if len(new) > len(order) // 8:
             pairs = dict(zip(order, zip(encoded, texts, strict=True), strict=True))
             order = sorted(views)
@@ -121,6 +122,26 @@ class StateDigester:
 
 
 _NOTHING = (None, None)
+
+
+def _new_ids(views: Mapping[str, RequestView], known: list[str]) -> set[str]:
+    """The ids of ``views`` not in ``known`` (sorted, all of them in
+    ``views``). Arrivals join a state's views last, so the last few keys are
+    tried first (a binary search each); any doubt takes the set difference."""
+    num_new = len(views) - len(known)
+    if num_new <= 0:
+        return set()
+    if not isinstance(views, dict):
+        return views.keys() - known
+    last = list(islice(reversed(views), num_new))
+    if all(not _contains(known, rid) for rid in last):
+        return set(last)  # num_new keys, none known: exactly the new ones
+    return views.keys() - known
+
+
+def _contains(ordered: list[str], rid: str) -> bool:
+    index = bisect_left(ordered, rid)
+    return index < len(ordered) and ordered[index] == rid
 
 
 # view_to_json's 18 fields in four runs: the scalars before the lifecycle, the
