@@ -20,6 +20,7 @@ from iterserve.plan.feasibility import check_run
 from iterserve.records.ledger import ClientLedger
 from iterserve.records.spec import OnlineWorkload, PolicyIdentity, RequestSpec
 from iterserve.records.state import CapacityFacts, RunRules, SchedulerState
+from iterserve.records.state_check import StateChecker
 from iterserve.records.transition import (
     advance,
     cancel,
@@ -30,7 +31,7 @@ from iterserve.records.transition import (
     with_readiness,
     without_claimed_prefix_rows,
 )
-from iterserve.records.validate import validate_plan, validate_result, validate_state
+from iterserve.records.validate import validate_plan, validate_result
 from iterserve.records.view import Lifecycle
 
 
@@ -89,6 +90,7 @@ class Engine:
         self.executor = executor
         self.observers = list(observers)
         self.validate = validate
+        self._state_check = StateChecker()
         self.gate = gate
         self.readiness = ReadinessBoard()
         # checked once: a runtime protocol check is too slow for every step
@@ -223,7 +225,7 @@ class Engine:
         state = self.state
         plan = self.policy.choose(state)
         if self.validate:
-            validate_state(state)
+            self._state_check.check(state)  # validate_state, unchanged views not re-read
             validate_plan(self.workload, state, plan)
         if plan.is_empty and not _has_pending_preservation(state):
             if self._jump_to_next_arrival():
