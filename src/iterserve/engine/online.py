@@ -250,6 +250,8 @@ class OnlineEngine:
     # -- the engine thread ----------------------------------------------------
     def _run(self) -> None:
         while True:
+            if self.engine.is_done:  # idle: encode the decision log off the step path
+                self._log.flush()
             with self._cond:
                 while not (self._inbox or self._aborts or self._is_stopping
                            or not self.engine.is_done):

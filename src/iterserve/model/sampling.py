@@ -12,11 +12,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from iterserve.records.sampling_params import SamplingParams
 
-__all__ = ["SampleRow", "SampledToken", "SamplingParams", "row_seed", "sample"]
+__all__ = ["SampleRow", "SampledToken", "SamplingParams", "greedy_token_ids", "row_seed",
+           "sample"]
 
 _MASK_64 = (1 << 64) - 1
 
@@ -56,7 +58,7 @@ def sample(logits: torch.Tensor, rows: Sequence[SampleRow]) -> list[SampledToken
     if logits.shape[0] != len(rows):
         raise ValueError(f"{logits.shape[0]} logits rows but {len(rows)} sample rows")
     logits = logits.float()
-    token_ids = logits.argmax(dim=-1)
+    token_ids = greedy_token_ids(logits)
     random_rows = [i for i, row in enumerate(rows) if not row.params.is_greedy]
     if random_rows:
         index = torch.tensor(random_rows, device=logits.device)
@@ -67,6 +69,16 @@ def sample(logits: torch.Tensor, rows: Sequence[SampleRow]) -> list[SampledToken
         SampledToken(token_id=t, logprob=lp)
         for t, lp in zip(token_ids.tolist(), logprobs.tolist(), strict=True)
     ]
+
+
+def greedy_token_ids(logits: torch.Tensor) -> torch.Tensor:
+    """``logits.argmax(dim=-1)``, the first maximum of each row (NaN counts as
+    the maximum, as in torch). On the CPU numpy's vectorised argmax is an
+    order of magnitude cheaper than torch's for a [S, V] batch and starts no
+    intra-op threads; elsewhere torch's."""
+    if logits.device.type != "cpu":
+        return logits.argmax(dim=-1)
+    return torch.from_numpy(logits.numpy().argmax(axis=-1).astype(np.int64, copy=False))
 
 
 def _sample_random(logits: torch.Tensor, rows: Sequence[SampleRow]) -> torch.Tensor:
