@@ -17,6 +17,7 @@ engine thread to phases by wrapping the functions that do each job:
     advance      the pure transition to the successor state
     observers    every EngineObserver.on_step (events, decision log, streams)
     step-other   what remains of Engine.step
+    gc           Python's cyclic garbage collector, wherever in the step it ran
     gap          engine thread time between two steps (the online loop)
 
 CPU time is `time.thread_time` of the engine thread: other processes on a
@@ -36,7 +37,9 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import random
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -45,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 PHASES = ("schedule", "validate", "execute-other", "pack", "attn-meta", "forward", "sample",
-          "publish", "advance", "observers", "step-other", "gap")
+          "publish", "advance", "observers", "step-other", "gc", "gap")
 FIRST_PLAIN_TOKEN = 4
 
 
@@ -60,16 +63,32 @@ class PhaseClock:
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        began = time.thread_time()
-        self._stack.append([name, began, 0.0])
+        self._enter(name)
         try:
             yield
         finally:
-            _, _, child_s = self._stack.pop()
-            spent = time.thread_time() - began
-            self.cpu_s[name] += spent - child_s
-            if self._stack:
-                self._stack[-1][2] += spent
+            self._leave()
+
+    def _enter(self, name: str) -> None:
+        self._stack.append([name, time.thread_time(), 0.0])
+
+    def _leave(self) -> None:
+        name, began, child_s = self._stack.pop()
+        spent = time.thread_time() - began
+        self.cpu_s[name] += spent - child_s
+        if self._stack:
+            self._stack[-1][2] += spent
+
+    def watch_gc(self, thread_id: int) -> None:
+        """Time collections on ``thread_id`` as their own phase."""
+        def callback(event: str, info: dict[str, int]) -> None:
+            if threading.get_ident() != thread_id:
+                return
+            if event == "start":
+                self._enter("gc")
+            else:
+                self._leave()
+        gc.callbacks.append(callback)
 
     def take(self) -> dict[str, float]:
         taken, self.cpu_s = dict(self.cpu_s), defaultdict(float)
@@ -99,7 +118,9 @@ def instrument(llm: Any, clock: PhaseClock) -> list[dict[str, Any]]:
     loop.advance = timed(clock, "advance", loop.advance)
     engine.policy.choose = timed(clock, "schedule", engine.policy.choose)
     executor_module.pack = timed(clock, "pack", executor_module.pack)
-    executor_module.sample = timed(clock, "sample", executor_module.sample)
+    for name in ("sample", "sample_ids"):  # whichever the executor calls
+        if hasattr(executor_module, name):
+            setattr(executor_module, name, timed(clock, "sample", getattr(executor_module, name)))
     llama.rotary_tables = timed(clock, "attn-meta", llama.rotary_tables)
     build = attention.AttentionMetadata.build.__func__  # type: ignore[attr-defined]
     attention.AttentionMetadata.build = classmethod(  # type: ignore[method-assign]
@@ -117,7 +138,7 @@ def instrument(llm: Any, clock: PhaseClock) -> list[dict[str, Any]]:
     executor._publish = timed(clock, "publish", executor._publish)
     executor.execute = timed(clock, "execute-other", executor.execute)
     for observer in engine.observers:
-        observer.on_step = timed(clock, "obs:" + type(observer).__name__, observer.on_step)
+        observer.on_step = timed(clock, "observers", observer.on_step)
     return _wrap_step(engine, clock)
 
 
@@ -127,6 +148,8 @@ def _wrap_step(engine: Any, clock: PhaseClock) -> list[dict[str, Any]]:
     last_end: list[float] = []  # thread_time of the engine thread, set on it
 
     def step_timed() -> bool:
+        if not last_end:
+            clock.watch_gc(threading.get_ident())
         if last_end:
             clock.cpu_s["gap"] += time.thread_time() - last_end[0]
         began_wall = time.perf_counter()

@@ -15,9 +15,28 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
+from typing import Protocol
 
 import numpy as np
 import torch
+
+
+class SegmentRows(Protocol):
+    """What pack reads of a segment: SegmentSpec, or a caller's own record of
+    the same fields (the executor's, already tuples of ints, skips
+    SegmentSpec's per-element conversion). token_ids must not be empty."""
+
+    @property
+    def token_ids(self) -> Sequence[int]: ...
+
+    @property
+    def start(self) -> int: ...
+
+    @property
+    def block_ids(self) -> Sequence[int]: ...
+
+    @property
+    def sample(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,14 +111,14 @@ class PackedBatch:
 
 
 def pack(
-    segments: Sequence[SegmentSpec], block_size: int, device: torch.device | str = "cpu"
+    segments: Sequence[SegmentRows], block_size: int, device: torch.device | str = "cpu"
 ) -> PackedBatch:
     """Build a PackedBatch from segment specs; pure apart from tensor creation.
 
     Every field is one numpy operation over the whole batch (no per-row
     Python), then one host-to-device copy per tensor (none on the CPU).
-    Raises ValueError when there are no segments or a block table does not
-    cover its segment's rows.
+    Raises ValueError when there are no segments, a segment has no rows or
+    a block table does not cover its segment's rows.
     """
     if not segments:
         raise ValueError("pack needs at least one segment")
@@ -108,6 +127,8 @@ def pack(
     num_segments = len(segments)
     query_lens = np.fromiter(map(len, (s.token_ids for s in segments)), np.int64, num_segments)
     starts = np.fromiter((s.start for s in segments), np.int64, num_segments)
+    if not query_lens.all():
+        raise ValueError(f"segment {int(np.argmin(query_lens))} has no token rows")
     num_blocks = np.fromiter(map(len, (s.block_ids for s in segments)), np.int64, num_segments)
     flat_blocks = np.fromiter(chain.from_iterable(s.block_ids for s in segments), np.int64,
                               int(num_blocks.sum()))
@@ -144,7 +165,7 @@ def pack(
     )
 
 
-def _check_block_tables(segments: Sequence[SegmentSpec], ends: np.ndarray,
+def _check_block_tables(segments: Sequence[SegmentRows], ends: np.ndarray,
                         num_blocks: np.ndarray, flat_blocks: np.ndarray, block_size: int) -> None:
     """Each table covers rows [0, end) with ids >= 0; the first bad segment raises."""
     num_blocks_needed = -(-ends // block_size)
@@ -154,11 +175,12 @@ def _check_block_tables(segments: Sequence[SegmentSpec], ends: np.ndarray,
         _check_block_table(index, segment, block_size)
 
 
-def _check_block_table(index: int, segment: SegmentSpec, block_size: int) -> None:
-    num_blocks_needed = -(-segment.end // block_size)
+def _check_block_table(index: int, segment: SegmentRows, block_size: int) -> None:
+    end = segment.start + len(segment.token_ids)
+    num_blocks_needed = -(-end // block_size)
     if len(segment.block_ids) < num_blocks_needed:
         raise ValueError(
-            f"segment {index}: rows [0, {segment.end}) need {num_blocks_needed} blocks "
+            f"segment {index}: rows [0, {end}) need {num_blocks_needed} blocks "
             f"of {block_size}, block table has {len(segment.block_ids)}"
         )
     if any(block < 0 for block in segment.block_ids):
