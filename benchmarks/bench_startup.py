@@ -24,9 +24,7 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-CACHE_DIR = Path.home() / ".cache" / "iterserve"
 PROMPT_TOKENS = 64
 FIRST_PLAIN_TOKEN = 4  # ids below are make_model's special tokens
 
@@ -59,9 +57,9 @@ def main() -> None:
         return
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
-    from iterserve.model.make_model import cached_model
+    from iterserve.model.make_model import cache_root, cached_model
 
-    model_dir = cached_model(CACHE_DIR / f"{args.preset}-seed0", args.preset)
+    model_dir = cached_model(cache_root() / f"{args.preset}-seed0", args.preset)
     runs = []
     for _ in range(args.repeats):
         out = subprocess.run([sys.executable, __file__, "--child", str(model_dir),

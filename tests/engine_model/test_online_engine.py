@@ -14,6 +14,7 @@ from iterserve.engine.streams import BlockingOutputStream
 from iterserve.metrics.events import ArrivalEvent, CancelEvent, FirstTokenEvent
 from iterserve.records.sampling_params import SamplingParams
 from iterserve.sim.replay import replay
+from torch_fixtures import fail_on_call
 
 GREEDY = dict(temperature=0.0, ignore_eos=True)
 
@@ -117,17 +118,7 @@ def test_refused_requests_never_reach_the_engine(online):
 
 def test_an_engine_failure_ends_the_live_streams_and_the_engine_keeps_serving(online):
     engine = online.engine
-    executor = engine.executor
-    real_execute = executor.execute
-    calls = {"n": 0}
-
-    def failing_once(plan, state):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise RuntimeError("device lost")
-        return real_execute(plan, state)
-
-    executor.execute = failing_once  # type: ignore[method-assign]
+    fail_on_call(engine.executor, 2, RuntimeError("device lost"))
     _, doomed = _submit(online, "this one fails", 8)
     events = list(doomed)
     assert events[-1].finish_reason == "aborted"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from iterserve.model.make_model import make_model
+from iterserve.model.make_model import cache_root, make_model
 from iterserve.model.presets import PRESETS, get_preset
 from iterserve.model.tokenizer import FakeTokenizer, load_tokenizer
 
@@ -106,3 +106,11 @@ def test_fake_tokenizer_round_trips(text: str) -> None:
     assert ids[0] == fake.BOS_ID
     assert fake.decode(ids) == text
     assert fake.decode([*ids, fake.EOS_ID], skip_special_tokens=False).endswith("<eos>")
+
+
+def test_cache_root_follows_xdg_cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache_root() == tmp_path / "iterserve"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_root() == tmp_path / "home" / ".cache" / "iterserve"

@@ -4,7 +4,6 @@ thread, stopped by the test (issue 10)."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,25 +13,7 @@ from pathlib import Path
 import pytest
 from server_helpers import free_port
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    import torch
-
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
-@pytest.fixture(scope="session")
-def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from iterserve.model.make_model import make_model
-
-    return make_model(tmp_path_factory.mktemp("server-tiny"), preset="tiny", seed=0)
+from torch_fixtures import *  # noqa: F403  (the session fixtures: _one_torch_thread, tiny_dir)
 
 
 @dataclass

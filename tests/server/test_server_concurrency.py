@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from iterserve.server.metrics import parse_metrics
+from torch_fixtures import fail_on_call
 
 NUM_REQUESTS = 64
 
@@ -119,17 +120,7 @@ def test_a_non_streaming_client_that_leaves_aborts_its_request(serve):
 
 def test_an_engine_failure_is_a_503_for_that_request_and_the_server_goes_on(serve):
     served = serve()
-    executor = served.engine.executor
-    real_execute = executor.execute
-    calls = {"n": 0}
-
-    def failing_once(plan, state):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise RuntimeError("device lost")
-        return real_execute(plan, state)
-
-    executor.execute = failing_once
+    fail_on_call(served.engine.executor, 2, RuntimeError("device lost"))
     body = {"model": "tiny", "prompt": "x", "max_tokens": 4, "ignore_eos": True}
     failed = httpx.post(served.base_url + "/v1/completions", json=body, timeout=60)
     assert failed.status_code == 503

@@ -51,15 +51,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--drain-timeout", type=float, default=30.0, help="seconds")
     parser.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
     parser.add_argument("--model-cache-dir", type=Path, default=None,
-                        help="where the built-in tiny model is kept (~/.cache/iterserve)")
+                        help="where the built-in tiny model is kept ($XDG_CACHE_HOME/iterserve, "
+                             "~/.cache/iterserve when unset)")
     parser.set_defaults(run=run)
 
 
 def builtin_model(cache_dir: Path | None) -> Path:
     """The built-in tiny checkpoint, made once into the cache directory."""
-    from iterserve.model.make_model import cached_model
+    from iterserve.model.make_model import cache_root, cached_model
 
-    return cached_model((cache_dir or Path.home() / ".cache" / "iterserve") / "tiny")
+    return cached_model((cache_dir or cache_root()) / "tiny")
 
 
 def _check_flags(args: argparse.Namespace) -> None:
