@@ -46,3 +46,15 @@ def test_deferred_lines_equal_eager_lines() -> None:
     assert text == expected
     assert '"rejected"' in text and '"type":"cancel"' in text
     assert deferred.text(engine.workload, engine.state, is_done=engine.is_done) == text
+
+
+def test_flush_encodes_a_slice_at_a_time_in_order() -> None:
+    deferred, engine = _run(BufferedDecisionLog)
+    eager, _ = _run(_EagerLog)
+    num_lines = [0]  # a fact is a line, or a rejection that rides on the next line
+    while deferred.flush(3):
+        num_lines.append(len(deferred._lines))
+        assert 0 <= num_lines[-1] - num_lines[-2] <= 3
+    assert len(num_lines) > 5
+    assert deferred._lines == eager._lines
+    assert not deferred.flush()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import threading
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -38,8 +39,8 @@ class BufferedDecisionLog(DecisionLogWriter):
                  gate: GateRecord | None, policy_settings: Mapping[str, Any],
                  executor: str) -> None:
         self._lines: list[dict[str, Any]] = []
-        self._pending: list[_Deferred] = []  # observed, not yet encoded (engine thread appends)
-        self._queue_lock = threading.Lock()  # guards _pending, held only to append or swap
+        self._pending: deque[_Deferred] = deque()  # observed, not yet encoded
+        self._queue_lock = threading.Lock()  # guards _pending, held only to append or pop
         self._encode_lock = threading.Lock()  # one encoder at a time: the lines and the chain
         self._capacity = capacity
         self._header: dict[str, Any] = {"gate": gate, "policy_settings": policy_settings,
@@ -68,20 +69,23 @@ class BufferedDecisionLog(DecisionLogWriter):
         with self._queue_lock:
             self._pending.append((method, args))
 
-    def flush(self) -> None:
-        """Encode every queued fact into its line, in order (any thread; the
-        engine thread keeps queueing meanwhile)."""
+    def flush(self, max_facts: int | None = None) -> bool:
+        """Encode queued facts into their lines, in order, at most
+        ``max_facts`` of them (any thread; the engine thread keeps queueing
+        meanwhile). True when some remain queued."""
         with self._encode_lock:
-            self._encode_pending()
+            return self._encode_pending(max_facts)
 
-    def _encode_pending(self) -> None:
-        while True:
+    def _encode_pending(self, max_facts: int | None = None) -> bool:
+        num_encoded = 0
+        while max_facts is None or num_encoded < max_facts:
             with self._queue_lock:
-                pending, self._pending = self._pending, []
-            if not pending:
-                return
-            for method, args in pending:
-                method(self, *args)
+                if not self._pending:
+                    return False
+                method, args = self._pending.popleft()
+            method(self, *args)
+            num_encoded += 1
+        return bool(self._pending)
 
     def text(self, workload: OnlineWorkload, state: SchedulerState, *, is_done: bool) -> str:
         """The log so far: the header with ``workload``, the kept lines
