@@ -9,9 +9,11 @@ into the pool before attention, so a segment's keys are always the pool rows
 current rows, which is the chunked-prefill union of 0x09.
 
 Launch structure (one valid realisation; 0x04 leaves it free):
-- with the native kernel (`in_place_decode`, see model.kernels) all
-  single-row segments are attended in one call that walks each block table
-  over the pool in place: nothing is gathered, padded or masked;
+- with the native kernel (`in_place`, see model.kernels) all single-row
+  segments are attended in one call per layer that walks each block table
+  over the pool in place: nothing is gathered, padded or masked. The kernel
+  attends multi-row chunks at any start too (`chunks_in_place`), but SDPA's
+  bf16 GEMMs do those faster on AMX CPUs, so the model leaves them below;
 - otherwise the single-row segments (decode rows, one-token chunks) are attended in a
   few padded SDPA calls per layer: sorted by the blocks they need and split
   into at most MAX_DECODE_GROUPS groups whose longest row needs at most
@@ -34,6 +36,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch._ops import _OpNamespace as OpNamespace
 
 from iterserve.model.packing import PackedBatch
 
@@ -61,13 +64,14 @@ class DecodeRows:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class InPlaceDecodeRows:
-    """All single-row segments, for the in-place kernel (csrc/paged_decode.cpp)."""
+class InPlaceRows:
+    """Segments for the in-place kernel (csrc/paged_decode.cpp), in its own row order."""
 
-    rows: torch.Tensor  # [B] packed row of each single-row segment
-    block_tables: torch.Tensor  # [B, max_num_blocks] int64, contiguous
-    positions: torch.Tensor  # [B] position of each row (= its committed rows)
-    covers_all_rows: bool  # rows == arange(Q_tot): output needs no scatter
+    ops: OpNamespace  # the loaded kernels (model.kernels.load_paged_decode)
+    block_tables: torch.Tensor  # [S, max_num_blocks] int64, contiguous
+    request_offsets: torch.Tensor  # [S + 1]: segment i owns kernel rows [o_i, o_{i+1})
+    context_lens: torch.Tensor  # [S]: position of each segment's first row
+    rows: torch.Tensor | None  # packed row of each kernel row; None: the whole batch, in order
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -88,28 +92,36 @@ class AttentionMetadata:
     decode_groups: tuple[DecodeRows, ...]
     chunks: tuple[ChunkRows, ...]
     block_size: int
-    in_place_decode: InPlaceDecodeRows | None = None  # set: decode_groups is empty
+    in_place: InPlaceRows | None = None  # set: decode_groups is empty
 
     @classmethod
     def build(cls, batch: PackedBatch, windows: Iterable[Window],
               max_decode_groups: int = MAX_DECODE_GROUPS,
               mask_dtype: torch.dtype | None = None,
-              in_place_decode: bool = False) -> AttentionMetadata:
+              in_place: OpNamespace | None = None,
+              chunks_in_place: bool = False) -> AttentionMetadata:
         """`mask_dtype`: masks are additive (0 / -inf) in this dtype, the
         query's, built once here; None keeps boolean masks, which SDPA
         converts on every call (three more aten ops per call and layer).
-        `in_place_decode`: the single-row segments go to the native kernel,
-        which must be loaded (model.kernels.load_paged_decode)."""
+        `in_place`: the loaded kernels (model.kernels.load_paged_decode),
+        which then attend the single-row segments, and the multi-row ones too
+        with `chunks_in_place`. Multi-row segments default to SDPA: on the
+        project's Xeon (AMX) its bf16 GEMM tiles run a 56-256-row chunk 2-3x
+        faster than the kernel's float32 dot products, gather included."""
+        if in_place is not None and chunks_in_place:
+            rows = InPlaceRows(ops=in_place, block_tables=batch.block_tables.contiguous(),
+                               request_offsets=batch.request_offsets,
+                               context_lens=batch.context_lens, rows=None)
+            return cls(decode_groups=(), chunks=(), block_size=batch.block_size, in_place=rows)
         distinct_windows = frozenset(windows)
         single = [i for i, q in enumerate(batch.query_lens) if q == 1]
         chunks = tuple(
             _chunk_rows(batch, i, distinct_windows, mask_dtype)
             for i, q in enumerate(batch.query_lens) if q > 1
         )
-        if in_place_decode:
-            in_place = _in_place_rows(batch, single) if single else None
+        if in_place is not None:
             return cls(decode_groups=(), chunks=chunks, block_size=batch.block_size,
-                       in_place_decode=in_place)
+                       in_place=_in_place_rows(in_place, batch, single) if single else None)
         groups = decode_groups(batch, single, max_decode_groups)
         decode = tuple(_decode_rows(batch, group, distinct_windows, mask_dtype)
                        for group in groups)
@@ -136,13 +148,13 @@ def paged_attention(
     """
     num_rows, num_heads, head_dim = query.shape
     groups = metadata.decode_groups
-    in_place = metadata.in_place_decode
+    in_place = metadata.in_place
+    if in_place is not None and in_place.rows is None:
+        return _attend_in_place(query, key_pool, value_pool, in_place, window).view(num_rows, -1)
     if len(groups) == 1 and groups[0].covers_all_rows:
         return _attend_decode(query, key_pool, value_pool, groups[0], window).view(num_rows, -1)
-    if in_place is not None and in_place.covers_all_rows:
-        return _attend_in_place(query, key_pool, value_pool, in_place, window).view(num_rows, -1)
     out = query.new_empty(num_rows, num_heads, head_dim)
-    if in_place is not None:
+    if in_place is not None and in_place.rows is not None:
         out.index_copy_(0, in_place.rows, _attend_in_place(
             query.index_select(0, in_place.rows), key_pool, value_pool, in_place, window))
     for decode in groups:
@@ -191,16 +203,16 @@ def _attend_in_place(
     query: torch.Tensor,
     key_pool: torch.Tensor,
     value_pool: torch.Tensor,
-    decode: InPlaceDecodeRows,
+    rows: InPlaceRows,
     window: Window,
 ) -> torch.Tensor:
-    """[B, H, D] through the native kernel; same visibility and GQA head
-    mapping as _attend_decode, softmax in float32."""
+    """[Q, H, D] through the native kernel, every segment in one call; same
+    visibility and GQA head mapping as the torch path, softmax in float32."""
     if query.stride(2) != 1:
         query = query.contiguous()
-    return torch.ops.iterserve_kernels.paged_decode(
-        query, key_pool, value_pool, decode.block_tables, decode.positions,
-        window or 0, query.shape[-1] ** -0.5)
+    return rows.ops.paged_attention(
+        query, key_pool, value_pool, rows.block_tables, rows.request_offsets,
+        rows.context_lens, window or 0, query.shape[-1] ** -0.5)
 
 
 def _attend_chunk(
@@ -287,18 +299,20 @@ def _decode_rows(batch: PackedBatch, segments: list[int], windows: frozenset[Win
     )
 
 
-def _in_place_rows(batch: PackedBatch, segments: list[int]) -> InPlaceDecodeRows:
-    covers_all = segments == list(range(batch.num_segments))
-    if covers_all:
-        return InPlaceDecodeRows(rows=batch.request_offsets[:-1],
-                                 block_tables=batch.block_tables.contiguous(),
-                                 positions=batch.context_lens, covers_all_rows=True)
-    index = torch.tensor(segments, dtype=torch.int64, device=batch.token_ids.device)
-    return InPlaceDecodeRows(
-        rows=batch.request_offsets.index_select(0, index),
+def _in_place_rows(ops: OpNamespace, batch: PackedBatch, single: list[int]) -> InPlaceRows:
+    """The single-row segments `single` for the kernel: all of the batch (no
+    scatter), or a selection whose kernel rows are 0..len(single)-1."""
+    if len(single) == batch.num_segments:
+        return InPlaceRows(ops=ops, block_tables=batch.block_tables.contiguous(),
+                           request_offsets=batch.request_offsets,
+                           context_lens=batch.context_lens, rows=None)
+    index = torch.tensor(single, dtype=torch.int64, device=batch.token_ids.device)
+    return InPlaceRows(
+        ops=ops,
         block_tables=batch.block_tables.index_select(0, index),
-        positions=batch.context_lens.index_select(0, index),
-        covers_all_rows=False,
+        request_offsets=torch.arange(len(single) + 1, device=index.device),
+        context_lens=batch.context_lens.index_select(0, index),
+        rows=batch.request_offsets.index_select(0, index),
     )
 
 

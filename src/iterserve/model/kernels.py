@@ -1,7 +1,10 @@
 """Native kernels, built on demand and cached on disk (spec 0x04 launch structure).
 
-`paged_decode` (csrc/paged_decode.cpp) attends single-row segments reading
-K/V rows in place from the paged pool: no gather, no padding, no mask.
+`paged_attention` (csrc/paged_decode.cpp) attends the segments of a packed
+batch, decode rows and multi-row chunks at any start, reading K/V rows in
+place from the paged pool: no gather, no padding, no mask. `fused_add_rms_norm`,
+`silu_and_mul` and `rotary_in_place` (csrc/fused_ops.cpp) do the layer's
+element-wise steps in one pass per row.
 
 Build and load, never at import: `load_paged_decode()` compiles the source
 with torch.utils.cpp_extension (g++ and ninja) into
@@ -24,15 +27,19 @@ import platform
 from pathlib import Path
 
 import torch
+from torch._ops import _OpNamespace as OpNamespace
 
 logger = logging.getLogger(__name__)
 
 #: "auto": the kernel when it is built or buildable (a CPU model in a kernel
 #: dtype), else torch with one warning; "torch": gather + SDPA; "cpp": the
-#: kernel or an error.
+#: kernel or an error. The kernel attends every segment, not only decode rows
+#: (the names `in_place_decode` / `load_paged_decode` predate chunk support).
 ATTENTION_BACKENDS = ("auto", "torch", "cpp")
 KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-SOURCE = Path(__file__).with_name("csrc") / "paged_decode.cpp"
+#: The extension's sources: in-place paged attention, fused element-wise ops.
+SOURCES = tuple(Path(__file__).with_name("csrc") / name
+                for name in ("paged_decode.cpp", "fused_ops.cpp"))
 LIBRARY_NAME = "iterserve_paged_decode"
 CFLAGS = ("-O3", "-march=native", "-fopenmp")
 
@@ -51,7 +58,8 @@ def build_key() -> str:
     """torch version + source hash + CPU flags: anything that changes the binary."""
     digest = hashlib.sha256()
     digest.update(torch.__version__.encode())
-    digest.update(SOURCE.read_bytes())
+    for source in SOURCES:
+        digest.update(source.read_bytes())
     digest.update(" ".join(CFLAGS).encode())
     digest.update(_cpu_flags().encode())
     return f"{LIBRARY_NAME}-{digest.hexdigest()[:16]}"
@@ -66,57 +74,70 @@ def _cpu_flags() -> str:
     return platform.machine() + platform.processor()
 
 
-def load_paged_decode(build_dir: Path | None = None) -> None:
-    """Load the kernel into `torch.ops.iterserve_kernels`, building it first if
+def load_paged_decode(build_dir: Path | None = None) -> OpNamespace:
+    """Load the kernels and return their op namespace, building them first if
     `build_dir` (default: cache_root() / build_key()) holds no library.
     Raises KernelBuildError naming the cause; a failure is remembered, so a
     broken toolchain costs one build attempt per process."""
-    failure = _load(build_dir or cache_root() / build_key())
-    if failure is not None:
-        raise KernelBuildError(failure)
+    loaded = _load(build_dir or cache_root() / build_key())
+    if isinstance(loaded, str):
+        raise KernelBuildError(loaded)
+    return loaded
+
+
+def op_namespace(build_dir: Path) -> str:
+    """The torch.ops namespace of the build in `build_dir` (named by its key):
+    one per build, so two builds (two source trees, as in
+    benchmarks/bench_step_ab.py) can be loaded in one process side by side."""
+    digest = hashlib.sha256(build_dir.name.encode()).hexdigest()[:16]
+    return f"iterserve_kernels_{digest}"
 
 
 @functools.cache
-def _load(build_dir: Path) -> str | None:
-    """None once loaded, else why not."""
+def _load(build_dir: Path) -> OpNamespace | str:
+    """The loaded ops, else why not."""
     library = build_dir / f"{LIBRARY_NAME}.so"
+    namespace = op_namespace(build_dir)
     try:
         if library.is_file():
             torch.ops.load_library(str(library))
-            return None
-        from torch.utils import cpp_extension  # heavy import, only when building
+        else:
+            from torch.utils import cpp_extension  # heavy import, only when building
 
-        build_dir.mkdir(parents=True, exist_ok=True)
-        cpp_extension.load(name=LIBRARY_NAME, sources=[str(SOURCE)], build_directory=str(build_dir),
-                           extra_cflags=list(CFLAGS), extra_ldflags=["-fopenmp"],
-                           is_python_module=False, verbose=False)
+            build_dir.mkdir(parents=True, exist_ok=True)
+            cpp_extension.load(name=LIBRARY_NAME, sources=[str(s) for s in SOURCES],
+                               build_directory=str(build_dir),
+                               extra_cflags=[*CFLAGS, f"-DITERSERVE_OPS={namespace}"],
+                               extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
+        ops: OpNamespace = getattr(torch.ops, namespace)
+        ops.paged_attention, ops.rotary_in_place  # noqa: B018 - absent from a library built otherwise
     except Exception as error:  # compiler missing, build error, bad cached library
         message = " ".join(str(error).split())[-300:]
         failure = f"paged_decode kernel unavailable in {build_dir} ({type(error).__name__}: {message})"
-        logger.warning("%s; single-row attention uses the torch path", failure)
+        logger.warning("%s; attention uses the torch path", failure)
         return failure
-    return None
+    return ops
 
 
-def resolve_in_place_decode(backend: str, dtype: torch.dtype, device: torch.device) -> bool:
-    """Whether a model of `dtype` on `device` attends its single-row segments with
-    the kernel, per `backend` (one of ATTENTION_BACKENDS). Loads (and if need
-    be builds) the kernel; "cpp" raises ValueError or KernelBuildError where
-    "auto" falls back (the build failure is logged once)."""
+def resolve_in_place_decode(backend: str, dtype: torch.dtype,
+                            device: torch.device) -> OpNamespace | None:
+    """The kernels' ops if a model of `dtype` on `device` attends its segments
+    with them, per `backend` (one of ATTENTION_BACKENDS), else None. Loads (and
+    if need be builds) the kernels; "cpp" raises ValueError or KernelBuildError
+    where "auto" falls back (the build failure is logged once)."""
     if backend not in ATTENTION_BACKENDS:
         raise ValueError(f"attention_backend {backend!r} unknown; use one of {ATTENTION_BACKENDS}")
     if backend == "torch":
-        return False
+        return None
     is_supported = device.type == "cpu" and dtype in KERNEL_DTYPES
     if backend == "cpp" and not is_supported:
         raise ValueError(f"attention_backend 'cpp' runs on CPU in {KERNEL_DTYPES}, "
                          f"not {device.type} {dtype}")
     if not is_supported:
-        return False
+        return None
     try:
-        load_paged_decode()
+        return load_paged_decode()
     except KernelBuildError:
         if backend == "cpp":
             raise
-        return False
-    return True
+        return None

@@ -44,15 +44,21 @@ class PackedCausalLM:
                  attention_backend: str = "auto") -> None:
         """`prepack`: reorder the projection weights for oneDNN where that is
         the faster path (see model.projection); the forward is the same.
-        `attention_backend`: how single-row segments are attended, one of
-        kernels.ATTENTION_BACKENDS (the in-place C++ kernel or gather + SDPA)."""
+        `attention_backend`: one of kernels.ATTENTION_BACKENDS: the native
+        kernels (in-place paged attention, fused add + RMSNorm, SiLU-and-mul)
+        or plain torch (gather + SDPA, torch element-wise ops)."""
         self.config = config
         embed = weights.embed_tokens
         self.weights = pack_weights(weights) if prepack and packing_pays(
             embed.dtype, embed.device) else weights
         self.max_decode_groups = max_decode_groups  # see attention.decode_groups
         self._inv_freq = model_inverse_frequencies(config, self.device)
-        self.in_place_decode = resolve_in_place_decode(attention_backend, self.dtype, self.device)
+        self.native_ops = resolve_in_place_decode(attention_backend, self.dtype, self.device)
+
+    @property
+    def in_place_decode(self) -> bool:
+        """Whether the native kernel attends this model's segments in place."""
+        return self.native_ops is not None
 
     @property
     def dtype(self) -> torch.dtype:
@@ -73,13 +79,20 @@ class PackedCausalLM:
         with torch.inference_mode():
             metadata = AttentionMetadata.build(batch, self.config.sliding_windows,
                                                self.max_decode_groups, self.dtype,
-                                               self.in_place_decode)
+                                               self.native_ops)
             tables = rotary_tables(batch.positions, self._inv_freq, self.dtype,
                                    self.config.rope_attention_scaling)
-            hidden = F.embedding(batch.token_ids, self.weights.embed_tokens)
+            residual = F.embedding(batch.token_ids, self.weights.embed_tokens)
+            update: torch.Tensor | None = None  # the last sublayer's output, not yet added
             for index, layer in enumerate(self.weights.layers):
-                hidden = self._layer(index, layer, hidden, batch, cache, metadata, tables)
-            sampled = hidden.index_select(0, batch.sample_rows)
+                normed, residual = self._add_norm(update, residual, layer.input_norm)
+                attended = self._attention(index, layer, normed, batch, cache, metadata, tables)
+                normed, residual = self._add_norm(linear(attended, layer.o_proj, layer.o_bias),
+                                                  residual, layer.post_attention_norm)
+                update = self._mlp(layer, normed)
+            sampled = residual.index_select(0, batch.sample_rows)
+            if update is not None:
+                sampled = sampled + update.index_select(0, batch.sample_rows)
             sampled = _rms_norm(sampled, self.weights.final_norm, self.config.rms_norm_eps)
             return linear(sampled, self.weights.lm_head).float()
 
@@ -100,38 +113,52 @@ class PackedCausalLM:
         if batch.token_ids.device != self.device:
             raise ValueError(f"batch on {batch.token_ids.device}, model on {self.device}")
 
-    def _layer(
+    def _add_norm(self, update: torch.Tensor | None, residual: torch.Tensor,
+                  weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(RMSNorm(residual + update), residual + update); `update` None adds
+        nothing. With the native ops it is one pass, in place on both tensors
+        (fresh ones of this forward: the embedding and projection outputs)."""
+        eps = self.config.rms_norm_eps
+        if update is None:
+            return _rms_norm(residual, weight, eps), residual
+        if self.native_ops is None:
+            residual = residual + update
+            return _rms_norm(residual, weight, eps), residual
+        self.native_ops.fused_add_rms_norm(update, residual, weight, eps)
+        return update, residual
+
+    def _mlp(self, layer: LayerWeights, normed: torch.Tensor) -> torch.Tensor:
+        """SwiGLU: down(silu(gate) * up), the gate/up product fused natively when it can be."""
+        gate_up = linear(normed, layer.gate_up_proj)
+        if self.native_ops is None:
+            gate, up = gate_up.chunk(2, dim=-1)
+            return linear(F.silu(gate) * up, layer.down_proj)
+        return linear(self.native_ops.silu_and_mul(gate_up), layer.down_proj)
+
+    def _attention(
         self,
         index: int,
         layer: LayerWeights,
-        hidden: torch.Tensor,
+        normed: torch.Tensor,
         batch: PackedBatch,
         cache: PagedKVCache,
         metadata: AttentionMetadata,
         tables: RotaryTables,
     ) -> torch.Tensor:
+        """QKV projection, RoPE, K/V written to the pool, attention: [Q, H * D]."""
         config = self.config
-        num_rows = hidden.shape[0]
-        normed = _rms_norm(hidden, layer.input_norm, config.rms_norm_eps)
         qkv = linear(normed, layer.qkv_proj, layer.qkv_bias)
-        qkv = qkv.view(num_rows, config.num_heads + 2 * config.num_kv_heads, config.head_dim)
-        rotated = apply_rotary(_qk_normed(qkv, layer, config), tables)
+        qkv = qkv.view(normed.shape[0], config.num_heads + 2 * config.num_kv_heads, config.head_dim)
+        rotated = _qk_normed(qkv, layer, config)
+        if self.native_ops is None:
+            rotated = apply_rotary(rotated, tables)
+        else:  # in place on qkv (or on the q/k norm's fresh output)
+            self.native_ops.rotary_in_place(rotated, tables.cos, tables.signed_sin)
         query, keys = rotated[:, : config.num_heads], rotated[:, config.num_heads :]
         values = qkv[:, config.num_heads + config.num_kv_heads :]
         cache.write(index, batch.slot_mapping, keys, values)
-        attended = paged_attention(
-            query,
-            keys,
-            values,
-            cache.key_pools[index],
-            cache.value_pools[index],
-            metadata,
-            config.sliding_windows[index],
-        )
-        hidden = hidden + linear(attended, layer.o_proj, layer.o_bias)
-        normed = _rms_norm(hidden, layer.post_attention_norm, config.rms_norm_eps)
-        gate, up = linear(normed, layer.gate_up_proj).chunk(2, dim=-1)
-        return hidden + linear(F.silu(gate) * up, layer.down_proj)
+        return paged_attention(query, keys, values, cache.key_pools[index],
+                               cache.value_pools[index], metadata, config.sliding_windows[index])
 
 
 def _qk_normed(qkv: torch.Tensor, layer: LayerWeights, config: ModelConfig) -> torch.Tensor:

@@ -1,16 +1,29 @@
-// Decode attention that reads K/V rows in place from the paged pool.
+// Request-local attention that reads K/V rows in place from the paged pool,
+// for every segment of a packed batch: decode rows and multi-row chunks alike.
 //
-// One task per sequence (or per part of its kv heads when there are few
-// sequences): walk the sequence's block table over the pool, reading each
-// key row once, score it against the G = H / KV query heads of its kv head
-// (q . k, float32), keep a streaming softmax per query head (running max m
-// and sum l, rescaled once per block), accumulate the weighted V rows and
-// write acc / l. Query head h uses kv head h / G (the
-// Hugging Face repeat_kv convention). Key u is visible to the row at position
-// p iff u <= p and, with a window W > 0, u > p - W (spec 0x04).
+// Segment i owns packed rows [offsets[i], offsets[i+1]) at positions
+// context_lens[i] + k; its keys are pool rows [0, position] read through its
+// block table. Key u is visible to the row at position p iff u <= p and, with
+// a window W > 0, u > p - W (spec 0x04). Query head h uses kv head h / G,
+// G = H / KV (the Hugging Face repeat_kv convention).
 //
-// Shapes: query [B, H, D] (stride(2) == 1), pools [N, block_size, KV, D]
-// contiguous, block_tables [B, max_blocks] int64, positions [B] int64.
+// Work is cut into tasks: up to kTileRows consecutive rows of one segment and
+// its kv heads (all of them unless there are too few tiles to keep every
+// thread busy); per kv head the n_q = rows * G query vectors share every key
+// row read. A task walks its keys in spans of up to kSpan, prefetching the
+// next span's K/V rows (scattered blocks defeat the hardware prefetcher; this
+// keeps many misses in flight while the current span computes). Per span and
+// kv head: score the span against the queries (q . k, float32, a register tile
+// of queries per key load), hide keys a row may not see (-inf), take one
+// streaming-softmax step (raise the running max, rescale sum and accumulator,
+// turn scores into weights), and accumulate the weighted V rows (a register
+// tile of accumulators per value load). The output is acc / sum per query.
+// (model/attention.py sends only decode rows here by default; chunks go to
+// SDPA, whose bf16 GEMMs beat these float32 dot products on AMX CPUs.)
+//
+// Shapes: query [Q, H, D] (stride(2) == 1), pools [N, block_size, KV, D]
+// contiguous, block_tables [S, max_blocks], offsets [S + 1], context_lens [S]
+// int64 contiguous. Output [Q, H, D] contiguous.
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -26,16 +39,60 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <type_traits>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace {
+
+constexpr int64_t kSpan = 128;     // keys per softmax step and prefetch
+constexpr int64_t kTileRows = 16;  // rows of a chunk per task
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 inline float to_float(float x) { return x; }
 inline float to_float(double x) { return static_cast<float>(x); }
 inline float to_float(c10::BFloat16 x) { return static_cast<float>(x); }
 inline float to_float(c10::Half x) { return static_cast<float>(x); }
+
+struct Geometry {
+  int64_t num_heads, num_kv_heads, head_dim, block_size, max_blocks;
+  int64_t query_row_stride, query_head_stride;
+  int64_t window;  // 0: no window
+  float softmax_scale;
+  int64_t group() const { return num_heads / num_kv_heads; }
+  int64_t row_stride() const { return num_kv_heads * head_dim; }  // pool row, elements
+};
+
+// Rows [row_begin, row_begin + num_rows) of one segment, the first at first_position.
+struct Tile {
+  int64_t segment, row_begin, num_rows, first_position;
+};
+
+// Per kv head of a task, for its n_q <= kTileRows * G queries (query q = row m,
+// head j: q = m * G + j): scaled queries and accumulators [n_q, D], running
+// max / sum and this span's shift [n_q].
+struct HeadState {
+  std::vector<float> query, acc, running_max, running_sum, shift;
+  explicit HeadState(const Geometry& g)
+      : query(kTileRows * g.group() * g.head_dim), acc(query.size()),
+        running_max(kTileRows * g.group()), running_sum(running_max.size()),
+        shift(running_max.size()) {}
+};
+
+// Per thread: a state per kv head, one span's scores [kSpan, n_q] (key-major),
+// the pool-row offsets (elements) of this span's keys and of the next span's.
+struct Scratch {
+  std::vector<HeadState> heads;
+  std::vector<float> scores;
+  std::vector<int64_t> offsets, next_offsets;
+  explicit Scratch(const Geometry& g)
+      : heads(g.num_kv_heads, HeadState(g)), scores(kSpan * kTileRows * g.group()),
+        offsets(kSpan), next_offsets(kSpan) {}
+};
+
+// A span step (score or accumulate) specialised for one head size.
+template <typename T>
+using SpanFn = void (*)(const T*, const int64_t*, int64_t, int64_t, const float*, float*);
 
 #ifdef __AVX512F__
 // 16 float32 lanes from a float/bf16/half row (the build uses -march=native).
@@ -72,9 +129,11 @@ inline __m512 reduce16(const __m512* v) {
 }
 
 // e^x for x <= 0 (Cephes expf: range reduction by ln 2, degree-6 polynomial,
-// scale by 2^n), within a few float32 ulp.
+// scale by 2^n), within a few float32 ulp; exactly 0 below -87 (and for -inf,
+// a hidden key).
 inline __m512 exp16(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));  // e^-87 is nothing next to a sum >= 1
+  const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
@@ -86,220 +145,336 @@ inline __m512 exp16(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
   p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
-  return _mm512_scalef_ps(p, n);
+  return _mm512_maskz_mov_ps(live, _mm512_scalef_ps(p, n));
 }
 
 inline __mmask16 tail_mask(int64_t left) {
   return left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
+}
+
+// Queries per register tile for C 16-lane chunks per head: R * C <= 16 registers.
+constexpr int tile_queries(int C) { return C >= 16 ? 1 : 16 / C; }
+
+// scores[i, q] = query_q . key_i for the span's n key rows, R queries per key load.
+template <int C, typename T>
+void score_span_vec(const T* keys, const int64_t* offsets, int64_t n, int64_t n_q,
+                    const float* queries, float* scores) {
+  constexpr int R = tile_queries(C);
+  for (int64_t q0 = 0; q0 < n_q; q0 += R) {
+    const int64_t live = std::min<int64_t>(R, n_q - q0);
+    __m512 query[R][C];
+    for (int r = 0; r < R; ++r) {
+      const float* src = queries + std::min<int64_t>(q0 + r, n_q - 1) * C * 16;
+      for (int c = 0; c < C; ++c) query[r][c] = _mm512_loadu_ps(src + 16 * c);
+    }
+    __m512 pending[16];
+    float sums[16];
+    int filled = 0;
+    int64_t first = 0;  // (key, r) index of pending[0], key-major
+    auto flush = [&]() {
+      if (filled == 16 && live == R && n_q == R && 16 % R == 0) {  // 16 / R whole key rows
+        _mm512_storeu_ps(scores + (first / R) * n_q, reduce16(pending));
+        first += 16;
+        filled = 0;
+        return;
+      }
+      if (filled == 16) {
+        _mm512_storeu_ps(sums, reduce16(pending));
+      } else {
+        for (int e = 0; e < filled; ++e) sums[e] = _mm512_reduce_add_ps(pending[e]);
+      }
+      for (int e = 0; e < filled; ++e) {
+        const int64_t index = first + e, r = index % R;
+        if (r < live) scores[(index / R) * n_q + q0 + r] = sums[e];
+      }
+      first += filled;
+      filled = 0;
+    };
+    for (int64_t i = 0; i < n; ++i) {
+      const T* k = keys + offsets[i];
+      __m512 key[C];
+      for (int c = 0; c < C; ++c) key[c] = load16(k + 16 * c);
+      for (int r = 0; r < R; ++r) {
+        __m512 sum = _mm512_mul_ps(query[r][0], key[0]);
+        for (int c = 1; c < C; ++c) sum = _mm512_fmadd_ps(query[r][c], key[c], sum);
+        pending[filled++] = sum;
+        if (filled == 16) flush();
+      }
+    }
+    if (filled) flush();
+  }
+}
+
+// acc[q] += sum_i weight[i, q] * value_i over the span, R accumulators per value load.
+template <int C, typename T>
+void accumulate_span_vec(const T* values, const int64_t* offsets, int64_t n, int64_t n_q,
+                         const float* scores, float* accumulators) {
+  constexpr int R = tile_queries(C);
+  for (int64_t q0 = 0; q0 < n_q; q0 += R) {
+    const int64_t live = std::min<int64_t>(R, n_q - q0);
+    int64_t column[R];
+    __m512 acc[R][C];
+    for (int r = 0; r < R; ++r) {
+      column[r] = std::min<int64_t>(q0 + r, n_q - 1);
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_loadu_ps(accumulators + (column[r] * C + c) * 16);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const T* v = values + offsets[i];
+      const float* weights = scores + i * n_q;
+      __m512 value[C];
+      for (int c = 0; c < C; ++c) value[c] = load16(v + 16 * c);
+      for (int r = 0; r < R; ++r) {
+        const __m512 w = _mm512_set1_ps(weights[column[r]]);
+        for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(w, value[c], acc[r][c]);
+      }
+    }
+    for (int r = 0; r < live; ++r)
+      for (int c = 0; c < C; ++c) _mm512_storeu_ps(accumulators + (column[r] * C + c) * 16, acc[r][c]);
+  }
+}
+
+template <typename T, int C>
+bool pick_vec(int64_t chunks, SpanFn<T>& score, SpanFn<T>& accumulate) {
+  if (chunks != C) return false;
+  score = &score_span_vec<C, T>;
+  accumulate = &accumulate_span_vec<C, T>;
+  return true;
 }
 #else
 template <typename T>
 constexpr bool kHasLoad16 = false;
 #endif
 
-struct Geometry {
-  int64_t num_heads, num_kv_heads, head_dim, block_size, max_blocks;
-  int64_t query_row_stride, query_head_stride;
-  int64_t window;  // 0: no window
-  float softmax_scale;
-  int64_t kv_heads_per_task;  // a task: one sequence, this many consecutive kv heads
-  int64_t group() const { return num_heads / num_kv_heads; }
-  int64_t task_query_heads() const { return kv_heads_per_task * group(); }
-  // the SIMD path: whole 16-lane chunks, at most 16 of them held per row
-  bool is_vector_head() const { return head_dim % 16 == 0 && head_dim <= 256; }
-};
-
-// Per task, for its nq query heads (kv head h serves query heads h*G .. h*G+G-1):
-// scaled queries and output accumulators [nq, D], one block of scores
-// [block_size, nq] (key-major), the running max and sum, the block's max.
-struct Scratch {
-  std::vector<float> query, acc, scores, running_max, running_sum, block_max;
-  explicit Scratch(const Geometry& g)
-      : query(g.task_query_heads() * g.head_dim), acc(g.task_query_heads() * g.head_dim),
-        scores(g.block_size * g.task_query_heads()), running_max(g.task_query_heads()),
-        running_sum(g.task_query_heads()), block_max(g.task_query_heads()) {}
-};
-
-// scores[i, q] = query_q . key_i for the n key rows at `keys` (row i at i * row_stride).
+// The portable span steps: any head_dim, any dtype.
 template <typename T>
-void score_block(const T* keys, int64_t n, const Geometry& g, Scratch& s) {
-  const int64_t d = g.head_dim, group = g.group(), row_stride = g.num_kv_heads * d;
-  float* out = s.scores.data();
-#ifdef __AVX512F__
-  if constexpr (kHasLoad16<T>) {
-    if (g.is_vector_head()) {
-      const int64_t chunks = d / 16;
-      __m512 key[16], pending[16];
-      int filled = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        for (int64_t h = 0; h < g.kv_heads_per_task; ++h) {
-          const T* k = keys + i * row_stride + h * d;
-          for (int64_t c = 0; c < chunks; ++c) key[c] = load16(k + 16 * c);
-          for (int64_t j = 0; j < group; ++j) {
-            const float* q = s.query.data() + (h * group + j) * d;
-            __m512 sum = _mm512_mul_ps(_mm512_loadu_ps(q), key[0]);
-            for (int64_t c = 1; c < chunks; ++c)
-              sum = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * c), key[c], sum);
-            pending[filled++] = sum;
-            if (filled == 16) {
-              _mm512_storeu_ps(out, reduce16(pending));
-              out += 16;
-              filled = 0;
-            }
-          }
-        }
-      }
-      for (int j = 0; j < filled; ++j) out[j] = _mm512_reduce_add_ps(pending[j]);
-      return;
-    }
-  }
-#endif
+void score_span_scalar(const T* keys, const int64_t* offsets, int64_t n, int64_t n_q,
+                       const float* queries, float* scores, int64_t d) {
   for (int64_t i = 0; i < n; ++i)
-    for (int64_t q = 0; q < g.task_query_heads(); ++q) {
-      const T* k = keys + i * row_stride + (q / group) * d;
-      const float* query = s.query.data() + q * d;
+    for (int64_t q = 0; q < n_q; ++q) {
+      const T* k = keys + offsets[i];
+      const float* query = queries + q * d;
       float sum = 0.f;
       for (int64_t e = 0; e < d; ++e) sum += query[e] * to_float(k[e]);
-      *out++ = sum;
+      scores[i * n_q + q] = sum;
     }
 }
 
-// row[q] := exp(row[q] - max[q]); sum[q] += row[q], for q < nq.
-inline void exp_row(float* row, const float* max, float* sum, int64_t nq) {
-#ifdef __AVX512F__
-  for (int64_t c = 0; c < nq; c += 16) {
-    const __mmask16 mask = tail_mask(nq - c);
-    const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, row + c),
-                                         _mm512_maskz_loadu_ps(mask, max + c)));
-    _mm512_mask_storeu_ps(row + c, mask, e);
-    _mm512_mask_storeu_ps(sum + c, mask, _mm512_add_ps(_mm512_maskz_loadu_ps(mask, sum + c), e));
-  }
-#else
-  for (int64_t q = 0; q < nq; ++q) {
-    row[q] = std::exp(row[q] - max[q]);
-    sum[q] += row[q];
-  }
-#endif
-}
-
-// The streaming-softmax step for one block of n scores per query head: raise
-// the running max, rescale the running sum and accumulator by e^(old - new),
-// turn the scores into weights e^(score - new max).
-void softmax_block(int64_t n, const Geometry& g, Scratch& s) {
-  const int64_t nq = g.task_query_heads(), d = g.head_dim;
-  std::fill(s.block_max.begin(), s.block_max.end(), -std::numeric_limits<float>::infinity());
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t q = 0; q < nq; ++q) s.block_max[q] = std::max(s.block_max[q], s.scores[i * nq + q]);
-  for (int64_t q = 0; q < nq; ++q) {
-    const float new_max = std::max(s.running_max[q], s.block_max[q]);
-    const float correction = std::exp(s.running_max[q] - new_max);
-    s.running_max[q] = new_max;
-    s.running_sum[q] *= correction;
-    if (correction != 1.f)
-      for (int64_t e = 0; e < d; ++e) s.acc[q * d + e] *= correction;
-  }
-  for (int64_t i = 0; i < n; ++i)
-    exp_row(s.scores.data() + i * nq, s.running_max.data(), s.running_sum.data(), nq);
-}
-
-// acc[q] += sum_i weight[i, q] * value_i for the n value rows at `values`.
 template <typename T>
-void accumulate_block(const T* values, int64_t n, const Geometry& g, Scratch& s) {
-  const int64_t d = g.head_dim, group = g.group(), nq = g.task_query_heads();
-  const int64_t row_stride = g.num_kv_heads * d;
-#ifdef __AVX512F__
-  if constexpr (kHasLoad16<T>) {
-    if (g.is_vector_head()) {
-      const int64_t chunks = d / 16;
-      __m512 value[16];
-      for (int64_t i = 0; i < n; ++i) {
-        const float* weights = s.scores.data() + i * nq;
-        for (int64_t h = 0; h < g.kv_heads_per_task; ++h) {
-          const T* v = values + i * row_stride + h * d;
-          for (int64_t c = 0; c < chunks; ++c) value[c] = load16(v + 16 * c);
-          for (int64_t j = 0; j < group; ++j) {
-            const __m512 w = _mm512_set1_ps(weights[h * group + j]);
-            float* acc = s.acc.data() + (h * group + j) * d;
-            for (int64_t c = 0; c < chunks; ++c)
-              _mm512_storeu_ps(acc + 16 * c,
-                               _mm512_fmadd_ps(w, value[c], _mm512_loadu_ps(acc + 16 * c)));
-          }
-        }
-      }
-      return;
-    }
-  }
-#endif
+void accumulate_span_scalar(const T* values, const int64_t* offsets, int64_t n, int64_t n_q,
+                            const float* scores, float* accumulators, int64_t d) {
   for (int64_t i = 0; i < n; ++i)
-    for (int64_t q = 0; q < nq; ++q) {
-      const T* v = values + i * row_stride + (q / group) * d;
-      const float w = s.scores[i * nq + q];
-      float* acc = s.acc.data() + q * d;
+    for (int64_t q = 0; q < n_q; ++q) {
+      const T* v = values + offsets[i];
+      const float w = scores[i * n_q + q];
+      float* acc = accumulators + q * d;
       for (int64_t e = 0; e < d; ++e) acc[e] += w * to_float(v[e]);
     }
 }
 
-// One task: keys [lo, hi) of one sequence through its block table, kv heads
-// [kv_begin, kv_begin + kv_heads_per_task); rows are read in pool order, so a
-// block is one contiguous sweep when a task covers all kv heads.
-template <typename T>
-void attend_task(const T* query, const T* key_pool, const T* value_pool, const int64_t* table,
-                 int64_t position, int64_t kv_begin, const Geometry& g, T* out, Scratch& s) {
-  const int64_t d = g.head_dim, nq = g.task_query_heads(), head_begin = kv_begin * g.group();
-  const int64_t hi = position + 1;
-  const int64_t lo = g.window > 0 ? std::max<int64_t>(0, hi - g.window) : 0;
-  for (int64_t q = 0; q < nq; ++q) {
-    const T* src = query + (head_begin + q) * g.query_head_stride;
-    for (int64_t e = 0; e < d; ++e) s.query[q * d + e] = to_float(src[e]) * g.softmax_scale;
-  }
-  std::fill(s.acc.begin(), s.acc.end(), 0.f);
-  std::fill(s.running_max.begin(), s.running_max.end(), -std::numeric_limits<float>::infinity());
-  std::fill(s.running_sum.begin(), s.running_sum.end(), 0.f);
-  const int64_t row_stride = g.num_kv_heads * d;
-  for (int64_t start = lo; start < hi;) {
-    const int64_t logical = start / g.block_size;
-    const int64_t stop = std::min(hi, (logical + 1) * g.block_size);
-    const int64_t offset = (table[logical] * g.block_size + start - logical * g.block_size) *
-                               row_stride + kv_begin * d;
-    score_block(key_pool + offset, stop - start, g, s);
-    softmax_block(stop - start, g, s);
-    accumulate_block(value_pool + offset, stop - start, g, s);
-    start = stop;
-  }
-  for (int64_t q = 0; q < nq; ++q) {
-    const float inverse = 1.f / s.running_sum[q];
-    T* dst = out + (head_begin + q) * d;
-    for (int64_t e = 0; e < d; ++e) dst[e] = static_cast<T>(s.acc[q * d + e] * inverse);
-  }
-}
-
-template <typename T>
-void run(const at::Tensor& query, const at::Tensor& key_pool, const at::Tensor& value_pool,
-         const at::Tensor& block_tables, const at::Tensor& positions, const Geometry& g,
-         at::Tensor& out) {
-  const T* q = query.const_data_ptr<T>();
-  const T* k = key_pool.const_data_ptr<T>();
-  const T* v = value_pool.const_data_ptr<T>();
-  const int64_t* tables = block_tables.const_data_ptr<int64_t>();
-  const int64_t* pos = positions.const_data_ptr<int64_t>();
-  T* o = out.mutable_data_ptr<T>();
-  const int64_t splits = g.num_kv_heads / g.kv_heads_per_task;
-  at::parallel_for(0, query.size(0) * splits, 1, [&](int64_t begin, int64_t end) {
-    Scratch scratch(g);
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t b = task / splits, kv_begin = (task % splits) * g.kv_heads_per_task;
-      attend_task<T>(q + b * g.query_row_stride, k, v, tables + b * g.max_blocks, pos[b],
-                     kv_begin, g, o + b * g.num_heads * g.head_dim, scratch);
+// scores[i, q] := e^(scores[i, q] - shift[q]); running_sum[q] += the new row.
+void exp_scores(int64_t n, int64_t n_q, float* scores, HeadState& h) {
+#ifdef __AVX512F__
+  if (16 % n_q == 0) {  // the shift pattern repeats every n_q lanes of the flat block
+    alignas(64) float pattern[16], folded[16];
+    for (int k = 0; k < 16; ++k) pattern[k] = h.shift[k % n_q];
+    const __m512 shift = _mm512_load_ps(pattern);
+    __m512 total = _mm512_setzero_ps();
+    for (int64_t e = 0; e < n * n_q; e += 16) {
+      const __mmask16 mask = tail_mask(n * n_q - e);
+      const __m512 w = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, scores + e), shift));
+      _mm512_mask_storeu_ps(scores + e, mask, w);
+      total = _mm512_add_ps(total, _mm512_maskz_mov_ps(mask, w));
     }
-  });
+    _mm512_store_ps(folded, total);
+    for (int k = 0; k < 16; ++k) h.running_sum[k % n_q] += folded[k];
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c = 0; c < n_q; c += 16) {
+      const __mmask16 mask = tail_mask(n_q - c);
+      float* row = scores + i * n_q + c;
+      const __m512 w = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, row),
+                                           _mm512_maskz_loadu_ps(mask, h.shift.data() + c)));
+      _mm512_mask_storeu_ps(row, mask, w);
+      float* sum = h.running_sum.data() + c;
+      _mm512_mask_storeu_ps(sum, mask, _mm512_add_ps(_mm512_maskz_loadu_ps(mask, sum), w));
+    }
+#else
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t q = 0; q < n_q; ++q) {
+      float& x = scores[i * n_q + q];
+      x = std::exp(x - h.shift[q]);
+      h.running_sum[q] += x;
+    }
+#endif
 }
 
-// Whole kv heads per task unless there are too few sequences to keep every
-// thread busy; then the kv heads are split into equal parts.
-int64_t kv_heads_per_task(int64_t num_rows, int64_t num_kv_heads) {
+// out[q] := max over i of scores[i, q], for the key-major [n, n_q] block.
+void column_max(int64_t n, int64_t n_q, const float* scores, float* out) {
+  std::fill(out, out + n_q, kNegInf);
+#ifdef __AVX512F__
+  if (16 % n_q == 0) {  // lane k of the flat block belongs to query k % n_q
+    __m512 best = _mm512_set1_ps(kNegInf);
+    for (int64_t e = 0; e < n * n_q; e += 16)
+      best = _mm512_mask_max_ps(best, tail_mask(n * n_q - e), best,
+                                _mm512_maskz_loadu_ps(tail_mask(n * n_q - e), scores + e));
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, best);
+    for (int k = 0; k < 16; ++k) out[k % n_q] = std::max(out[k % n_q], lanes[k]);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t q = 0; q < n_q; ++q) out[q] = std::max(out[q], scores[i * n_q + q]);
+}
+
+// One streaming-softmax step over a span of n scores per query. A query that
+// has seen no visible key yet keeps max -inf and shifts by 0, so its hidden
+// scores (-inf) become weight 0, never NaN.
+void softmax_span(int64_t n, int64_t n_q, int64_t d, float* scores, HeadState& h) {
+  column_max(n, n_q, scores, h.shift.data());
+  for (int64_t q = 0; q < n_q; ++q) {
+    const float new_max = std::max(h.running_max[q], h.shift[q]);
+    const float shift = new_max == kNegInf ? 0.f : new_max;
+    const float correction = std::exp(h.running_max[q] - shift);
+    h.running_max[q] = new_max;
+    h.shift[q] = shift;
+    if (correction != 1.f) {
+      h.running_sum[q] *= correction;
+      float* acc = h.acc.data() + q * d;
+      for (int64_t e = 0; e < d; ++e) acc[e] *= correction;
+    }
+  }
+  exp_scores(n, n_q, scores, h);
+}
+
+// Hide the keys [lo, hi) of the span that row m of a multi-row tile may not see.
+void mask_span(int64_t lo, int64_t hi, const Tile& tile, const Geometry& g, float* scores) {
+  const int64_t group = g.group(), n_q = tile.num_rows * group;
+  for (int64_t m = 0; m < tile.num_rows; ++m) {
+    const int64_t row_hi = tile.first_position + m + 1;
+    const int64_t row_lo = g.window > 0 ? std::max<int64_t>(0, row_hi - g.window) : 0;
+    for (int64_t u = lo; u < hi; ++u) {
+      if (u >= row_lo && u < row_hi) continue;
+      float* row = scores + (u - lo) * n_q + m * group;
+      std::fill(row, row + group, kNegInf);
+    }
+  }
+}
+
+template <typename T>
+struct Kernel {
+  const T *query, *key_pool, *value_pool;
+  const int64_t* tables;
+  T* out;
+  Geometry g;
+  int64_t kv_heads_per_task;
+  SpanFn<T> score = nullptr, accumulate = nullptr;  // null: the scalar steps
+
+  void load_queries(const Tile& tile, int64_t kv_head, HeadState& h) const {
+    const int64_t d = g.head_dim, group = g.group(), n_q = tile.num_rows * group;
+    for (int64_t m = 0; m < tile.num_rows; ++m)
+      for (int64_t j = 0; j < group; ++j) {
+        const T* src = query + (tile.row_begin + m) * g.query_row_stride +
+                       (kv_head * group + j) * g.query_head_stride;
+        float* dst = h.query.data() + (m * group + j) * d;
+        for (int64_t e = 0; e < d; ++e) dst[e] = to_float(src[e]) * g.softmax_scale;
+      }
+    std::fill(h.acc.begin(), h.acc.begin() + n_q * d, 0.f);
+    std::fill(h.running_max.begin(), h.running_max.begin() + n_q, kNegInf);
+    std::fill(h.running_sum.begin(), h.running_sum.begin() + n_q, 0.f);
+  }
+
+  // offsets[u - lo] := the pool offset (elements) of key u's row, block by block.
+  void locate(int64_t lo, int64_t hi, const Tile& tile, int64_t* offsets) const {
+    const int64_t bs = g.block_size, row_stride = g.row_stride();
+    const int64_t* table = tables + tile.segment * g.max_blocks;
+    for (int64_t u = lo, logical = lo / bs; u < hi; ++logical) {
+      const int64_t stop = std::min(hi, (logical + 1) * bs);
+      int64_t offset = (table[logical] * bs + u - logical * bs) * row_stride;
+      for (; u < stop; ++u, offset += row_stride) offsets[u - lo] = offset;
+    }
+  }
+
+  // Ask for the task's part of n K and V rows ahead of their use.
+  void prefetch(const int64_t* offsets, int64_t n, int64_t head_begin) const {
+    const int64_t bytes = kv_heads_per_task * g.head_dim * static_cast<int64_t>(sizeof(T));
+    for (int64_t i = 0; i < n; ++i) {
+      const char* k = reinterpret_cast<const char*>(key_pool + offsets[i] + head_begin * g.head_dim);
+      const char* v = reinterpret_cast<const char*>(value_pool + offsets[i] + head_begin * g.head_dim);
+      for (int64_t b = 0; b < bytes; b += 64) {
+        __builtin_prefetch(k + b);
+        __builtin_prefetch(v + b);
+      }
+    }
+  }
+
+  void run_span(int64_t lo, int64_t hi, const Tile& tile, int64_t kv_head, Scratch& s) const {
+    const int64_t n = hi - lo, n_q = tile.num_rows * g.group(), d = g.head_dim;
+    HeadState& h = s.heads[kv_head];
+    const T* keys = key_pool + kv_head * d;
+    const T* values = value_pool + kv_head * d;
+    if (score != nullptr) {
+      score(keys, s.offsets.data(), n, n_q, h.query.data(), s.scores.data());
+    } else {
+      score_span_scalar(keys, s.offsets.data(), n, n_q, h.query.data(), s.scores.data(), d);
+    }
+    if (tile.num_rows > 1) mask_span(lo, hi, tile, g, s.scores.data());
+    softmax_span(n, n_q, d, s.scores.data(), h);
+    if (accumulate != nullptr) {
+      accumulate(values, s.offsets.data(), n, n_q, s.scores.data(), h.acc.data());
+    } else {
+      accumulate_span_scalar(values, s.offsets.data(), n, n_q, s.scores.data(), h.acc.data(), d);
+    }
+  }
+
+  void store(const Tile& tile, int64_t kv_head, const HeadState& h) const {
+    const int64_t d = g.head_dim, group = g.group(), n_q = tile.num_rows * group;
+    for (int64_t q = 0; q < n_q; ++q) {
+      const float inverse = 1.f / h.running_sum[q];
+      T* dst = out + ((tile.row_begin + q / group) * g.num_heads + kv_head * group + q % group) * d;
+      for (int64_t e = 0; e < d; ++e) dst[e] = static_cast<T>(h.acc[q * d + e] * inverse);
+    }
+  }
+
+  // One task: the tile's rows, kv heads [head_begin, head_begin + kv_heads_per_task).
+  void attend(const Tile& tile, int64_t head_begin, Scratch& s) const {
+    const int64_t head_end = head_begin + kv_heads_per_task;
+    for (int64_t h = head_begin; h < head_end; ++h) load_queries(tile, h, s.heads[h]);
+    const int64_t hi = tile.first_position + tile.num_rows;
+    const int64_t lo = g.window > 0 ? std::max<int64_t>(0, tile.first_position + 1 - g.window) : 0;
+    locate(lo, std::min(hi, lo + kSpan), tile, s.offsets.data());
+    prefetch(s.offsets.data(), std::min(hi, lo + kSpan) - lo, head_begin);
+    for (int64_t start = lo; start < hi; start += kSpan) {
+      const int64_t stop = std::min(hi, start + kSpan), next_stop = std::min(hi, stop + kSpan);
+      if (stop < hi) {
+        locate(stop, next_stop, tile, s.next_offsets.data());
+        prefetch(s.next_offsets.data(), next_stop - stop, head_begin);
+      }
+      for (int64_t h = head_begin; h < head_end; ++h) run_span(start, stop, tile, h, s);
+      std::swap(s.offsets, s.next_offsets);
+    }
+    for (int64_t h = head_begin; h < head_end; ++h) store(tile, h, s.heads[h]);
+  }
+};
+
+// Decode rows are one-row tiles; a chunk is cut into tiles of kTileRows rows.
+std::vector<Tile> make_tiles(const int64_t* offsets, const int64_t* context_lens, int64_t num_segments) {
+  std::vector<Tile> tiles;
+  tiles.reserve(num_segments);
+  for (int64_t i = 0; i < num_segments; ++i)
+    for (int64_t row = offsets[i]; row < offsets[i + 1]; row += kTileRows)
+      tiles.push_back({i, row, std::min(kTileRows, offsets[i + 1] - row),
+                       context_lens[i] + row - offsets[i]});
+  return tiles;
+}
+
+// Whole kv heads per task unless there are too few tiles to keep every thread
+// busy; then the kv heads are split into equal parts.
+int64_t kv_heads_per_task(int64_t num_tiles, int64_t num_kv_heads) {
   const int64_t wanted_tasks = 4 * static_cast<int64_t>(at::get_num_threads());
   int64_t per_task = num_kv_heads;
-  while (per_task > 1 && num_rows * (num_kv_heads / per_task) < wanted_tasks) {
+  while (per_task > 1 && num_tiles * (num_kv_heads / per_task) < wanted_tasks) {
     int64_t smaller = per_task - 1;
     while (num_kv_heads % smaller != 0) --smaller;
     per_task = smaller;
@@ -307,10 +482,60 @@ int64_t kv_heads_per_task(int64_t num_rows, int64_t num_kv_heads) {
   return per_task;
 }
 
-at::Tensor paged_decode(const at::Tensor& query, const at::Tensor& key_pool,
-                        const at::Tensor& value_pool, const at::Tensor& block_tables,
-                        const at::Tensor& positions, int64_t window, double softmax_scale) {
-  TORCH_CHECK(query.dim() == 3 && key_pool.dim() == 4, "query [B, H, D], pools [N, bs, KV, D]");
+// Tasks (tile, kv head part) split into one contiguous run per thread of about
+// equal cost (rows times keys read), so a long chunk does not leave a thread idle.
+template <typename T>
+void run_tasks(const Kernel<T>& kernel, const std::vector<Tile>& tiles) {
+  const int64_t parts = kernel.g.num_kv_heads / kernel.kv_heads_per_task;
+  const int64_t num_tasks = static_cast<int64_t>(tiles.size()) * parts;
+  std::vector<double> cost_before(num_tasks + 1, 0.0);
+  for (int64_t t = 0; t < num_tasks; ++t) {
+    const Tile& tile = tiles[t / parts];
+    const int64_t keys = tile.first_position + tile.num_rows;
+    const int64_t span = kernel.g.window > 0 ? std::min(keys, kernel.g.window + tile.num_rows) : keys;
+    cost_before[t + 1] = cost_before[t] + static_cast<double>(tile.num_rows) * (span + 8);
+  }
+  const int64_t num_runs = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), num_tasks));
+  const double total = cost_before[num_tasks];
+  auto first_task = [&](int64_t run) -> int64_t {
+    if (run >= num_runs) return num_tasks;
+    return std::lower_bound(cost_before.begin(), cost_before.end() - 1, total * run / num_runs) -
+           cost_before.begin();
+  };
+  at::parallel_for(0, num_runs, 1, [&](int64_t run_begin, int64_t run_end) {
+    Scratch scratch(kernel.g);
+    for (int64_t t = first_task(run_begin); t < first_task(run_end); ++t)
+      kernel.attend(tiles[t / parts], (t % parts) * kernel.kv_heads_per_task, scratch);
+  });
+}
+
+template <typename T>
+void run(const at::Tensor& query, const at::Tensor& key_pool, const at::Tensor& value_pool,
+         const at::Tensor& block_tables, const std::vector<Tile>& tiles, const Geometry& g,
+         at::Tensor& out) {
+  Kernel<T> kernel{query.const_data_ptr<T>(), key_pool.const_data_ptr<T>(),
+                   value_pool.const_data_ptr<T>(), block_tables.const_data_ptr<int64_t>(),
+                   out.mutable_data_ptr<T>(), g,
+                   kv_heads_per_task(static_cast<int64_t>(tiles.size()), g.num_kv_heads)};
+#ifdef __AVX512F__
+  if constexpr (kHasLoad16<T>) {
+    const int64_t chunks = g.head_dim % 16 == 0 ? g.head_dim / 16 : 0;
+    SpanFn<T>& s = kernel.score;
+    SpanFn<T>& a = kernel.accumulate;
+    (void)(pick_vec<T, 1>(chunks, s, a) || pick_vec<T, 2>(chunks, s, a) ||
+           pick_vec<T, 3>(chunks, s, a) || pick_vec<T, 4>(chunks, s, a) ||
+           pick_vec<T, 5>(chunks, s, a) || pick_vec<T, 6>(chunks, s, a) ||
+           pick_vec<T, 8>(chunks, s, a) || pick_vec<T, 10>(chunks, s, a) ||
+           pick_vec<T, 12>(chunks, s, a) || pick_vec<T, 16>(chunks, s, a));
+  }
+#endif
+  run_tasks(kernel, tiles);
+}
+
+void check_inputs(const at::Tensor& query, const at::Tensor& key_pool, const at::Tensor& value_pool,
+                  const at::Tensor& block_tables, const at::Tensor& offsets,
+                  const at::Tensor& context_lens) {
+  TORCH_CHECK(query.dim() == 3 && key_pool.dim() == 4, "query [Q, H, D], pools [N, bs, KV, D]");
   TORCH_CHECK(query.device().is_cpu() && key_pool.device().is_cpu(), "CPU tensors only");
   TORCH_CHECK(query.stride(2) == 1, "query head_dim must be contiguous");
   TORCH_CHECK(key_pool.is_contiguous() && value_pool.is_contiguous(), "pools must be contiguous");
@@ -318,29 +543,61 @@ at::Tensor paged_decode(const at::Tensor& query, const at::Tensor& key_pool,
   TORCH_CHECK(query.scalar_type() == key_pool.scalar_type() &&
                   key_pool.scalar_type() == value_pool.scalar_type(),
               "query and pools must share a dtype");
+  TORCH_CHECK(key_pool.size(3) == query.size(2), "pool head_dim differs from the query's");
+  TORCH_CHECK(query.size(1) % key_pool.size(2) == 0, "num_heads must be a multiple of num_kv_heads");
+  const int64_t num_segments = block_tables.size(0);
   TORCH_CHECK(block_tables.scalar_type() == at::kLong && block_tables.is_contiguous() &&
-                  block_tables.dim() == 2 && block_tables.size(0) == query.size(0),
-              "block_tables [B, max_blocks] int64 contiguous");
-  TORCH_CHECK(positions.scalar_type() == at::kLong && positions.is_contiguous() &&
-                  positions.numel() == query.size(0),
-              "positions [B] int64 contiguous");
-  Geometry g{query.size(1),   key_pool.size(2), query.size(2), key_pool.size(1),
-             block_tables.size(1), query.stride(0), query.stride(1), window,
-             static_cast<float>(softmax_scale), 1};
-  g.kv_heads_per_task = kv_heads_per_task(query.size(0), g.num_kv_heads);
-  TORCH_CHECK(key_pool.size(3) == g.head_dim, "pool head_dim differs from the query's");
-  TORCH_CHECK(g.num_heads % g.num_kv_heads == 0, "num_heads must be a multiple of num_kv_heads");
+                  block_tables.dim() == 2,
+              "block_tables [S, max_blocks] int64 contiguous");
+  TORCH_CHECK(offsets.scalar_type() == at::kLong && offsets.is_contiguous() &&
+                  offsets.numel() == num_segments + 1,
+              "offsets [S + 1] int64 contiguous");
+  TORCH_CHECK(context_lens.scalar_type() == at::kLong && context_lens.is_contiguous() &&
+                  context_lens.numel() == num_segments,
+              "context_lens [S] int64 contiguous");
+  const int64_t* o = offsets.const_data_ptr<int64_t>();
+  const int64_t* c = context_lens.const_data_ptr<int64_t>();
+  const int64_t* tables = block_tables.const_data_ptr<int64_t>();
+  const int64_t max_blocks = block_tables.size(1), block_size = key_pool.size(1);
+  TORCH_CHECK(o[0] == 0 && o[num_segments] == query.size(0), "offsets must span the query rows");
+  for (int64_t i = 0; i < num_segments; ++i) {
+    TORCH_CHECK(o[i + 1] > o[i] && c[i] >= 0, "segments need rows and a context length >= 0");
+    const int64_t needed = (c[i] + o[i + 1] - o[i] + block_size - 1) / block_size;
+    TORCH_CHECK(needed <= max_blocks, "a segment's rows run past its block table");
+    for (int64_t b = 0; b < needed; ++b)
+      TORCH_CHECK(tables[i * max_blocks + b] >= 0 && tables[i * max_blocks + b] < key_pool.size(0),
+                  "block id out of the pool");
+  }
+}
+
+at::Tensor paged_attention(const at::Tensor& query, const at::Tensor& key_pool,
+                           const at::Tensor& value_pool, const at::Tensor& block_tables,
+                           const at::Tensor& offsets, const at::Tensor& context_lens,
+                           int64_t window, double softmax_scale) {
+  check_inputs(query, key_pool, value_pool, block_tables, offsets, context_lens);
+  const Geometry g{query.size(1),        key_pool.size(2), query.size(2), key_pool.size(1),
+                   block_tables.size(1), query.stride(0),  query.stride(1), window,
+                   static_cast<float>(softmax_scale)};
+  const std::vector<Tile> tiles = make_tiles(offsets.const_data_ptr<int64_t>(),
+                                             context_lens.const_data_ptr<int64_t>(),
+                                             block_tables.size(0));
   at::Tensor out = at::empty({query.size(0), g.num_heads, g.head_dim}, query.options());
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, query.scalar_type(), "paged_decode",
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, query.scalar_type(), "paged_attention",
                                   [&] { run<scalar_t>(query, key_pool, value_pool, block_tables,
-                                                      positions, g, out); });
+                                                      tiles, g, out); });
   return out;
 }
 
 }  // namespace
 
-TORCH_LIBRARY(iterserve_kernels, m) {
-  m.def("paged_decode(Tensor query, Tensor key_pool, Tensor value_pool, Tensor block_tables, "
-        "Tensor positions, int window, float softmax_scale) -> Tensor");
-  m.impl("paged_decode", c10::DispatchKey::CPU, &paged_decode);
+// One namespace per build (model/kernels.py passes it), so that two builds
+// can be loaded in one process.
+#ifndef ITERSERVE_OPS
+#define ITERSERVE_OPS iterserve_kernels
+#endif
+
+TORCH_LIBRARY(ITERSERVE_OPS, m) {
+  m.def("paged_attention(Tensor query, Tensor key_pool, Tensor value_pool, Tensor block_tables, "
+        "Tensor offsets, Tensor context_lens, int window, float softmax_scale) -> Tensor");
+  m.impl("paged_attention", c10::DispatchKey::CPU, &paged_attention);
 }
