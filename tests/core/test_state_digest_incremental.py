@@ -71,3 +71,21 @@ def test_a_changed_view_is_encoded_again() -> None:
     changed[rid] = changed[rid]._replace(num_emitted=changed[rid].num_emitted + 7)
     other = dataclasses.replace(state, views=changed)
     assert digester.digest(other) == state_digest(other) != state_digest(state)
+
+
+def test_views_that_arrive_anywhere_in_the_mapping_are_placed_in_order() -> None:
+    manifest = generate_workload(parse_spec(SPEC))
+    model = parse_cost_model("linear:8,0.02,0.1")
+    config = RunConfig(policy_for("vllm", manifest.online, cost_model=model), model,
+                       max_iterations=30)
+    state = run_simulation(manifest, config).engine.state
+    assert len(state.views) >= 4
+    digester = StateDigester()
+    ids = sorted(state.views)
+    first = dataclasses.replace(state, views={rid: state.views[rid] for rid in ids[1:-1]})
+    assert digester.digest(first) == state_digest(first)
+    # the new ids come first and last in the mapping, one known id retires
+    shuffled = {ids[0]: state.views[ids[0]], **{rid: state.views[rid] for rid in ids[2:]}}
+    later = dataclasses.replace(state, views=shuffled)
+    assert digester.digest(later) == state_digest(later)
+    assert digester.digest(state) == state_digest(state)

@@ -16,6 +16,8 @@ from iterserve.engine.trace import RunTrace
 from iterserve.policies.registry import make_policy
 from iterserve.records import Capacity, RequestSpec
 from iterserve.records.spec import HiddenTruth, KvSpec, OnlineWorkload, WorkloadManifest
+from iterserve.records.state_digest import StateDigester
+from iterserve.records.transition import claimed_prefix_rows
 from iterserve.records.view import WorkKind
 from iterserve.sim.factory import make_simulated_executor
 from iterserve.sim.kv_report import kv_report
@@ -124,3 +126,27 @@ def test_simulate_claims_only_when_the_workload_asks_and_reports_chunks_past_the
         ledger = json.loads((out / "report.json").read_text())["chunk_ledger"]
         first_starts = {r["chunk_starts"][0] for r in ledger["requests"].values()}
         assert (8 in first_starts) is opt_in  # a claimed request's first chunk starts past it
+
+
+class _ClaimChecker(RunTrace):
+    """The decision log's digester answers claimed_prefix_rows without a
+    scan of the waiting queue, and answers it the same at every cut."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.digester = StateDigester()
+        self.num_claims = 0
+
+    def on_step(self, state, plan, result, successor) -> None:  # type: ignore[no-untyped-def]
+        super().on_step(state, plan, result, successor)
+        self.digester.digest(state)
+        assert self.digester.claimed_prefix_rows(state) == claimed_prefix_rows(state)
+        self.num_claims += bool(claimed_prefix_rows(state))
+
+
+def test_the_digester_knows_every_published_claim() -> None:
+    manifest = _manifest(with_token_ids=True)
+    checker = _ClaimChecker()
+    Engine(manifest.online, make_policy("vllm"), make_simulated_executor(manifest),
+           [checker]).run(max_iterations=1_000)
+    assert checker.num_claims >= 1

@@ -110,9 +110,11 @@ def header_line(workload: OnlineWorkload, capacity: CapacityFacts, *,
 def iteration_line(
     state: SchedulerState, plan: IterationPlan, result: IterationResult,
     digest: Callable[[SchedulerState], str] = state_digest,
+    claimed: Callable[[SchedulerState], dict[str, int]] = claimed_prefix_rows,
 ) -> dict[str, Any]:
     """``digest``: :func:`state_digest`, or a run's incremental
-    :class:`StateDigester` (the same value)."""
+    :class:`StateDigester` (the same value); ``claimed``: likewise
+    :func:`claimed_prefix_rows` or that digester's (called after ``digest``)."""
     line = {
         "type": "iteration",
         "decision_id": state.decision_id,
@@ -122,7 +124,7 @@ def iteration_line(
         "plan": plan_to_json(plan),
         "result": result_to_json(result, plan, state),
     }
-    hits = claimed_prefix_rows(state)
+    hits = claimed(state)
     if hits:  # absent for runs without prompt token ids: their logs read as before
         line["claimed_prefix_rows"] = hits
     if state.prefix_hits:  # the memory owner's facts this plan read (replay publishes them)
@@ -179,7 +181,9 @@ class DecisionLogWriter(EngineObserver):
     ) -> None:
         # every plan reaches the executor, intent-only ones too (their result
         # carries capacity facts: a preemption frees memory), so each is logged
-        self._write(iteration_line(state, plan, result, self._digester.digest))
+        digester = self._digester
+        self._write(iteration_line(state, plan, result, digester.digest,
+                                   digester.claimed_prefix_rows))
 
     def close(self, state: SchedulerState, *, is_done: bool = True) -> None:
         """End the log. A run that stopped early (``is_done`` False) or left

@@ -20,6 +20,7 @@ from iterserve.plan.feasibility import check_run
 from iterserve.records.ledger import ClientLedger
 from iterserve.records.spec import OnlineWorkload, PolicyIdentity, RequestSpec
 from iterserve.records.state import CapacityFacts, RunRules, SchedulerState
+from iterserve.records.state_check import StateChecker
 from iterserve.records.transition import (
     advance,
     cancel,
@@ -30,7 +31,7 @@ from iterserve.records.transition import (
     with_readiness,
     without_claimed_prefix_rows,
 )
-from iterserve.records.validate import validate_plan, validate_result, validate_state
+from iterserve.records.validate import validate_plan, validate_result
 from iterserve.records.view import Lifecycle
 
 
@@ -89,10 +90,12 @@ class Engine:
         self.executor = executor
         self.observers = list(observers)
         self.validate = validate
+        self._state_check = StateChecker()
         self.gate = gate
         self.readiness = ReadinessBoard()
         # checked once: a runtime protocol check is too slow for every step
         self._hit_source = executor if isinstance(executor, PrefixHitSource) else None
+        self._has_claimed = False  # a prefix-hit claim was published (0x0E)
         order = sorted(range(len(workload.requests)), key=lambda i: (workload.requests[i].arrival, i))
         # arrival_order is the rank by (arrival, file index): FCFS keys follow time
         self._pending: list[tuple[RequestSpec, int]] = [
@@ -199,12 +202,15 @@ class Engine:
         policy runs, so plans start past them (0x0E)."""
         if self._hit_source is None or not self.state.waiting:
             return
-        held = claimed_prefix_rows(self.state)
+        # only this method publishes claims: until it has, no waiting request
+        # holds one, and the scan of the waiting queue is skipped
+        held = claimed_prefix_rows(self.state) if self._has_claimed else {}
         if held:  # last decision's claims end: nobody waits on blocks a waiter holds
             self.executor.release(held)
             self.state = without_claimed_prefix_rows(self.state, held)
         hits = self._hit_source.claim_prefix_hits(self.state)
         if hits:
+            self._has_claimed = True
             self.state = with_claimed_prefix_rows(self.state, hits)
 
     def step(self) -> bool:
@@ -219,7 +225,7 @@ class Engine:
         state = self.state
         plan = self.policy.choose(state)
         if self.validate:
-            validate_state(state)
+            self._state_check.check(state)  # validate_state, unchanged views not re-read
             validate_plan(self.workload, state, plan)
         if plan.is_empty and not _has_pending_preservation(state):
             if self._jump_to_next_arrival():

@@ -10,6 +10,7 @@ hand and never counts budgets itself.
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterator
 
 from iterserve.admission.screen import ReservationScreen
 from iterserve.plan.contract import Policy
@@ -96,6 +97,19 @@ class PlanBuilder:
     def fits_memory(self, view: RequestView, num_rows: int) -> bool:
         free = self.num_blocks_free
         return free is None or self.blocks_needed(view, num_rows) <= free
+
+    def add_if_fits(self, view: RequestView, num_rows: int) -> bool:
+        """:meth:`fits_memory` then :meth:`add` in one call (the running
+        pass asks it of every running request); False, changing nothing,
+        when ``num_rows`` more rows do not fit the KV ledger."""
+        free = self.num_blocks_free
+        if free is not None:
+            size = self._facts.block_size  # blocks_needed, inlined (hot path)
+            c = view.num_computed
+            if (-c // size) - (-(c + num_rows) // size) > free:
+                return False
+        self.add(view, num_rows)
+        return True
 
     def add(self, view: RequestView, max_rows: int | None = None) -> int:
         """Schedule up to ``max_rows`` of ``view``'s legal interval; rows granted.
@@ -268,6 +282,12 @@ class PlanBuilder:
 
 def views_of(state: SchedulerState, request_ids: tuple[str, ...]) -> list[RequestView]:
     return list(map(state.views.__getitem__, request_ids))  # C-level: runs over every queue
+
+
+def iter_views(state: SchedulerState, request_ids: tuple[str, ...]) -> Iterator[RequestView]:
+    """:func:`views_of`, lazily: a pass that stops early (the waiting pass
+    at its first misfit) reads only the views it reaches, not a long queue."""
+    return map(state.views.__getitem__, request_ids)
 
 
 _PROMPT = operator.attrgetter("num_prompt_tokens")

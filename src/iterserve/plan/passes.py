@@ -14,7 +14,7 @@ chooser; the loops, the stop rules and the preemption step live here once.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from iterserve.plan.builder import PlanBuilder, views_of
@@ -85,7 +85,7 @@ def resume_suspended(builder: PlanBuilder, state: SchedulerState,
     return resumed
 
 
-def waiting_pass(builder: PlanBuilder, waiting: list[RequestView],
+def waiting_pass(builder: PlanBuilder, waiting: Iterable[RequestView],
                  rows_of: RowsOf | None = None, *, full_isl: bool = False) -> None:
     """Admit ready waiting requests in order while ``max_num_seqs`` and the
     budgets allow; the first that is not admitted stops the pass. With
@@ -114,7 +114,8 @@ def _whole_sequence_rows(view: RequestView) -> int:
     return view.num_prompt_tokens + view.num_emitted - view.num_computed
 
 
-def resume_then_admit(builder: PlanBuilder, state: SchedulerState, waiting: list[RequestView],
+def resume_then_admit(builder: PlanBuilder, state: SchedulerState,
+                      waiting: Iterable[RequestView],
                       rows_of: RowsOf | None = None, max_rows: int | None = None, *,
                       full_isl: bool = False) -> None:
     """Preserved requests go before new work: the waiting pass runs only

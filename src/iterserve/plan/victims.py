@@ -48,6 +48,8 @@ def add_or_preempt(builder: PlanBuilder, view: RequestView, num_rows: int,
     Returns False when ``view`` itself was chosen as the victim: the
     running pass must stop (vLLM v0.23.0 ``can_schedule = False``, 0x0D).
     """
+    if builder.add_if_fits(view, num_rows):  # the common case: no victim needed
+        return True
     while not builder.fits_memory(view, num_rows):
         victim = choose_victim(queue)
         reason = (  # the score inputs, so the log shows why this victim (0x0C)

@@ -16,9 +16,12 @@ stops the pass.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
+from iterserve.plan.builder import iter_views
 from iterserve.plan.feasibility import RunningSet
-from iterserve.plan.passes import resume_then_admit, running_pass
+from iterserve.plan.passes import RowsOf, resume_then_admit, running_pass
 from iterserve.plan.victims import VictimChooser, fcfs_victim, priority_victim
 from iterserve.policies.policy import PolicyBase
 from iterserve.policies.scheduler_rules import VLLM_RULES, check_cross_fields
@@ -77,8 +80,8 @@ class VllmFrontier(PolicyBase[VllmConfig]):
     contract = _CONTRACT
     choose_victim: VictimChooser = staticmethod(fcfs_victim)
 
-    def waiting_order(self, waiting: list[RequestView]) -> list[RequestView]:
-        return waiting
+    def waiting_order(self, waiting: Iterable[RequestView]) -> Iterable[RequestView]:
+        return waiting  # lazy: the waiting pass stops at its first misfit
 
     def ledgers(self) -> dict[str, int | None]:
         return {"max_num_seqs": self.config.max_num_seqs,
@@ -87,15 +90,18 @@ class VllmFrontier(PolicyBase[VllmConfig]):
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         threshold = self.config.long_prefill_token_threshold
 
-        def rows_of(view: RequestView) -> int:
-            rows = builder.rows_within_tokens(view)
-            return rows if threshold is None else min(rows, threshold)
-
+        rows_of = (builder.rows_within_tokens if threshold is None  # one call less per row
+                   else _capped(builder.rows_within_tokens, threshold))
         done = running_pass(builder, views_of(state, state.running), rows_of, self.choose_victim)
         if not done.gone:  # no waiting pass after a running-path preemption
-            waiting = self.waiting_order(views_of(state, state.waiting))
+            waiting = self.waiting_order(iter_views(state, state.waiting))
             resume_then_admit(builder, state, waiting, rows_of, threshold,
                               full_isl=self.config.reserve_full_isl == 1)
+
+
+def _capped(rows_of: RowsOf, max_rows: int) -> RowsOf:
+    """``rows_of`` capped at ``max_rows`` (long_prefill_token_threshold)."""
+    return lambda view: min(rows_of(view), max_rows)
 
 
 class VllmPriority(VllmFrontier):
@@ -107,5 +113,5 @@ class VllmPriority(VllmFrontier):
                                       "request_id", "request_generation")
     choose_victim: VictimChooser = staticmethod(priority_victim)
 
-    def waiting_order(self, waiting: list[RequestView]) -> list[RequestView]:
+    def waiting_order(self, waiting: Iterable[RequestView]) -> Iterable[RequestView]:
         return sorted(waiting, key=lambda v: (v.priority, v.arrival, v.arrival_order))

@@ -23,11 +23,14 @@ def _phase_rank(state: SchedulerState, view: RequestView) -> int:
     return phase_rank(view.num_prompt_tokens, view.num_emitted, view.num_computed)
 
 
+#: ``queue_rank`` by lifecycle: running 0, waiting 2, any other (suspended) 1
+_QUEUE_RANKS = {Lifecycle.RUNNING: 0, Lifecycle.WAITING: 2}
+_SUSPENDED_RANK = 1
+
+
 def _queue_rank(state: SchedulerState, view: RequestView) -> int:
     """Running before suspended before waiting (vLLM-style running-first)."""
-    if view.lifecycle is Lifecycle.RUNNING:
-        return 0
-    return 1 if view.lifecycle is not Lifecycle.WAITING else 2
+    return _QUEUE_RANKS.get(view.lifecycle, _SUSPENDED_RANK)
 
 
 def _client_service(state: SchedulerState, view: RequestView) -> int:
@@ -106,6 +109,9 @@ def key_function(
         # every policy's shape: one state-derived field, then view attributes
         first = fields[0]
         rest = operator.attrgetter(*(VIEW_ATTRIBUTES[name] for name in tail))
+        if first is _queue_rank:  # vLLM's key, twice per work item: no call for the rank
+            rank = _QUEUE_RANKS.get
+            return lambda view: (rank(view.lifecycle, _SUSPENDED_RANK), *rest(view))
         return lambda view: (first(state, view), *rest(view))
     fields += [KEY_FIELDS[name] for name in tail]
     return lambda view: tuple([field(state, view) for field in fields])

@@ -13,13 +13,20 @@ equal over whole runs).
 from __future__ import annotations
 
 import hashlib
-from itertools import compress
+import operator
+from bisect import bisect, bisect_left
+from collections.abc import Mapping
+from itertools import compress, count, islice, repeat
 from operator import is_not
+from typing import cast
 
-from iterserve.records.canonical_json import canonical_json
+import orjson
+
+from iterserve.records.canonical_json import canonical_json, is_plain_ascii
 from iterserve.records.codec import state_fields_to_json, view_to_json
 from iterserve.records.state import SchedulerState
-from iterserve.records.view import RequestView
+from iterserve.records.transition import claimed_prefix_rows
+from iterserve.records.view import FinishReason, Lifecycle, RequestView
 
 # a string value no canonical text can hold unescaped after a comma: the
 # quotes around a key are never escaped, the quotes inside a string always are
@@ -30,34 +37,145 @@ _MARKER_TEXT = f',"views":"{_MARKER}"'
 class StateDigester:
     """``digest(state) == state_digest(state)``, one instance per run (it
     holds the encoded views of the last state it saw). Per decision the
-    work over every live view runs in C (``map``); Python touches only the
-    views that changed."""
+    work over every live view runs in C (``map``, ``compress``); the views
+    that changed are encoded together by one :func:`encode_views` call."""
 
-    __slots__ = ("_view_of", "_text_of", "_order")
+    __slots__ = ("_order", "_views", "_texts", "_claim_ids")
 
     def __init__(self) -> None:
-        self._view_of: dict[str, RequestView] = {}  # id -> the view last encoded
-        self._text_of: dict[str, str] = {}  # id -> that view's canonical text
-        self._order: list[str] = []  # the view ids, sorted
+        # three parallel lists in request-id order: the ids, the view each
+        # had when last encoded, and that view's canonical text without brackets
+        self._order: list[str] = []
+        self._views: list[RequestView | None] = []  # None: not encoded yet
+        self._texts: list[str | None] = []
+        self._claim_ids: set[str] = set()  # ids whose view may hold a claimed prefix hit
+
+    def claimed_prefix_rows(self, state: SchedulerState) -> dict[str, int]:
+        """:func:`~iterserve.records.transition.claimed_prefix_rows` of a
+        valid ``state`` (waiting members are WAITING views) digested last:
+        without a scan of the waiting queue when none of its views is a
+        WAITING one that computed rows and emitted nothing."""
+        return claimed_prefix_rows(state) if self._claim_ids else {}
 
     def digest(self, state: SchedulerState) -> str:
         return hashlib.sha256(self.canonical_text(state).encode()).hexdigest()
 
     def canonical_text(self, state: SchedulerState) -> str:
         """``dumps(state_to_json(state))``."""
-        views, view_of, text_of = state.views, self._view_of, self._text_of
-        if view_of.keys() != views.keys():
-            for rid in view_of.keys() - views.keys():
-                del view_of[rid], text_of[rid]
-            self._order = sorted(views)
-        order = self._order
-        current = list(map(views.__getitem__, order))
-        stale = compress(range(len(order)), map(is_not, current, map(view_of.get, order)))
-        for index in stale:
-            rid, view = order[index], current[index]
-            view_of[rid], text_of[rid] = view, canonical_json(view_to_json(view))
+        views = state.views
+        found = list(map(views.get, self._order))  # None: retired
+        if len(views) != len(found) or not all(found):  # a view is a non-empty tuple
+            current = self._reorder(views, found)
+        else:
+            current = cast(list[RequestView], found)
+        # one pass over the live views: the positions whose view object changed
+        stale = list(compress(count(), map(is_not, current, self._views)))
+        if stale:
+            self._encode(current, stale)
         text = canonical_json(state_fields_to_json(state, _MARKER))
         head, marker, tail = text.partition(_MARKER_TEXT)
         if not marker:  # cannot happen for a canonical state; never guess
             raise ValueError("state text has no views marker")
-        return f'{head},"views":[{",".join(map(text_of.__getitem__, order))}]{tail}'
+        if not current:
+            return f'{head},"views":[]{tail}'
+        return f'{head},"views":[[{"],[".join(self._texts)}]]{tail}'  # type: ignore[arg-type]
+
+    def _encode(self, current: list[RequestView], stale: list[int]) -> None:
+        """Encode the views of ``current`` (in id order) at the ``stale``
+        positions; remember them."""
+        changed = list(map(current.__getitem__, stale))
+        texts = self._texts
+        for index, text in zip(stale, encode_views(changed), strict=True):
+            texts[index] = text
+        self._views = current  # type: ignore[assignment]
+        ids = list(map(self._order.__getitem__, stale))
+        self._claim_ids.difference_update(ids)
+        self._claim_ids.update(compress(ids, map(all, zip(
+            map(_COMPUTED, changed), map(operator.not_, map(_EMITTED, changed)),
+            map(operator.is_, map(_LIFECYCLE, changed), repeat(Lifecycle.WAITING)),
+            strict=True))))
+
+    def _reorder(self, views: Mapping[str, RequestView],
+                 current: list[RequestView | None]) -> list[RequestView]:
+        """Forget retired views and place new ids in order (a few arrivals
+        join a long sorted list: inserted, not sorted again); the state's
+        views in the new order."""
+        kept = list(map(is_not, current, repeat(None)))
+        self._claim_ids.difference_update(compress(self._order, map(operator.not_, kept)))
+        order = list(compress(self._order, kept))
+        encoded = list(compress(self._views, kept))
+        texts = list(compress(self._texts, kept))
+        new = _new_ids(views, order)
+        if len(new) > len(order) // 8:
+            pairs = dict(zip(order, zip(encoded, texts, strict=True), strict=True))
+            order = sorted(views)
+            encoded = [pairs.get(rid, _NOTHING)[0] for rid in order]
+            texts = [pairs.get(rid, _NOTHING)[1] for rid in order]
+        else:
+            for rid in new:
+                index = bisect(order, rid)
+                order.insert(index, rid)
+                encoded.insert(index, None)
+                texts.insert(index, None)
+        self._order, self._views, self._texts = order, encoded, texts
+        return list(map(views.__getitem__, order))
+
+
+_NOTHING = (None, None)
+
+
+def _new_ids(views: Mapping[str, RequestView], known: list[str]) -> set[str]:
+    """The ids of ``views`` not in ``known`` (sorted, all of them in
+    ``views``). Arrivals join a state's views last, so the last few keys are
+    tried first (a binary search each); any doubt takes the set difference."""
+    num_new = len(views) - len(known)
+    if num_new <= 0:
+        return set()
+    if not isinstance(views, dict):
+        return views.keys() - known
+    last = list(islice(reversed(views), num_new))
+    if all(not _contains(known, rid) for rid in last):
+        return set(last)  # num_new keys, none known: exactly the new ones
+    return views.keys() - known
+
+
+def _contains(ordered: list[str], rid: str) -> bool:
+    index = bisect_left(ordered, rid)
+    return index < len(ordered) and ordered[index] == rid
+
+
+# view_to_json's 18 fields in four runs: the scalars before the lifecycle, the
+# lifecycle, the scalars after it, the finish reason. The two enums are
+# written from tables (orjson would read each ``.value`` at Python speed).
+_HEAD = operator.itemgetter(slice(0, 12))
+_LIFECYCLE = operator.itemgetter(12)
+_TAIL = operator.itemgetter(slice(13, 17))
+_REASON = operator.itemgetter(17)
+_EMITTED, _COMPUTED = operator.itemgetter(9), operator.itemgetter(10)
+_LIFECYCLE_TEXT = {member: f'"{member.value}"' for member in Lifecycle}
+_REASON_TEXT: dict[FinishReason | None, str] = {
+    None: "null", **{member: f'"{member.value}"' for member in FinishReason}}
+
+
+def encode_views(views: list[RequestView]) -> list[str]:
+    """``canonical_json(view_to_json(view))`` of each view without its outer
+    brackets, at C speed: one orjson call per run of scalar fields, split at
+    the top-level ``],[``. Where a split is not exact (a string holding
+    ``],[``) or the text may not be the stdlib's, each view takes
+    :func:`canonical_json`."""
+    heads = _split_rows(orjson.dumps(list(map(_HEAD, views))), len(views))
+    tails = _split_rows(orjson.dumps(list(map(_TAIL, views))), len(views))
+    if heads is None or tails is None:
+        return [canonical_json(view_to_json(view))[1:-1] for view in views]
+    lifecycles = map(_LIFECYCLE_TEXT.__getitem__, map(_LIFECYCLE, views))
+    reasons = map(_REASON_TEXT.__getitem__, map(_REASON, views))
+    return list(map(",".join, zip(heads, lifecycles, tails, reasons, strict=True)))
+
+
+def _split_rows(data: bytes, num_rows: int) -> list[str] | None:
+    """The rows of orjson's ``[[...],[...]]`` without their brackets, or
+    None when they may not be the stdlib's text or do not split exactly."""
+    if not is_plain_ascii(data):
+        return None
+    rows = data[2:-2].decode("ascii").split("],[")
+    return rows if len(rows) == num_rows else None

@@ -26,7 +26,7 @@ from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import Lifecycle, RequestView
 
-_QUEUE_LIFECYCLES = {
+QUEUE_LIFECYCLES = {
     "waiting": frozenset({Lifecycle.WAITING}),
     "running": frozenset({Lifecycle.RUNNING, Lifecycle.PREEMPT_PENDING, Lifecycle.RESUME_PENDING}),
     "suspended": frozenset({Lifecycle.SUSPENDED_PRESERVED, Lifecycle.SUSPENDED_RECOMPUTE,
@@ -41,16 +41,16 @@ def validate_state(state: SchedulerState) -> None:
     """Every queue member is known, listed once, in a matching lifecycle.
 
     Every decision checks every live request, so the check runs at C speed
-    (``map`` over the queues); on any doubt :func:`_explain_state` raises
+    (``map`` over the queues); on any doubt :func:`explain_state` raises
     the named error."""
     views = state.views
-    queues = [getattr(state, name) for name in _QUEUE_LIFECYCLES]
+    queues = [getattr(state, name) for name in QUEUE_LIFECYCLES]
     ids = [*queues[0], *queues[1], *queues[2], *queues[3]]
     if len(ids) != len(views) or len(set(ids)) != len(ids) or not all(
         _queue_ok(views, queue, allowed)
-        for queue, allowed in zip(queues, _QUEUE_LIFECYCLES.values(), strict=True)
+        for queue, allowed in zip(queues, QUEUE_LIFECYCLES.values(), strict=True)
     ):
-        _explain_state(state)
+        explain_state(state)
 
 
 _LIFECYCLE = operator.attrgetter("lifecycle")
@@ -68,14 +68,20 @@ def _queue_ok(views: Mapping[str, RequestView], queue: tuple[str, ...],
         members = list(map(views.__getitem__, queue))
     except KeyError:
         return False
-    return (set(map(_LIFECYCLE, members)) <= allowed
-            and list(map(_COMMITTED, members)) == list(map(_COMPUTED, members)))
+    return views_pass(members, allowed)
 
 
-def _explain_state(state: SchedulerState) -> NoReturn:
+def views_pass(members: list[RequestView], allowed: frozenset[Lifecycle]) -> bool:
+    """Each view is in an ``allowed`` lifecycle and its committed rows equal
+    its computed rows (facts of the view alone; C speed)."""
+    return (allowed.issuperset(map(_LIFECYCLE, members))
+            and all(map(operator.eq, map(_COMMITTED, members), map(_COMPUTED, members))))
+
+
+def explain_state(state: SchedulerState) -> NoReturn:
     """Raise the named error for a state the fast check refused."""
     seen: set[str] = set()
-    for queue_name, allowed in _QUEUE_LIFECYCLES.items():
+    for queue_name, allowed in QUEUE_LIFECYCLES.items():
         for request_id in getattr(state, queue_name):
             if request_id in seen:
                 raise E.DuplicateQueueMember(f"{request_id} appears in more than one queue slot")

@@ -73,13 +73,17 @@ class SimulatedExecutor:
         builder = ResultBuilder(plan, state, self.kv, length_first=True, commits_rows=False)
         views, faults, realized = state.views, self._faults, self._realized
         intent_failed = builder.intent_failed if builder.failures else None
+        # anonymous rows (no prompt token ids): back them without _back's call
+        back = self.kv.back_and_commit if self.kv is not None and not self._prompts else None
         for work in plan.work:
             rid = work.request_id
             view = views[rid]
             if faults and (rid, plan.decision_id) in faults:
                 builder.fail(work, "injected_fault")
                 continue
-            if (intent_failed is not None and intent_failed(rid)) or not self._back(work, view):
+            if (intent_failed is not None and intent_failed(rid)) or not (
+                    self._back(work, view) if back is None
+                    else back(rid, work.generation, work.start, work.end, None)):
                 builder.fail(work)
                 continue
             num_emitted = view.num_emitted + 1  # output k has the synthetic id k

@@ -1,0 +1,88 @@
+"""The run's state checker raises what ``validate_state`` raises: on every
+negative state fixture, whether it starts fresh or has already passed the
+valid state's views (which it then does not re-read), and it stays exact
+over a whole run."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from iterserve.admission.overload import make_gate
+from iterserve.cost import parse_cost_model
+from iterserve.engine.observer import EngineObserver
+from iterserve.policies.registry import policy_for
+from iterserve.records import errors as E
+from iterserve.records.plan import IterationPlan
+from iterserve.records.result import IterationResult
+from iterserve.records.state import SchedulerState
+from iterserve.records.state_check import StateChecker
+from iterserve.records.validate import validate_state
+from iterserve.sim.generators import generate_workload
+from iterserve.sim.report import RunConfig, run_simulation
+from iterserve.sim.workload_spec import parse_spec
+
+from .test_negative_fixtures import CASES, _base
+from .test_state_digest_incremental import SPEC
+
+
+def _state_makers() -> list[tuple[str, Callable[[Any], Any], type[Exception]]]:
+    """The negative fixtures that mutate the state alone (``_state_case``)."""
+    return [(name, check.__closure__[0].cell_contents, error) for name, check, error in CASES
+            if check.__qualname__.startswith("_state_case.")]
+
+
+def test_there_are_state_fixtures() -> None:
+    assert len(_state_makers()) >= 3
+
+
+@pytest.mark.parametrize(("make", "error"), [(m, e) for _, m, e in _state_makers()],
+                         ids=[name for name, _, _ in _state_makers()])
+@pytest.mark.parametrize("warm", [False, True])
+def test_the_checker_raises_what_validate_state_raises(make, error, warm: bool) -> None:
+    base = _base()
+    checker = StateChecker()
+    if warm:
+        checker.check(base.state)  # the unchanged views are remembered as passed
+    bad = make(base)
+    with pytest.raises(E.ContractViolation) as expected:
+        validate_state(bad)
+    with pytest.raises(E.ContractViolation) as raised:
+        checker.check(bad)
+    assert type(raised.value) is type(expected.value) is error
+    assert str(raised.value) == str(expected.value)
+
+
+@dataclasses.dataclass
+class _Corrupter(EngineObserver):
+    """Checks each state with one warm checker, and a copy of it with one
+    running view corrupted (committed != computed) that it must refuse."""
+
+    checker: StateChecker = dataclasses.field(default_factory=StateChecker)
+    num_refused: int = 0
+
+    def on_step(self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
+                successor: SchedulerState) -> None:
+        self.checker.check(state)
+        if state.running:
+            rid = state.running[-1]
+            view = state.views[rid]
+            bad = dict(state.views)
+            bad[rid] = view._replace(num_committed=view.num_computed + 1)
+            with pytest.raises(E.UncommittedFrontier):
+                self.checker.check(dataclasses.replace(state, views=bad))
+            self.num_refused += 1
+
+
+def test_a_warm_checker_refuses_a_corrupted_view_at_every_decision_of_a_run() -> None:
+    manifest = generate_workload(parse_spec(SPEC))
+    model = parse_cost_model("linear:8,0.02,0.1")
+    config = RunConfig(policy_for("vllm", manifest.online, cost_model=model), model,
+                       make_gate("accept-all", {}))
+    corrupter = _Corrupter()
+    run = run_simulation(manifest, config, io.StringIO(), [corrupter])
+    assert run.engine.is_done and corrupter.num_refused > 200
