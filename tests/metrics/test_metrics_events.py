@@ -69,7 +69,7 @@ def test_blank_lines_skipped_and_bad_json_reported(tmp_path: Path) -> None:
     path = tmp_path / "bad.jsonl"
     good = json.dumps(event_to_dict(ArrivalEvent(0.0, "r")))
     path.write_text(good + "\n\n{not json\n")
-    with pytest.raises(EventLogError, match=":3: invalid JSON"):
+    with pytest.raises(EventLogError, match=":3: not valid JSON"):
         read_jsonl(path)
 
 

@@ -34,6 +34,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar
 
+from iterserve.records.jsonl import json_objects
+
 
 class EventLogError(ValueError):
     """An event or event sequence violates the event contract."""
@@ -354,22 +356,17 @@ def iter_jsonl(path: str | Path) -> Iterator[Event]:
     its report needs). Consecutive equal times share one float object, so a
     reader that keeps every token's time keeps one object per cut."""
     last_time: Any = None
-    with Path(path).open(encoding="utf-8") as stream:
-        for number, line in enumerate(stream, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise EventLogError(f"{path}:{number}: invalid JSON: {error}") from error
-            if not isinstance(record, dict):
-                raise EventLogError(f"{path}:{number}: expected a JSON object")
-            time_s = record.get("time_s")
-            if type(time_s) is type(last_time) and time_s == last_time and time_s:  # not -0.0
-                record["time_s"] = last_time
-            else:
-                last_time = time_s
-            yield event_from_dict(record)
+    for number, record in json_objects(path, EventLogError):
+        time_s = record.get("time_s")
+        if type(time_s) is type(last_time) and time_s == last_time and time_s:  # not -0.0
+            record["time_s"] = last_time
+        else:
+            last_time = time_s
+        try:
+            event = event_from_dict(record)
+        except EventLogError as error:
+            raise EventLogError(f"{path}:{number}: {error}") from None
+        yield event
 
 
 def _require_text(kind: str, name: str, value: object) -> None:

@@ -22,13 +22,14 @@ arrival order (a stable sort keeps file order among equal times).
 from __future__ import annotations
 
 import csv
-import json
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from iterserve.records.jsonl import json_objects
 
 FORMATS = ("jsonl", "azure", "burstgpt")
 _AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -86,28 +87,19 @@ def trace_lengths(path: Path, fmt: str, column: str) -> tuple[int, ...]:
 
 
 def _jsonl_rows(path: Path) -> Iterator[TraceRecord | None]:
-    with path.open(encoding="utf-8") as stream:
-        for line_no, text in enumerate(stream, start=1):
-            if not text.strip():
-                continue
-            where = f"{path}:{line_no}"
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise TraceError(f"{where}: not valid JSON ({exc.msg})") from None
-            if not isinstance(obj, dict):
-                raise TraceError(f"{where}: must be a JSON object")
-            unknown = set(obj) - _JSONL_FIELDS
-            if unknown:
-                raise TraceError(f"{where}: unknown field(s) {sorted(unknown)}")
-            client = obj.get("client_id", "default")
-            if not isinstance(client, str) or not client:
-                raise TraceError(f"{where}: client_id must be a non-empty string")
-            yield TraceRecord(
-                _seconds(obj.get("arrival_s"), where, "arrival_s"),
-                _count(obj.get("prompt_tokens"), where, "prompt_tokens", minimum=1),
-                _count(obj.get("output_tokens"), where, "output_tokens", minimum=1),
-                client, _integer(obj.get("priority", 0), where, "priority"), line_no)
+    for line_no, obj in json_objects(path, TraceError):
+        where = f"{path}:{line_no}"
+        unknown = set(obj) - _JSONL_FIELDS
+        if unknown:
+            raise TraceError(f"{where}: unknown field(s) {sorted(unknown)}")
+        client = obj.get("client_id", "default")
+        if not isinstance(client, str) or not client:
+            raise TraceError(f"{where}: client_id must be a non-empty string")
+        yield TraceRecord(
+            _seconds(obj.get("arrival_s"), where, "arrival_s"),
+            _count(obj.get("prompt_tokens"), where, "prompt_tokens", minimum=1),
+            _count(obj.get("output_tokens"), where, "output_tokens", minimum=1),
+            client, _integer(obj.get("priority", 0), where, "priority"), line_no)
 
 
 def _azure_rows(path: Path) -> Iterator[TraceRecord | None]:
