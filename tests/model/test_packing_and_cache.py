@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -114,3 +116,26 @@ def test_copy_blocks_copies_every_layer() -> None:
 def test_pack_records_host_bounds() -> None:
     batch = pack([SegmentSpec([5, 9], 0, [3], True), SegmentSpec([2], 4, [0, 7], False)], 4)
     assert (batch.max_block_id, batch.max_token_id) == (7, 9)
+
+
+def test_pack_reads_any_segment_record_and_rejects_empty_rows() -> None:
+    """The executor hands pack its own records (packing.SegmentRows): same batch."""
+
+    @dataclass(frozen=True)
+    class Rows:
+        token_ids: tuple[int, ...]
+        start: int
+        block_ids: tuple[int, ...]
+        sample: bool
+
+    specs = [SegmentSpec([5, 9, 4], 0, [3], False), SegmentSpec([2], 6, [0, 7], True)]
+    records = [Rows(tuple(s.token_ids), s.start, tuple(s.block_ids), s.sample) for s in specs]
+    expected, batch = pack(specs, 4), pack(records, 4)
+    for name in ("token_ids", "positions", "request_offsets", "block_tables", "slot_mapping",
+                 "context_lens", "sample_rows"):
+        assert torch.equal(getattr(batch, name), getattr(expected, name)), name
+    assert batch.slot_mapping.tolist() == [12, 13, 14, 30]
+    with pytest.raises(ValueError, match="segment 1 has no token rows"):
+        pack([records[0], Rows((), 2, (1,), True)], 4)
+    with pytest.raises(ValueError, match="segment 1: block ids must be >= 0"):
+        pack([records[0], Rows((1,), 2, (-1,), True)], 4)

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iterserve.model.sampling import SampleRow, row_seed, sample
+from iterserve.model.sampling import SampleRow, greedy_token_ids, row_seed, sample, sample_ids
 from iterserve.records.sampling_params import SamplingParams
 
 VOCAB = 50
@@ -125,3 +125,28 @@ def test_params_store_tuples() -> None:
 def test_row_count_mismatch_raises() -> None:
     with pytest.raises(ValueError):
         sample(_logits(2), [SampleRow(SamplingParams(), seed=0, output_index=0)])
+
+
+def test_greedy_token_ids_is_torch_argmax_on_ties_nan_and_inf() -> None:
+    """The numpy fast path picks what torch's argmax picks: the first
+    maximum, NaN counting as the maximum, all -inf rows at index 0."""
+    generator = torch.Generator().manual_seed(3)
+    logits = torch.randint(-2, 2, (9, 257), generator=generator).float()  # many ties
+    logits[1, 40] = float("nan")
+    logits[1, 7] = float("nan")
+    logits[2] = float("-inf")
+    logits[3, 100] = float("inf")
+    with torch.inference_mode():  # the forward's logits are inference tensors
+        frozen = logits.clone()
+    for case in (logits, frozen, logits[:, ::2], logits.t().contiguous().t()):
+        assert greedy_token_ids(case).tolist() == case.argmax(-1).tolist()
+        assert greedy_token_ids(case).dtype == torch.int64
+
+
+def test_sample_ids_matches_sample() -> None:
+    logits = _logits(7, seed=4)
+    rows = [SampleRow(SamplingParams(temperature=0.0 if i % 2 else 0.8), seed=i, output_index=i)
+            for i in range(7)]
+    token_ids, logprobs = sample_ids(logits, rows)
+    assert [(s.token_id, s.logprob) for s in sample(logits, rows)] == list(
+        zip(token_ids, logprobs, strict=True))

@@ -44,6 +44,8 @@ from iterserve.records.sampling_params import SamplingParams
 from iterserve.records.spec import Capacity, KvSpec, OnlineWorkload, RequestSpec, SloTargets
 from iterserve.records.state import SchedulerState
 
+_IDLE_FLUSH_FACTS = 16  # decision-log facts encoded between two looks at the inbox
+
 
 class EngineClosed(RuntimeError):
     """The engine is shutting down and accepts no new requests."""
@@ -250,6 +252,10 @@ class OnlineEngine:
     # -- the engine thread ----------------------------------------------------
     def _run(self) -> None:
         while True:
+            # idle: encode the decision log off the step path, a slice at a
+            # time so that an arrival waits for one slice at most
+            while self.engine.is_done and not self._inbox and self._log.flush(_IDLE_FLUSH_FACTS):
+                pass
             with self._cond:
                 while not (self._inbox or self._aborts or self._is_stopping
                            or not self.engine.is_done):

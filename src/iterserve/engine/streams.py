@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import queue
+import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -53,20 +54,60 @@ class StreamSink(Protocol):
         """Called on the engine thread; must not block."""
 
 
-class AsyncOutputStream:
-    """An async iterator of one request's events, fed from the engine thread."""
+class LoopMailbox:
+    """Engine thread -> one asyncio loop, one wake-up per burst.
 
-    def __init__(self, request_id: str, loop: asyncio.AbstractEventLoop) -> None:
+    ``call_soon_threadsafe`` writes to the loop's self-pipe on every call:
+    one syscall on the engine thread and one loop wake-up per request per
+    step. Streams that share a mailbox queue their events here instead; the
+    first event of a burst schedules one drain on the loop, later events of
+    the same step ride along (each stream's events keep their order).
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._lock = threading.Lock()
+        self._queued: list[tuple[AsyncOutputStream, tuple[StreamEvent, ...]]] = []
+
+    def post(self, stream: AsyncOutputStream, events: tuple[StreamEvent, ...]) -> None:
+        with self._lock:
+            self._queued.append((stream, events))
+            if len(self._queued) > 1:  # a drain is already scheduled
+                return
+        # a closed consumer loop means nobody is listening any more
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        with self._lock:
+            queued, self._queued = self._queued, []
+        for stream, events in queued:
+            stream.put_now(events)
+
+
+class AsyncOutputStream:
+    """An async iterator of one request's events, fed from the engine thread
+    (through ``mailbox`` when given, which must serve ``loop``)."""
+
+    def __init__(self, request_id: str, loop: asyncio.AbstractEventLoop,
+                 mailbox: LoopMailbox | None = None) -> None:
+        if mailbox is not None and mailbox.loop is not loop:
+            raise ValueError("the mailbox serves another event loop")
         self.request_id = request_id
         self._loop = loop
+        self._mailbox = mailbox
         self._queue: asyncio.Queue[StreamEvent] = asyncio.Queue()
 
     def put(self, events: Sequence[StreamEvent]) -> None:
+        if self._mailbox is not None:
+            self._mailbox.post(self, tuple(events))
+            return
         # a closed consumer loop means nobody is listening any more
         with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._put_all, tuple(events))
+            self._loop.call_soon_threadsafe(self.put_now, tuple(events))
 
-    def _put_all(self, events: tuple[StreamEvent, ...]) -> None:
+    def put_now(self, events: Sequence[StreamEvent]) -> None:
+        """On the consumer's loop: queue the events for the iterator."""
         for event in events:
             self._queue.put_nowait(event)
 

@@ -23,8 +23,8 @@ from iterserve.kv.config import BlockManagerConfig
 from iterserve.kv.results import SwapDirection
 from iterserve.model.kv_cache import PagedKVCache
 from iterserve.model.llama import PackedCausalLM
-from iterserve.model.packing import SegmentSpec, pack
-from iterserve.model.sampling import SampleRow, sample
+from iterserve.model.packing import pack
+from iterserve.model.sampling import SampleRow, sample_ids
 from iterserve.model.stopping import IncrementalDetokenizer, StopReason, token_stop_reason
 from iterserve.model.tokenizer import TextTokenizer
 from iterserve.records.frontier import emits
@@ -44,15 +44,13 @@ _FINISH = {
 
 @dataclass(frozen=True, slots=True)
 class _Segment:
-    """A planned interval's rows to compute (maybe none: all cached)."""
+    """A planned interval's rows to compute (maybe none: all cached); pack
+    reads it as it is (packing.SegmentRows)."""
 
     token_ids: tuple[int, ...]
     start: int
     block_ids: tuple[int, ...]
     sample: bool
-
-    def spec(self) -> SegmentSpec:
-        return SegmentSpec(self.token_ids, self.start, self.block_ids, self.sample)
 
 
 @dataclass(slots=True)
@@ -177,7 +175,7 @@ class TorchExecutor:
                  backed: list[tuple[WorkItem, RequestView, bool]]) -> list[tuple[int, float]]:
         if not segments:
             return []
-        batch = pack([s.spec() for s in segments], self.cache.block_size, self.model.device)
+        batch = pack(segments, self.cache.block_size, self.model.device)
         self.num_computed_rows += batch.num_rows
         logits = self.model.forward(batch, self.cache)
         rows = []
@@ -185,7 +183,8 @@ class TorchExecutor:
             if sample_here:
                 stream = self.streams[work.request_id]
                 rows.append(SampleRow(stream.params, stream.seed, len(stream.output_token_ids)))
-        return [(t.token_id, t.logprob) for t in sample(logits, rows)]
+        token_ids, logprobs = sample_ids(logits, rows)
+        return list(zip(token_ids, logprobs, strict=True))
 
     def _publish(self, builder: ResultBuilder, backed: list[tuple[WorkItem, RequestView, bool]],
                  sampled: list[tuple[int, float]]) -> None:

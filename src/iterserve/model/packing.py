@@ -14,8 +14,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
+from typing import Protocol
 
+import numpy as np
 import torch
+
+
+class SegmentRows(Protocol):
+    """What pack reads of a segment: SegmentSpec, or a caller's own record of
+    the same fields (the executor's, already tuples of ints, skips
+    SegmentSpec's per-element conversion). token_ids must not be empty."""
+
+    @property
+    def token_ids(self) -> Sequence[int]: ...
+
+    @property
+    def start(self) -> int: ...
+
+    @property
+    def block_ids(self) -> Sequence[int]: ...
+
+    @property
+    def sample(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +57,8 @@ class SegmentSpec:
 
     def __post_init__(self) -> None:
         # Accept any int sequence but store tuples, so the spec stays immutable.
-        object.__setattr__(self, "token_ids", tuple(int(t) for t in self.token_ids))
-        object.__setattr__(self, "block_ids", tuple(int(b) for b in self.block_ids))
+        object.__setattr__(self, "token_ids", tuple(map(int, self.token_ids)))
+        object.__setattr__(self, "block_ids", tuple(map(int, self.block_ids)))
         if not self.token_ids:
             raise ValueError("a segment needs at least one token row")
         if self.start < 0:
@@ -90,38 +111,41 @@ class PackedBatch:
 
 
 def pack(
-    segments: Sequence[SegmentSpec], block_size: int, device: torch.device | str = "cpu"
+    segments: Sequence[SegmentRows], block_size: int, device: torch.device | str = "cpu"
 ) -> PackedBatch:
     """Build a PackedBatch from segment specs; pure apart from tensor creation.
 
-    Raises ValueError when there are no segments or a block table does not
-    cover its segment's rows.
+    Every field is one numpy operation over the whole batch (no per-row
+    Python), then one host-to-device copy per tensor (none on the CPU).
+    Raises ValueError when there are no segments, a segment has no rows or
+    a block table does not cover its segment's rows.
     """
     if not segments:
         raise ValueError("pack needs at least one segment")
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
-    for index, segment in enumerate(segments):
-        _check_block_table(index, segment, block_size)
-    token_ids: list[int] = []
-    positions: list[int] = []
-    slots: list[int] = []
-    offsets = [0]
-    sample_rows: list[int] = []
-    for segment in segments:
-        token_ids.extend(segment.token_ids)
-        for position in range(segment.start, segment.end):
-            positions.append(position)
-            block = segment.block_ids[position // block_size]
-            slots.append(block * block_size + position % block_size)
-        offsets.append(offsets[-1] + len(segment.token_ids))
-        if segment.sample:
-            sample_rows.append(offsets[-1] - 1)
-    max_num_blocks = max(len(segment.block_ids) for segment in segments)
-    tables = [list(s.block_ids) + [0] * (max_num_blocks - len(s.block_ids)) for s in segments]
+    num_segments = len(segments)
+    query_lens = np.fromiter(map(len, (s.token_ids for s in segments)), np.int64, num_segments)
+    starts = np.fromiter((s.start for s in segments), np.int64, num_segments)
+    if not query_lens.all():
+        raise ValueError(f"segment {int(np.argmin(query_lens))} has no token rows")
+    num_blocks = np.fromiter(map(len, (s.block_ids for s in segments)), np.int64, num_segments)
+    flat_blocks = np.fromiter(chain.from_iterable(s.block_ids for s in segments), np.int64,
+                              int(num_blocks.sum()))
+    _check_block_tables(segments, starts + query_lens, num_blocks, flat_blocks, block_size)
+    num_rows = int(query_lens.sum())
+    token_ids = np.fromiter(chain.from_iterable(s.token_ids for s in segments), np.int64, num_rows)
+    offsets = np.zeros(num_segments + 1, np.int64)
+    np.cumsum(query_lens, out=offsets[1:])
+    segment_of_row = np.repeat(np.arange(num_segments), query_lens)
+    positions = np.arange(num_rows) + (starts - offsets[:-1])[segment_of_row]
+    tables = np.zeros((num_segments, int(num_blocks.max())), np.int64)
+    tables[np.arange(tables.shape[1]) < num_blocks[:, None]] = flat_blocks  # row-major fill
+    slots = tables[segment_of_row, positions // block_size] * block_size + positions % block_size
+    samples = np.fromiter((s.sample for s in segments), bool, num_segments)
 
-    def as_tensor(values: Sequence[int] | Sequence[Sequence[int]]) -> torch.Tensor:
-        return torch.tensor(values, dtype=torch.int64, device=device)
+    def as_tensor(values: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(values).to(device)
 
     return PackedBatch(
         token_ids=as_tensor(token_ids),
@@ -129,23 +153,34 @@ def pack(
         request_offsets=as_tensor(offsets),
         block_tables=as_tensor(tables),
         slot_mapping=as_tensor(slots),
-        context_lens=as_tensor([s.start for s in segments]),
-        sample_rows=as_tensor(sample_rows),
-        query_lens=tuple(len(s.token_ids) for s in segments),
-        starts=tuple(s.start for s in segments),
-        num_blocks=tuple(len(s.block_ids) for s in segments),
-        sample_segments=tuple(i for i, s in enumerate(segments) if s.sample),
+        context_lens=as_tensor(starts),
+        sample_rows=as_tensor(offsets[1:][samples] - 1),
+        query_lens=tuple(query_lens.tolist()),
+        starts=tuple(starts.tolist()),
+        num_blocks=tuple(num_blocks.tolist()),
+        sample_segments=tuple(np.flatnonzero(samples).tolist()),
         block_size=block_size,
-        max_block_id=max(max(s.block_ids) for s in segments),
-        max_token_id=max(token_ids),
+        max_block_id=int(flat_blocks.max()),
+        max_token_id=int(token_ids.max()),
     )
 
 
-def _check_block_table(index: int, segment: SegmentSpec, block_size: int) -> None:
-    num_blocks_needed = -(-segment.end // block_size)
+def _check_block_tables(segments: Sequence[SegmentRows], ends: np.ndarray,
+                        num_blocks: np.ndarray, flat_blocks: np.ndarray, block_size: int) -> None:
+    """Each table covers rows [0, end) with ids >= 0; the first bad segment raises."""
+    num_blocks_needed = -(-ends // block_size)
+    if (num_blocks >= num_blocks_needed).all() and flat_blocks.min() >= 0:
+        return
+    for index, segment in enumerate(segments):
+        _check_block_table(index, segment, block_size)
+
+
+def _check_block_table(index: int, segment: SegmentRows, block_size: int) -> None:
+    end = segment.start + len(segment.token_ids)
+    num_blocks_needed = -(-end // block_size)
     if len(segment.block_ids) < num_blocks_needed:
         raise ValueError(
-            f"segment {index}: rows [0, {segment.end}) need {num_blocks_needed} blocks "
+            f"segment {index}: rows [0, {end}) need {num_blocks_needed} blocks "
             f"of {block_size}, block table has {len(segment.block_ids)}"
         )
     if any(block < 0 for block in segment.block_ids):

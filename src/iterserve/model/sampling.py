@@ -12,11 +12,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from iterserve.records.sampling_params import SamplingParams
 
-__all__ = ["SampleRow", "SampledToken", "SamplingParams", "row_seed", "sample"]
+__all__ = ["SampleRow", "SampledToken", "SamplingParams", "greedy_token_ids", "row_seed",
+           "sample", "sample_ids"]
 
 _MASK_64 = (1 << 64) - 1
 
@@ -53,20 +55,35 @@ def row_seed(seed: int, output_index: int) -> int:
 
 def sample(logits: torch.Tensor, rows: Sequence[SampleRow]) -> list[SampledToken]:
     """Sample one token per row of logits [S, V]; `rows[i]` describes row i."""
+    token_ids, logprobs = sample_ids(logits, rows)
+    return [SampledToken(token_id=t, logprob=lp)
+            for t, lp in zip(token_ids, logprobs, strict=True)]
+
+
+def sample_ids(logits: torch.Tensor, rows: Sequence[SampleRow]) -> tuple[list[int], list[float]]:
+    """:func:`sample` as two plain lists (token ids, logprobs), one entry per
+    row: what the executor's hot path reads, without an object per row."""
     if logits.shape[0] != len(rows):
         raise ValueError(f"{logits.shape[0]} logits rows but {len(rows)} sample rows")
     logits = logits.float()
-    token_ids = logits.argmax(dim=-1)
+    token_ids = greedy_token_ids(logits)
     random_rows = [i for i, row in enumerate(rows) if not row.params.is_greedy]
     if random_rows:
         index = torch.tensor(random_rows, device=logits.device)
         drawn = _sample_random(logits.index_select(0, index), [rows[i] for i in random_rows])
         token_ids = token_ids.index_copy(0, index, drawn.to(token_ids.device))
     logprobs = torch.log_softmax(logits, dim=-1).gather(1, token_ids[:, None])[:, 0]
-    return [
-        SampledToken(token_id=t, logprob=lp)
-        for t, lp in zip(token_ids.tolist(), logprobs.tolist(), strict=True)
-    ]
+    return token_ids.tolist(), logprobs.tolist()
+
+
+def greedy_token_ids(logits: torch.Tensor) -> torch.Tensor:
+    """``logits.argmax(dim=-1)``, the first maximum of each row (NaN counts as
+    the maximum, as in torch). On the CPU numpy's vectorised argmax is an
+    order of magnitude cheaper than torch's for a [S, V] batch and starts no
+    intra-op threads; elsewhere torch's."""
+    if logits.device.type != "cpu":
+        return logits.argmax(dim=-1)
+    return torch.from_numpy(logits.numpy().argmax(axis=-1).astype(np.int64, copy=False))
 
 
 def _sample_random(logits: torch.Tensor, rows: Sequence[SampleRow]) -> torch.Tensor:

@@ -84,6 +84,9 @@ class IncrementalDetokenizer:
         """Add one output token; returns the newly visible text (may be empty)."""
         if self.is_stopped:
             raise ValueError("push after a stop string was found")
+        if not self._stop:  # nothing to search for or hold back (the common case)
+            self._text += self._decode_delta(token_id)
+            return self._reveal(len(self._text))
         searched_from = max(0, len(self._text) - self._max_stop_chars + 1)
         self._text += self._decode_delta(token_id)
         self._truncate_at_stop(searched_from)

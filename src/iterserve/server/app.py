@@ -73,6 +73,7 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None,
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes)
     created = int(time.time())
+    mailboxes = submit.Mailboxes()  # one loop wake-up per engine step for all streams
 
     def check_model(name: str) -> None:
         if name != runtime.model_name:
@@ -88,7 +89,7 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None,
         ids = submit.completion_prompt(body, runtime)
         sub = submit.make_submission(body, ids, body.max_tokens,
                                      submit.DEFAULT_COMPLETION_MAX_TOKENS, client)
-        request_id, stream = await submit.start(runtime, sub)
+        request_id, stream = await submit.start(runtime, sub, mailboxes)
         want_logprobs = body.logprobs is not None
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         if body.stream:
@@ -114,7 +115,7 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None,
         max_tokens = body.max_completion_tokens or body.max_tokens
         sub = submit.make_submission(body, ids, max_tokens, submit.DEFAULT_CHAT_MAX_TOKENS,
                                      client)
-        request_id, stream = await submit.start(runtime, sub)
+        request_id, stream = await submit.start(runtime, sub, mailboxes)
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         if body.stream:
             return StreamingResponse(chat_stream(runtime, request_id, stream, len(ids),

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from iterserve.engine.online import EngineClosed, RequestRefused
-from iterserve.engine.streams import AsyncOutputStream, StreamEvent
+from iterserve.engine.streams import AsyncOutputStream, LoopMailbox, StreamEvent
 from iterserve.records.sampling_params import SamplingParams
 from iterserve.records.spec import SloTargets
 from iterserve.runtime import Runtime
@@ -104,9 +104,27 @@ def make_submission(body: SamplingFields, prompt_ids: tuple[int, ...], max_token
     return Submission(prompt_ids, params, client_id, body.priority, slo)
 
 
-async def start(runtime: Runtime, sub: Submission) -> tuple[str, AsyncOutputStream]:
-    """Submit and wait until the arrival gate admitted it (429 otherwise)."""
-    stream = AsyncOutputStream("", asyncio.get_running_loop())
+class Mailboxes:
+    """The server's :class:`LoopMailbox`, made for the loop that serves it
+    (one loop in practice; a new loop, e.g. a restarted test client, gets a
+    fresh mailbox)."""
+
+    def __init__(self) -> None:
+        self._mailbox: LoopMailbox | None = None
+
+    def current(self) -> LoopMailbox:
+        loop = asyncio.get_running_loop()
+        if self._mailbox is None or self._mailbox.loop is not loop:
+            self._mailbox = LoopMailbox(loop)
+        return self._mailbox
+
+
+async def start(runtime: Runtime, sub: Submission,
+                mailboxes: Mailboxes | None = None) -> tuple[str, AsyncOutputStream]:
+    """Submit and wait until the arrival gate admitted it (429 otherwise).
+    Streams made through ``mailboxes`` share one loop wake-up per step."""
+    loop = asyncio.get_running_loop()
+    stream = AsyncOutputStream("", loop, None if mailboxes is None else mailboxes.current())
     try:
         request_id = runtime.engine.add_request(
             sub.prompt_token_ids, sub.params, stream, client_id=sub.client_id,
