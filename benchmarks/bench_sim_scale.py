@@ -11,14 +11,21 @@ near its limit, so requests are preempted). Each size runs in a fresh
 process, so peak RSS (``resource.getrusage``) is that run's.
 
 Measured: wall seconds of the run (engine loop, observers, decision log and
-event stream; generating the workload is timed apart), simulated requests
-per wall second and peak resident memory of the process.
+event stream; generating the workload is timed apart), the process CPU
+seconds of the same span (``cpu_s``: steadier than wall time on a shared
+machine, for A/B runs), simulated requests per wall second and peak
+resident memory of the process. ``--rate-per-s`` raises the arrival rate
+above the issue's 20 req/s: the pool serves about the same number of
+requests per second, so the waiting queue grows faster and a few thousand
+requests reach the queue lengths of a 100,000-request run (the per-decision
+cost that grows with the waiting queue, measured in minutes, not hours).
 
     .venv/bin/python benchmarks/bench_sim_scale.py                    # 10,000 and 100,000
     .venv/bin/python benchmarks/bench_sim_scale.py --sizes 1000 10000 100000
     .venv/bin/python benchmarks/bench_sim_scale.py --sizes 2000 --repeat 3
     .venv/bin/python benchmarks/bench_sim_scale.py --sizes 2000 --profile 40
     .venv/bin/python benchmarks/bench_sim_scale.py --json out.json
+    .venv/bin/python benchmarks/bench_sim_scale.py --one 3000 --rate-per-s 200   # one JSON line
     .venv/bin/python benchmarks/bench_sim_scale.py --cli --sizes 1000 3000 10000
 
 ``--cli`` measures the whole ``iterserve simulate`` command instead (the run,
@@ -129,13 +136,14 @@ def run_one(num_requests: int, decision_log: bool, profile_lines: int,
     }
 
 
-def run_cli(num_requests: int, decision_log: bool) -> dict[str, Any]:
+def run_cli(num_requests: int, decision_log: bool,
+            rate_per_s: float = RATE_PER_S) -> dict[str, Any]:
     """The whole ``iterserve simulate`` command (run, report, plots) in a
     child process: its wall seconds and its peak RSS (``RUSAGE_CHILDREN``:
     this process waits for that one child only)."""
     with tempfile.TemporaryDirectory() as tmp:
         workload = Path(tmp) / "workload.json"
-        (Path(tmp) / "spec.json").write_text(json.dumps(spec(num_requests)))
+        (Path(tmp) / "spec.json").write_text(json.dumps(spec(num_requests, rate_per_s)))
         iterserve = [sys.executable, "-m", "iterserve.cli.main"]
         subprocess.run([*iterserve, "workload", "gen", str(Path(tmp) / "spec.json"),
                         "-o", str(workload)], check=True, stdout=subprocess.DEVNULL)
@@ -171,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one is not None and args.cli:
-        print(json.dumps(run_cli(args.one, not args.no_decision_log)))
+        print(json.dumps(run_cli(args.one, not args.no_decision_log, args.rate_per_s)))
         return 0
     if args.one is not None or args.profile:
         size = args.one if args.one is not None else args.sizes[0]
