@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import compress
 
 from iterserve.records.ledger import Charge, ClientLedger, charge, lift
@@ -265,7 +265,7 @@ def _successor(
     service: dict[str, int] | None = None,
     capacity: CapacityFacts | None = None,
     ledger: ClientLedger | None = None,
-    changed: Iterable[RequestView] = (),
+    changed: Sequence[RequestView] = (),
 ) -> SchedulerState:
     """The next state. ``changed``: every view whose ``p + e`` may differ
     from ``state``'s (arrivals, completions); every other edit keeps both."""
