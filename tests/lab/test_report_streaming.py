@@ -117,6 +117,22 @@ def test_the_scan_builds_the_timelines_of_the_list(runs) -> None:
         in_memory.recorder.log(), end_s=end_s)
 
 
+def test_a_compact_scan_holds_the_same_timelines_in_float_arrays(runs) -> None:
+    """The report's scan keeps each request's emission times in an
+    ``array('d')`` (8 bytes a token); everything else, and every value, is
+    the list's."""
+    from array import array
+    from dataclasses import replace
+
+    _, in_memory, _, streamed_dir = runs
+    compact = scan_events(streamed_dir / "events.jsonl", compact=True).timelines
+    assert all(isinstance(t.emission_s, array) and t.emission_s.typecode == "d"
+               for t in compact.values())
+    as_tuples = {request_id: replace(t, emission_s=tuple(t.emission_s))
+                 for request_id, t in compact.items()}
+    assert as_tuples == build_timelines(in_memory.recorder.log())
+
+
 def test_an_unsorted_file_is_refused(tmp_path) -> None:
     path = tmp_path / "events.jsonl"
     path.write_text('{"kind": "arrival", "time_s": 2.0, "request_id": "a", "client_id": "c", '
@@ -221,16 +237,103 @@ def test_merging_equal_x_keeps_the_step_curve(monkeypatch) -> None:
                           equal_nan=True)
 
 
-def test_tbt_samples_share_equal_values(runs) -> None:
-    """The samples equal the sorted gaps; equal neighbours are one object."""
-    from iterserve.metrics.clocks import request_clocks
+def test_tbt_samples_are_one_float64_array_of_the_sorted_gaps(runs) -> None:
+    """The samples equal the sorted gaps, tuple timelines or compact ones,
+    held as one float64 array: 8 bytes a gap (they replaced a tuple whose
+    equal neighbours shared one float object)."""
+    from iterserve.metrics.clocks import EmissionGaps, request_clocks
     from iterserve.metrics.report import latency_samples
 
-    _, in_memory, _, _ = runs
+    _, in_memory, _, streamed_dir = runs
     clocks = [request_clocks(t) for t in build_timelines(in_memory.recorder.log()).values()]
     samples = latency_samples(clocks, [True] * len(clocks))
     gaps = sorted(gap for clock in clocks for gap in clock.tbt_gaps_s)
-    assert samples.tbt_s == tuple(gaps)
-    equal = [(a, b) for a, b in pairwise(samples.tbt_s) if a == b and a]
-    assert equal and all(a is b for a, b in equal)
-    assert len({id(v) for v in samples.tbt_s}) < len(samples.tbt_s) / 2
+    assert samples.tbt_s.tolist() == gaps
+    assert samples.tbt_s.dtype == np.float64 and samples.tbt_s.nbytes == 8 * len(gaps)
+    compact = scan_events(streamed_dir / "events.jsonl", compact=True).timelines
+    compact_clocks = [request_clocks(t) for t in compact.values()]
+    assert all(isinstance(c.tbt_gaps_s, EmissionGaps) for c in compact_clocks)
+    assert [g for c in compact_clocks for g in c.tbt_gaps_s] == [
+        g for c in clocks for g in c.tbt_gaps_s]  # read when asked, the same gaps
+    assert latency_samples(compact_clocks, [True] * len(clocks)).tbt_s.tolist() == gaps
+
+
+def test_a_merged_cdf_keeps_the_fractions_of_the_full_curve(monkeypatch) -> None:
+    """Past ``MAX_STEP_VERTICES`` the CDF computes its fractions only at the
+    kept vertices (no n-point array): the values :func:`_last_per_x` keeps."""
+    from iterserve.metrics import plots
+
+    rng = np.random.default_rng(7)
+    samples = np.sort(rng.integers(0, 50, 400).astype(np.float64) / 8)
+    monkeypatch.setattr(plots, "MAX_STEP_VERTICES", 10)
+    figure = Figure()
+    FigureCanvasAgg(figure)
+    axis = figure.subplots()
+    _step_cdf(axis, samples, "x")
+    x, y = axis.lines[0].get_data()
+    fractions = np.arange(1, len(samples) + 1, dtype=np.float64) / len(samples)
+    want_x, want_y = plots._last_per_x(samples, fractions)
+    assert np.asarray(x).tolist() == [samples[0], *want_x.tolist()]
+    assert np.asarray(y).tolist() == [0.0, *want_y.tolist()]
+    assert len(want_x) == len(np.unique(samples))
+
+
+def test_chunked_fairness_scans_equal_the_whole_array_formulas(monkeypatch) -> None:
+    """Steps.total and the longest unserved gap read per-token arrays a chunk
+    at a time; with tiny chunks they give the whole-array values exactly."""
+    from iterserve.metrics import fairness
+
+    rng = np.random.default_rng(3)
+    times = np.sort(rng.integers(0, 300, 50).astype(np.float64) / 7)
+    amounts = rng.random(50) * 3
+    want_total = float(np.cumsum(amounts)[-1])
+    want_gap = float(np.diff(np.concatenate([[-1.0], times, [50.0]])).max())
+    for chunk in (1, 3, 7, 1 << 20):
+        monkeypatch.setattr(fairness, "_CHUNK", chunk)
+        assert fairness.Steps(times, amounts).total() == want_total
+        assert fairness._longest_gap(-1.0, times, 50.0) == want_gap
+    assert fairness._longest_gap(1.0, times[:0], 4.5) == 3.5
+
+
+def _reference_gap(joint, f, g, f_steps, g_steps):
+    """The Python walk that the array walk replaced (one tuple per fact)."""
+    from iterserve.metrics.fairness import ServiceGap
+
+    start, end = joint
+    f_in, g_in = f_steps.within(start, end), g_steps.within(start, end)
+    times = np.concatenate([f_in.times_s, g_in.times_s])
+    amounts = np.concatenate([f_in.amounts, -g_in.amounts])
+    order = np.lexsort((amounts, times))
+    moves = list(zip(times[order].tolist(), amounts[order].tolist(), strict=True))
+    level, low, high = 0.0, (0.0, start), (0.0, start)
+    index = 0
+    while index < len(moves):
+        time_s = moves[index][0]
+        while index < len(moves) and moves[index][0] == time_s:
+            level += moves[index][1]
+            index += 1
+        if level < low[0]:
+            low = (level, time_s)
+        if level > high[0]:
+            high = (level, time_s)
+    if high[1] >= low[1]:
+        return ServiceGap(high[0] - low[0], (f, g), (low[1], high[1]))
+    return ServiceGap(high[0] - low[0], (g, f), (high[1], low[1]))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_backlogged_gap_walk_on_arrays_equals_the_python_walk(seed) -> None:
+    from iterserve.metrics.fairness import Steps, _gap_on
+
+    rng = np.random.default_rng(seed)
+
+    def steps(n):
+        times = np.sort(rng.integers(0, 40, n).astype(np.float64) / 4)
+        amounts = rng.choice([1.0, 2.0, 0.5, 3.25], n)
+        order = np.lexsort((amounts, times))
+        return Steps(times[order], amounts[order])
+
+    f_steps, g_steps = steps(int(rng.integers(0, 60))), steps(int(rng.integers(0, 60)))
+    for joint in ((0.0, 10.0), (2.5, 7.25), (20.0, 30.0)):
+        assert _gap_on(joint, "f", "g", f_steps, g_steps) == _reference_gap(
+            joint, "f", "g", f_steps, g_steps)

@@ -44,11 +44,17 @@ def seconds_per_clock_unit(clock: str, model: IterationCostModel | None) -> floa
 
 def batch_shape(plan: IterationPlan) -> BatchShape:
     """The shape of a planned iteration: decode rows, the other computed
-    rows (prefill and rebuild), attention work and sequences."""
-    num_decode_rows = sum(1 for item in plan.work if item.kind is WorkKind.DECODE_ROW)
-    num_attended = sum((item.end - item.start) * item.end for item in plan.work)
+    rows (prefill and rebuild), attention work (all of it, and the decode
+    rows' part) and sequences."""
+    num_decode_rows = num_attended = num_decode_context = 0
+    for item in plan.work:
+        attended = (item.end - item.start) * item.end
+        num_attended += attended
+        if item.kind is WorkKind.DECODE_ROW:
+            num_decode_rows += 1
+            num_decode_context += attended
     return BatchShape(plan.tokens_used - num_decode_rows, num_decode_rows, num_attended,
-                      len(plan.work))
+                      len(plan.work), num_decode_context)
 
 
 class ClockedCost:

@@ -19,9 +19,12 @@ from typing import Any
 
 from iterserve.cost.protocol import BatchShape, CostModelError, RowQueries
 
-PROFILE_FORMAT = "iterserve-profile-v1"
+PROFILE_FORMAT = "iterserve-profile-v2"
 FEATURES = ("num_prefill_rows", "num_decode_rows", "num_attended_tokens", "num_sequences",
-            "multi_sequence")
+            "multi_sequence", "num_decode_context_tokens")
+# a v1 file predates the decode-context term: it loads as the same model with that term 0
+V1_FORMAT = "iterserve-profile-v1"
+V1_FEATURES = FEATURES[:5]
 PROVENANCE_FIELDS = ("config_hash", "dtype", "num_threads", "torch_version", "cpu_model",
                      "machine")
 FIT_FIELDS = ("num_train", "num_heldout", "mean_relative_error", "max_relative_error")
@@ -32,7 +35,8 @@ def feature_values(shape: BatchShape) -> tuple[float, ...]:
     is 1 when the batch packs several sequences: one segment is measurably
     cheaper than the linear trend of two to eight."""
     return (shape.num_prefill_rows, shape.num_decode_rows, shape.num_attended_tokens,
-            shape.num_sequences, 1.0 if shape.num_sequences > 1 else 0.0)
+            shape.num_sequences, 1.0 if shape.num_sequences > 1 else 0.0,
+            shape.num_decode_context_tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,8 +124,10 @@ def load_profiled_cost(path: str) -> ProfiledIterationCost:
 
 def profile_from_json(obj: object) -> CostProfile:
     top = _mapping(obj, "profile")
-    if top.get("format") != PROFILE_FORMAT:
-        raise CostModelError(f"format: expected {PROFILE_FORMAT!r}, got {top.get('format')!r}")
+    if top.get("format") not in (PROFILE_FORMAT, V1_FORMAT):
+        raise CostModelError(f"format: expected {PROFILE_FORMAT!r} (or {V1_FORMAT!r}), "
+                             f"got {top.get('format')!r}")
+    names = V1_FEATURES if top["format"] == V1_FORMAT else FEATURES
     provenance = _mapping(top.get("provenance"), "provenance")
     coords = tuple((name, _text(provenance, name, "provenance")) for name in PROVENANCE_FIELDS)
     coefficients = _mapping(top.get("coefficients_ms"), "coefficients_ms")
@@ -132,7 +138,7 @@ def profile_from_json(obj: object) -> CostProfile:
     return CostProfile(
         intercept_ms=_number(top, "intercept_ms", ""),
         coefficients_ms=tuple(_number(coefficients, name, "coefficients_ms")
-                              for name in FEATURES),
+                              for name in names) + (0.0,) * (len(FEATURES) - len(names)),
         floor_ms=floor_ms,
         provenance=coords,
         fit=FitError(int(_number(fit, "num_train", "fit")), int(_number(fit, "num_heldout", "fit")),

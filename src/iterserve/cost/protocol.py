@@ -23,12 +23,17 @@ class CostModelError(ValueError):
 class BatchShape:
     """What one iteration carries. Prefill rows include rebuild rows (the
     same compute, 0x0C). ``num_attended_tokens`` is the attention work:
-    the sum over sequences of rows x attended positions (the interval's end)."""
+    the sum over sequences of rows x attended positions (the interval's end).
+    ``num_decode_context_tokens`` is the part of it the decode rows attend
+    (one row reading its whole context): measured on CPU, a decode row's
+    position costs tens of times what a prefill row's does (its attention is one
+    matrix product), so a profile prices the two apart."""
 
     num_prefill_rows: int
     num_decode_rows: int
     num_attended_tokens: int = 0
     num_sequences: int = 0
+    num_decode_context_tokens: int = 0
 
     @classmethod
     def of_rows(cls, num_prefill_rows: int, num_decode_rows: int) -> BatchShape:

@@ -9,9 +9,10 @@ chunks up to the token budget, mixed prefill + decode iterations and
 decode iterations over a growing context. The cells run under ``grid.policy``: an iteration's time includes the
 scheduler's, so profile with the policy you will simulate. Every executed
 iteration is one sample: its
-:func:`~iterserve.cost.batch_shape` and the duration the executor reports
+:func:`~iterserve.cost.batch_shape`, the duration the executor reports
 (wall time since the previous iteration ended, scheduling included, which is
-what the simulator must reproduce); the engine carries an event recorder,
+what the simulator must reproduce) and the shape of that previous iteration
+(its aftermath is in this duration: :mod:`iterserve.cost.fit`); the engine carries an event recorder,
 as a measured run does. The first cell runs twice and its first pass is
 discarded (warm-up).
 """
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from iterserve.cost import BatchShape, CostProfile, batch_shape
-from iterserve.cost.fit import fit_profile
+from iterserve.cost.fit import MeasuredIteration, fit_profile
 from iterserve.engine.events import EventRecorder
 from iterserve.engine.loop import Engine
 from iterserve.engine.observer import EngineObserver
@@ -76,17 +77,22 @@ GRIDS = {"full": ProfileGrid(), "quick": QUICK_GRID}
 
 
 class _IterationTimes(EngineObserver):
+    """Every executed iteration of one run, with the one timed before it."""
+
     def __init__(self) -> None:
-        self.samples: list[tuple[BatchShape, float]] = []
+        self.samples: list[MeasuredIteration] = []
+        self._previous: BatchShape | None = None
 
     def on_step(self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
                 successor: SchedulerState) -> None:
         if plan.work:
-            self.samples.append((batch_shape(plan), result.duration))
+            shape = batch_shape(plan)
+            self.samples.append(MeasuredIteration(shape, result.duration, self._previous))
+            self._previous = shape
 
 
 def _cell(executor: TorchExecutor, grid: ProfileGrid, num_sequences: int, prompt_len: int,
-          rng: random.Random, tag: str, gap_ms: float = 0.0) -> list[tuple[BatchShape, float]]:
+          rng: random.Random, tag: str, gap_ms: float = 0.0) -> list[MeasuredIteration]:
     vocab_size = executor.model.config.vocab_size
     specs = []
     for index in range(num_sequences):
@@ -111,7 +117,7 @@ def _cell(executor: TorchExecutor, grid: ProfileGrid, num_sequences: int, prompt
 
 
 def measure(model: PackedCausalLM, grid: ProfileGrid, pass_index: int = 0,
-            timer: Callable[[], float] = time.perf_counter) -> list[tuple[BatchShape, float]]:
+            timer: Callable[[], float] = time.perf_counter) -> list[MeasuredIteration]:
     """Every executed iteration of every grid cell, in measured order.
     ``pass_index`` varies the prompts when a grid is measured repeatedly;
     ``timer`` is the executor's (wall clock by default)."""
@@ -119,7 +125,7 @@ def measure(model: PackedCausalLM, grid: ProfileGrid, pass_index: int = 0,
     rng = random.Random(grid.seed * 1_000_003 + pass_index)
     cells = [(n, p) for n in grid.num_sequences for p in grid.prompt_lens]
     _cell(executor, grid, *cells[0], rng, "warmup")
-    samples: list[tuple[BatchShape, float]] = []
+    samples: list[MeasuredIteration] = []
     for index, (num_sequences, prompt_len) in enumerate(cells):
         gap_ms = grid.arrival_gap_ms if index % 2 else 0.0
         samples.extend(_cell(executor, grid, num_sequences, prompt_len, rng, f"c{index}", gap_ms))

@@ -18,8 +18,13 @@ Deadlines use the same origins:
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+
+import numpy as np
+from numpy.typing import NDArray
 
 from iterserve.metrics.timeline import RequestTimeline
 
@@ -27,12 +32,13 @@ from iterserve.metrics.timeline import RequestTimeline
 @dataclass(frozen=True, slots=True)
 class RequestClocks:
     """Observed clocks of one request, in seconds. ``None`` means undefined or
-    not yet observed; it is never replaced by 0."""
+    not yet observed; it is never replaced by 0. ``tbt_gaps_s`` is a tuple,
+    or :class:`EmissionGaps` for a compact timeline (see :func:`tbt_gaps_s`)."""
 
     request_id: str
     num_output_tokens: int
     ttft_s: float | None
-    tbt_gaps_s: tuple[float, ...]
+    tbt_gaps_s: tuple[float, ...] | EmissionGaps
     tpot_s: float | None
     end_to_end_s: float | None
     queue_s: float | None
@@ -45,14 +51,40 @@ def request_clocks(timeline: RequestTimeline) -> RequestClocks:
         request_id=timeline.request_id,
         num_output_tokens=len(emissions),
         ttft_s=emissions[0] - timeline.arrival_s if emissions else None,
-        tbt_gaps_s=tuple(later - earlier for earlier, later in pairwise(emissions)),
+        tbt_gaps_s=tbt_gaps_s(emissions),
         tpot_s=time_per_output_token_s(emissions),
         end_to_end_s=None if timeline.finish_s is None else timeline.finish_s - timeline.arrival_s,
         queue_s=None if timeline.admit_s is None else timeline.admit_s - timeline.arrival_s,
     )
 
 
-def time_per_output_token_s(emission_s: tuple[float, ...]) -> float | None:
+@dataclass(frozen=True, slots=True)
+class EmissionGaps:
+    """The TBT gaps of a compact timeline, computed when read (``np.asarray``
+    or iteration: a float64 array of the same IEEE differences): held, they
+    cost nothing beyond the emission times the timeline already keeps."""
+
+    emission_s: array[float]
+
+    def __len__(self) -> int:
+        return max(0, len(self.emission_s) - 1)
+
+    def __array__(self, dtype: object = None, copy: object = None) -> NDArray[np.float64]:
+        return np.diff(np.frombuffer(self.emission_s, dtype=np.float64))
+
+    def __iter__(self) -> Iterator[float]:
+        return iter(self.__array__().tolist())
+
+
+def tbt_gaps_s(emission_s: Sequence[float]) -> tuple[float, ...] | EmissionGaps:
+    """Gap j = y_j - y_{j-1}: a tuple of a tuple; :class:`EmissionGaps` of a
+    compact timeline's ``array('d')``."""
+    if isinstance(emission_s, array):
+        return EmissionGaps(emission_s)
+    return tuple(later - earlier for earlier, later in pairwise(emission_s))
+
+
+def time_per_output_token_s(emission_s: Sequence[float]) -> float | None:
     """TPOT = (y_last - y_first) / (n_out - 1); ``None`` when n_out < 2."""
     if len(emission_s) < 2:
         return None

@@ -1,9 +1,9 @@
 """One streaming pass over an events.jsonl file (0x07) for a long run's report.
 
 A long run's event log does not fit in memory as event objects (one per
-output token); its report needs the per-request timelines (one float per
-token), the first and last fact (the default window) and the preemption and
-resume facts (the run summary). :func:`scan_events` reads the file once, one
+output token); its report needs the per-request timelines (compact: one
+8-byte float per token in an ``array('d')``), the first and last fact (the
+default window) and the preemption and resume facts (the run summary). :func:`scan_events` reads the file once, one
 line at a time, validates the whole log (the lifecycle contract of
 :mod:`iterserve.metrics.timeline` and a non-decreasing clock) and keeps only
 those. The figures are the ones the event-list path computes: the same
@@ -61,14 +61,15 @@ class _Tally:
     last_s: float = math.nan
 
 
-def scan_events(path: Path, *, end_s: float = math.inf) -> EventScan:
+def scan_events(path: Path, *, end_s: float = math.inf, compact: bool = False) -> EventScan:
     """Read ``path`` once: every event is validated; timelines keep the facts
-    stamped before ``end_s``."""
+    stamped before ``end_s``; ``compact`` ones hold their emission times in
+    an ``array('d')`` (a long run's report: 8 bytes a token)."""
     tally = _Tally()
     preempts: list[tuple[float, str]] = []
     resume_s: list[float] = []
     timelines = build_sorted_timelines(_tallied(iter_jsonl(path), tally, preempts, resume_s),
-                                       end_s=end_s)
+                                       end_s=end_s, compact=compact)
     return EventScan(timelines, end_s, tally.num_events, tally.first_s, tally.last_s,
                      tuple(preempts), tuple(resume_s))
 

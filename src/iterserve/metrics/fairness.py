@@ -23,6 +23,7 @@ counted as under-served after its demand ends.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,9 @@ from iterserve.metrics.slo import ObservationWindow
 from iterserve.metrics.timeline import RequestTimeline
 
 Interval = tuple[float, float]
+
+
+_CHUNK = 1 << 16  # facts per pass of a chunked scan (512 KiB of float64 at a time)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,13 +53,22 @@ class Steps:
         return cls(np.empty(0), np.empty(0))
 
     def within(self, start_s: float, end_s: float) -> Steps:
-        """The facts in (start_s, end_s]."""
-        keep = (self.times_s > start_s) & (self.times_s <= end_s)
-        return Steps(self.times_s[keep], self.amounts[keep])
+        """The facts in (start_s, end_s]: a slice (views, no copies) since
+        the times ascend. ``bisect`` rather than ``np.searchsorted``, which
+        copies a strided array (the times are a view of a complex array)."""
+        low = bisect.bisect_right(self.times_s, start_s)
+        high = max(low, bisect.bisect_right(self.times_s, end_s))
+        return Steps(self.times_s[low:high], self.amounts[low:high])
 
     def total(self) -> float:
-        """The left-to-right sum (``sum`` of the floats in order: 0 when empty)."""
-        return float(np.cumsum(self.amounts)[-1]) if len(self.amounts) else 0
+        """The left-to-right sum (``sum`` of the floats in order: 0 when empty),
+        a chunk at a time (each chunk's running sum starts from the last)."""
+        if not len(self.amounts):
+            return 0
+        total = float(np.cumsum(self.amounts[:_CHUNK])[-1])
+        for at in range(_CHUNK, len(self.amounts), _CHUNK):
+            total = float(np.cumsum(np.append(total, self.amounts[at:at + _CHUNK]))[-1])
+        return total
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,18 +222,18 @@ def _gap_on(joint: Interval, f: str, g: str, f_steps: Steps, g_steps: Steps) -> 
     times = np.concatenate([f_in.times_s, g_in.times_s])
     amounts = np.concatenate([f_in.amounts, -g_in.amounts])
     order = np.lexsort((amounts, times))
-    moves = list(zip(times[order].tolist(), amounts[order].tolist(), strict=True))
-    level, low, high = 0.0, (0.0, start), (0.0, start)
-    index = 0
-    while index < len(moves):  # equal-time facts are one publication
-        time_s = moves[index][0]
-        while index < len(moves) and moves[index][0] == time_s:
-            level += moves[index][1]
-            index += 1
-        if level < low[0]:
-            low = (level, time_s)
-        if level > high[0]:
-            high = (level, time_s)
+    times, levels = times[order], np.cumsum(amounts[order])  # cumsum adds left to right
+    del order, amounts
+    # equal-time facts are one publication: the walk is read after each one's last fact
+    last = np.append(times[1:] != times[:-1], True) if len(times) else np.empty(0, bool)
+    times, levels = times[last], levels[last]
+    low, high = (0.0, start), (0.0, start)
+    if len(levels):
+        lowest, highest = int(np.argmin(levels)), int(np.argmax(levels))  # first of each
+        if levels[lowest] < 0.0:
+            low = (float(levels[lowest]), float(times[lowest]))
+        if levels[highest] > 0.0:
+            high = (float(levels[highest]), float(times[highest]))
     if high[1] >= low[1]:  # f pulled ahead after the low point
         return ServiceGap(high[0] - low[0], (f, g), (low[1], high[1]))
     return ServiceGap(high[0] - low[0], (g, f), (high[1], low[1]))
@@ -230,17 +243,31 @@ def _client_fairness(client: str, phi: float, backlog: list[Interval], steps: St
                      horizon_s: float) -> ClientFairness:
     longest = 0.0
     for start, end in backlog:
-        marks = np.concatenate([[start], steps.within(start, end).times_s, [end]])
-        longest = max(longest, float(np.diff(marks).max()))
+        longest = max(longest, _longest_gap(start, steps.within(start, end).times_s, end))
+    times = steps.times_s
     return ClientFairness(
         client_id=client,
         weight=phi,
         service=steps.total(),
-        num_completed_events=len(np.unique(steps.times_s)),
+        num_completed_events=int(np.count_nonzero(times[1:] != times[:-1])) + 1 if len(times)
+        else 0,  # distinct times: they ascend
         backlogged_s=sum(end - start for start, end in backlog),
         longest_unserved_s=longest,
         is_starved=bool(backlog) and longest >= horizon_s,
     )
+
+
+def _longest_gap(start_s: float, times_s: np.ndarray, end_s: float) -> float:
+    """The widest gap between start_s, the ascending ``times_s`` and end_s
+    (``np.diff`` of the three joined, its max), a chunk at a time: no copy
+    of a per-token array."""
+    if not len(times_s):
+        return end_s - start_s
+    longest = max(float(times_s[0] - start_s), float(end_s - times_s[-1]))
+    for at in range(0, len(times_s) - 1, _CHUNK):
+        part = times_s[at:at + _CHUNK + 1]
+        longest = max(longest, float((part[1:] - part[:-1]).max()))
+    return longest
 
 
 def jain_index(values: Sequence[float]) -> float | None:

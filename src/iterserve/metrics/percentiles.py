@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
 OK = "ok"
 INSUFFICIENT_SAMPLE = "insufficient_sample"
 REPORTED_PERCENTS: tuple[int, ...] = (50, 95, 99)
@@ -65,15 +68,16 @@ def min_sample_size(percent: float) -> int:
     return math.ceil(Fraction(100) / (100 - exact))
 
 
-def nearest_rank(sorted_samples: Sequence[float], percent: float) -> float:
+def nearest_rank(sorted_samples: Sequence[float] | NDArray[np.float64], percent: float) -> float:
     """x_(ceil(p n / 100)) of an ascending, non-empty sample (ungated)."""
-    if not sorted_samples:
+    if not len(sorted_samples):
         raise ValueError("nearest_rank needs at least one sample")
     rank = math.ceil(_exact(percent) * len(sorted_samples) / 100)
-    return sorted_samples[max(rank, 1) - 1]
+    return float(sorted_samples[max(rank, 1) - 1])
 
 
-def gated_percentile(sorted_samples: Sequence[float], percent: float) -> Percentile:
+def gated_percentile(sorted_samples: Sequence[float] | NDArray[np.float64],
+                     percent: float) -> Percentile:
     """Nearest-rank percentile, withheld below :func:`min_sample_size`."""
     n = len(sorted_samples)
     if n < min_sample_size(percent):
@@ -81,17 +85,30 @@ def gated_percentile(sorted_samples: Sequence[float], percent: float) -> Percent
     return Percentile(percent=percent, n=n, status=OK, value=nearest_rank(sorted_samples, percent))
 
 
-def summarize(samples: Iterable[float], percents: Sequence[float] = REPORTED_PERCENTS) -> Summary:
-    """Mean (n >= 1) and gated percentiles of a sample, in the sample's unit."""
-    ordered = sorted(samples)
-    if any(not math.isfinite(value) for value in ordered):
+def summarize(samples: Iterable[float] | NDArray[np.float64],
+              percents: Sequence[float] = REPORTED_PERCENTS) -> Summary:
+    """Mean (n >= 1) and gated percentiles of a sample, in the sample's unit.
+    The sample becomes one float64 array (an ascending one is used as is);
+    the mean is ``math.fsum``'s correctly rounded sum, whatever the order."""
+    ordered = _ascending_array(samples)
+    if not np.isfinite(ordered).all():
         raise ValueError("samples must be finite")
-    mean = math.fsum(ordered) / len(ordered) if ordered else None
+    mean = math.fsum(ordered.data) / len(ordered) if len(ordered) else None
     return Summary(
         n=len(ordered),
         mean=mean,
         percentiles=tuple(gated_percentile(ordered, percent) for percent in percents),
     )
+
+
+def _ascending_array(samples: Iterable[float] | NDArray[np.float64]) -> NDArray[np.float64]:
+    if isinstance(samples, np.ndarray) and samples.dtype == np.float64 and samples.ndim == 1:
+        if len(samples) < 2 or bool((samples[:-1] <= samples[1:]).all()):
+            return np.ascontiguousarray(samples)
+        return np.sort(samples)
+    ordered = np.fromiter(samples, dtype=np.float64)
+    ordered.sort()
+    return ordered
 
 
 def _exact(percent: float) -> Fraction:

@@ -49,7 +49,7 @@ def plot_latency_cdfs(reports: Sequence[Report], path: str | Path) -> Path:
         (axes[1], "tbt", reports[0].slo.tbt_ms if reports else None),
     ):
         for report in reports:
-            samples_ms = [value * _MS_PER_S for value in report.samples.named()[name]]
+            samples_ms = report.samples.named()[name] * _MS_PER_S  # one array, the same products
             _step_cdf(axis, samples_ms, f"{report.label} (n={len(samples_ms)})")
         if limit_ms is not None:
             axis.axvline(limit_ms, color="black", linestyle=":", label=f"limit {limit_ms:g} ms")
@@ -306,14 +306,25 @@ def _save(figure: Figure, path: str | Path) -> Path:
 def _step_cdf(axis: Axes, samples: Sequence[float] | np.ndarray, label: str) -> None:
     """As float64 arrays (a run's TBT samples are one per token); the same
     values as Python floats: k / n and the products are correctly rounded."""
-    ordered = np.sort(np.asarray(samples, dtype=np.float64))
+    ordered = _ascending(np.asarray(samples, dtype=np.float64))
     if not len(ordered):
         axis.plot([], [], label=f"{label}: no samples")
         return
-    fractions = np.arange(1, len(ordered) + 1, dtype=np.float64) / len(ordered)
-    x, y = _last_per_x(ordered, fractions)
+    if len(ordered) <= MAX_STEP_VERTICES:
+        x, y = ordered, np.arange(1, len(ordered) + 1, dtype=np.float64) / len(ordered)
+    else:  # :func:`_last_per_x` without the n-point fraction array: y only where kept
+        kept = np.flatnonzero(np.append(ordered[1:] != ordered[:-1], True))
+        x, y = ordered[kept], (kept + 1).astype(np.float64) / len(ordered)
     axis.step(np.concatenate([ordered[:1], x]), np.concatenate([[0.0], y]),
               where="post", label=label)
+
+
+def _ascending(values: np.ndarray) -> np.ndarray:
+    """``values`` sorted; as given when already ascending (a report's samples
+    are: no sorted copy of a per-token sample)."""
+    if len(values) < 2 or bool((values[:-1] <= values[1:]).all()):
+        return values
+    return np.sort(values)
 
 
 def _last_per_x(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

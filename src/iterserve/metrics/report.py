@@ -40,10 +40,12 @@ requests inside W, including requests that arrived before W.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
 
 from iterserve.metrics.clocks import RequestClocks, request_clocks
 from iterserve.metrics.events import Event
@@ -69,15 +71,16 @@ _MS_PER_S = 1000.0
 
 @dataclass(frozen=True, slots=True)
 class LatencySamples:
-    """Raw clock samples in seconds, ascending (see the module docstring)."""
+    """Raw clock samples in seconds, each an ascending float64 array (see the
+    module docstring)."""
 
-    ttft_s: tuple[float, ...]
-    tbt_s: tuple[float, ...]
-    tpot_s: tuple[float, ...]
-    end_to_end_s: tuple[float, ...]
-    queue_s: tuple[float, ...]
+    ttft_s: NDArray[np.float64]
+    tbt_s: NDArray[np.float64]
+    tpot_s: NDArray[np.float64]
+    end_to_end_s: NDArray[np.float64]
+    queue_s: NDArray[np.float64]
 
-    def named(self) -> dict[str, tuple[float, ...]]:
+    def named(self) -> dict[str, NDArray[np.float64]]:
         return {
             "ttft": self.ttft_s,
             "tbt": self.tbt_s,
@@ -136,7 +139,7 @@ class Report:
         }
         if include_samples:
             record["samples_ms"] = {
-                name: [value * _MS_PER_S for value in values]
+                name: (values * _MS_PER_S).tolist()  # the same products, as floats
                 for name, values in self.samples.named().items()
             }
         return record
@@ -203,35 +206,30 @@ def _samples(clocks: Sequence[RequestClocks], verdicts: Sequence[RequestOutcome]
 
 def latency_samples(clocks: Sequence[RequestClocks], is_completed: Sequence[bool]) -> LatencySamples:
     """The sample definitions of the module docstring: TTFT, TBT and queue
-    time over every request; TPOT and end-to-end over completed ones."""
+    time over every request; TPOT and end-to-end over completed ones. Each
+    is one ascending float64 array (8 bytes a sample): a long run has a TBT
+    gap per token."""
     completed = [clock for clock, done in zip(clocks, is_completed, strict=True) if done]
+    tbt_s = np.empty(sum(len(clock.tbt_gaps_s) for clock in clocks))
+    at = 0
+    for clock in clocks:  # one request's gaps at a time (a compact one's are made here)
+        gaps = np.asarray(clock.tbt_gaps_s, dtype=np.float64)
+        tbt_s[at:at + len(gaps)] = gaps
+        at += len(gaps)
+    tbt_s.sort()  # in place: one array, no sorted copy
     return LatencySamples(
         ttft_s=_ascending(clock.ttft_s for clock in clocks),
-        tbt_s=_shared_runs(sorted(gap for clock in clocks for gap in clock.tbt_gaps_s)),
+        tbt_s=tbt_s,
         tpot_s=_ascending(clock.tpot_s for clock in completed),
         end_to_end_s=_ascending(clock.end_to_end_s for clock in completed),
         queue_s=_ascending(clock.queue_s for clock in clocks),
     )
 
 
-def _shared_runs(ordered: list[float]) -> tuple[float, ...]:
-    """``tuple(ordered)`` with equal neighbours sharing one float object: a
-    long run has a TBT gap per token but few distinct gaps, and the samples
-    outlive the clocks that made them. Zeros keep their own objects (0.0
-    and -0.0 compare equal)."""
-    shared: list[float] = []
-    previous = math.nan
-    for value in ordered:
-        if value == previous and value:
-            shared.append(previous)
-        else:
-            shared.append(value)
-            previous = value
-    return tuple(shared)
-
-
-def _ascending(values: Iterable[float | None]) -> tuple[float, ...]:
-    return tuple(sorted(value for value in values if value is not None))
+def _ascending(values: Iterable[float | None]) -> NDArray[np.float64]:
+    ordered = np.fromiter((value for value in values if value is not None), dtype=np.float64)
+    ordered.sort()
+    return ordered
 
 
 def _per_client(

@@ -10,6 +10,7 @@ events) earns nothing (DESIGN rule 1).
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -50,19 +51,6 @@ def service_increments(
     increments = [(time_s, weights.prompt_weight * rows) for time_s, rows in timeline.compute_s]
     increments.extend((time_s, weights.output_weight) for time_s in timeline.emission_s)
     return increments
-
-
-def service_increment_arrays(
-    timeline: RequestTimeline, weights: ServiceWeights
-) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`service_increments` as two float64 arrays (times, service)."""
-    times = np.array(timeline.emission_s, dtype=np.float64)
-    amounts = np.full(len(times), weights.output_weight, dtype=np.float64)
-    if timeline.compute_s:
-        rows = np.array(timeline.compute_s, dtype=np.float64)
-        times = np.concatenate([rows[:, 0], times])
-        amounts = np.concatenate([weights.prompt_weight * rows[:, 1], amounts])
-    return times, amounts
 
 
 def client_service_series(
@@ -114,23 +102,60 @@ def client_increment_arrays(
     """Per client (in order of first appearance), the service increments
     stamped in [start_s, end_s), each divided by the client's weight when
     ``client_weights`` is given (1 for a client it does not name), sorted by
-    (time, amount): two float64 arrays, 16 bytes a completed fact."""
-    parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    (time, amount): two float64 arrays (the real and imaginary views of one
+    complex array), 16 bytes a completed fact.
+
+    Two passes, so nothing per request is allocated: the first counts each
+    client's facts inside the bounds (a request's emission times ascend, so
+    those inside are one slice), the second fills arrays of that size in the
+    order :func:`service_increments` gives (compute facts, then
+    emissions, request after request)."""
+    timelines = list(timelines)
+    sizes: dict[str, int] = {}
     for timeline in timelines:
-        times, amounts = service_increment_arrays(timeline, weights)
-        inside = (times >= start_s) & (times < end_s)
-        if client_weights is not None:
-            amounts = amounts / client_weights.get(timeline.client_id, 1.0)
-        parts.setdefault(timeline.client_id, []).append((times[inside], amounts[inside]))
+        num_computes = sum(start_s <= time_s < end_s for time_s, _ in timeline.compute_s)
+        low, high = _inside(_emission_array(timeline), start_s, end_s)
+        sizes[timeline.client_id] = sizes.get(timeline.client_id, 0) + num_computes + high - low
+    # one complex128 per fact, (time + amount j): numpy sorts complex numbers
+    # by real part, then imaginary part, so an in-place sort is the
+    # (time, amount) order with no index array and no sorted copies
+    facts = {client: np.empty(size, dtype=np.complex128) for client, size in sizes.items()}
+    filled = dict.fromkeys(sizes, 0)
+    for timeline in timelines:
+        client = timeline.client_id
+        phi = 1.0 if client_weights is None else client_weights.get(client, 1.0)
+        times, amounts = facts[client].real, facts[client].imag
+        at = filled[client]
+        for time_s, rows in timeline.compute_s:
+            if start_s <= time_s < end_s:
+                amount = weights.prompt_weight * float(rows)
+                times[at], amounts[at] = time_s, amount if client_weights is None else amount / phi
+                at += 1
+        emissions = _emission_array(timeline)
+        low, high = _inside(emissions, start_s, end_s)
+        times[at:at + high - low] = emissions[low:high]
+        output = weights.output_weight
+        amounts[at:at + high - low] = output if client_weights is None else output / phi
+        filled[client] = at + high - low
     arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for client in list(parts):
-        pieces = parts.pop(client)  # each client's pieces go as its arrays come
-        times = np.concatenate([t for t, _ in pieces])
-        amounts = np.concatenate([a for _, a in pieces])
-        del pieces
-        order = np.lexsort((amounts, times))
-        arrays[client] = (times[order], amounts[order])
+    for client, values in facts.items():
+        values.sort()
+        arrays[client] = (values.real, values.imag)  # views: 16 bytes a fact in all
     return arrays
+
+
+def _emission_array(timeline: RequestTimeline) -> np.ndarray:
+    """A request's emission times as float64 (a view of a compact timeline's)."""
+    emissions = timeline.emission_s
+    if isinstance(emissions, array):
+        return np.frombuffer(emissions, dtype=np.float64)
+    return np.asarray(emissions, dtype=np.float64)
+
+
+def _inside(ascending: np.ndarray, start_s: float, end_s: float) -> tuple[int, int]:
+    """The slice of an ascending array that lies in [start_s, end_s)."""
+    low, high = np.searchsorted(ascending, (start_s, end_s), side="left")
+    return int(low), int(max(low, high))
 
 
 def client_service_totals(

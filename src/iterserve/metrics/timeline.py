@@ -11,6 +11,12 @@ clocks and outcome partition of 0x07 rely on:
 - one terminal fact at most (finish, reject or cancel), nothing after it;
 - a finish names the number of outputs actually emitted, which is >= 1.
 
+A *compact* timeline (``build_sorted_timelines(..., compact=True)``, the
+streaming report of a long run) holds its emission times in an
+``array('d')``: 8 bytes a token instead of a float object and its pointer.
+Every reader indexes, measures and iterates ``emission_s`` only, so both
+kinds read alike.
+
 Admission may be implied: a producer that cannot observe admission (the bench
 client) emits no ``admit``; a request that emitted or finished was admitted,
 with an unknown admission time.
@@ -19,6 +25,7 @@ with an unknown admission time.
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
@@ -41,7 +48,8 @@ from iterserve.metrics.events import (
 
 @dataclass(frozen=True, slots=True)
 class RequestTimeline:
-    """Observed facts of one request. ``emission_s[j]`` is output j's time (y_{r,j})."""
+    """Observed facts of one request. ``emission_s[j]`` is output j's time
+    (y_{r,j}): a tuple, or a float64 ``array('d')`` in a compact timeline."""
 
     request_id: str
     client_id: str
@@ -50,7 +58,7 @@ class RequestTimeline:
     admit_s: float | None = None
     reject_s: float | None = None
     reject_reason: str | None = None
-    emission_s: tuple[float, ...] = ()
+    emission_s: tuple[float, ...] | array[float] = ()
     finish_s: float | None = None
     finish_reason: str | None = None
     cancel_s: float | None = None
@@ -94,16 +102,17 @@ class _Builder:
     """Mutable accumulator private to :func:`build_timelines`."""
 
     timeline: RequestTimeline
-    emissions: list[float] = field(default_factory=list)
+    emissions: list[float] | array[float] = field(default_factory=list)
     preempts: list[float] = field(default_factory=list)
     resumes: list[float] = field(default_factory=list)
     computes: list[tuple[float, int]] = field(default_factory=list)
     num_rebuild_rows: int = 0
 
     def freeze(self) -> RequestTimeline:
+        emissions = self.emissions
         return replace(
             self.timeline,
-            emission_s=tuple(self.emissions),
+            emission_s=emissions if isinstance(emissions, array) else tuple(emissions),
             preempt_s=tuple(self.preempts),
             resume_s=tuple(self.resumes),
             compute_s=tuple(self.computes),
@@ -123,11 +132,12 @@ def build_timelines(
 
 
 def build_sorted_timelines(
-    events: Iterable[Event], *, end_s: float = math.inf
+    events: Iterable[Event], *, end_s: float = math.inf, compact: bool = False
 ) -> dict[str, RequestTimeline]:
     """:func:`build_timelines` over events already in time order (an event
     log or its JSONL file), consumed one at a time: nothing but the
-    timelines is held. An event earlier than its predecessor raises."""
+    timelines is held. An event earlier than its predecessor raises.
+    ``compact`` timelines keep their emission times in an ``array('d')``."""
     builders: dict[str, _Builder] = {}
     last_s = -math.inf
     for event in events:
@@ -138,7 +148,7 @@ def build_sorted_timelines(
         if event.time_s >= end_s:
             continue
         if isinstance(event, ArrivalEvent):
-            _add_arrival(builders, event)
+            _add_arrival(builders, event, compact)
             continue
         builder = builders.get(event.request_id)
         if builder is None:
@@ -150,17 +160,16 @@ def build_sorted_timelines(
     return timelines
 
 
-def _add_arrival(builders: dict[str, _Builder], event: ArrivalEvent) -> None:
+def _add_arrival(builders: dict[str, _Builder], event: ArrivalEvent, compact: bool) -> None:
     if event.request_id in builders:
         raise EventLogError(f"duplicate arrival for request {event.request_id!r}")
-    builders[event.request_id] = _Builder(
-        RequestTimeline(
-            request_id=event.request_id,
-            client_id=event.client_id,
-            arrival_s=event.time_s,
-            num_prompt_tokens=event.num_prompt_tokens,
-        )
+    timeline = RequestTimeline(
+        request_id=event.request_id,
+        client_id=event.client_id,
+        arrival_s=event.time_s,
+        num_prompt_tokens=event.num_prompt_tokens,
     )
+    builders[event.request_id] = _Builder(timeline, array("d") if compact else [])
 
 
 def _apply(builder: _Builder, event: Event) -> None:

@@ -262,21 +262,21 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
     must have streamed them to ``out_dir/events.jsonl``; one that held them
     writes them there now. Either way the report reads that file in one
     streaming pass (:mod:`iterserve.metrics.event_scan`): the report phase
-    holds timelines (one float per token), never the event objects."""
+    holds compact timelines (8 bytes a token), never the event objects."""
     recorder = run.recorder
     events_path = out_dir / "events.jsonl"
     if not recorder.is_streaming:
         recorder.log().write_jsonl(events_path)
     unit = clock_time_unit(workload.clock, recorder.seconds_per_clock_unit)
     title = f"{workload.workload_id}: {label}"
-    scan = scan_events(events_path)
+    scan = scan_events(events_path, compact=True)
     if not scan.num_events:
         (out_dir / "report.md").write_text(f"# {title}\n\nNothing arrived: no events.\n")
         return MetricOutputs(None, None)
     window = window or scan.default_window()
     if not scan.covers(window):  # facts past the window's end: rebuild up to it
         del scan
-        scan = scan_events(events_path, end_s=window.end_s)
+        scan = scan_events(events_path, end_s=window.end_s, compact=True)
     observed = scan.timelines
     summary = summarize_timelines(
         observed, window, unit, label=label, preempt_modes=scan.preempt_modes(window),

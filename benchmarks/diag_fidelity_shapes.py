@@ -1,0 +1,123 @@
+"""Per-shape bias of a fitted profile on the fidelity workload (issue 15 B).
+
+Runs what ``tests/engine_model/test_fidelity.py`` runs (tiny preset, CPU
+time, profile passes interleaved with the real runs) but also records every
+real iteration's batch shape and measured CPU time, then prints, for the
+decode-only iterations of the real runs grouped by decode batch size (and
+for prefill-carrying ones as one group), the ratio of the profile's
+prediction (scaled by the pass's speed factor, as the test does) to the
+measured time: the mean of predicted / measured and the ratio of totals.
+A ratio above 1 means the simulator would price those iterations too high.
+
+No number of a real run enters the fit: the real samples are only compared.
+
+    .venv/bin/python benchmarks/diag_fidelity_shapes.py
+    .venv/bin/python benchmarks/diag_fidelity_shapes.py --grid quick --repeat 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+from iterserve.cost import BatchShape, CostProfile
+from iterserve.cost.fit import MeasuredIteration, fit_profile, speed_factor
+from iterserve.engine.events import EventRecorder
+from iterserve.engine.loop import Engine
+from iterserve.lab.profiling import GRIDS, _IterationTimes, measure, provenance
+from iterserve.lab.runs import PoissonShape, poisson_workload
+from iterserve.model.executor import TorchExecutor
+from iterserve.model.loader import load_model
+from iterserve.model.make_model import make_model
+from iterserve.model.runtime import set_num_threads
+from iterserve.policies.registry import policy_for
+from iterserve.records.sampling_params import SamplingParams
+from iterserve.records.spec import Capacity, KvSpec
+
+POLICIES: dict[str, dict[str, int]] = {"vllm": {}, "sarathi": {"chunk_size": 64}}
+NUM_BLOCKS = 1024
+BLOCK_SIZE = 16
+TIMER = time.process_time
+
+Samples = list[MeasuredIteration]
+
+
+def real_samples(model, workload, policy: str, settings: dict[str, int]) -> Samples:  # type: ignore[no-untyped-def]
+    executor = TorchExecutor(model, NUM_BLOCKS, BLOCK_SIZE, timer=TIMER)
+    for index, spec in enumerate(workload.requests):
+        params = SamplingParams(max_tokens=spec.max_output_tokens, temperature=0.0,
+                                ignore_eos=True)
+        executor.add_request(spec.request_id, spec.prompt_token_ids, params, seed=index)
+    times = _IterationTimes()
+    engine_policy = policy_for(policy, workload, dict(settings), strict=False)
+    Engine(workload, engine_policy, executor, [times, EventRecorder(0.001)]).run()
+    return times.samples
+
+
+def group_of(shape: BatchShape) -> str:
+    if shape.num_prefill_rows:
+        return "prefill+"
+    return f"decode {shape.num_decode_rows:>2}"
+
+
+def bias_table(profile: CostProfile, samples: Samples, factor: float) -> list[str]:
+    groups: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for shape, measured_ms, _ in samples:
+        groups[group_of(shape)].append((profile.predict_ms(shape) * factor, measured_ms))
+    lines = []
+    for name in sorted(groups):
+        pairs = groups[name]
+        mean_ratio = sum(p / m for p, m in pairs) / len(pairs)
+        total = sum(p for p, _ in pairs) / sum(m for _, m in pairs)
+        measured = sum(m for _, m in pairs) / len(pairs)
+        lines.append(f"  {name}: n={len(pairs):4d} measured {measured:6.3f} ms  "
+                     f"pred/meas mean {mean_ratio:5.3f} totals {total:5.3f}")
+    return lines
+
+
+def one_round(model_dir: Path, model, grid_name: str) -> None:  # type: ignore[no-untyped-def]
+    grid = GRIDS[grid_name]
+    shape = PoissonShape(num_requests=200, rate_per_s=40.0, prompt_lens=(16, 96),
+                         output_lens=(8, 24), vocab_size=model.config.vocab_size, seed=7)
+    workload = poisson_workload(shape, Capacity(token_budget=256, sequence_budget=32),
+                                KvSpec(NUM_BLOCKS, BLOCK_SIZE))
+    passes = [measure(model, grid, pass_index=0, timer=TIMER)]
+    reals = {}
+    for index, (policy, settings) in enumerate(POLICIES.items()):
+        reals[policy] = real_samples(model, workload, policy, settings)
+        passes.append(measure(model, grid, pass_index=index + 1, timer=TIMER))
+    profile = fit_profile([s for one in passes for s in one], provenance(model_dir, model.dtype))
+    print(f"profile ({grid_name}): {sum(map(len, passes))} iterations, held-out error mean "
+          f"{profile.fit.mean_relative_error:.1%} max {profile.fit.max_relative_error:.1%}")
+    print("  intercept", round(profile.intercept_ms, 4), "coefficients",
+          [round(c, 5) for c in profile.coefficients_ms])
+    for index, policy in enumerate(POLICIES):
+        factor = speed_factor(profile, passes[index] + passes[index + 1])
+        print(f"{policy}: speed factor {factor:.3f}")
+        print("\n".join(bias_table(profile, reals[policy], factor)))
+        total_pred = sum(profile.predict_ms(s.shape) * factor for s in reals[policy])
+        total_meas = sum(s.duration_ms for s in reals[policy])
+        print(f"  all: pred/meas totals {total_pred / total_meas:5.3f}")
+    print("grid samples, their own fit:")
+    print("\n".join(bias_table(profile, [s for one in passes for s in one], 1.0)))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--grid", choices=sorted(GRIDS), default="quick")
+    parser.add_argument("--repeat", type=int, default=1)
+    args = parser.parse_args(argv)
+    set_num_threads(1)  # as tests/engine_model/conftest.py pins it
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = make_model(Path(tmp), preset="tiny", seed=0)
+        model = load_model(model_dir)
+        for _ in range(args.repeat):
+            one_round(model_dir, model, args.grid)
+
+
+if __name__ == "__main__":
+    main()
