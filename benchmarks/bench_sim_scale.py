@@ -11,14 +11,21 @@ near its limit, so requests are preempted). Each size runs in a fresh
 process, so peak RSS (``resource.getrusage``) is that run's.
 
 Measured: wall seconds of the run (engine loop, observers, decision log and
-event stream; generating the workload is timed apart), simulated requests
-per wall second and peak resident memory of the process.
+event stream; generating the workload is timed apart), the process CPU
+seconds of the same span (``cpu_s``: steadier than wall time on a shared
+machine, for A/B runs), simulated requests per wall second and peak
+resident memory of the process. ``--rate-per-s`` raises the arrival rate
+above the issue's 20 req/s: the pool serves about the same number of
+requests per second, so the waiting queue grows faster and a few thousand
+requests reach the queue lengths of a 100,000-request run (the per-decision
+cost that grows with the waiting queue, measured in minutes, not hours).
 
     .venv/bin/python benchmarks/bench_sim_scale.py                    # 10,000 and 100,000
     .venv/bin/python benchmarks/bench_sim_scale.py --sizes 1000 10000 100000
     .venv/bin/python benchmarks/bench_sim_scale.py --sizes 2000 --repeat 3
     .venv/bin/python benchmarks/bench_sim_scale.py --sizes 2000 --profile 40
     .venv/bin/python benchmarks/bench_sim_scale.py --json out.json
+    .venv/bin/python benchmarks/bench_sim_scale.py --one 3000 --rate-per-s 200   # one JSON line
     .venv/bin/python benchmarks/bench_sim_scale.py --cli --sizes 1000 3000 10000
 
 ``--cli`` measures the whole ``iterserve simulate`` command instead (the run,
@@ -53,6 +60,7 @@ from iterserve.sim.workload_spec import parse_spec
 
 COST_MODEL = "linear:8,0.02,0.1"
 POLICY = "vllm"
+RATE_PER_S = 20.0  # the issue's arrival rate; --rate-per-s raises it (a longer waiting queue)
 PROGRESS_EVERY_S = 10.0  # wall seconds between progress lines
 
 
@@ -77,22 +85,23 @@ class LineProgress(EngineObserver):
                   file=sys.stderr, flush=True)
 
 
-def spec(num_requests: int) -> dict[str, Any]:
+def spec(num_requests: int, rate_per_s: float = RATE_PER_S) -> dict[str, Any]:
     return {
         "workload_id": f"scale-{num_requests}", "seed": 15, "num_requests": num_requests,
         "clock": "ms", "capacity": {"token_budget": 2048, "sequence_budget": 256},
         "kv": {"num_blocks": 4000, "block_size": 16},
-        "arrival": {"process": "poisson", "rate_per_s": 20},
+        "arrival": {"process": "poisson", "rate_per_s": rate_per_s},
         "clients": [{"client_id": "c0",
                      "prompt_tokens": {"kind": "uniform", "min": 32, "max": 1024},
                      "output_tokens": {"kind": "uniform", "min": 16, "max": 400}}],
     }
 
 
-def run_one(num_requests: int, decision_log: bool, profile_lines: int) -> dict[str, Any]:
+def run_one(num_requests: int, decision_log: bool, profile_lines: int,
+            rate_per_s: float = RATE_PER_S) -> dict[str, Any]:
     """One run in this process; the figures as a dict."""
     started = time.perf_counter()
-    manifest = generate_workload(parse_spec(spec(num_requests)))
+    manifest = generate_workload(parse_spec(spec(num_requests, rate_per_s)))
     generate_s = time.perf_counter() - started
     model = parse_cost_model(COST_MODEL)
     config = RunConfig(policy_for(POLICY, manifest.online, cost_model=model), model,
@@ -101,7 +110,7 @@ def run_one(num_requests: int, decision_log: bool, profile_lines: int) -> dict[s
     with tempfile.TemporaryDirectory() as tmp:
         log_path, events_path = Path(tmp) / "decisions.jsonl", Path(tmp) / "events.jsonl"
         with log_path.open("w") as log, events_path.open("w") as events:
-            started = time.perf_counter()
+            started, cpu_started_s = time.perf_counter(), time.process_time()
             if profiler is not None:
                 profiler.enable()
             run = run_simulation(manifest, config, log if decision_log else None,
@@ -109,6 +118,7 @@ def run_one(num_requests: int, decision_log: bool, profile_lines: int) -> dict[s
             if profiler is not None:
                 profiler.disable()
             wall_s = time.perf_counter() - started
+            cpu_s = time.process_time() - cpu_started_s
         sizes = {"decision_log_bytes": log_path.stat().st_size,
                  "events_bytes": events_path.stat().st_size}
     if profiler is not None:
@@ -119,19 +129,21 @@ def run_one(num_requests: int, decision_log: bool, profile_lines: int) -> dict[s
         "decision_log": decision_log, "validation": run.engine.validate,
         "iterations": run.engine.num_iterations, "num_live_at_end": final.num_live,
         "generate_s": round(generate_s, 3), "wall_s": round(wall_s, 3),
+        "cpu_s": round(cpu_s, 3), "rate_per_s": rate_per_s,
         "requests_per_wall_s": round(num_requests / wall_s, 1),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         **sizes,
     }
 
 
-def run_cli(num_requests: int, decision_log: bool) -> dict[str, Any]:
+def run_cli(num_requests: int, decision_log: bool,
+            rate_per_s: float = RATE_PER_S) -> dict[str, Any]:
     """The whole ``iterserve simulate`` command (run, report, plots) in a
     child process: its wall seconds and its peak RSS (``RUSAGE_CHILDREN``:
     this process waits for that one child only)."""
     with tempfile.TemporaryDirectory() as tmp:
         workload = Path(tmp) / "workload.json"
-        (Path(tmp) / "spec.json").write_text(json.dumps(spec(num_requests)))
+        (Path(tmp) / "spec.json").write_text(json.dumps(spec(num_requests, rate_per_s)))
         iterserve = [sys.executable, "-m", "iterserve.cli.main"]
         subprocess.run([*iterserve, "workload", "gen", str(Path(tmp) / "spec.json"),
                         "-o", str(workload)], check=True, stdout=subprocess.DEVNULL)
@@ -159,17 +171,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=int, default=0, metavar="LINES",
                         help="cProfile the run, print the top LINES by own time (one size)")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--rate-per-s", type=float, default=RATE_PER_S,
+                        help="Poisson arrival rate (above 20 the waiting queue grows faster)")
     parser.add_argument("--cli", action="store_true",
                         help="measure the whole `iterserve simulate` command (report and "
                              "plots included) in a child process")
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one is not None and args.cli:
-        print(json.dumps(run_cli(args.one, not args.no_decision_log)))
+        print(json.dumps(run_cli(args.one, not args.no_decision_log, args.rate_per_s)))
         return 0
     if args.one is not None or args.profile:
         size = args.one if args.one is not None else args.sizes[0]
-        print(json.dumps(run_one(size, not args.no_decision_log, args.profile)))
+        print(json.dumps(run_one(size, not args.no_decision_log, args.profile, args.rate_per_s)))
         return 0
     rows = [best_of(size, args) for size in args.sizes]
     print("| requests | iterations | wall s | simulated req / wall s | peak RSS MiB |")
@@ -184,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def best_of(size: int, args: argparse.Namespace) -> dict[str, Any]:
     """The fastest of ``--repeat`` fresh processes (peak RSS: the largest seen)."""
-    command = [sys.executable, __file__, "--one", str(size)]
+    command = [sys.executable, __file__, "--one", str(size), "--rate-per-s", str(args.rate_per_s)]
     if args.no_decision_log:
         command.append("--no-decision-log")
     if args.cli:

@@ -9,7 +9,6 @@ hand and never counts budgets itself.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterator
 
 from iterserve.admission.screen import ReservationScreen
@@ -24,6 +23,7 @@ from iterserve.records.plan import (
     WorkItem,
     preempt_intent_kind,
 )
+from iterserve.records.rows_bound import bound_of
 from iterserve.records.state import RunRules, SchedulerState
 from iterserve.records.view import Lifecycle, RequestView
 
@@ -195,12 +195,13 @@ class PlanBuilder:
         views = state.views
         facts = self._facts
         assert facts.num_blocks_total is not None
-        # blocks_for(rows) > total exactly when rows > total * block_size: one
-        # comparison per live request (this runs every decision)
+        # blocks_for(rows) > total exactly when rows > total * block_size
         max_rows = facts.num_blocks_total * facts.block_size
         through = frontier.rows_through_next_emission
-        if _max_rows_through_next_emission(state) <= max_rows:
-            return  # the common case, checked at C speed: nothing to abort
+        if bound_of(views, state.rows_bound) <= max_rows:
+            # the common case, O(1) per decision: the bound the transitions
+            # carry (>= every view's p + e) fits the pool, nothing to abort
+            return
         for queue in (state.running, state.suspended, state.waiting):
             for rid in queue:
                 view = views[rid]
@@ -288,19 +289,6 @@ def iter_views(state: SchedulerState, request_ids: tuple[str, ...]) -> Iterator[
     """:func:`views_of`, lazily: a pass that stops early (the waiting pass
     at its first misfit) reads only the views it reaches, not a long queue."""
     return map(state.views.__getitem__, request_ids)
-
-
-_PROMPT = operator.attrgetter("num_prompt_tokens")
-_EMITTED = operator.attrgetter("num_emitted")
-
-
-def _max_rows_through_next_emission(state: SchedulerState) -> int:
-    """max over live views of ``frontier.rows_through_next_emission`` (p + e),
-    with no Python-level call per view (this runs every decision)."""
-    views = state.views.values()
-    if not views:
-        return 0
-    return max(map(operator.add, map(_PROMPT, views), map(_EMITTED, views)))
 
 
 def _tightened(budget: int, limit: int | None) -> int:

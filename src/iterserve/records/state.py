@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from iterserve.records.ledger import ClientLedger
 from iterserve.records.preemption import PreemptionMode
+from iterserve.records.rows_bound import RowsBound
 from iterserve.records.spec import OnlineWorkload
 from iterserve.records.view import RequestView
 
@@ -67,6 +68,7 @@ class SchedulerState:
     exactly one of waiting/running/suspended. ``service`` is completed token
     service per client, debited only from validated results (0x09A).
     ``rules`` are the run's clock, preemption mode and admission estimate.
+    ``rows_bound`` caches an upper bound derived from ``views`` (None: none).
     """
 
     decision_id: int
@@ -84,6 +86,9 @@ class SchedulerState:
     ledger: ClientLedger | None = None
     prefix_hits: Mapping[str, int] = field(default_factory=dict)
     rules: RunRules = RunRules()
+    # a derived bound on p + e over ``views`` the transitions carry forward
+    # (records/rows_bound); never encoded, not part of the state's identity
+    rows_bound: RowsBound | None = field(default=None, compare=False, repr=False)
 
     def view(self, request_id: str) -> RequestView:
         return self.views[request_id]

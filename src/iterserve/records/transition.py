@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import compress
 
 from iterserve.records.ledger import Charge, ClientLedger, charge, lift
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent
 from iterserve.records.receipts import ForeignStatus, PreservationResult, binding_of, is_stale
 from iterserve.records.result import CompletedInterval, IterationResult
+from iterserve.records.rows_bound import carried
 from iterserve.records.spec import RequestSpec
 from iterserve.records.state import CapacityFacts, SchedulerState
 from iterserve.records.view import FinishReason, Lifecycle, RequestView, check_transition
@@ -55,9 +56,10 @@ def with_arrivals(
     if ledger is not None and arrivals:
         ledger = lift(ledger, state.active_clients(), (spec.client_id for spec, _ in arrivals),
                       state.now if now is None else now)
+    arrived = [views[spec.request_id] for spec, _ in arrivals]
     return _successor(state, views, tuple(waiting), state.running, state.suspended, state.finished,
                       now=state.now if now is None else now, decision_id=state.decision_id,
-                      ledger=ledger)
+                      ledger=ledger, changed=arrived)
 
 
 def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult) -> SchedulerState:
@@ -78,9 +80,11 @@ def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult)
     for receipt in receipts.values():  # preservations started in an earlier iteration
         _settle_preservation(views, queues, receipt)
     newly_finished: list[str] = []
+    completed: list[RequestView] = []
     for item in result.completed:
         rid = item.request_id
         view = views[rid] = _complete(views[rid], item, now)
+        completed.append(view)
         if view.lifecycle is _FINISHED:
             newly_finished.append(rid)
     service = dict(state.service)
@@ -93,7 +97,7 @@ def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult)
     successor = _successor(
         state, views, tuple(queues.waiting), tuple(queues.running), tuple(queues.suspended),
         tuple(queues.finished), now=now, decision_id=state.decision_id + 1, service=service,
-        capacity=result.capacity,
+        capacity=result.capacity, changed=completed,
     )
     if state.ledger is None:
         return successor
@@ -261,7 +265,11 @@ def _successor(
     service: dict[str, int] | None = None,
     capacity: CapacityFacts | None = None,
     ledger: ClientLedger | None = None,
+    changed: Sequence[RequestView] = (),
 ) -> SchedulerState:
+    """The next state. ``changed``: every view whose ``p + e`` may differ
+    from ``state``'s (arrivals, completions); every other edit keeps both."""
+    facts = state.capacity if capacity is None else capacity
     return SchedulerState(
         decision_id=decision_id,
         state_version=state.state_version + 1,
@@ -273,11 +281,17 @@ def _successor(
         views=views,
         token_budget=state.token_budget,
         sequence_budget=state.sequence_budget,
-        capacity=state.capacity if capacity is None else capacity,
+        capacity=facts,
         service=state.service if service is None else service,
         rules=state.rules,
         ledger=state.ledger if ledger is None else ledger,
+        rows_bound=carried(state.views, state.rows_bound, views, changed, _pool_rows(facts)),
     )  # prefix_hits: facts of one cut, never carried to a successor
+
+
+def _pool_rows(facts: CapacityFacts) -> int | None:
+    total = facts.num_blocks_total
+    return None if total is None else total * facts.block_size
 
 
 def cancel(state: SchedulerState, request_id: str) -> SchedulerState:
