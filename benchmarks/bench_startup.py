@@ -57,7 +57,8 @@ def main() -> None:
         return
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
-    from iterserve.model.make_model import cache_root, cached_model
+    from iterserve.model.cache_dir import cache_root
+    from iterserve.model.make_model import cached_model
 
     model_dir = cached_model(cache_root() / f"{args.preset}-seed0", args.preset)
     runs = []

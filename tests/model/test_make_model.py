@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from iterserve.model.make_model import cache_root, make_model
+from iterserve.model.cache_dir import cache_root
+from iterserve.model.make_model import make_model
 from iterserve.model.presets import PRESETS, get_preset
 from iterserve.model.tokenizer import FakeTokenizer, load_tokenizer
 

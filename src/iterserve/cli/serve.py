@@ -58,7 +58,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def builtin_model(cache_dir: Path | None) -> Path:
     """The built-in tiny checkpoint, made once into the cache directory."""
-    from iterserve.model.make_model import cache_root, cached_model
+    from iterserve.model.cache_dir import cache_root
+    from iterserve.model.make_model import cached_model
 
     return cached_model((cache_dir or cache_root()) / "tiny")
 

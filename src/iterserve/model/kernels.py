@@ -22,12 +22,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-import os
 import platform
 from pathlib import Path
 
 import torch
 from torch._ops import _OpNamespace as OpNamespace
+
+from iterserve.model import cache_dir
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +41,8 @@ KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 #: The extension's sources: in-place paged attention, fused element-wise ops.
 SOURCES = tuple(Path(__file__).with_name("csrc") / name
                 for name in ("paged_decode.cpp", "fused_ops.cpp"))
+#: Headers the sources include (hashed into the build key with them).
+HEADERS = (Path(__file__).with_name("csrc") / "simd.h",)
 LIBRARY_NAME = "iterserve_paged_decode"
 CFLAGS = ("-O3", "-march=native", "-fopenmp")
 
@@ -50,15 +53,14 @@ class KernelBuildError(RuntimeError):
 
 def cache_root() -> Path:
     """`$XDG_CACHE_HOME/iterserve/kernels`, `~/.cache/...` when unset (read per call)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "iterserve" / "kernels"
+    return cache_dir.cache_root() / "kernels"
 
 
 def build_key() -> str:
     """torch version + source hash + CPU flags: anything that changes the binary."""
     digest = hashlib.sha256()
     digest.update(torch.__version__.encode())
-    for source in SOURCES:
+    for source in (*SOURCES, *HEADERS):
         digest.update(source.read_bytes())
     digest.update(" ".join(CFLAGS).encode())
     digest.update(_cpu_flags().encode())

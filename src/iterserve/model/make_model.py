@@ -9,7 +9,6 @@ same weights and tokenizer.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +24,6 @@ from iterserve.model.tokenizer_build import (
     special_token_id,
     tokenizer_config,
 )
-
-
-def cache_root() -> Path:
-    """`$XDG_CACHE_HOME/iterserve` (`~/.cache/iterserve` when unset; read per
-    call): where the built-in model, benchmark checkpoints and kernels live."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "iterserve"
 
 
 def cached_model(out_dir: Path, preset: str = "tiny", seed: int = 0) -> Path:

@@ -20,9 +20,7 @@
 #include <c10/util/Half.h>
 #include <torch/library.h>
 
-#ifdef __AVX512F__
-#include <immintrin.h>
-#endif
+#include "simd.h"
 
 #include <cmath>
 #include <cstdint>
@@ -30,22 +28,17 @@
 
 namespace {
 
+#ifdef __AVX512F__
+using namespace iterserve_simd;
+#endif
+
 template <typename T>
 inline T round_to(float x) { return static_cast<T>(x); }
 template <typename T>
 inline float rounded(float x) { return static_cast<float>(static_cast<T>(x)); }
 
 #ifdef __AVX512F__
-// 16 lanes (fewer under `mask`) of a float/bf16/half row as float32, and back
-// with round-to-nearest-even, as c10's conversions round.
-inline __m512 load16(const float* p, __mmask16 mask) { return _mm512_maskz_loadu_ps(mask, p); }
-inline __m512 load16(const c10::BFloat16* p, __mmask16 mask) {
-  const __m256i raw = _mm256_maskz_loadu_epi16(mask, p);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-}
-inline __m512 load16(const c10::Half* p, __mmask16 mask) {
-  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p));
-}
+// float32 lanes back to bf16 with round-to-nearest-even, as c10's conversions round.
 inline __m256i to_bf16(__m512 v) {
   const __m512i bits = _mm512_castps_si512(v);
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
@@ -72,28 +65,6 @@ inline __m512 round16(__m512 v) {
 template <typename T>
 constexpr bool kVector = !std::is_same_v<T, double>;
 
-inline __mmask16 tail_mask(int64_t left) {
-  return left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
-}
-
-// e^x (Cephes expf: range reduction by ln 2, degree-6 polynomial, scale by
-// 2^n), within a few float32 ulp; 0 below -87, inf above ~88.7.
-inline __m512 exp16(__m512 x) {
-  const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(89.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
-  return _mm512_maskz_mov_ps(live, _mm512_scalef_ps(p, n));
-}
 #else
 template <typename T>
 constexpr bool kVector = false;
