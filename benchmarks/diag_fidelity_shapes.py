@@ -29,18 +29,16 @@ from iterserve.cost.fit import MeasuredIteration, fit_profile, speed_factor
 from iterserve.engine.events import EventRecorder
 from iterserve.engine.loop import Engine
 from iterserve.lab.profiling import GRIDS, _IterationTimes, measure, provenance
-from iterserve.lab.runs import PoissonShape, poisson_workload
+from iterserve.lab.runs import FIDELITY_KV, FIDELITY_POLICIES, fidelity_workload
 from iterserve.model.executor import TorchExecutor
 from iterserve.model.loader import load_model
 from iterserve.model.make_model import make_model
 from iterserve.model.runtime import set_num_threads
 from iterserve.policies.registry import policy_for
 from iterserve.records.sampling_params import SamplingParams
-from iterserve.records.spec import Capacity, KvSpec
 
-POLICIES: dict[str, dict[str, int]] = {"vllm": {}, "sarathi": {"chunk_size": 64}}
-NUM_BLOCKS = 1024
-BLOCK_SIZE = 16
+POLICIES = FIDELITY_POLICIES
+NUM_BLOCKS, BLOCK_SIZE = FIDELITY_KV.num_blocks, FIDELITY_KV.block_size
 TIMER = time.process_time
 
 Samples = list[MeasuredIteration]
@@ -81,10 +79,7 @@ def bias_table(profile: CostProfile, samples: Samples, factor: float) -> list[st
 
 def one_round(model_dir: Path, model, grid_name: str) -> None:  # type: ignore[no-untyped-def]
     grid = GRIDS[grid_name]
-    shape = PoissonShape(num_requests=200, rate_per_s=40.0, prompt_lens=(16, 96),
-                         output_lens=(8, 24), vocab_size=model.config.vocab_size, seed=7)
-    workload = poisson_workload(shape, Capacity(token_budget=256, sequence_budget=32),
-                                KvSpec(NUM_BLOCKS, BLOCK_SIZE))
+    workload = fidelity_workload(model.config.vocab_size)
     passes = [measure(model, grid, pass_index=0, timer=TIMER)]
     reals = {}
     for index, (policy, settings) in enumerate(POLICIES.items()):

@@ -33,24 +33,23 @@ from iterserve.cost import ProfiledIterationCost
 from iterserve.cost.fit import fit_profile, speed_factor
 from iterserve.lab.profiling import QUICK_GRID, measure, provenance
 from iterserve.lab.runs import (
-    PoissonShape,
-    poisson_workload,
+    FIDELITY_KV,
+    FIDELITY_POLICIES,
+    fidelity_workload,
     relative_gaps,
     run_real,
     run_simulated,
 )
 from iterserve.model.executor import TorchExecutor
 from iterserve.records.sampling_params import SamplingParams
-from iterserve.records.spec import Capacity, KvSpec
 
 # timing fidelity needs a quiet machine: on a shared 2-core box it passed in 3 of 17 tries,
 # so it is excluded from the default run (`pytest -m fidelity` runs it)
 pytestmark = [pytest.mark.slow, pytest.mark.fidelity]
 
-POLICIES: dict[str, dict[str, int]] = {"vllm": {}, "sarathi": {"chunk_size": 64}}
+POLICIES = FIDELITY_POLICIES
 BOUNDS = {"mean_ttft": 0.15, "mean_tbt": 0.15, "output_throughput": 0.10}
-NUM_BLOCKS = 1024
-BLOCK_SIZE = 16
+NUM_BLOCKS, BLOCK_SIZE = FIDELITY_KV.num_blocks, FIDELITY_KV.block_size
 TIMER = time.process_time  # see the module docstring
 
 
@@ -65,10 +64,7 @@ def _real(tiny_model, workload, policy: str, settings: dict[str, int]):  # type:
 
 def test_simulator_with_a_fitted_profile_matches_the_real_engine(
         tiny_dir: Path, tiny_model) -> None:  # type: ignore[no-untyped-def]
-    shape = PoissonShape(num_requests=200, rate_per_s=40.0, prompt_lens=(16, 96),
-                         output_lens=(8, 24), vocab_size=tiny_model.config.vocab_size, seed=7)
-    workload = poisson_workload(shape, Capacity(token_budget=256, sequence_budget=32),
-                                KvSpec(NUM_BLOCKS, BLOCK_SIZE))
+    workload = fidelity_workload(tiny_model.config.vocab_size)
     passes = [measure(tiny_model, QUICK_GRID, pass_index=0, timer=TIMER)]
     reals = {}
     for index, (policy, settings) in enumerate(POLICIES.items()):
