@@ -219,7 +219,9 @@ def run(args: argparse.Namespace) -> int:
             report["fairness"] = _fairness_section(outputs, result)
         _add_coordinates(report, args.workload, setup, f"{policy.policy_id} + "
                          f"{setup.gate.gate_id}", settings_of(policy))
-        (args.out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+        with (args.out / "report.json").open("w") as stream:  # chunk by chunk, not one string
+            json.dump(report, stream, indent=2, sort_keys=True)
+            stream.write("\n")
     print(_summary_line(policy.policy_id, report, args.out))
     return 0
 

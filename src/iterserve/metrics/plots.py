@@ -29,7 +29,8 @@ from iterserve.metrics.capacity import (
 )
 from iterserve.metrics.events import Event
 from iterserve.metrics.report import LatencySamples, Report
-from iterserve.metrics.series import ResourceSample, ServiceWeights, client_service_arrays
+from iterserve.metrics.series import ResourceSample, ServiceWeights
+from iterserve.metrics.service_scan import client_service_curves, last_per_x
 from iterserve.metrics.slo import ObservationWindow
 from iterserve.metrics.time_unit import SECONDS, TimeUnit
 from iterserve.metrics.timeline import RequestTimeline, build_timelines
@@ -212,11 +213,12 @@ def plot_timelines_service(
     before the window's end."""
     service_weights = weights or ServiceWeights()
     start_s = -math.inf if window is None else window.start_s
-    series = client_service_arrays(timelines, service_weights, start_s=start_s)
+    # a time slice of the per-token facts at a time (issue 15), merged as _last_per_x merges
+    series = client_service_curves(timelines, service_weights, start_s=start_s,
+                                   max_points=MAX_STEP_VERTICES)
     figure, axes = _figure(1, 1, width_in=10.0)
     origin_s = 0.0 if window is None else window.start_s
-    for client, (all_times_s, all_cumulative) in series.items():
-        times_s, cumulative = _last_per_x(all_times_s, all_cumulative)
+    for client, (times_s, cumulative) in series.items():
         axes[0].step(
             np.concatenate([[unit.from_s(origin_s)], times_s / unit.seconds_per_unit]),
             np.concatenate([[0.0], cumulative]),
@@ -336,8 +338,7 @@ def _last_per_x(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     anti-aliasing differs by a few pixels when vertices are merged)."""
     if len(x) <= MAX_STEP_VERTICES:
         return x, y
-    last = np.append(x[1:] != x[:-1], True)
-    return x[last], y[last]
+    return last_per_x(x, y)
 
 
 def _bar_width_s(times_s: Sequence[float]) -> float:

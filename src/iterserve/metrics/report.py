@@ -61,7 +61,8 @@ from iterserve.metrics.outcomes import (
     window_rates,
 )
 from iterserve.metrics.percentiles import summarize
-from iterserve.metrics.series import ServiceWeights, client_service_totals
+from iterserve.metrics.series import ServiceWeights
+from iterserve.metrics.service_scan import client_service_totals
 from iterserve.metrics.slo import ObservationWindow, SloConfig
 from iterserve.metrics.timeline import RequestTimeline, build_timelines
 
