@@ -349,3 +349,30 @@ def test_the_backlogged_gap_walk_on_arrays_equals_the_python_walk(seed) -> None:
     for joint in ((0.0, 10.0), (2.5, 7.25), (20.0, 30.0)):
         assert _gap_on(joint, "f", "g", f_steps, g_steps) == _reference_gap(
             joint, "f", "g", f_steps, g_steps)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 64, 1 << 20])
+@pytest.mark.parametrize("scale", [1000.0, 1 / 0.008, 1.0])
+def test_a_scaled_cdf_read_in_chunks_draws_the_vertices_of_the_scaled_copy(monkeypatch, chunk,
+                                                                           scale) -> None:
+    """Past ``MAX_STEP_VERTICES`` an ascending sample is scaled a chunk at a
+    time (no n-point copy): the vertices are those of the whole scaled copy
+    the latency plot used to make."""
+    from iterserve.metrics import plots
+
+    rng = np.random.default_rng(11)
+    samples = np.sort(rng.integers(0, 60, 401).astype(np.float64) / 7 * 1e-3)
+    monkeypatch.setattr(plots, "MAX_STEP_VERTICES", 10)
+
+    def vertices(values, **kwargs):
+        figure = Figure()
+        FigureCanvasAgg(figure)
+        axis = figure.subplots()
+        _step_cdf(axis, values, "x", **kwargs)
+        x, y = axis.lines[0].get_data()
+        return np.asarray(x).tolist(), np.asarray(y).tolist()
+
+    want = vertices(samples * scale)
+    monkeypatch.setattr(plots, "_CDF_CHUNK", chunk)
+    assert vertices(samples, scale=scale) == want
+    assert vertices(samples[::-1].copy(), scale=scale) == want  # unsorted: the sorted path

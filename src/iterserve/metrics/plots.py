@@ -80,8 +80,8 @@ def plot_latency_distributions(
     figure, axes = _figure(2, 2, width_in=11.0, height_in=8.0)
     limits = {"ttft": ttft_limit_ms, "tbt": tbt_limit_ms}
     for axis, (name, title) in zip(axes, _LATENCY_PANELS, strict=True):
-        values = np.asarray(samples.named()[name], dtype=np.float64) * unit.latency_scale
-        _step_cdf(axis, values, f"{label} (n={len(values)})")
+        values = np.asarray(samples.named()[name], dtype=np.float64)
+        _step_cdf(axis, values, f"{label} (n={len(values)})", scale=unit.latency_scale)
         limit_ms = limits.get(name)
         if limit_ms is not None:
             shown = limit_ms / 1000.0 * unit.latency_scale
@@ -305,20 +305,53 @@ def _save(figure: Figure, path: str | Path) -> Path:
     return target
 
 
-def _step_cdf(axis: Axes, samples: Sequence[float] | np.ndarray, label: str) -> None:
-    """As float64 arrays (a run's TBT samples are one per token); the same
-    values as Python floats: k / n and the products are correctly rounded."""
-    ordered = _ascending(np.asarray(samples, dtype=np.float64))
-    if not len(ordered):
-        axis.plot([], [], label=f"{label}: no samples")
-        return
-    if len(ordered) <= MAX_STEP_VERTICES:
-        x, y = ordered, np.arange(1, len(ordered) + 1, dtype=np.float64) / len(ordered)
-    else:  # :func:`_last_per_x` without the n-point fraction array: y only where kept
-        kept = np.flatnonzero(np.append(ordered[1:] != ordered[:-1], True))
-        x, y = ordered[kept], (kept + 1).astype(np.float64) / len(ordered)
-    axis.step(np.concatenate([ordered[:1], x]), np.concatenate([[0.0], y]),
-              where="post", label=label)
+def _step_cdf(axis: Axes, samples: Sequence[float] | np.ndarray, label: str,
+              scale: float = 1.0) -> None:
+    """The CDF of ``samples * scale`` as float64 arrays (a run's TBT samples
+    are one per token); the same values as Python floats: k / n and the
+    products are correctly rounded."""
+    values = np.asarray(samples, dtype=np.float64)
+    if len(values) > MAX_STEP_VERTICES and _is_ascending(values):
+        first, x, y = _merged_cdf(values, scale)  # a chunk of products at a time
+    else:
+        ordered = _ascending(values * scale)
+        if not len(ordered):
+            axis.plot([], [], label=f"{label}: no samples")
+            return
+        first = ordered[:1]
+        if len(ordered) <= MAX_STEP_VERTICES:
+            x, y = ordered, np.arange(1, len(ordered) + 1, dtype=np.float64) / len(ordered)
+        else:  # :func:`_last_per_x` without the n-point fraction array: y only where kept
+            kept = np.flatnonzero(np.append(ordered[1:] != ordered[:-1], True))
+            x, y = ordered[kept], (kept + 1).astype(np.float64) / len(ordered)
+    axis.step(np.concatenate([first, x]), np.concatenate([[0.0], y]), where="post", label=label)
+
+
+_CDF_CHUNK = 1 << 20  # samples scaled at a time by :func:`_merged_cdf` (8 MiB)
+
+
+def _merged_cdf(ascending: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The merged CDF of ``ascending * scale`` (non-empty): its first value,
+    the last index of each run of equal products (the values there) and
+    (index + 1) / n, computed a chunk of products at a time; a positive scale
+    keeps the order, so the products ascend as the samples do."""
+    n = len(ascending)
+    xs, ys = [], []
+    for at in range(0, n, _CDF_CHUNK):
+        part = ascending[at:at + _CDF_CHUNK + 1] * scale  # one past the chunk: its next value
+        ends = part[1:] != part[:-1] if at + _CDF_CHUNK < n else np.append(
+            part[1:] != part[:-1], True)
+        kept = np.flatnonzero(ends)
+        xs.append(part[kept])
+        ys.append((kept + at + 1).astype(np.float64) / n)
+    return ascending[:1] * scale, np.concatenate(xs), np.concatenate(ys)
+
+
+def _is_ascending(values: np.ndarray) -> bool:
+    """Whether ``values`` ascend, checked a chunk at a time (no n-point mask)."""
+    return all(bool((part[:-1] <= part[1:]).all())
+               for part in (values[at:at + _CDF_CHUNK + 1]
+                            for at in range(0, len(values), _CDF_CHUNK)))
 
 
 def _ascending(values: np.ndarray) -> np.ndarray:
