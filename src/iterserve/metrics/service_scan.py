@@ -28,7 +28,7 @@ import numpy as np
 from iterserve.metrics.series import ServiceWeights, emission_array, inside
 from iterserve.metrics.timeline import RequestTimeline
 
-MAX_FACTS_PER_SLICE = 1 << 20  # 16 MiB of (time, amount) pairs at a time
+MAX_FACTS_PER_SLICE = 1 << 16  # 1 MiB of (time, amount) pairs at a time
 
 
 @dataclass(frozen=True, slots=True)
