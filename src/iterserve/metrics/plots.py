@@ -27,6 +27,7 @@ from iterserve.metrics.capacity import (
     IterationComposition,
     token_budget_utilisation,
 )
+from iterserve.metrics.counted_sample import CountedSample
 from iterserve.metrics.events import Event
 from iterserve.metrics.report import LatencySamples, Report
 from iterserve.metrics.series import ResourceSample, ServiceWeights
@@ -50,8 +51,8 @@ def plot_latency_cdfs(reports: Sequence[Report], path: str | Path) -> Path:
         (axes[1], "tbt", reports[0].slo.tbt_ms if reports else None),
     ):
         for report in reports:
-            samples_ms = report.samples.named()[name] * _MS_PER_S  # one array, the same products
-            _step_cdf(axis, samples_ms, f"{report.label} (n={len(samples_ms)})")
+            samples = report.samples.named()[name]
+            _step_cdf(axis, samples, f"{report.label} (n={len(samples)})", scale=_MS_PER_S)
         if limit_ms is not None:
             axis.axvline(limit_ms, color="black", linestyle=":", label=f"limit {limit_ms:g} ms")
         axis.set_xlabel(f"{name.upper()} (ms)")
@@ -80,7 +81,7 @@ def plot_latency_distributions(
     figure, axes = _figure(2, 2, width_in=11.0, height_in=8.0)
     limits = {"ttft": ttft_limit_ms, "tbt": tbt_limit_ms}
     for axis, (name, title) in zip(axes, _LATENCY_PANELS, strict=True):
-        values = np.asarray(samples.named()[name], dtype=np.float64)
+        values = samples.named()[name]
         _step_cdf(axis, values, f"{label} (n={len(values)})", scale=unit.latency_scale)
         limit_ms = limits.get(name)
         if limit_ms is not None:
@@ -305,11 +306,16 @@ def _save(figure: Figure, path: str | Path) -> Path:
     return target
 
 
-def _step_cdf(axis: Axes, samples: Sequence[float] | np.ndarray, label: str,
+def _step_cdf(axis: Axes, samples: Sequence[float] | np.ndarray | CountedSample, label: str,
               scale: float = 1.0) -> None:
     """The CDF of ``samples * scale`` as float64 arrays (a run's TBT samples
     are one per token); the same values as Python floats: k / n and the
     products are correctly rounded."""
+    if isinstance(samples, CountedSample) and len(samples) > MAX_STEP_VERTICES:
+        first, x, y = _counted_cdf(samples, scale)
+        axis.step(np.concatenate([first, x]), np.concatenate([[0.0], y]), where="post",
+                  label=label)
+        return
     values = np.asarray(samples, dtype=np.float64)
     if len(values) > MAX_STEP_VERTICES and _is_ascending(values):
         first, x, y = _merged_cdf(values, scale)  # a chunk of products at a time
@@ -345,6 +351,15 @@ def _merged_cdf(ascending: np.ndarray, scale: float) -> tuple[np.ndarray, np.nda
         xs.append(part[kept])
         ys.append((kept + at + 1).astype(np.float64) / n)
     return ascending[:1] * scale, np.concatenate(xs), np.concatenate(ys)
+
+
+def _counted_cdf(sample: CountedSample, scale: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_merged_cdf` of the array a counted sample stands for: a
+    distinct product's last index is its cumulative count less one."""
+    products = sample.values * scale  # ascending: a positive scale keeps the order
+    ends = np.append(products[1:] != products[:-1], True)
+    return products[:1], products[ends], np.cumsum(sample.counts)[ends].astype(np.float64) / len(
+        sample)
 
 
 def _is_ascending(values: np.ndarray) -> bool:
