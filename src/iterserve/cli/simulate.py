@@ -196,6 +196,8 @@ def run(args: argparse.Namespace) -> int:
     config = RunConfig(policy, setup.cost_model, setup.gate, args.max_iterations)
     # refused before anything is written (the engine checks again when made)
     check_run(policy, online, make_simulated_executor(setup.manifest).capacity())
+    # before the run: hashing the workload file re-reads it whole (not beside the run's records)
+    coordinates = _coordinates(args.workload, setup)
     with contextlib.ExitStack() as stack:
         stream = None
         if args.decision_log:  # committed only when everything below succeeds
@@ -221,8 +223,8 @@ def run(args: argparse.Namespace) -> int:
             report["metrics"] = outputs.report.to_dict()
         if outputs.fairness is not None:
             report["fairness"] = _fairness_section(outputs, result)
-        _add_coordinates(report, args.workload, setup, f"{policy.policy_id} + "
-                         f"{setup.gate.gate_id}", settings_of(policy))
+        _add_coordinates(report, coordinates, f"{policy.policy_id} + {setup.gate.gate_id}",
+                         settings_of(policy))
         with (args.out / "report.json").open("w") as stream:  # chunk by chunk, not one string
             json.dump(report, stream, indent=2, sort_keys=True)
             stream.write("\n")
@@ -264,12 +266,17 @@ def _fairness_section(outputs: MetricOutputs, result: SimulationRun) -> dict[str
     return section
 
 
-def _add_coordinates(report: dict[str, Any], workload: Path, setup: RunSetup, label: str,
+def _coordinates(workload: Path, setup: RunSetup) -> dict[str, Any]:
+    """The 0x0E result coordinates of the run ``setup`` describes."""
+    slo = None if setup.slo is None else {"ttft_ms": setup.slo.ttft_ms, "tbt_ms": setup.slo.tbt_ms}
+    return run_coordinates(workload, setup.manifest.online, setup.cost_model.spec,
+                           setup.cost_model.model_id, slo)
+
+
+def _add_coordinates(report: dict[str, Any], coordinates: dict[str, Any], label: str,
                      settings: dict[str, Any]) -> None:
     """The 0x0E result coordinates, the run's label and its results."""
-    slo = None if setup.slo is None else {"ttft_ms": setup.slo.ttft_ms, "tbt_ms": setup.slo.tbt_ms}
-    report["coordinates"] = run_coordinates(workload, setup.manifest.online,
-                                            setup.cost_model.spec, setup.cost_model.model_id, slo)
+    report["coordinates"] = coordinates
     if settings:
         label += f" ({', '.join(f'{k}={v}' for k, v in sorted(settings.items()))})"
     report["label"] = label
