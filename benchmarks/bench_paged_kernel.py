@@ -5,7 +5,9 @@ One decode step's attention on the small preset's shapes (16 query heads,
 [--min-context, --max-context] (the issue-12 workload: 64 over 32..512),
 block size 16, each sequence's blocks scattered over the pool. Each layer has
 a pool of its own (--layers, default 8), so a "step" reads every layer's K/V
-once, as a forward does, and the pools together outgrow the caches.
+once, as a forward does, and the pools together outgrow the caches. The pools
+sit on huge pages where the OS offers them, as the engine's do
+(model/host_memory.py); `--pages 4k` puts them on ordinary pages.
 
 Both builds run on the same tensors; each trial times one step of each,
 alternating which goes first. It prints the K+V bytes a step reads, each
@@ -30,7 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from bench_step_ab import REPO, extract, import_tree_modules
+from iterserve.model.host_memory import zeroed_bytes
 
 BLOCK_SIZE = 16
 NUM_HEADS, NUM_KV_HEADS, HEAD_DIM = 16, 4, 64
@@ -53,11 +57,19 @@ def make_step(args: argparse.Namespace, dtype: torch.dtype) -> tuple[list[tuple]
     layers = []
     for _ in range(args.layers):
         query = torch.randn(len(lengths), NUM_HEADS, HEAD_DIM, generator=generator).to(dtype)
-        pools = [torch.randn(shape, generator=generator).to(dtype) for _ in range(2)]
+        pools = [on_pages(torch.randn(shape, generator=generator).to(dtype), args.pages)
+                 for _ in range(2)]
         layers.append((query, *pools, tables, offsets, context_lens, args.window,
                        HEAD_DIM ** -0.5))
     row_bytes = NUM_KV_HEADS * HEAD_DIM * dtype.itemsize
     return layers, 2 * sum(n + 1 for n in lengths) * row_bytes * args.layers
+
+
+def on_pages(tensor: torch.Tensor, pages: str) -> torch.Tensor:
+    """A copy of `tensor` on huge pages (as the engine's pools) or 4 KiB ones."""
+    num_bytes = tensor.numel() * tensor.element_size()
+    buffer = torch.from_numpy(zeroed_bytes(num_bytes, huge_pages=pages == "huge"))
+    return buffer.view(tensor.dtype).view(tensor.shape).copy_(tensor)
 
 
 def step(ops: Any, layers: list[tuple], clock: Any) -> tuple[float, list[torch.Tensor]]:
@@ -76,6 +88,8 @@ def main() -> None:
     parser.add_argument("--max-context", type=int, default=512)
     parser.add_argument("--window", type=int, default=0, help="sliding window (0: none)")
     parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--pages", choices=("huge", "4k"), default="huge",
+                        help="what backs the pools (the engine's: huge where the OS offers them)")
     parser.add_argument("--trials", type=int, default=21)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
@@ -99,7 +113,7 @@ def main() -> None:
             times[key].append(step(ops, layers, clock)[0])
     print(f"baseline {args.baseline} vs working tree; B={args.num_sequences} contexts "
           f"{args.min_context}..{args.max_context} window={args.window} {args.dtype} "
-          f"threads={args.threads} clock={args.clock} layers={args.layers}; "
+          f"threads={args.threads} clock={args.clock} layers={args.layers} pages={args.pages}; "
           f"K+V bytes per step {num_bytes:,}")
     medians = {key: statistics.median(t) for key, t in times.items()}
     for key, median_s in medians.items():
