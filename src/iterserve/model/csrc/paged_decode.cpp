@@ -32,6 +32,7 @@
 #include <c10/util/Half.h>
 #include <torch/library.h>
 
+#include "amx_score.h"
 #include "simd.h"
 
 #include <algorithm>
@@ -116,11 +117,12 @@ struct Ahead {
 };
 
 // The span steps specialised for one head size: score (keys, their offsets,
-// n, n_q, queries, scores, rows to prefetch, scale of the sums) and
+// n, n_q, queries, scores, rows to prefetch, scale of the sums, pool row
+// stride in elements) and
 // accumulate (values, offsets, n, n_q, weights, accumulators, prefetch).
 template <typename T>
 using ScoreFn = void (*)(const T*, const int64_t*, int64_t, int64_t, const float*, float*,
-                         const Ahead<T>&, float);
+                         const Ahead<T>&, float, int64_t);
 template <typename T>
 using AccumulateFn = void (*)(const T*, const int64_t*, int64_t, int64_t, const float*, float*,
                               const Ahead<T>&);
@@ -316,13 +318,30 @@ void accumulate_rows(const T* values, const int64_t* offsets, int64_t n, int64_t
 // register budget's), so one decode row's G queries fill it.
 template <int C, int R, typename T>
 void score_span_vec(const T* keys, const int64_t* offsets, int64_t n, int64_t n_q,
-                    const float* queries, float* scores, const Ahead<T>& ahead, float scale) {
+                    const float* queries, float* scores, const Ahead<T>& ahead, float scale,
+                    int64_t row_stride) {
   if constexpr (R > 1) {
     if (n_q <= R / 2)
-      return score_span_vec<C, R / 2, T>(keys, offsets, n, n_q, queries, scores, ahead, scale);
+      return score_span_vec<C, R / 2, T>(keys, offsets, n, n_q, queries, scores, ahead, scale,
+                                         row_stride);
   }
   score_rows<C, R, T>(keys, offsets, n, n_q, queries, scores, ahead, scale);
 }
+
+#ifdef ITERSERVE_HAS_AMX
+// bf16 heads of C = 2 * P chunks: the tile unit for up to 16 queries (decode
+// rows), the vector steps for wider tiles (chunks).
+template <int C>
+void score_span_amx(const c10::BFloat16* keys, const int64_t* offsets, int64_t n, int64_t n_q,
+                    const float* queries, float* scores, const Ahead<c10::BFloat16>& ahead,
+                    float scale, int64_t row_stride) {
+  if (n_q > iterserve_amx::kMaxQueries)
+    return score_span_vec<C, max_tile_queries(C), c10::BFloat16>(
+        keys, offsets, n, n_q, queries, scores, ahead, scale, row_stride);
+  iterserve_amx::score_span<C / 2>(keys, offsets, n, n_q, queries, scores, scale, row_stride,
+                                   [&](int64_t i) { ahead.fetch(i); });
+}
+#endif
 
 template <int C, int R, typename T>
 void accumulate_span_vec(const T* values, const int64_t* offsets, int64_t n, int64_t n_q,
@@ -341,6 +360,14 @@ bool pick_vec(int64_t chunks, ScoreFn<T>& score, AccumulateFn<T>& accumulate) {
   accumulate = &accumulate_span_vec<C, max_tile_queries(C), T>;
   return true;
 }
+#ifdef ITERSERVE_HAS_AMX
+template <int C>
+bool pick_amx(int64_t chunks, ScoreFn<c10::BFloat16>& score) {
+  if (chunks != C) return false;
+  score = &score_span_amx<C>;
+  return true;
+}
+#endif
 #else
 template <typename T>
 constexpr bool kHasLoad16 = false;
@@ -481,6 +508,7 @@ struct Kernel {
   AccumulateFn<T> accumulate = nullptr;
   bool even_odd = false;       // the accumulators hold heads in even/odd order (kEvenOdd)
   bool scales_scores = false;  // the score step scales its sums (kScalesScores)
+  bool uses_tiles = false;     // the score step runs on the AMX tile unit
 
   // Where element e of a head sits in the accumulator rows.
   int64_t slot(int64_t e) const {
@@ -548,7 +576,7 @@ struct Kernel {
     const Ahead<T> ahead_values{value_pool + ahead_head * d, s.next_offsets.data(), num_ahead, bytes};
     if (score != nullptr) {
       score(keys, s.offsets.data(), n, n_q, h.query.data(), s.scores.data(), ahead_keys,
-            scales_scores ? g.softmax_scale : 1.f);
+            scales_scores ? g.softmax_scale : 1.f, g.row_stride());
     } else {
       score_span_scalar(keys, s.offsets.data(), n, n_q, h.query.data(), s.scores.data(),
                         ahead_keys, d);
@@ -657,6 +685,9 @@ void run_tasks(const Kernel<T>& kernel, const std::vector<Tile>& tiles) {
     return {tiles[t / parts], (t % parts) * kernel.kv_heads_per_task};
   };
   at::parallel_for(0, num_runs, 1, [&](int64_t run_begin, int64_t run_end) {
+#ifdef ITERSERVE_HAS_AMX
+    const iterserve_amx::TileSession tiles(kernel.uses_tiles);
+#endif
     Scratch scratch(kernel.g);
     const int64_t end = first_task(run_end);
     for (int64_t t = first_task(run_begin); t < end; ++t) {
@@ -684,6 +715,15 @@ void run(const at::Tensor& query, const at::Tensor& key_pool, const at::Tensor& 
            pick_vec<T, 5>(chunks, s, a) || pick_vec<T, 6>(chunks, s, a) ||
            pick_vec<T, 8>(chunks, s, a) || pick_vec<T, 10>(chunks, s, a) ||
            pick_vec<T, 12>(chunks, s, a) || pick_vec<T, 16>(chunks, s, a));
+#ifdef ITERSERVE_HAS_AMX
+    if constexpr (std::is_same_v<T, c10::BFloat16> && kScalesScores<T>) {
+      kernel.uses_tiles =
+          s != nullptr && iterserve_amx::tiles_permitted() &&
+          (pick_amx<2>(chunks, s) || pick_amx<4>(chunks, s) || pick_amx<6>(chunks, s) ||
+           pick_amx<8>(chunks, s) || pick_amx<10>(chunks, s) || pick_amx<12>(chunks, s) ||
+           pick_amx<16>(chunks, s));
+    }
+#endif
     kernel.even_odd = kEvenOdd<T> && s != nullptr;
     kernel.scales_scores = kScalesScores<T> && s != nullptr;
   }
