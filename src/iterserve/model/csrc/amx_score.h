@@ -77,14 +77,17 @@ void score_span(const c10::BFloat16* keys, const int64_t* offsets, int64_t n, in
                 const float* queries, float* scores, float scale, int64_t row_stride,
                 const Fetch& fetch) {
   static_assert(C <= kMaxChunks);
-  alignas(64) uint32_t pairs[C][kPairs][kMaxQueries] = {};  // B tiles, VNNI order
-  for (int c = 0; c < C; ++c)
-    for (int p = 0; p < kPairs; ++p)
-      for (int64_t q = 0; q < n_q; ++q) {
-        const float* e = queries + q * 32 * C + 32 * c + 2 * p;
-        const uint32_t low = c10::BFloat16(e[0]).x, high = c10::BFloat16(e[1]).x;
-        pairs[c][p][q] = low | (high << 16);
-      }
+  // B tiles, VNNI order: pairs[c][p][q] = elements 32c + 2p, 32c + 2p + 1 of query q.
+  alignas(64) uint32_t pairs[C][kPairs][kMaxQueries] = {};
+  const __m512i pair_rows = _mm512_mullo_epi32(
+      _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+      _mm512_set1_epi32(kMaxQueries));
+  for (int64_t q = 0; q < n_q; ++q)
+    for (int c = 0; c < C; ++c) {
+      const float* e = queries + q * 32 * C + 32 * c;
+      const __m512bh row = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(e + 16), _mm512_loadu_ps(e));
+      _mm512_i32scatter_epi32(&pairs[c][0][q], pair_rows, (__m512i)row, 4);
+    }
   alignas(64) c10::BFloat16 copied[kKeys * 32 * C];  // rows not in place
   alignas(64) float sums[kKeys * kMaxQueries];
   const int64_t d = 32 * C, copied_stride = d * 2, pair_stride = kMaxQueries * 4;
