@@ -38,13 +38,13 @@ inline bool tiles_permitted() {
   return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
 }
 
-// Palette 1: tmm0 = C [16 keys, 16 queries] float32, tmm1 = A [16 keys, 32] bf16,
-// tmm2 = B [16 pairs, 16 queries] (columns past n_q zero).
+// Palette 1: tmm0, tmm1 = C [16 keys, 16 queries] float32; tmm2, tmm3 = A
+// [16 keys, 32] bf16; tmm4 = B [16 pairs, 16 queries] (columns past n_q zero).
 struct alignas(64) TileConfig {
   uint8_t palette = 1, start_row = 0;
   uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {64, 64, 64};
-  uint8_t rows[16] = {kKeys, kKeys, kPairs};
+  uint16_t colsb[16] = {64, 64, 64, 64, 64};
+  uint8_t rows[16] = {kKeys, kKeys, kKeys, kKeys, kPairs};
 };
 
 // The tile configuration loaded for one thread's run of tasks, released at its
@@ -67,6 +67,27 @@ class TileSession {
   bool on_;
 };
 
+// An A tile's 16 key rows: where the first starts and the bytes between rows.
+struct KeyRows {
+  const c10::BFloat16* first;
+  int64_t stride_bytes;
+};
+
+// The `rows` <= 16 key rows at `offsets`: in place when there are 16 of them,
+// consecutive in the pool, else copied into `buffer` (the missing rows zero).
+template <int C>
+KeyRows key_rows(const c10::BFloat16* keys, const int64_t* offsets, int64_t rows,
+                 int64_t row_stride, c10::BFloat16* buffer) {
+  bool in_place = rows == kKeys;
+  for (int64_t k = 1; in_place && k < kKeys; ++k)
+    in_place = offsets[k] - offsets[k - 1] == row_stride;
+  if (in_place) return {keys + offsets[0], row_stride * 2};
+  constexpr int64_t d = 32 * C;
+  for (int64_t k = 0; k < rows; ++k) std::memcpy(buffer + k * d, keys + offsets[k], d * 2);
+  std::memset(static_cast<void*>(buffer + rows * d), 0, (kKeys - rows) * d * 2);
+  return {buffer, d * 2};
+}
+
 // scores[i, q] = scale * (query_q . key_i) for the n key rows at `offsets`
 // (elements from `keys`, rows `row_stride` elements apart within a block),
 // queries [n_q, 32 * C] float32 holding bf16 values. fetch(i) is called once
@@ -88,35 +109,43 @@ void score_span(const c10::BFloat16* keys, const int64_t* offsets, int64_t n, in
       const __m512bh row = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(e + 16), _mm512_loadu_ps(e));
       _mm512_i32scatter_epi32(&pairs[c][0][q], pair_rows, (__m512i)row, 4);
     }
-  alignas(64) c10::BFloat16 copied[kKeys * 32 * C];  // rows not in place
-  alignas(64) float sums[kKeys * kMaxQueries];
-  const int64_t d = 32 * C, copied_stride = d * 2, pair_stride = kMaxQueries * 4;
-  for (int64_t i = 0; i < n; i += kKeys) {
-    const int64_t rows = std::min<int64_t>(kKeys, n - i);
-    for (int64_t k = 0; k < rows; ++k) fetch(i + k);
-    const c10::BFloat16* a = keys + offsets[i];
-    int64_t a_stride = row_stride * 2;
-    bool in_place = rows == kKeys;
-    for (int64_t k = 1; in_place && k < kKeys; ++k)
-      in_place = offsets[i + k] - offsets[i + k - 1] == row_stride;
-    if (!in_place) {
-      for (int64_t k = 0; k < rows; ++k)
-        std::memcpy(copied + k * d, keys + offsets[i + k], d * 2);
-      std::memset(static_cast<void*>(copied + rows * d), 0, (kKeys - rows) * d * 2);
-      a = copied, a_stride = copied_stride;
-    }
+  alignas(64) c10::BFloat16 copied[2][kKeys * 32 * C];  // rows not in place
+  alignas(64) float sums[2][kKeys * kMaxQueries];
+  const int64_t pair_stride = kMaxQueries * 4;
+  // Two groups of 16 keys per step (tmm0/tmm1 accumulate them, tmm2/tmm3 hold
+  // their key rows, tmm4 the queries), so that one group's loads overlap the
+  // other's products.
+  for (int64_t i = 0; i < n; i += 2 * kKeys) {
+    const int64_t rows0 = std::min<int64_t>(kKeys, n - i);
+    const int64_t rows1 = std::clamp<int64_t>(n - i - kKeys, 0, kKeys);
+    for (int64_t k = 0; k < rows0 + rows1; ++k) fetch(i + k);
+    const KeyRows a0 = key_rows<C>(keys, offsets + i, rows0, row_stride, copied[0]);
     _tile_zero(0);
-    for (int c = 0; c < C; ++c) {
-      _tile_loadd(1, a + 32 * c, a_stride);
-      _tile_loadd(2, pairs[c], pair_stride);
-      _tile_dpbf16ps(0, 1, 2);
+    if (rows1 == 0) {
+      for (int c = 0; c < C; ++c) {
+        _tile_loadd(2, a0.first + 32 * c, a0.stride_bytes);
+        _tile_loadd(4, pairs[c], pair_stride);
+        _tile_dpbf16ps(0, 2, 4);
+      }
+    } else {
+      const KeyRows a1 = key_rows<C>(keys, offsets + i + kKeys, rows1, row_stride, copied[1]);
+      _tile_zero(1);
+      for (int c = 0; c < C; ++c) {
+        _tile_loadd(2, a0.first + 32 * c, a0.stride_bytes);
+        _tile_loadd(3, a1.first + 32 * c, a1.stride_bytes);
+        _tile_loadd(4, pairs[c], pair_stride);
+        _tile_dpbf16ps(0, 2, 4);
+        _tile_dpbf16ps(1, 3, 4);
+      }
+      _tile_stored(1, sums[1], kMaxQueries * 4);
     }
-    _tile_stored(0, sums, kMaxQueries * 4);
+    _tile_stored(0, sums[0], kMaxQueries * 4);
     const __m512 factor = _mm512_set1_ps(scale);
     const __mmask16 live = static_cast<__mmask16>((1u << n_q) - 1);
-    for (int64_t k = 0; k < rows; ++k)
+    for (int64_t k = 0; k < rows0 + rows1; ++k)
       _mm512_mask_storeu_ps(scores + (i + k) * n_q, live,
-                            _mm512_mul_ps(_mm512_load_ps(sums + k * kMaxQueries), factor));
+                            _mm512_mul_ps(_mm512_load_ps(sums[k / kKeys] + k % kKeys * kMaxQueries),
+                                          factor));
   }
 }
 
