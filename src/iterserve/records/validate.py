@@ -10,9 +10,7 @@ from __future__ import annotations
 import operator
 from collections import Counter
 from collections.abc import Mapping
-from itertools import compress, repeat
-from operator import is_not
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from iterserve.records import errors as E
 from iterserve.records.frontier import (
@@ -23,7 +21,7 @@ from iterserve.records.frontier import (
 )
 from iterserve.records.keys import KEY_FIELDS, key_function
 from iterserve.records.plan import IntentKind, IterationPlan, WorkItem
-from iterserve.records.result import CompletedInterval, IterationResult
+from iterserve.records.result import IterationResult
 from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import Lifecycle, RequestView
@@ -179,20 +177,9 @@ def _validate_work(
     state: SchedulerState, plan: IterationPlan, admitted: set[str], leaving: set[str]
 ) -> int:
     """Each item binds a current, ready, admitted view and its only legal
-    interval: checked fact by fact over the whole plan at C speed, and on
-    any doubt item by item, raising the named error. Returns the work's
-    token rows, for the ledger check."""
-    num_tokens = _work_tokens_if_legal(state, plan.work, admitted, leaving)
-    if num_tokens is not None:
-        return num_tokens
-    return _work_tokens_each(state, plan, admitted, leaving)
-
-
-def _work_tokens_each(state: SchedulerState, plan: IterationPlan, admitted: set[str],
-                      leaving: set[str]) -> int:
-    """:func:`_validate_work` item by item: a cheap check of every
-    invariant per item, and on any doubt the detailed checks raise the
-    named error."""
+    interval. The loop is the hot path: a cheap check of every invariant
+    per item, and on any doubt the detailed checks raise the named error.
+    Returns the work's token rows, for the ledger check."""
     seen: set[str] = set()
     views = state.views
     running = Lifecycle.RUNNING
@@ -217,39 +204,6 @@ def _work_tokens_each(state: SchedulerState, plan: IterationPlan, admitted: set[
         seen.add(rid)
         num_tokens += end - start
     return num_tokens
-
-
-def _work_tokens_if_legal(state: SchedulerState, work: tuple[WorkItem, ...],
-                          admitted: set[str], leaving: set[str]) -> int | None:
-    """:func:`_validate_work`'s checks of the whole plan at once, each one
-    pass at C speed over every item (fact by fact, not item by item): the
-    work's token rows when every item passes, None when any may not (the
-    item-by-item loop then names the first culprit)."""
-    rids = list(map(_W_ID, work))
-    views: list[Any] = list(map(state.views.get, rids))  # None: no view (then the loop)
-    if None in views or len(set(rids)) != len(rids) or not leaving.isdisjoint(rids):
-        return None
-    starts, ends = list(map(_W_START, work)), list(map(_W_END, work))
-    if not (list(map(_V_GENERATION, views)) == list(map(_W_GENERATION, work))
-            and list(map(_V_SNAPSHOT, views)) == list(map(_W_SNAPSHOT, work))
-            and all(map(_V_READY, views))
-            and admitted.issuperset(compress(rids, map(is_not, map(_V_LIFECYCLE, views),
-                                                       repeat(Lifecycle.RUNNING))))
-            and list(map(_W_POSITIONS, work)) == list(map(range, starts, ends))
-            and list(map(interval_kind, map(_V_PROMPT, views), map(_V_EMITTED, views),
-                         map(_V_COMPUTED, views), starts, ends)) == list(map(_W_KIND, work))):
-        return None
-    return sum(ends) - sum(starts)
-
-
-# WorkItem and RequestView fields by position, read in C by the whole-plan checks
-(_W_ID, _W_GENERATION, _W_SNAPSHOT, _W_START, _W_END, _W_KIND, _W_POSITIONS) = map(
-    operator.itemgetter, range(7))
-_V_GENERATION, _V_SNAPSHOT = operator.itemgetter(1), operator.itemgetter(2)
-_V_PROMPT, _V_MAX_OUTPUT = operator.itemgetter(7), operator.itemgetter(8)
-_V_EMITTED, _V_COMPUTED = operator.itemgetter(9), operator.itemgetter(10)
-_V_LIFECYCLE, _V_READY = operator.itemgetter(12), operator.itemgetter(13)
-_V_CLIENT = operator.itemgetter(3)
 
 
 def _explain_work(state: SchedulerState, work: WorkItem, seen: set[str], admitted: set[str],
@@ -362,34 +316,10 @@ def validate_result(plan: IterationPlan, state: SchedulerState, result: Iteratio
             f"plan is v{plan.input_state_version}/d{plan.decision_id}"
         )
     planned = {work.request_id: work for work in plan.work}
-    checked = _service_if_legal(state, planned, result.completed)
-    service, done = checked if checked is not None else _completed_service(state, planned,
-                                                                            result.completed)
-    intents = {intent.request_id: intent.generation for intent in plan.intents}
-    for failure in result.failures:
-        rid = failure.request_id
-        work = planned.get(rid)
-        expected = work.generation if work is not None else intents.get(rid)
-        if expected is None or rid in done:
-            raise E.UnplannedCompletion(f"{rid}: failure for no open planned work")
-        if failure.generation != expected:
-            raise E.StaleGeneration(f"{rid}: failure for generation {failure.generation}")
-    claimed = {client: rows for client, rows in result.service.items() if rows}
-    if claimed != dict(service):
-        raise E.ServiceDebitMismatch(f"result debits {claimed}, completed rows give {dict(service)}")
-    if result.receipts:
-        _validate_receipts(plan, state, result)
-
-
-def _completed_service(state: SchedulerState, planned: Mapping[str, WorkItem],
-                       completed: tuple[CompletedInterval, ...]) -> tuple[Counter[str], set[str]]:
-    """Each completion answers open planned work on its frontier rules
-    (item by item, raising the named error of the first culprit); the
-    service the completions earn per client, and the ids that completed."""
     service: Counter[str] = Counter()
     done: set[str] = set()
     views = state.views
-    for item in completed:
+    for item in result.completed:
         rid, generation, start, end, emitted, _, finish_reason = item  # one unpack (hot path)
         work = planned.get(rid)
         if work is None:
@@ -413,43 +343,20 @@ def _completed_service(state: SchedulerState, planned: Mapping[str, WorkItem],
                                view.max_output_tokens, kind, end, emitted, has_finish)
         elif rows:
             service[view.client_id] += rows
-    return service, done
-
-
-def _service_if_legal(state: SchedulerState, planned: Mapping[str, WorkItem],
-                      completed: tuple[CompletedInterval, ...],
-                      ) -> tuple[Counter[str], set[str]] | None:
-    """:func:`_completed_service` of a result whose every completion passes,
-    each check one pass at C speed over every completion; None when any
-    may not (the item-by-item loop then names the first culprit)."""
-    rids = list(map(_C_ID, completed))
-    works: list[Any] = list(map(planned.get, rids))  # None: unplanned (then the loop)
-    views: list[Any] = list(map(state.views.get, rids))
-    done = set(rids)
-    if None in works or None in views or len(done) != len(rids):
-        return None
-    starts, ends = list(map(_C_START, completed)), list(map(_C_END, completed))
-    if not (list(map(_C_GENERATION, completed)) == list(map(_W_GENERATION, works))
-            and starts == list(map(_W_START, works))
-            and all(map(operator.lt, starts, ends))
-            and all(map(operator.le, ends, map(_W_END, works)))):
-        return None
-    rows = list(map(completion_service, map(_V_PROMPT, views), map(_V_EMITTED, views),
-                    map(_V_MAX_OUTPUT, views), map(_W_KIND, works), starts, ends,
-                    map(_C_EMITTED, completed),
-                    map(is_not, map(_C_FINISH, completed), repeat(None))))
-    if None in rows:
-        return None
-    service: Counter[str] = Counter()
-    for client, num_rows in zip(map(_V_CLIENT, views), rows, strict=True):
-        if num_rows:
-            service[client] += num_rows
-    return service, done
-
-
-# CompletedInterval fields by position
-(_C_ID, _C_GENERATION, _C_START, _C_END, _C_EMITTED, _, _C_FINISH) = map(operator.itemgetter,
-                                                                        range(7))
+    intents = {intent.request_id: intent.generation for intent in plan.intents}
+    for failure in result.failures:
+        rid = failure.request_id
+        work = planned.get(rid)
+        expected = work.generation if work is not None else intents.get(rid)
+        if expected is None or rid in done:
+            raise E.UnplannedCompletion(f"{rid}: failure for no open planned work")
+        if failure.generation != expected:
+            raise E.StaleGeneration(f"{rid}: failure for generation {failure.generation}")
+    claimed = {client: rows for client, rows in result.service.items() if rows}
+    if claimed != dict(service):
+        raise E.ServiceDebitMismatch(f"result debits {claimed}, completed rows give {dict(service)}")
+    if result.receipts:
+        _validate_receipts(plan, state, result)
 
 
 def _validate_receipts(plan: IterationPlan, state: SchedulerState,
