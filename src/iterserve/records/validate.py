@@ -275,8 +275,6 @@ def _validate_kv(state: SchedulerState, plan: IterationPlan) -> None:
         )
 
 
-_REQUEST_ID = operator.itemgetter(0)  # WorkItem.request_id
-_TIE_BREAK = operator.itemgetter(7)  # WorkItem.tie_break
 _RELEASING = frozenset({IntentKind.PREEMPT_RECOMPUTE, IntentKind.PREEMPT_PRESERVE_EXACT, IntentKind.ABORT})
 
 
@@ -288,12 +286,6 @@ def _validate_tie_break(state: SchedulerState, plan: IterationPlan) -> None:
         raise E.ForgedTieBreak(f"unknown tie-break field(s) {unknown}")
     key_of = key_function(names, state)
     views = state.views
-    items = plan.work
-    # the whole plan at C speed: derived keys equal the recorded ones and
-    # never decrease; on any doubt the loop below names the first culprit
-    keys = list(map(key_of, map(views.__getitem__, map(_REQUEST_ID, items))))
-    if keys == list(map(_TIE_BREAK, items)) and all(map(operator.le, keys, keys[1:])):
-        return
     previous: tuple[object, ...] | None = None
     for work in plan.work:
         key = key_of(views[work.request_id])
