@@ -45,14 +45,18 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def import_tree(src_dir: Path) -> dict[str, ModuleType]:
-    """Import the iterserve modules the bench needs from `src_dir`, then drop
-    them from sys.modules so another tree can be imported beside them."""
+    """The loader and packing modules of the tree in `src_dir`."""
+    return import_tree_modules(src_dir, ("loader", "packing"))
+
+
+def import_tree_modules(src_dir: Path, names: tuple[str, ...]) -> dict[str, ModuleType]:
+    """Import iterserve.model.NAME for each of `names` from `src_dir`, then
+    drop them from sys.modules so another tree can be imported beside them."""
     for name in [m for m in sys.modules if m == "iterserve" or m.startswith("iterserve.")]:
         del sys.modules[name]
     sys.path.insert(0, str(src_dir))
     try:
-        modules = {name: importlib.import_module(f"iterserve.model.{name}")
-                   for name in ("loader", "packing")}
+        modules = {name: importlib.import_module(f"iterserve.model.{name}") for name in names}
     finally:
         sys.path.remove(str(src_dir))
         for name in [m for m in sys.modules if m == "iterserve" or m.startswith("iterserve.")]:

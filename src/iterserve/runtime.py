@@ -89,6 +89,7 @@ def load_runtime(model_dir: str | Path, config: EngineConfig, *,
     model = load_model(model_dir, dtype=config.dtype, device=config.device)
     max_model_len = config.max_model_len or model.config.max_position_embeddings
     num_blocks = kv_pool_blocks(config, model, max_model_len)
+    model.warm(config.max_num_seqs, config.token_budget)  # no request waits on oneDNN's JIT
     executor = TorchExecutor(model, num_blocks, config.block_size, tokenizer,
                              num_host_blocks=config.num_host_blocks,
                              enable_prefix_caching=config.enable_prefix_caching)

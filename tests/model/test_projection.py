@@ -12,7 +12,13 @@ import torch.nn.functional as F
 from model_helpers import BlockHandout, random_tokens, run_segments
 
 from iterserve.model.loader import load_model
-from iterserve.model.projection import linear, pack_weights, packing_pays
+from iterserve.model.projection import (
+    bucketed_rows,
+    linear,
+    pack_weights,
+    packing_pays,
+    warm_row_counts,
+)
 from iterserve.model.weights import ModelWeights
 
 
@@ -76,3 +82,41 @@ def test_tied_lm_head_stays_the_embedding_and_packing_is_idempotent(tiny_model) 
     assert packed.layers[0].qkv_proj.is_mkldnn
     again = pack_weights(packed)
     assert again.layers[0].qkv_proj is packed.layers[0].qkv_proj
+
+
+def test_decode_sized_row_counts_run_in_buckets_of_eight() -> None:
+    assert [bucketed_rows(n) for n in (1, 7, 8, 9, 63, 64)] == [8, 8, 8, 16, 64, 64]
+    assert [bucketed_rows(n) for n in (65, 100, 512)] == [65, 100, 512]  # compute-bound: exact
+
+
+def test_warm_row_counts_cover_the_decode_buckets_and_a_full_budget() -> None:
+    assert warm_row_counts(64, 512) == [8, 16, 24, 32, 40, 48, 56, 64, 512]
+    assert warm_row_counts(256, 2048) == [8, 16, 24, 32, 40, 48, 56, 64, 2048]
+    assert warm_row_counts(4, None) == [8]
+    assert warm_row_counts(20, 30) == [8, 16, 24, 32]
+
+
+@needs_packing
+@pytest.mark.parametrize("num_rows", [1, 5, 9, 33, 64])
+def test_padded_rows_come_out_as_the_unpadded_product(num_rows: int) -> None:
+    generator = torch.Generator().manual_seed(100 + num_rows)
+    weight = torch.randn(160, 96, generator=generator).to(torch.bfloat16)
+    x = torch.randn(num_rows, 96, generator=generator).to(torch.bfloat16)
+    packed = torch.ops.mkldnn._reorder_linear_weight(weight, 64)
+    out = linear(x, packed)
+    assert out.shape == (num_rows, 160) and out.is_contiguous()
+    exact = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+    torch.testing.assert_close(out, exact, atol=1e-2, rtol=1e-2)
+    out.add_(1.0)  # the fused ops update projection outputs in place
+    torch.testing.assert_close(out, exact + 1.0, atol=2e-2, rtol=1e-2)
+
+
+@needs_packing
+def test_warm_runs_each_packed_shape_once_per_row_count(tiny_dir) -> None:
+    packed = load_model(tiny_dir, dtype=torch.bfloat16)
+    shapes = {tuple(w.shape) for layer in packed.weights.layers
+              for w in (layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj)}
+    shapes.add(tuple(packed.weights.lm_head.shape))
+    assert packed.warm(16, 40) == len(shapes) * 3  # rows 8, 16 and 40
+    dense = load_model(tiny_dir, dtype=torch.bfloat16, prepack=False)
+    assert dense.warm(16, 40) == 0

@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from iterserve.model.config import ModelConfig
+from iterserve.model.host_memory import zeroed_bytes
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -92,13 +92,14 @@ class PagedKVCache:
 
 
 def _zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
-    """A zero tensor. On the host its pages come zeroed from the OS (calloc via numpy)
-    and stay untouched until a row is written, so a pool sized for the worst case
-    costs resident memory only for the rows the run uses, and no start-up time."""
+    """A zero tensor. On the host its pages come zeroed from the OS (on huge
+    pages where offered: model/host_memory.py) and stay untouched until a row is
+    written, so a pool sized for the worst case costs resident memory only for
+    the rows the run uses (in 2 MiB steps), and no start-up time."""
     if torch.device(device).type != "cpu":
         return torch.zeros(shape, dtype=dtype, device=device)
     num_bytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-    return torch.from_numpy(np.zeros(num_bytes, dtype=np.uint8)).view(dtype).view(shape)
+    return torch.from_numpy(zeroed_bytes(num_bytes)).view(dtype).view(shape)
 
 
 def bytes_per_block(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:

@@ -26,7 +26,7 @@ from iterserve.model.config import ModelConfig
 from iterserve.model.kernels import resolve_in_place_decode
 from iterserve.model.kv_cache import PagedKVCache
 from iterserve.model.packing import PackedBatch
-from iterserve.model.projection import linear, pack_weights, packing_pays
+from iterserve.model.projection import linear, pack_weights, packing_pays, warm, warm_row_counts
 from iterserve.model.rope import (
     RotaryTables,
     apply_rotary,
@@ -67,6 +67,12 @@ class PackedCausalLM:
     @property
     def device(self) -> torch.device:
         return self.weights.embed_tokens.device
+
+    def warm(self, max_num_seqs: int, token_budget: int | None) -> int:
+        """Prepare the projections for the batch sizes a run with these
+        budgets takes most (see model.projection.warm) before its first
+        request; returns how many products that ran."""
+        return warm(self.weights, warm_row_counts(max_num_seqs, token_budget))
 
     def allocate_cache(self, num_blocks: int, block_size: int = 16) -> PagedKVCache:
         """A zeroed cache in this model's dtype and device."""

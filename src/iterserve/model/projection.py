@@ -15,11 +15,23 @@ CPU time, small-preset layer shapes):
   the CPU BLAS handles far better than a thin left operand (1.3-2.5x for
   fp32 at 8..64 rows on the AVX2 machine; on the Xeon in bf16 still
   0.6-0.9x of `F.linear` up to 96 rows, equal at 96-160).
+
+oneDNN builds (JIT-compiles) a primitive for each new row count it sees, per
+weight shape: 1-4 ms at decode sizes, 10-20 ms at 200-500 rows, one thread
+(benchmarks/bench_projection_rows.py). A decode batch shrinks one row count
+at a time as requests finish, so an unbucketed run of the side-by-side
+benchmark built ~60 primitives per shape (0.55 s of its 19 s of CPU). The
+packed path therefore pads decode-sized inputs to a multiple of
+DECODE_ROW_BUCKET rows (bandwidth-bound there: the padding rows cost little,
+and the valid rows come out as they would unpadded, give or take the last
+bf16 bit where oneDNN picks another kernel), and `warm` builds the
+primitives of the row counts a run will use before its first request.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 
 import torch
 import torch.nn.functional as F
@@ -30,17 +42,68 @@ from iterserve.model.weights import ModelWeights
 SMALL_BATCH_ROWS = 96
 #: Rows oneDNN is told to expect when it reorders a weight.
 PACK_HINT_ROWS = 64
+#: Packed-path inputs of at most MAX_BUCKETED_ROWS rows are padded to a
+#: multiple of this many rows (one oneDNN primitive per bucket, not per count).
+DECODE_ROW_BUCKET = 8
+MAX_BUCKETED_ROWS = 64
+
+
+def bucketed_rows(num_rows: int) -> int:
+    """The row count the packed path runs `num_rows` rows as."""
+    if num_rows > MAX_BUCKETED_ROWS:
+        return num_rows
+    return -(-num_rows // DECODE_ROW_BUCKET) * DECODE_ROW_BUCKET
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
            ) -> torch.Tensor:
     """x [rows, in] @ weight^T (+ bias); `weight` dense [out, in] or packed (see pack_weights)."""
     if weight.is_mkldnn:
-        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), weight, bias, "none", [], "")
+        return _packed_linear(x, weight, bias)
     if x.shape[0] >= SMALL_BATCH_ROWS or x.device.type != "cpu" or x.dim() != 2:
         return F.linear(x, weight, bias)
     out = torch.mm(weight, x.t()).t().contiguous()
     return out if bias is None else out + bias
+
+
+def _packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+                   ) -> torch.Tensor:
+    num_rows = x.shape[0]
+    padded = bucketed_rows(num_rows)
+    if padded == num_rows:
+        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), weight, bias, "none", [], "")
+    x = F.pad(x, (0, 0, 0, padded - num_rows))
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")[:num_rows]
+
+
+def warm_row_counts(max_num_seqs: int, token_budget: int | None) -> list[int]:
+    """The row counts worth building before the first request: every decode
+    bucket up to ``max_num_seqs`` rows and a batch filling the token budget
+    (the common size of a step that carries a prefill chunk)."""
+    top = min(max_num_seqs, MAX_BUCKETED_ROWS)
+    counts = set(range(DECODE_ROW_BUCKET, top + DECODE_ROW_BUCKET, DECODE_ROW_BUCKET))
+    if token_budget is not None and token_budget > 0:
+        counts.add(bucketed_rows(token_budget))
+    return sorted(counts)
+
+
+def warm(weights: ModelWeights, row_counts: Iterable[int]) -> int:
+    """Build the oneDNN primitives of every packed weight shape at each of
+    `row_counts` (bucketed) now, so no request waits for one; returns how many
+    distinct (shape, rows) products ran. Nothing to do for dense weights."""
+    shapes: dict[tuple[int, ...], torch.Tensor] = {}
+    for layer in weights.layers:
+        for weight in (layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj):
+            shapes.setdefault(tuple(weight.shape), weight)
+    shapes.setdefault(tuple(weights.lm_head.shape), weights.lm_head)
+    packed = [weight for weight in shapes.values() if weight.is_mkldnn]
+    rows = sorted({bucketed_rows(count) for count in row_counts if count > 0})
+    with torch.inference_mode():
+        for weight in packed:
+            for num_rows in rows:
+                _packed_linear(torch.zeros(num_rows, weight.shape[1], dtype=weight.dtype),
+                               weight, None)
+    return len(packed) * len(rows)
 
 
 def packing_pays(dtype: torch.dtype, device: torch.device) -> bool:

@@ -32,6 +32,7 @@
 #include <c10/util/Half.h>
 #include <torch/library.h>
 
+#include "amx_score.h"
 #include "simd.h"
 
 #include <algorithm>
@@ -39,6 +40,7 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -70,6 +72,12 @@ struct Tile {
   int64_t segment, row_begin, num_rows, first_position;
 };
 
+// A unit of work: a tile and its kv heads from head_begin (Kernel::kv_heads_per_task of them).
+struct Task {
+  const Tile& tile;
+  int64_t head_begin;
+};
+
 // Per kv head of a task, for its n_q <= kTileRows * G queries (query q = row m,
 // head j: q = m * G + j): scaled queries and accumulators [n_q, D], running
 // max / sum and this span's shift [n_q].
@@ -87,14 +95,37 @@ struct Scratch {
   std::vector<HeadState> heads;
   std::vector<float> scores;
   std::vector<int64_t> offsets, next_offsets;
+  bool primed = false;  // offsets hold the next task's first span, already prefetched
   explicit Scratch(const Geometry& g)
       : heads(g.num_kv_heads, HeadState(g)), scores(kSpan * kTileRows * g.group()),
         offsets(kSpan), next_offsets(kSpan) {}
 };
 
-// A span step (score or accumulate) specialised for one head size.
+// The rows a span step prefetches while it computes: row i of the next span
+// (this head's part, `bytes` long) as it reaches row i of its own.
 template <typename T>
-using SpanFn = void (*)(const T*, const int64_t*, int64_t, int64_t, const float*, float*);
+struct Ahead {
+  const T* base;
+  const int64_t* offsets;
+  int64_t n, bytes;
+  void fetch(int64_t i) const {
+    if (i >= n) return;
+    const char* row = reinterpret_cast<const char*>(base + offsets[i]);
+    for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b);
+    __builtin_prefetch(row + bytes - 1);
+  }
+};
+
+// The span steps specialised for one head size: score (keys, their offsets,
+// n, n_q, queries, scores, rows to prefetch, scale of the sums, pool row
+// stride in elements) and
+// accumulate (values, offsets, n, n_q, weights, accumulators, prefetch).
+template <typename T>
+using ScoreFn = void (*)(const T*, const int64_t*, int64_t, int64_t, const float*, float*,
+                         const Ahead<T>&, float, int64_t);
+template <typename T>
+using AccumulateFn = void (*)(const T*, const int64_t*, int64_t, int64_t, const float*, float*,
+                              const Ahead<T>&);
 
 #ifdef __AVX512F__
 template <typename T>
@@ -102,7 +133,7 @@ constexpr bool kHasLoad16 = !std::is_same_v<T, double>;
 
 // Lane j of the result = the sum of the lanes of v[j]: sixteen horizontal sums
 // for the price of about three.
-inline __m512 reduce16(const __m512* v) {
+__attribute__((always_inline)) inline __m512 reduce16(const __m512* v) {
   __m512 pairs[8], quads[4];
   for (int k = 0; k < 8; ++k)
     pairs[k] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]),
@@ -123,64 +154,142 @@ inline __m512 reduce16(const __m512* v) {
 
 
 
-// Queries per register tile for C 16-lane chunks per head: R * C <= 16 registers.
-constexpr int tile_queries(int C) { return C >= 16 ? 1 : 16 / C; }
+// Whether a vectorised bf16 head of d elements is held in even/odd order:
+// each whole 32-element block as its 16 even elements, then its 16 odd ones
+// (what load_even_odd yields), a trailing 16-element block as it is.
+template <typename T>
+constexpr bool kEvenOdd = std::is_same_v<T, c10::BFloat16>;
 
-// scores[i, q] = query_q . key_i for the span's n key rows, R queries per key load.
+// A head row of T as C chunks of 16 float32 lanes, in the order above.
 template <int C, typename T>
-void score_span_vec(const T* keys, const int64_t* offsets, int64_t n, int64_t n_q,
-                    const float* queries, float* scores) {
-  constexpr int R = tile_queries(C);
-  for (int64_t q0 = 0; q0 < n_q; q0 += R) {
-    const int64_t live = std::min<int64_t>(R, n_q - q0);
-    __m512 query[R][C];
+inline void load_row(const T* p, __m512 (&x)[C]) {
+  if constexpr (kEvenOdd<T>) {
+    for (int j = 0; j < C / 2; ++j) load_even_odd(p + 32 * j, x[2 * j], x[2 * j + 1]);
+    if constexpr (C % 2 == 1) x[C - 1] = load16(p + 16 * (C - 1));
+  } else {
+    for (int c = 0; c < C; ++c) x[c] = load16(p + 16 * c);
+  }
+}
+
+// Query rows per register tile for C 16-lane chunks per head: a power of two
+// (it divides the 16 lanes of a reduction), at most 16 / C.
+constexpr int max_tile_queries(int C) {
+  return C > 8 ? 1 : C > 4 ? 2 : C > 2 ? 4 : C > 1 ? 8 : 16;
+}
+
+// q . k of R query rows against one key row in float32 lanes: out[r] holds
+// row r's 16 partial sums. Queries in their natural order.
+template <int C, int R, typename T>
+struct FloatDot {
+  __m512 query[R][C];
+  FloatDot(const float* queries, int64_t q0, int64_t n_q) {
     for (int r = 0; r < R; ++r) {
       const float* src = queries + std::min<int64_t>(q0 + r, n_q - 1) * C * 16;
       for (int c = 0; c < C; ++c) query[r][c] = _mm512_loadu_ps(src + 16 * c);
     }
-    __m512 pending[16];
-    float sums[16];
-    int filled = 0;
-    int64_t first = 0;  // (key, r) index of pending[0], key-major
-    auto flush = [&]() {
-      if (filled == 16 && live == R && n_q == R && 16 % R == 0) {  // 16 / R whole key rows
-        _mm512_storeu_ps(scores + (first / R) * n_q, reduce16(pending));
-        first += 16;
-        filled = 0;
-        return;
-      }
-      if (filled == 16) {
-        _mm512_storeu_ps(sums, reduce16(pending));
-      } else {
-        for (int e = 0; e < filled; ++e) sums[e] = _mm512_reduce_add_ps(pending[e]);
-      }
-      for (int e = 0; e < filled; ++e) {
-        const int64_t index = first + e, r = index % R;
-        if (r < live) scores[(index / R) * n_q + q0 + r] = sums[e];
-      }
-      first += filled;
-      filled = 0;
-    };
-    for (int64_t i = 0; i < n; ++i) {
-      const T* k = keys + offsets[i];
-      __m512 key[C];
-      for (int c = 0; c < C; ++c) key[c] = load16(k + 16 * c);
-      for (int r = 0; r < R; ++r) {
-        __m512 sum = _mm512_mul_ps(query[r][0], key[0]);
-        for (int c = 1; c < C; ++c) sum = _mm512_fmadd_ps(query[r][c], key[c], sum);
-        pending[filled++] = sum;
-        if (filled == 16) flush();
+  }
+  void operator()(const T* k, __m512* out) const {
+    __m512 key[C];
+    for (int c = 0; c < C; ++c) key[c] = load16(k + 16 * c);
+    for (int r = 0; r < R; ++r) {
+      __m512 sum = _mm512_mul_ps(query[r][0], key[0]);
+      for (int c = 1; c < C; ++c) sum = _mm512_fmadd_ps(query[r][c], key[c], sum);
+      out[r] = sum;
+    }
+  }
+};
+
+#ifdef __AVX512BF16__
+// The same on bf16 pairs with vdpbf16ps: the key row feeds the products as
+// stored (no widening), P = ceil(C / 2) vectors of 32 elements, the last one
+// half filled when C is odd. Products of two bf16 are exact in float32, so
+// this is the float32 dot product summed in another order, provided the query
+// rows hold bf16 values (unscaled queries: the caller scales the sums).
+template <int C, int R>
+struct Bf16Dot {
+  static constexpr int P = (C + 1) / 2;
+  static constexpr __mmask32 kTail = C % 2 == 1 ? 0xFFFFu : 0xFFFFFFFFu;
+  __m512bh query[R][P];
+  Bf16Dot(const float* queries, int64_t q0, int64_t n_q) {
+    for (int r = 0; r < R; ++r) {
+      const float* src = queries + std::min<int64_t>(q0 + r, n_q - 1) * C * 16;
+      for (int p = 0; p < P; ++p) {
+        const __m512 low = _mm512_loadu_ps(src + 32 * p);
+        const __m512 high = 2 * p + 1 < C ? _mm512_loadu_ps(src + 32 * p + 16) : _mm512_setzero_ps();
+        query[r][p] = _mm512_cvtne2ps_pbh(high, low);
       }
     }
-    if (filled) flush();
+  }
+  void operator()(const c10::BFloat16* k, __m512* out) const {
+    __m512bh key[P];
+    for (int p = 0; p < P; ++p)
+      key[p] = (__m512bh)(p + 1 < P ? _mm512_loadu_si512(k + 32 * p)
+                                     : _mm512_maskz_loadu_epi16(kTail, k + 32 * p));
+    for (int r = 0; r < R; ++r) {
+      __m512 sum = _mm512_dpbf16_ps(_mm512_setzero_ps(), query[r][0], key[0]);
+      for (int p = 1; p < P; ++p) sum = _mm512_dpbf16_ps(sum, query[r][p], key[p]);
+      out[r] = sum;
+    }
+  }
+};
+#endif
+
+// Whether the score step of T takes unscaled queries and scales the sums.
+template <typename T>
+constexpr bool kScalesScores =
+#ifdef __AVX512BF16__
+    std::is_same_v<T, c10::BFloat16>;
+#else
+    false;
+#endif
+
+template <int C, int R, typename T>
+using Dot = std::conditional_t<
+#ifdef __AVX512BF16__
+    kScalesScores<T>, Bf16Dot<C, R>,
+#else
+    false, void,
+#endif
+    FloatDot<C, R, T>>;
+
+// scores[i, q] = scale * (query_q . key_i) for the span's n key rows: R query
+// rows per key load, 16 / R keys per 16-way reduction.
+template <int C, int R, typename T>
+void score_rows(const T* keys, const int64_t* offsets, int64_t n, int64_t n_q,
+                const float* queries, float* scores, const Ahead<T>& ahead, float scale) {
+  constexpr int kKeys = 16 / R;
+  const __m512 factor = _mm512_set1_ps(scale);
+  for (int64_t q0 = 0; q0 < n_q; q0 += R) {
+    const Dot<C, R, T> dot(queries, q0, n_q);
+    const int64_t live = std::min<int64_t>(R, n_q - q0);
+    for (int64_t i = 0; i < n; i += kKeys) {
+      __m512 pending[16];
+#pragma GCC unroll 16
+      for (int k = 0; k < kKeys; ++k) {
+        if (i + k < n) {
+          if (q0 == 0) ahead.fetch(i + k);
+          dot(keys + offsets[i + k], pending + k * R);
+        } else {
+          for (int r = 0; r < R; ++r) pending[k * R + r] = _mm512_setzero_ps();
+        }
+      }
+      const __m512 sums = _mm512_mul_ps(reduce16(pending), factor);  // lane k * R + r
+      if (n_q == R && i + kKeys <= n) {
+        _mm512_storeu_ps(scores + i * R, sums);
+        continue;
+      }
+      alignas(64) float lanes[16];
+      _mm512_store_ps(lanes, sums);
+      for (int k = 0; k < kKeys && i + k < n; ++k)
+        for (int r = 0; r < live; ++r) scores[(i + k) * n_q + q0 + r] = lanes[k * R + r];
+    }
   }
 }
 
 // acc[q] += sum_i weight[i, q] * value_i over the span, R accumulators per value load.
-template <int C, typename T>
-void accumulate_span_vec(const T* values, const int64_t* offsets, int64_t n, int64_t n_q,
-                         const float* scores, float* accumulators) {
-  constexpr int R = tile_queries(C);
+template <int C, int R, typename T>
+void accumulate_rows(const T* values, const int64_t* offsets, int64_t n, int64_t n_q,
+                     const float* scores, float* accumulators, const Ahead<T>& ahead) {
   for (int64_t q0 = 0; q0 < n_q; q0 += R) {
     const int64_t live = std::min<int64_t>(R, n_q - q0);
     int64_t column[R];
@@ -190,10 +299,11 @@ void accumulate_span_vec(const T* values, const int64_t* offsets, int64_t n, int
       for (int c = 0; c < C; ++c) acc[r][c] = _mm512_loadu_ps(accumulators + (column[r] * C + c) * 16);
     }
     for (int64_t i = 0; i < n; ++i) {
+      if (q0 == 0) ahead.fetch(i);
       const T* v = values + offsets[i];
       const float* weights = scores + i * n_q;
       __m512 value[C];
-      for (int c = 0; c < C; ++c) value[c] = load16(v + 16 * c);
+      load_row<C>(v, value);
       for (int r = 0; r < R; ++r) {
         const __m512 w = _mm512_set1_ps(weights[column[r]]);
         for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(w, value[c], acc[r][c]);
@@ -204,23 +314,73 @@ void accumulate_span_vec(const T* values, const int64_t* offsets, int64_t n, int
   }
 }
 
+// The span steps with the smallest tile of R >= n_q rows (at most the
+// register budget's), so one decode row's G queries fill it.
+template <int C, int R, typename T>
+void score_span_vec(const T* keys, const int64_t* offsets, int64_t n, int64_t n_q,
+                    const float* queries, float* scores, const Ahead<T>& ahead, float scale,
+                    int64_t row_stride) {
+  if constexpr (R > 1) {
+    if (n_q <= R / 2)
+      return score_span_vec<C, R / 2, T>(keys, offsets, n, n_q, queries, scores, ahead, scale,
+                                         row_stride);
+  }
+  score_rows<C, R, T>(keys, offsets, n, n_q, queries, scores, ahead, scale);
+}
+
+#ifdef ITERSERVE_HAS_AMX
+// bf16 heads of C = 2 * P chunks: the tile unit for up to 16 queries (decode
+// rows), the vector steps for wider tiles (chunks).
+template <int C>
+void score_span_amx(const c10::BFloat16* keys, const int64_t* offsets, int64_t n, int64_t n_q,
+                    const float* queries, float* scores, const Ahead<c10::BFloat16>& ahead,
+                    float scale, int64_t row_stride) {
+  if (n_q > iterserve_amx::kMaxQueries)
+    return score_span_vec<C, max_tile_queries(C), c10::BFloat16>(
+        keys, offsets, n, n_q, queries, scores, ahead, scale, row_stride);
+  iterserve_amx::score_span<C / 2>(keys, offsets, n, n_q, queries, scores, scale, row_stride,
+                                   [&](int64_t i) { ahead.fetch(i); });
+}
+#endif
+
+template <int C, int R, typename T>
+void accumulate_span_vec(const T* values, const int64_t* offsets, int64_t n, int64_t n_q,
+                         const float* scores, float* accumulators, const Ahead<T>& ahead) {
+  if constexpr (R > 1) {
+    if (n_q <= R / 2)
+      return accumulate_span_vec<C, R / 2, T>(values, offsets, n, n_q, scores, accumulators, ahead);
+  }
+  accumulate_rows<C, R, T>(values, offsets, n, n_q, scores, accumulators, ahead);
+}
+
 template <typename T, int C>
-bool pick_vec(int64_t chunks, SpanFn<T>& score, SpanFn<T>& accumulate) {
+bool pick_vec(int64_t chunks, ScoreFn<T>& score, AccumulateFn<T>& accumulate) {
   if (chunks != C) return false;
-  score = &score_span_vec<C, T>;
-  accumulate = &accumulate_span_vec<C, T>;
+  score = &score_span_vec<C, max_tile_queries(C), T>;
+  accumulate = &accumulate_span_vec<C, max_tile_queries(C), T>;
   return true;
 }
+#ifdef ITERSERVE_HAS_AMX
+template <int C>
+bool pick_amx(int64_t chunks, ScoreFn<c10::BFloat16>& score) {
+  if (chunks != C) return false;
+  score = &score_span_amx<C>;
+  return true;
+}
+#endif
 #else
 template <typename T>
 constexpr bool kHasLoad16 = false;
+template <typename T>
+constexpr bool kScalesScores = false;
 #endif
 
 // The portable span steps: any head_dim, any dtype.
 template <typename T>
 void score_span_scalar(const T* keys, const int64_t* offsets, int64_t n, int64_t n_q,
-                       const float* queries, float* scores, int64_t d) {
-  for (int64_t i = 0; i < n; ++i)
+                       const float* queries, float* scores, const Ahead<T>& ahead, int64_t d) {
+  for (int64_t i = 0; i < n; ++i) {
+    ahead.fetch(i);
     for (int64_t q = 0; q < n_q; ++q) {
       const T* k = keys + offsets[i];
       const float* query = queries + q * d;
@@ -228,18 +388,22 @@ void score_span_scalar(const T* keys, const int64_t* offsets, int64_t n, int64_t
       for (int64_t e = 0; e < d; ++e) sum += query[e] * to_float(k[e]);
       scores[i * n_q + q] = sum;
     }
+  }
 }
 
 template <typename T>
 void accumulate_span_scalar(const T* values, const int64_t* offsets, int64_t n, int64_t n_q,
-                            const float* scores, float* accumulators, int64_t d) {
-  for (int64_t i = 0; i < n; ++i)
+                            const float* scores, float* accumulators, const Ahead<T>& ahead,
+                            int64_t d) {
+  for (int64_t i = 0; i < n; ++i) {
+    ahead.fetch(i);
     for (int64_t q = 0; q < n_q; ++q) {
       const T* v = values + offsets[i];
       const float w = scores[i * n_q + q];
       float* acc = accumulators + q * d;
       for (int64_t e = 0; e < d; ++e) acc[e] += w * to_float(v[e]);
     }
+  }
 }
 
 // scores[i, q] := e^(scores[i, q] - shift[q]); running_sum[q] += the new row.
@@ -340,7 +504,17 @@ struct Kernel {
   T* out;
   Geometry g;
   int64_t kv_heads_per_task;
-  SpanFn<T> score = nullptr, accumulate = nullptr;  // null: the scalar steps
+  ScoreFn<T> score = nullptr;  // null: the scalar steps
+  AccumulateFn<T> accumulate = nullptr;
+  bool even_odd = false;       // the accumulators hold heads in even/odd order (kEvenOdd)
+  bool scales_scores = false;  // the score step scales its sums (kScalesScores)
+  bool uses_tiles = false;     // the score step runs on the AMX tile unit
+
+  // Where element e of a head sits in the accumulator rows.
+  int64_t slot(int64_t e) const {
+    if (!even_odd || e >= g.head_dim / 32 * 32) return e;
+    return e / 32 * 32 + (e % 2) * 16 + (e % 32) / 2;
+  }
 
   void load_queries(const Tile& tile, int64_t kv_head, HeadState& h) const {
     const int64_t d = g.head_dim, group = g.group(), n_q = tile.num_rows * group;
@@ -349,7 +523,8 @@ struct Kernel {
         const T* src = query + (tile.row_begin + m) * g.query_row_stride +
                        (kv_head * group + j) * g.query_head_stride;
         float* dst = h.query.data() + (m * group + j) * d;
-        for (int64_t e = 0; e < d; ++e) dst[e] = to_float(src[e]) * g.softmax_scale;
+        const float scale = scales_scores ? 1.f : g.softmax_scale;
+        for (int64_t e = 0; e < d; ++e) dst[e] = to_float(src[e]) * scale;
       }
     std::fill(h.acc.begin(), h.acc.begin() + n_q * d, 0.f);
     std::fill(h.running_max.begin(), h.running_max.begin() + n_q, kNegInf);
@@ -367,7 +542,8 @@ struct Kernel {
     }
   }
 
-  // Ask for the task's part of n K and V rows ahead of their use.
+  // Ask for the task's part of n K and V rows ahead of their use, all at once
+  // (a run's first span only: later spans are fetched while the one before computes).
   void prefetch(const int64_t* offsets, int64_t n, int64_t head_begin) const {
     const int64_t bytes = kv_heads_per_task * g.head_dim * static_cast<int64_t>(sizeof(T));
     for (int64_t i = 0; i < n; ++i) {
@@ -380,22 +556,42 @@ struct Kernel {
     }
   }
 
-  void run_span(int64_t lo, int64_t hi, const Tile& tile, int64_t kv_head, Scratch& s) const {
+  // The keys [lo, hi) that some row of the tile sees.
+  std::pair<int64_t, int64_t> key_range(const Tile& tile) const {
+    const int64_t hi = tile.first_position + tile.num_rows;
+    const int64_t lo = g.window > 0 ? std::max<int64_t>(0, tile.first_position + 1 - g.window) : 0;
+    return {lo, hi};
+  }
+
+  // Span [lo, hi) for kv_head, prefetching the next span's rows of ahead_head
+  // (s.next_offsets[0, num_ahead)) as it goes.
+  void run_span(int64_t lo, int64_t hi, const Tile& tile, int64_t kv_head, int64_t ahead_head,
+                int64_t num_ahead, Scratch& s) const {
     const int64_t n = hi - lo, n_q = tile.num_rows * g.group(), d = g.head_dim;
     HeadState& h = s.heads[kv_head];
     const T* keys = key_pool + kv_head * d;
     const T* values = value_pool + kv_head * d;
+    const int64_t bytes = d * static_cast<int64_t>(sizeof(T));
+    const Ahead<T> ahead_keys{key_pool + ahead_head * d, s.next_offsets.data(), num_ahead, bytes};
+    const Ahead<T> ahead_values{value_pool + ahead_head * d, s.next_offsets.data(), num_ahead, bytes};
     if (score != nullptr) {
-      score(keys, s.offsets.data(), n, n_q, h.query.data(), s.scores.data());
+      score(keys, s.offsets.data(), n, n_q, h.query.data(), s.scores.data(), ahead_keys,
+            scales_scores ? g.softmax_scale : 1.f, g.row_stride());
     } else {
-      score_span_scalar(keys, s.offsets.data(), n, n_q, h.query.data(), s.scores.data(), d);
+      score_span_scalar(keys, s.offsets.data(), n, n_q, h.query.data(), s.scores.data(),
+                        ahead_keys, d);
     }
     if (tile.num_rows > 1) mask_span(lo, hi, tile, g, s.scores.data());
     softmax_span(n, n_q, d, s.scores.data(), h);
     if (accumulate != nullptr) {
-      accumulate(values, s.offsets.data(), n, n_q, s.scores.data(), h.acc.data());
+      accumulate(values, s.offsets.data(), n, n_q, s.scores.data(), h.acc.data(), ahead_values);
     } else {
-      accumulate_span_scalar(values, s.offsets.data(), n, n_q, s.scores.data(), h.acc.data(), d);
+      accumulate_span_scalar(values, s.offsets.data(), n, n_q, s.scores.data(), h.acc.data(),
+                             ahead_values, d);
+    }
+    for (int64_t i = n; i < num_ahead; ++i) {  // a next span longer than this one
+      ahead_keys.fetch(i);
+      ahead_values.fetch(i);
     }
   }
 
@@ -404,27 +600,39 @@ struct Kernel {
     for (int64_t q = 0; q < n_q; ++q) {
       const float inverse = 1.f / h.running_sum[q];
       T* dst = out + ((tile.row_begin + q / group) * g.num_heads + kv_head * group + q % group) * d;
-      for (int64_t e = 0; e < d; ++e) dst[e] = static_cast<T>(h.acc[q * d + e] * inverse);
+      for (int64_t e = 0; e < d; ++e) dst[e] = static_cast<T>(h.acc[q * d + slot(e)] * inverse);
     }
   }
 
   // One task: the tile's rows, kv heads [head_begin, head_begin + kv_heads_per_task).
-  void attend(const Tile& tile, int64_t head_begin, Scratch& s) const {
-    const int64_t head_end = head_begin + kv_heads_per_task;
+  // Its last span prefetches the first span of `next` (the run's next task, if
+  // any), which then finds it located in s.offsets (s.primed).
+  void attend(const Task& task, const Task* next, Scratch& s) const {
+    const Tile& tile = task.tile;
+    const int64_t head_begin = task.head_begin, head_end = head_begin + kv_heads_per_task;
     for (int64_t h = head_begin; h < head_end; ++h) load_queries(tile, h, s.heads[h]);
-    const int64_t hi = tile.first_position + tile.num_rows;
-    const int64_t lo = g.window > 0 ? std::max<int64_t>(0, tile.first_position + 1 - g.window) : 0;
-    locate(lo, std::min(hi, lo + kSpan), tile, s.offsets.data());
-    prefetch(s.offsets.data(), std::min(hi, lo + kSpan) - lo, head_begin);
+    const auto [lo, hi] = key_range(tile);
+    if (!s.primed) {
+      locate(lo, std::min(hi, lo + kSpan), tile, s.offsets.data());
+      prefetch(s.offsets.data(), std::min(hi, lo + kSpan) - lo, head_begin);
+    }
     for (int64_t start = lo; start < hi; start += kSpan) {
-      const int64_t stop = std::min(hi, start + kSpan), next_stop = std::min(hi, stop + kSpan);
+      const int64_t stop = std::min(hi, start + kSpan);
+      int64_t num_ahead = 0, ahead_begin = head_begin;
       if (stop < hi) {
-        locate(stop, next_stop, tile, s.next_offsets.data());
-        prefetch(s.next_offsets.data(), next_stop - stop, head_begin);
+        num_ahead = std::min(hi, stop + kSpan) - stop;
+        locate(stop, stop + num_ahead, tile, s.next_offsets.data());
+      } else if (next != nullptr) {
+        const auto [next_lo, next_hi] = key_range(next->tile);
+        num_ahead = std::min(next_hi, next_lo + kSpan) - next_lo;
+        locate(next_lo, next_lo + num_ahead, next->tile, s.next_offsets.data());
+        ahead_begin = next->head_begin;
       }
-      for (int64_t h = head_begin; h < head_end; ++h) run_span(start, stop, tile, h, s);
+      for (int64_t h = head_begin; h < head_end; ++h)
+        run_span(start, stop, tile, h, ahead_begin + h - head_begin, num_ahead, s);
       std::swap(s.offsets, s.next_offsets);
     }
+    s.primed = next != nullptr;
     for (int64_t h = head_begin; h < head_end; ++h) store(tile, h, s.heads[h]);
   }
 };
@@ -473,10 +681,19 @@ void run_tasks(const Kernel<T>& kernel, const std::vector<Tile>& tiles) {
     return std::lower_bound(cost_before.begin(), cost_before.end() - 1, total * run / num_runs) -
            cost_before.begin();
   };
+  auto task = [&](int64_t t) -> Task {
+    return {tiles[t / parts], (t % parts) * kernel.kv_heads_per_task};
+  };
   at::parallel_for(0, num_runs, 1, [&](int64_t run_begin, int64_t run_end) {
+#ifdef ITERSERVE_HAS_AMX
+    const iterserve_amx::TileSession tiles(kernel.uses_tiles);
+#endif
     Scratch scratch(kernel.g);
-    for (int64_t t = first_task(run_begin); t < first_task(run_end); ++t)
-      kernel.attend(tiles[t / parts], (t % parts) * kernel.kv_heads_per_task, scratch);
+    const int64_t end = first_task(run_end);
+    for (int64_t t = first_task(run_begin); t < end; ++t) {
+      const Task next = t + 1 < end ? task(t + 1) : task(t);
+      kernel.attend(task(t), t + 1 < end ? &next : nullptr, scratch);
+    }
   });
 }
 
@@ -491,13 +708,24 @@ void run(const at::Tensor& query, const at::Tensor& key_pool, const at::Tensor& 
 #ifdef __AVX512F__
   if constexpr (kHasLoad16<T>) {
     const int64_t chunks = g.head_dim % 16 == 0 ? g.head_dim / 16 : 0;
-    SpanFn<T>& s = kernel.score;
-    SpanFn<T>& a = kernel.accumulate;
+    ScoreFn<T>& s = kernel.score;
+    AccumulateFn<T>& a = kernel.accumulate;
     (void)(pick_vec<T, 1>(chunks, s, a) || pick_vec<T, 2>(chunks, s, a) ||
            pick_vec<T, 3>(chunks, s, a) || pick_vec<T, 4>(chunks, s, a) ||
            pick_vec<T, 5>(chunks, s, a) || pick_vec<T, 6>(chunks, s, a) ||
            pick_vec<T, 8>(chunks, s, a) || pick_vec<T, 10>(chunks, s, a) ||
            pick_vec<T, 12>(chunks, s, a) || pick_vec<T, 16>(chunks, s, a));
+#ifdef ITERSERVE_HAS_AMX
+    if constexpr (std::is_same_v<T, c10::BFloat16> && kScalesScores<T>) {
+      kernel.uses_tiles =
+          s != nullptr && iterserve_amx::tiles_permitted() &&
+          (pick_amx<2>(chunks, s) || pick_amx<4>(chunks, s) || pick_amx<6>(chunks, s) ||
+           pick_amx<8>(chunks, s) || pick_amx<10>(chunks, s) || pick_amx<12>(chunks, s) ||
+           pick_amx<16>(chunks, s));
+    }
+#endif
+    kernel.even_odd = kEvenOdd<T> && s != nullptr;
+    kernel.scales_scores = kScalesScores<T> && s != nullptr;
   }
 #endif
   run_tasks(kernel, tiles);

@@ -31,6 +31,14 @@ inline __m512 load16(const c10::Half* p, __mmask16 mask) {
   return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, p));
 }
 
+// 32 bf16 as two float32 vectors, no lane shuffle: the even elements
+// (p[0], p[2], .., p[30]) and the odd ones (p[1], .., p[31]).
+inline void load_even_odd(const c10::BFloat16* p, __m512& even, __m512& odd) {
+  const __m512i raw = _mm512_loadu_si512(p);
+  even = _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
+  odd = _mm512_castsi512_ps(_mm512_and_si512(raw, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
 // The first min(left, 16) lanes.
 inline __mmask16 tail_mask(int64_t left) {
   return left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
