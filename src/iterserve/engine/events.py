@@ -159,20 +159,24 @@ class EventRecorder(EngineObserver):
         if plan.work:
             self._composition(state, plan, decided_s)
         published_s = self.to_s(successor.now)
-        kinds = {item.request_id: item.kind for item in plan.work}
+        kinds: dict[str, WorkKind] | None = None  # made only for a completion off the hot path
         views = state.views
-        decode, pending = WorkKind.DECODE_ROW, self._pending
+        pending = self._pending
+        streams = self._sink is not None
         # the token line's head is the same for every token of this cut
         head = f'{{"kind": "token", "time_s": {published_s!r}, "request_id": '
         for completed in result.completed:
-            rid = completed.request_id
+            rid, _, _, _, emitted, _, finish_reason = completed  # one unpack (hot path)
             before = views[rid].num_emitted
-            if (self._sink is not None and before and completed.finish_reason is None
-                    and kinds[rid] is decode and completed.emitted):
-                # a plain decode token, streamed: _token's line (the hot path)
+            if streams and before and emitted and finish_reason is None:
+                # a plain decode token, streamed: _token's line (the hot path). An
+                # interval that emits after output 1 is a decode row (0x01A: prefill
+                # runs only while nothing is emitted; rebuild emits nothing)
                 pending.append((published_s, f'{head}{encode_basestring_ascii(rid)}, '
                                              f'"token_index": {before}}}'))
                 continue
+            if kinds is None:
+                kinds = {item.request_id: item.kind for item in plan.work}
             self._completion(completed, kinds[rid], before, published_s)
 
     def _arrival(self, spec: RequestSpec) -> ArrivalEvent:

@@ -30,7 +30,7 @@ from iterserve.kv.results import (
     SwapFailed,
     SwapGranted,
 )
-from iterserve.records.plan import IntentKind, IterationPlan
+from iterserve.records.plan import IntentKind, IterationPlan, WorkItem
 from iterserve.records.receipts import (
     ForeignBinding,
     ForeignStatus,
@@ -230,6 +230,24 @@ class KvResidency:
             self._failed += 1
             return False
         return True
+
+    def back_and_commit_rows(self, work: Sequence[WorkItem]) -> list[bool]:
+        """:meth:`back_and_commit` of each interval of ``work`` in order, as
+        anonymous rows (no token ids): whether each was backed. One loop;
+        a request already holding blocks of its generation (every running
+        one) goes straight to the block manager."""
+        keys, grow = self._keys, self.manager.grow_and_commit
+        backed = []
+        for rid, generation, _, start, end, _, _, _ in work:
+            key = keys.get(rid)
+            if key is None or key.generation != generation:
+                backed.append(self.back_and_commit(rid, generation, start, end, None))
+            elif grow(key, end, None) is not None:
+                self._failed += 1
+                backed.append(False)
+            else:
+                backed.append(True)
+        return backed
 
     def _allocate(self, request_id: str, generation: int, end: int,
                   token_ids: Sequence[int] | None,

@@ -12,6 +12,7 @@ sampling) and how long the iteration took (cost model or wall clock).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Sequence
 
 from iterserve.engine.kv_residency import KvResidency
 from iterserve.records.frontier import earns_service, emits, is_length_stop
@@ -75,25 +76,35 @@ class ResultBuilder:
         ``token_id`` and ``stop`` (the executor's own stop observation) are
         used only when the interval emits (decode, or prefill reaching p).
         """
-        rid, generation, _, start, end, kind, _, _ = work  # one unpack (hot path)
-        if self._commit_kv is not None:
-            self._commit_kv.commit(rid, end)
-        if earns_service(kind):
-            self._service[view.client_id] += end - start
-        if not emits(kind, view.num_prompt_tokens, end):
-            self.completed.append(
-                _new_tuple(CompletedInterval, (rid, generation, start, end, False, None, None)))
-            return None
-        reason = stop
-        if (reason is None or self._length_first) and is_length_stop(
-            view.num_emitted + 1, view.max_output_tokens
-        ):
-            reason = _LENGTH
-        if reason is not None:
-            self.finished.append(rid)
-        self.completed.append(
-            _new_tuple(CompletedInterval, (rid, generation, start, end, True, token_id, reason)))
-        return reason
+        self.complete_rows((work,), (view,), (token_id,), (stop,))
+        return self.completed[-1].finish_reason
+
+    def complete_rows(self, works: Sequence[WorkItem], views: Sequence[RequestView],
+                      token_ids: Iterable[int | None],
+                      stops: Iterable[FinishReason | None]) -> None:
+        """:meth:`complete` of each ``works[i]`` with ``views[i]``,
+        ``token_ids[i]`` and ``stops[i]``, in order, in one loop (the
+        simulator completes a whole plan at once)."""
+        commit_kv, length_first = self._commit_kv, self._length_first
+        service, finished, append = self._service, self.finished, self.completed.append
+        for work, view, token_id, reason in zip(works, views, token_ids, stops, strict=True):
+            rid, generation, _, start, end, kind, _, _ = work  # one unpack (hot path)
+            if commit_kv is not None:
+                commit_kv.commit(rid, end)
+            if earns_service(kind):
+                service[view.client_id] += end - start
+            if not emits(kind, view.num_prompt_tokens, end):
+                append(_new_tuple(CompletedInterval, (rid, generation, start, end, False, None,
+                                                      None)))
+                continue
+            if (reason is None or length_first) and is_length_stop(
+                view.num_emitted + 1, view.max_output_tokens
+            ):
+                reason = _LENGTH
+            if reason is not None:
+                finished.append(rid)
+            append(_new_tuple(CompletedInterval, (rid, generation, start, end, True, token_id,
+                                                  reason)))
 
     def release_finished(self) -> None:
         """Free the blocks of every request that finished in this iteration."""

@@ -7,6 +7,8 @@ and finished, on the run's clock. Reports are computed from it afterwards.
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from iterserve.engine.observer import EngineObserver
@@ -15,6 +17,8 @@ from iterserve.records.result import IterationResult
 from iterserve.records.spec import RequestSpec
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import TERMINAL_LIFECYCLES, WorkKind
+
+_REQUEST_ID = operator.itemgetter(0)  # CompletedInterval.request_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +74,15 @@ class RunTrace(EngineObserver):
                 rows[WorkKind.DECODE_ROW], rows[WorkKind.REBUILD], len(plan.work),
                 len(state.waiting), len(state.running),
             ))
+        if rows[WorkKind.PREFILL_CHUNK]:  # most cuts decode only: no per-item kind lookup
+            self._chunk_starts(plan, result)
+        self._update(map(_REQUEST_ID, result.completed), successor)
+        if plan.intents:
+            self._update([intent.request_id for intent in plan.intents], successor)
+
+    def _chunk_starts(self, plan: IterationPlan, result: IterationResult) -> None:
+        """Record where each completed prefill chunk started (a restart from
+        0 replaces the request's earlier pass)."""
         kinds = {work.request_id: work.kind for work in plan.work}
         prefill = WorkKind.PREFILL_CHUNK
         for item in result.completed:
@@ -78,19 +91,20 @@ class RunTrace(EngineObserver):
                 if item.start == 0:
                     starts.clear()
                 starts.append(item.start)
-            self._update(item.request_id, successor)
-        for intent in plan.intents:
-            self._update(intent.request_id, successor)
 
-    def _update(self, rid: str, successor: SchedulerState) -> None:
-        after = successor.views.get(rid)
-        record = self.requests.get(rid)
-        if after is None or record is None:
-            return
-        record.first_token_time = after.first_token_time
-        record.num_emitted = after.num_emitted
-        if after.lifecycle in TERMINAL_LIFECYCLES:
-            self.num_finished += record.finish_time is None
-            record.finish_time = successor.now
-            reason = after.finish_reason
-            record.finish_reason = None if reason is None else reason.value
+    def _update(self, request_ids: Iterable[str], successor: SchedulerState) -> None:
+        """Copy each request's frontier facts from ``successor`` (one loop
+        over a cut's completions: a call per cut, not per row)."""
+        view_of, record_of, now = successor.views.get, self.requests.get, successor.now
+        for rid in request_ids:
+            after = view_of(rid)
+            record = record_of(rid)
+            if after is None or record is None:
+                continue
+            record.first_token_time = after.first_token_time
+            record.num_emitted = after.num_emitted
+            if after.lifecycle in TERMINAL_LIFECYCLES:
+                self.num_finished += record.finish_time is None
+                record.finish_time = now
+                reason = after.finish_reason
+                record.finish_reason = None if reason is None else reason.value

@@ -10,20 +10,29 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class RequestKey:
-    """One request generation: cancellation publishes a successor generation (0x0C)."""
-
+class _RequestKeyFields(NamedTuple):
     request_id: str
     generation: int
 
-    def __post_init__(self) -> None:
-        if not self.request_id:
+
+class RequestKey(_RequestKeyFields):
+    """One request generation: cancellation publishes a successor generation (0x0C).
+
+    A tuple (immutable, like a frozen dataclass) so that hashing it, once
+    per interval the block manager backs, runs in C; checked on construction.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, request_id: str, generation: int) -> RequestKey:
+        if not request_id:
             raise ValueError("request_id must be non-empty")
-        if self.generation < 0:
-            raise ValueError(f"generation must be >= 0, got {self.generation}")
+        if generation < 0:
+            raise ValueError(f"generation must be >= 0, got {generation}")
+        return super().__new__(cls, request_id, generation)
 
     def __str__(self) -> str:
         return f"{self.request_id}:{self.generation}"

@@ -9,7 +9,8 @@ hand and never counts budgets itself.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import operator
+from collections.abc import Callable, Iterator
 
 from iterserve.admission.screen import ReservationScreen
 from iterserve.plan.contract import Policy
@@ -28,6 +29,8 @@ from iterserve.records.state import RunRules, SchedulerState
 from iterserve.records.view import Lifecycle, RequestView
 
 _new_tuple = tuple.__new__  # NamedTuple.__new__ is slow on the hot path
+_DECODE = frontier.WorkKind.DECODE_ROW
+_TIE_BREAK = operator.itemgetter(7)  # WorkItem.tie_break, read in C by the sort
 
 
 class PlanBuilder:
@@ -110,6 +113,50 @@ class PlanBuilder:
                 return False
         self.add(view, num_rows)
         return True
+
+    def add_decode_rows(self, views: list[RequestView], start: int,
+                        skip: Callable[[RequestView], bool] | None = None) -> int:
+        """The running pass's batched path: from ``views[start]`` on, give
+        each request in a plain decode step (0x01A: ``c == p + e - 1``) its
+        one row, exactly as :meth:`add_if_fits` with one row would, and stop
+        at the first view that needs more than that (another kind of
+        interval, budgets spent, or a KV shortfall that may preempt). A
+        view ``skip`` passes over, or one :meth:`add` would refuse (not
+        ready, already chosen), changes nothing. Returns the index of the
+        first view not handled (``len(views)``: all)."""
+        work, aborted, key = self._work, self._aborted, self._key
+        size = self._facts.block_size
+        free = self.num_blocks_free
+        tokens_left, seqs_left = self.tokens_left, self.seqs_left
+        index = start
+        for index in range(start, len(views)):
+            view = views[index]
+            c = view.num_computed
+            e = view.num_emitted
+            if not e or c != view.num_prompt_tokens + e - 1 or tokens_left <= 0 or seqs_left <= 0:
+                break
+            if skip is not None and skip(view):
+                continue
+            if free is not None and c % size == 0:  # the row opens a block
+                if free < 1:  # a shortfall: the per-row path may preempt
+                    break
+                blocks = 1
+            else:
+                blocks = 0
+            rid = view.request_id
+            if rid in work or rid in aborted or not view.is_ready:
+                continue  # add() grants nothing and the pass goes on
+            if blocks:
+                free -= 1  # type: ignore[operator]
+            work[rid] = (_new_tuple(WorkItem, (rid, view.generation, view.snapshot_version, c,
+                                               c + 1, _DECODE, range(c, c + 1), key(view))),
+                         blocks)
+            tokens_left -= 1
+            seqs_left -= 1
+        else:
+            index = len(views)
+        self.num_blocks_free, self.tokens_left, self.seqs_left = free, tokens_left, seqs_left
+        return index
 
     def add(self, view: RequestView, max_rows: int | None = None) -> int:
         """Schedule up to ``max_rows`` of ``view``'s legal interval; rows granted.
@@ -266,7 +313,7 @@ class PlanBuilder:
         return len(self._work)
 
     def build(self) -> IterationPlan:
-        work = sorted((item for item, _ in self._work.values()), key=lambda item: item.tie_break)
+        work = sorted([item for item, _ in self._work.values()], key=_TIE_BREAK)
         return IterationPlan(
             decision_id=self._state.decision_id,
             input_state_version=self._state.state_version,

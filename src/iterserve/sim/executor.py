@@ -10,7 +10,9 @@ allocation can fail as a fact, exactly as on the real executor.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
+from itertools import compress
 
 from iterserve.cost import ClockedCost
 from iterserve.engine.kv_residency import KvResidency
@@ -23,6 +25,7 @@ from iterserve.records.transition import claimed_prefix_rows
 from iterserve.records.view import FinishReason, RequestView
 
 _STOP = FinishReason.STOP
+_REQUEST_ID = operator.itemgetter(0)  # WorkItem.request_id
 
 
 class SimulatedExecutor:
@@ -71,6 +74,37 @@ class SimulatedExecutor:
 
     def execute(self, plan: IterationPlan, state: SchedulerState) -> IterationResult:
         builder = ResultBuilder(plan, state, self.kv, length_first=True, commits_rows=False)
+        if (self.kv is not None and not self._prompts and not self._faults
+                and not builder.failures):
+            self._run_anonymous(plan, state, builder, self.kv)  # the common case
+        else:
+            self._run_each(plan, state, builder)
+        builder.release_finished()
+        return builder.build(self._cost.iteration_duration(plan, state) if plan.work else 0.0)
+
+    def _run_anonymous(self, plan: IterationPlan, state: SchedulerState, builder: ResultBuilder,
+                       kv: KvResidency) -> None:
+        """Rows without token ids, no injected fault and no failed memory
+        intent: back the whole plan in one KV call, then complete what ran
+        in one builder call (:meth:`_run_each` does the same row by row)."""
+        work = plan.work
+        backed = kv.back_and_commit_rows(work)
+        if all(backed):
+            ran = work
+        else:
+            ran = tuple(compress(work, backed))
+            for item, ok in zip(work, backed, strict=True):
+                if not ok:
+                    builder.fail(item)
+        views = list(map(state.views.__getitem__, map(_REQUEST_ID, ran)))
+        tokens = [view.num_emitted + 1 for view in views]  # output k has the synthetic id k
+        limits = map(self._realized.get, map(_REQUEST_ID, ran))
+        stops = [_STOP if limit is not None and num >= limit else None
+                 for num, limit in zip(tokens, limits, strict=True)]
+        builder.complete_rows(ran, views, tokens, stops)
+
+    def _run_each(self, plan: IterationPlan, state: SchedulerState,
+                  builder: ResultBuilder) -> None:
         views, faults, realized = state.views, self._faults, self._realized
         intent_failed = builder.intent_failed if builder.failures else None
         # anonymous rows (no prompt token ids): back them without _back's call
@@ -91,8 +125,6 @@ class SimulatedExecutor:
             limit = realized.get(rid)
             stop = _STOP if limit is not None and num_emitted >= limit else None
             builder.complete(work, view, num_emitted, stop)
-        builder.release_finished()
-        return builder.build(self._cost.iteration_duration(plan, state) if plan.work else 0.0)
 
     def _back(self, work: WorkItem, view: RequestView) -> bool:
         """Back ``work``'s rows with blocks and commit them (a simulated
