@@ -178,7 +178,11 @@ def _reference_fairness(timelines, window, phis):
     return figures
 
 
-def test_fairness_sums_equal_the_python_reference(runs) -> None:
+@pytest.mark.parametrize("max_facts", [1 << 20, 7, 1])
+def test_fairness_sums_equal_the_python_reference(runs, monkeypatch, max_facts) -> None:
+    from iterserve.metrics import service_scan
+
+    monkeypatch.setattr(service_scan, "MAX_FACTS_PER_SLICE", max_facts)
     _, in_memory, _, _ = runs
     log = in_memory.recorder.log()
     window = default_window(log)
@@ -278,10 +282,13 @@ def test_a_merged_cdf_keeps_the_fractions_of_the_full_curve(monkeypatch) -> None
     assert len(want_x) == len(np.unique(samples))
 
 
-def test_chunked_fairness_scans_equal_the_whole_array_formulas(monkeypatch) -> None:
-    """Steps.total and the longest unserved gap read per-token arrays a chunk
-    at a time; with tiny chunks they give the whole-array values exactly."""
-    from iterserve.metrics import fairness
+def test_chunked_fairness_scans_equal_the_whole_array_formulas() -> None:
+    """The service total and the longest unserved gap read per-token facts a
+    slice at a time (``service_scan.running_totals``,
+    ``fairness_scan.UnservedScan``); fed slices of any size they give the
+    whole-array values exactly."""
+    from iterserve.metrics.fairness_scan import UnservedScan
+    from iterserve.metrics.service_scan import running_totals
 
     rng = np.random.default_rng(3)
     times = np.sort(rng.integers(0, 300, 50).astype(np.float64) / 7)
@@ -289,10 +296,15 @@ def test_chunked_fairness_scans_equal_the_whole_array_formulas(monkeypatch) -> N
     want_total = float(np.cumsum(amounts)[-1])
     want_gap = float(np.diff(np.concatenate([[-1.0], times, [50.0]])).max())
     for chunk in (1, 3, 7, 1 << 20):
-        monkeypatch.setattr(fairness, "_CHUNK", chunk)
-        assert fairness.Steps(times, amounts).total() == want_total
-        assert fairness._longest_gap(-1.0, times, 50.0) == want_gap
-    assert fairness._longest_gap(1.0, times[:0], 4.5) == 3.5
+        starts = [i for i in range(0, 50, chunk) if i == 0 or times[i] != times[i - 1]]
+        pieces = [(times[a:b], amounts[a:b]) for a, b in pairwise([*starts, 50])]
+        totals = [float(cumulative[-1]) for _, cumulative in running_totals(iter(pieces))]
+        assert totals[-1] == want_total
+        scan = UnservedScan([(-1.0, 50.0)])
+        for piece, _ in pieces:
+            scan.feed(piece)
+        assert scan.longest_s() == want_gap
+    assert UnservedScan([(1.0, 4.5)]).longest_s() == 3.5
 
 
 def _reference_gap(joint, f, g, f_steps, g_steps):
@@ -337,3 +349,30 @@ def test_the_backlogged_gap_walk_on_arrays_equals_the_python_walk(seed) -> None:
     for joint in ((0.0, 10.0), (2.5, 7.25), (20.0, 30.0)):
         assert _gap_on(joint, "f", "g", f_steps, g_steps) == _reference_gap(
             joint, "f", "g", f_steps, g_steps)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 64, 1 << 20])
+@pytest.mark.parametrize("scale", [1000.0, 1 / 0.008, 1.0])
+def test_a_scaled_cdf_read_in_chunks_draws_the_vertices_of_the_scaled_copy(monkeypatch, chunk,
+                                                                           scale) -> None:
+    """Past ``MAX_STEP_VERTICES`` an ascending sample is scaled a chunk at a
+    time (no n-point copy): the vertices are those of the whole scaled copy
+    the latency plot used to make."""
+    from iterserve.metrics import plots
+
+    rng = np.random.default_rng(11)
+    samples = np.sort(rng.integers(0, 60, 401).astype(np.float64) / 7 * 1e-3)
+    monkeypatch.setattr(plots, "MAX_STEP_VERTICES", 10)
+
+    def vertices(values, **kwargs):
+        figure = Figure()
+        FigureCanvasAgg(figure)
+        axis = figure.subplots()
+        _step_cdf(axis, values, "x", **kwargs)
+        x, y = axis.lines[0].get_data()
+        return np.asarray(x).tolist(), np.asarray(y).tolist()
+
+    want = vertices(samples * scale)
+    monkeypatch.setattr(plots, "_CDF_CHUNK", chunk)
+    assert vertices(samples, scale=scale) == want
+    assert vertices(samples[::-1].copy(), scale=scale) == want  # unsorted: the sorted path

@@ -48,7 +48,7 @@ from iterserve.plan.feasibility import check_run
 from iterserve.policies.registry import bind_fairness, policy_for
 from iterserve.policies.settings import add_policy_setting_flag, settings_of
 from iterserve.records.limits import MAX_BYTES_PER_ROW
-from iterserve.records.spec import WorkloadManifest
+from iterserve.records.spec import OnlineWorkload, WorkloadManifest
 from iterserve.records.workload import load_workload
 from iterserve.sim.admission_report import admission_report
 from iterserve.sim.factory import make_simulated_executor
@@ -196,6 +196,8 @@ def run(args: argparse.Namespace) -> int:
     config = RunConfig(policy, setup.cost_model, setup.gate, args.max_iterations)
     # refused before anything is written (the engine checks again when made)
     check_run(policy, online, make_simulated_executor(setup.manifest).capacity())
+    # before the run: hashing the workload file re-reads it whole (not beside the run's records)
+    coordinates = _coordinates(args.workload, setup)
     with contextlib.ExitStack() as stack:
         stream = None
         if args.decision_log:  # committed only when everything below succeeds
@@ -205,33 +207,43 @@ def run(args: argparse.Namespace) -> int:
         # the metric events go to disk as the run goes, not to memory (issue 15)
         with staged_file(args.out.parent, args.out / "events.jsonl") as events:
             result = run_simulation(setup.manifest, config, stream, [progress], events=events)
-        report = _report(args, setup, policy.policy_id, result)
+        bytes_per_row = _bytes_per_row(args, online)
+        kv = kv_report(result.executor.kv, result.trace, bytes_per_row)
         outputs = write_metric_outputs(
             args.out, result, online, setup.slo, window,
             f"{policy.policy_id} + {setup.gate.gate_id}", plots=not args.no_plots,
             horizon_s=horizon_seconds(args.fairness_horizon, online, setup.cost_model),
-            bound_of=bound_of(policy, online, result, report["kv"]))
+            bound_of=bound_of(policy, online, result, kv))
+        # the per-request sections once the report phase has let its timelines go
+        report = _report(setup, policy.policy_id, result, bytes_per_row)
+        report["kv"] = kv
         if outputs.summary is not None:
             report["summary"] = outputs.summary.to_dict()
         if outputs.report is not None:
             report["metrics"] = outputs.report.to_dict()
         if outputs.fairness is not None:
             report["fairness"] = _fairness_section(outputs, result)
-        _add_coordinates(report, args.workload, setup, f"{policy.policy_id} + "
-                         f"{setup.gate.gate_id}", settings_of(policy))
-        (args.out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+        _add_coordinates(report, coordinates, f"{policy.policy_id} + {setup.gate.gate_id}",
+                         settings_of(policy))
+        with (args.out / "report.json").open("w") as stream:  # chunk by chunk, not one string
+            json.dump(report, stream, indent=2, sort_keys=True)
+            stream.write("\n")
     print(_summary_line(policy.policy_id, report, args.out))
     return 0
 
 
-def _report(args: argparse.Namespace, setup: RunSetup, policy_id: str,
-            result: SimulationRun) -> dict[str, Any]:
+def _bytes_per_row(args: argparse.Namespace, online: OnlineWorkload) -> int | None:
+    """--bytes-per-row, else the workload's KV bytes per row (0x09 exposure proxy)."""
+    if args.bytes_per_row is None and online.kv is not None:
+        return online.kv.bytes_per_row
+    return args.bytes_per_row
+
+
+def _report(setup: RunSetup, policy_id: str, result: SimulationRun,
+            bytes_per_row: int | None) -> dict[str, Any]:
+    """report.json's run sections but ``kv`` (made first: a bound reads it)."""
     online = setup.manifest.online
-    bytes_per_row = args.bytes_per_row
-    if bytes_per_row is None and online.kv is not None:
-        bytes_per_row = online.kv.bytes_per_row
     report = simulate_report(online, policy_id, result.trace, bytes_per_row)
-    report["kv"] = kv_report(result.executor.kv, result.trace, bytes_per_row)
     report["admission_evaluation"] = admission_report(online, setup.manifest.hidden, bytes_per_row)
     report["cost_model"] = {"spec": setup.cost_model.spec, "model_id": setup.cost_model.model_id}
     report["overload"] = {"contract": setup.gate.gate_id, "params": setup.gate.params(),
@@ -254,12 +266,17 @@ def _fairness_section(outputs: MetricOutputs, result: SimulationRun) -> dict[str
     return section
 
 
-def _add_coordinates(report: dict[str, Any], workload: Path, setup: RunSetup, label: str,
+def _coordinates(workload: Path, setup: RunSetup) -> dict[str, Any]:
+    """The 0x0E result coordinates of the run ``setup`` describes."""
+    slo = None if setup.slo is None else {"ttft_ms": setup.slo.ttft_ms, "tbt_ms": setup.slo.tbt_ms}
+    return run_coordinates(workload, setup.manifest.online, setup.cost_model.spec,
+                           setup.cost_model.model_id, slo)
+
+
+def _add_coordinates(report: dict[str, Any], coordinates: dict[str, Any], label: str,
                      settings: dict[str, Any]) -> None:
     """The 0x0E result coordinates, the run's label and its results."""
-    slo = None if setup.slo is None else {"ttft_ms": setup.slo.ttft_ms, "tbt_ms": setup.slo.tbt_ms}
-    report["coordinates"] = run_coordinates(workload, setup.manifest.online,
-                                            setup.cost_model.spec, setup.cost_model.model_id, slo)
+    report["coordinates"] = coordinates
     if settings:
         label += f" ({', '.join(f'{k}={v}' for k, v in sorted(settings.items()))})"
     report["label"] = label

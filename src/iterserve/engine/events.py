@@ -49,6 +49,7 @@ from typing import IO
 
 from iterserve.engine.observer import EngineObserver
 from iterserve.metrics.capacity import IterationComposition
+from iterserve.metrics.columns import RecordColumns
 from iterserve.metrics.events import (
     AdmitEvent,
     ArrivalEvent,
@@ -80,8 +81,9 @@ class EventRecorder(EngineObserver):
         if not seconds_per_clock_unit > 0:
             raise ValueError("seconds_per_clock_unit must be > 0")
         self.seconds_per_clock_unit = seconds_per_clock_unit
-        self.iterations: list[IterationComposition] = []
-        self.samples: list[ResourceSample] = []
+        # a record per executed iteration, kept to the report: one array per field
+        self.iterations = RecordColumns(IterationComposition, "dqqqq")
+        self.samples = RecordColumns(ResourceSample, "dqqqqq")
         self._events: list[Event] = []  # without a sink: every fact
         self._pending: list[tuple[float, str]] = []  # with a sink: (time, line) not yet written
         self._admitted: set[str] = set()

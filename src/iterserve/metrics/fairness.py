@@ -30,14 +30,11 @@ from typing import Any
 
 import numpy as np
 
+from iterserve.metrics.fairness_scan import ClientService, Interval, scan_client_service
 from iterserve.metrics.series import ServiceWeights, client_increment_arrays
+from iterserve.metrics.service_scan import FactBounds, client_fact_counts
 from iterserve.metrics.slo import ObservationWindow
 from iterserve.metrics.timeline import RequestTimeline
-
-Interval = tuple[float, float]
-
-
-_CHUNK = 1 << 16  # facts per pass of a chunked scan (512 KiB of float64 at a time)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,16 +56,6 @@ class Steps:
         low = bisect.bisect_right(self.times_s, start_s)
         high = max(low, bisect.bisect_right(self.times_s, end_s))
         return Steps(self.times_s[low:high], self.amounts[low:high])
-
-    def total(self) -> float:
-        """The left-to-right sum (``sum`` of the floats in order: 0 when empty),
-        a chunk at a time (each chunk's running sum starts from the last)."""
-        if not len(self.amounts):
-            return 0
-        total = float(np.cumsum(self.amounts[:_CHUNK])[-1])
-        for at in range(_CHUNK, len(self.amounts), _CHUNK):
-            total = float(np.cumsum(np.append(total, self.amounts[at:at + _CHUNK]))[-1])
-        return total
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,14 +141,19 @@ def evaluate_fairness(
     """Fairness measures of one run over ``window`` (timelines cut at its end)."""
     weights = weights or ServiceWeights()
     phis = dict(client_weights or {})
+    timelines = list(timelines)
     backlog = backlog_intervals(timelines, window)
-    steps = client_steps(timelines, weights, phis, window)
+    bounds = FactBounds(weights, window.start_s, window.end_s, phis)
     horizon = window.end_s - window.start_s if horizon_s is None else horizon_s
     per_client = tuple(
         _client_fairness(client, phis.get(client, 1.0), backlog.get(client, []),
-                         steps.get(client, Steps.empty()), horizon)
-        for client in sorted(set(backlog) | set(steps))
+                         scan_client_service(timelines, client, bounds,
+                                             backlog.get(client, [])), horizon)
+        for client in sorted(set(backlog) | set(client_fact_counts(timelines, bounds)))
     )
+    # a pair of clients compares their facts side by side: held whole (16 bytes a fact)
+    # only when two clients were backlogged
+    steps = client_steps(timelines, weights, phis, window) if len(backlog) > 1 else {}
     return FairnessReport(
         weights=weights,
         client_weights=tuple(sorted(phis.items())),
@@ -239,35 +231,18 @@ def _gap_on(joint: Interval, f: str, g: str, f_steps: Steps, g_steps: Steps) -> 
     return ServiceGap(high[0] - low[0], (g, f), (high[1], low[1]))
 
 
-def _client_fairness(client: str, phi: float, backlog: list[Interval], steps: Steps,
+def _client_fairness(client: str, phi: float, backlog: list[Interval], service: ClientService,
                      horizon_s: float) -> ClientFairness:
-    longest = 0.0
-    for start, end in backlog:
-        longest = max(longest, _longest_gap(start, steps.within(start, end).times_s, end))
-    times = steps.times_s
+    longest = service.longest_unserved_s
     return ClientFairness(
         client_id=client,
         weight=phi,
-        service=steps.total(),
-        num_completed_events=int(np.count_nonzero(times[1:] != times[:-1])) + 1 if len(times)
-        else 0,  # distinct times: they ascend
+        service=service.service,
+        num_completed_events=service.num_completed_events,
         backlogged_s=sum(end - start for start, end in backlog),
         longest_unserved_s=longest,
         is_starved=bool(backlog) and longest >= horizon_s,
     )
-
-
-def _longest_gap(start_s: float, times_s: np.ndarray, end_s: float) -> float:
-    """The widest gap between start_s, the ascending ``times_s`` and end_s
-    (``np.diff`` of the three joined, its max), a chunk at a time: no copy
-    of a per-token array."""
-    if not len(times_s):
-        return end_s - start_s
-    longest = max(float(times_s[0] - start_s), float(end_s - times_s[-1]))
-    for at in range(0, len(times_s) - 1, _CHUNK):
-        part = times_s[at:at + _CHUNK + 1]
-        longest = max(longest, float((part[1:] - part[:-1]).max()))
-    return longest
 
 
 def jain_index(values: Sequence[float]) -> float | None:

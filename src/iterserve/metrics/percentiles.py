@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from iterserve.metrics.counted_sample import CountedSample
+
 OK = "ok"
 INSUFFICIENT_SAMPLE = "insufficient_sample"
 REPORTED_PERCENTS: tuple[int, ...] = (50, 95, 99)
@@ -68,7 +70,10 @@ def min_sample_size(percent: float) -> int:
     return math.ceil(Fraction(100) / (100 - exact))
 
 
-def nearest_rank(sorted_samples: Sequence[float] | NDArray[np.float64], percent: float) -> float:
+Ascending = Sequence[float] | NDArray[np.float64] | CountedSample
+
+
+def nearest_rank(sorted_samples: Ascending, percent: float) -> float:
     """x_(ceil(p n / 100)) of an ascending, non-empty sample (ungated)."""
     if not len(sorted_samples):
         raise ValueError("nearest_rank needs at least one sample")
@@ -76,8 +81,7 @@ def nearest_rank(sorted_samples: Sequence[float] | NDArray[np.float64], percent:
     return float(sorted_samples[max(rank, 1) - 1])
 
 
-def gated_percentile(sorted_samples: Sequence[float] | NDArray[np.float64],
-                     percent: float) -> Percentile:
+def gated_percentile(sorted_samples: Ascending, percent: float) -> Percentile:
     """Nearest-rank percentile, withheld below :func:`min_sample_size`."""
     n = len(sorted_samples)
     if n < min_sample_size(percent):
@@ -85,11 +89,17 @@ def gated_percentile(sorted_samples: Sequence[float] | NDArray[np.float64],
     return Percentile(percent=percent, n=n, status=OK, value=nearest_rank(sorted_samples, percent))
 
 
-def summarize(samples: Iterable[float] | NDArray[np.float64],
+def summarize(samples: Iterable[float] | NDArray[np.float64] | CountedSample,
               percents: Sequence[float] = REPORTED_PERCENTS) -> Summary:
     """Mean (n >= 1) and gated percentiles of a sample, in the sample's unit.
-    The sample becomes one float64 array (an ascending one is used as is);
-    the mean is ``math.fsum``'s correctly rounded sum, whatever the order."""
+    The sample becomes one float64 array (an ascending one is used as is; a
+    :class:`CountedSample` is read as the array it stands for); the mean is
+    ``math.fsum``'s correctly rounded sum, whatever the order."""
+    if isinstance(samples, CountedSample):
+        if not np.isfinite(samples.values).all():
+            raise ValueError("samples must be finite")
+        return Summary(n=len(samples), mean=samples.mean(), percentiles=tuple(
+            gated_percentile(samples, percent) for percent in percents))
     ordered = _ascending_array(samples)
     if not np.isfinite(ordered).all():
         raise ValueError("samples must be finite")

@@ -27,9 +27,11 @@ from iterserve.metrics.capacity import (
     IterationComposition,
     token_budget_utilisation,
 )
+from iterserve.metrics.counted_sample import CountedSample
 from iterserve.metrics.events import Event
 from iterserve.metrics.report import LatencySamples, Report
-from iterserve.metrics.series import ResourceSample, ServiceWeights, client_service_arrays
+from iterserve.metrics.series import ResourceSample, ServiceWeights
+from iterserve.metrics.service_scan import client_service_curves, last_per_x
 from iterserve.metrics.slo import ObservationWindow
 from iterserve.metrics.time_unit import SECONDS, TimeUnit
 from iterserve.metrics.timeline import RequestTimeline, build_timelines
@@ -49,8 +51,8 @@ def plot_latency_cdfs(reports: Sequence[Report], path: str | Path) -> Path:
         (axes[1], "tbt", reports[0].slo.tbt_ms if reports else None),
     ):
         for report in reports:
-            samples_ms = report.samples.named()[name] * _MS_PER_S  # one array, the same products
-            _step_cdf(axis, samples_ms, f"{report.label} (n={len(samples_ms)})")
+            samples = report.samples.named()[name]
+            _step_cdf(axis, samples, f"{report.label} (n={len(samples)})", scale=_MS_PER_S)
         if limit_ms is not None:
             axis.axvline(limit_ms, color="black", linestyle=":", label=f"limit {limit_ms:g} ms")
         axis.set_xlabel(f"{name.upper()} (ms)")
@@ -79,8 +81,8 @@ def plot_latency_distributions(
     figure, axes = _figure(2, 2, width_in=11.0, height_in=8.0)
     limits = {"ttft": ttft_limit_ms, "tbt": tbt_limit_ms}
     for axis, (name, title) in zip(axes, _LATENCY_PANELS, strict=True):
-        values = np.asarray(samples.named()[name], dtype=np.float64) * unit.latency_scale
-        _step_cdf(axis, values, f"{label} (n={len(values)})")
+        values = samples.named()[name]
+        _step_cdf(axis, values, f"{label} (n={len(values)})", scale=unit.latency_scale)
         limit_ms = limits.get(name)
         if limit_ms is not None:
             shown = limit_ms / 1000.0 * unit.latency_scale
@@ -212,11 +214,12 @@ def plot_timelines_service(
     before the window's end."""
     service_weights = weights or ServiceWeights()
     start_s = -math.inf if window is None else window.start_s
-    series = client_service_arrays(timelines, service_weights, start_s=start_s)
+    # a time slice of the per-token facts at a time (issue 15), merged as _last_per_x merges
+    series = client_service_curves(timelines, service_weights, start_s=start_s,
+                                   max_points=MAX_STEP_VERTICES)
     figure, axes = _figure(1, 1, width_in=10.0)
     origin_s = 0.0 if window is None else window.start_s
-    for client, (all_times_s, all_cumulative) in series.items():
-        times_s, cumulative = _last_per_x(all_times_s, all_cumulative)
+    for client, (times_s, cumulative) in series.items():
         axes[0].step(
             np.concatenate([[unit.from_s(origin_s)], times_s / unit.seconds_per_unit]),
             np.concatenate([[0.0], cumulative]),
@@ -303,20 +306,67 @@ def _save(figure: Figure, path: str | Path) -> Path:
     return target
 
 
-def _step_cdf(axis: Axes, samples: Sequence[float] | np.ndarray, label: str) -> None:
-    """As float64 arrays (a run's TBT samples are one per token); the same
-    values as Python floats: k / n and the products are correctly rounded."""
-    ordered = _ascending(np.asarray(samples, dtype=np.float64))
-    if not len(ordered):
-        axis.plot([], [], label=f"{label}: no samples")
+def _step_cdf(axis: Axes, samples: Sequence[float] | np.ndarray | CountedSample, label: str,
+              scale: float = 1.0) -> None:
+    """The CDF of ``samples * scale`` as float64 arrays (a run's TBT samples
+    are one per token); the same values as Python floats: k / n and the
+    products are correctly rounded."""
+    if isinstance(samples, CountedSample) and len(samples) > MAX_STEP_VERTICES:
+        first, x, y = _counted_cdf(samples, scale)
+        axis.step(np.concatenate([first, x]), np.concatenate([[0.0], y]), where="post",
+                  label=label)
         return
-    if len(ordered) <= MAX_STEP_VERTICES:
-        x, y = ordered, np.arange(1, len(ordered) + 1, dtype=np.float64) / len(ordered)
-    else:  # :func:`_last_per_x` without the n-point fraction array: y only where kept
-        kept = np.flatnonzero(np.append(ordered[1:] != ordered[:-1], True))
-        x, y = ordered[kept], (kept + 1).astype(np.float64) / len(ordered)
-    axis.step(np.concatenate([ordered[:1], x]), np.concatenate([[0.0], y]),
-              where="post", label=label)
+    values = np.asarray(samples, dtype=np.float64)
+    if len(values) > MAX_STEP_VERTICES and _is_ascending(values):
+        first, x, y = _merged_cdf(values, scale)  # a chunk of products at a time
+    else:
+        ordered = _ascending(values * scale)
+        if not len(ordered):
+            axis.plot([], [], label=f"{label}: no samples")
+            return
+        first = ordered[:1]
+        if len(ordered) <= MAX_STEP_VERTICES:
+            x, y = ordered, np.arange(1, len(ordered) + 1, dtype=np.float64) / len(ordered)
+        else:  # :func:`_last_per_x` without the n-point fraction array: y only where kept
+            kept = np.flatnonzero(np.append(ordered[1:] != ordered[:-1], True))
+            x, y = ordered[kept], (kept + 1).astype(np.float64) / len(ordered)
+    axis.step(np.concatenate([first, x]), np.concatenate([[0.0], y]), where="post", label=label)
+
+
+_CDF_CHUNK = 1 << 20  # samples scaled at a time by :func:`_merged_cdf` (8 MiB)
+
+
+def _merged_cdf(ascending: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The merged CDF of ``ascending * scale`` (non-empty): its first value,
+    the last index of each run of equal products (the values there) and
+    (index + 1) / n, computed a chunk of products at a time; a positive scale
+    keeps the order, so the products ascend as the samples do."""
+    n = len(ascending)
+    xs, ys = [], []
+    for at in range(0, n, _CDF_CHUNK):
+        part = ascending[at:at + _CDF_CHUNK + 1] * scale  # one past the chunk: its next value
+        ends = part[1:] != part[:-1] if at + _CDF_CHUNK < n else np.append(
+            part[1:] != part[:-1], True)
+        kept = np.flatnonzero(ends)
+        xs.append(part[kept])
+        ys.append((kept + at + 1).astype(np.float64) / n)
+    return ascending[:1] * scale, np.concatenate(xs), np.concatenate(ys)
+
+
+def _counted_cdf(sample: CountedSample, scale: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_merged_cdf` of the array a counted sample stands for: a
+    distinct product's last index is its cumulative count less one."""
+    products = sample.values * scale  # ascending: a positive scale keeps the order
+    ends = np.append(products[1:] != products[:-1], True)
+    return products[:1], products[ends], np.cumsum(sample.counts)[ends].astype(np.float64) / len(
+        sample)
+
+
+def _is_ascending(values: np.ndarray) -> bool:
+    """Whether ``values`` ascend, checked a chunk at a time (no n-point mask)."""
+    return all(bool((part[:-1] <= part[1:]).all())
+               for part in (values[at:at + _CDF_CHUNK + 1]
+                            for at in range(0, len(values), _CDF_CHUNK)))
 
 
 def _ascending(values: np.ndarray) -> np.ndarray:
@@ -336,8 +386,7 @@ def _last_per_x(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     anti-aliasing differs by a few pixels when vertices are merged)."""
     if len(x) <= MAX_STEP_VERTICES:
         return x, y
-    last = np.append(x[1:] != x[:-1], True)
-    return x[last], y[last]
+    return last_per_x(x, y)
 
 
 def _bar_width_s(times_s: Sequence[float]) -> float:

@@ -48,6 +48,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from iterserve.metrics.clocks import RequestClocks, request_clocks
+from iterserve.metrics.counted_sample import CountedSample, count_values
 from iterserve.metrics.events import Event
 from iterserve.metrics.outcomes import (
     Attainment,
@@ -61,7 +62,8 @@ from iterserve.metrics.outcomes import (
     window_rates,
 )
 from iterserve.metrics.percentiles import summarize
-from iterserve.metrics.series import ServiceWeights, client_service_totals
+from iterserve.metrics.series import ServiceWeights
+from iterserve.metrics.service_scan import client_service_totals
 from iterserve.metrics.slo import ObservationWindow, SloConfig
 from iterserve.metrics.timeline import RequestTimeline, build_timelines
 
@@ -72,15 +74,16 @@ _MS_PER_S = 1000.0
 @dataclass(frozen=True, slots=True)
 class LatencySamples:
     """Raw clock samples in seconds, each an ascending float64 array (see the
-    module docstring)."""
+    module docstring); the run summary's TBT gaps are a :class:`CountedSample`
+    (one per token, few distinct: :func:`counted_latency_samples`)."""
 
     ttft_s: NDArray[np.float64]
-    tbt_s: NDArray[np.float64]
+    tbt_s: NDArray[np.float64] | CountedSample
     tpot_s: NDArray[np.float64]
     end_to_end_s: NDArray[np.float64]
     queue_s: NDArray[np.float64]
 
-    def named(self) -> dict[str, NDArray[np.float64]]:
+    def named(self) -> dict[str, NDArray[np.float64] | CountedSample]:
         return {
             "ttft": self.ttft_s,
             "tbt": self.tbt_s,
@@ -139,7 +142,7 @@ class Report:
         }
         if include_samples:
             record["samples_ms"] = {
-                name: (values * _MS_PER_S).tolist()  # the same products, as floats
+                name: (np.asarray(values) * _MS_PER_S).tolist()  # the same products, as floats
                 for name, values in self.samples.named().items()
             }
         return record
@@ -209,7 +212,6 @@ def latency_samples(clocks: Sequence[RequestClocks], is_completed: Sequence[bool
     time over every request; TPOT and end-to-end over completed ones. Each
     is one ascending float64 array (8 bytes a sample): a long run has a TBT
     gap per token."""
-    completed = [clock for clock, done in zip(clocks, is_completed, strict=True) if done]
     tbt_s = np.empty(sum(len(clock.tbt_gaps_s) for clock in clocks))
     at = 0
     for clock in clocks:  # one request's gaps at a time (a compact one's are made here)
@@ -217,6 +219,21 @@ def latency_samples(clocks: Sequence[RequestClocks], is_completed: Sequence[bool
         tbt_s[at:at + len(gaps)] = gaps
         at += len(gaps)
     tbt_s.sort()  # in place: one array, no sorted copy
+    return _with_tbt(clocks, is_completed, tbt_s)
+
+
+def counted_latency_samples(clocks: Sequence[RequestClocks],
+                            is_completed: Sequence[bool]) -> LatencySamples:
+    """:func:`latency_samples` with the TBT gaps counted by value (a
+    :class:`CountedSample`, the same sample): a long run has a gap per token
+    and few distinct ones; a request's gaps are made and counted in turn."""
+    tbt_s = count_values(np.asarray(clock.tbt_gaps_s, dtype=np.float64) for clock in clocks)
+    return _with_tbt(clocks, is_completed, tbt_s)
+
+
+def _with_tbt(clocks: Sequence[RequestClocks], is_completed: Sequence[bool],
+              tbt_s: NDArray[np.float64] | CountedSample) -> LatencySamples:
+    completed = [clock for clock, done in zip(clocks, is_completed, strict=True) if done]
     return LatencySamples(
         ttft_s=_ascending(clock.ttft_s for clock in clocks),
         tbt_s=tbt_s,

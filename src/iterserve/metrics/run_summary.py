@@ -30,7 +30,7 @@ from iterserve.metrics.capacity import (
 from iterserve.metrics.clocks import request_clocks
 from iterserve.metrics.events import Event, PreemptEvent, ResumeEvent
 from iterserve.metrics.percentiles import summarize
-from iterserve.metrics.report import LatencySamples, latency_samples
+from iterserve.metrics.report import LatencySamples, counted_latency_samples
 from iterserve.metrics.series import ResourceSample
 from iterserve.metrics.slo import ObservationWindow
 from iterserve.metrics.time_unit import TimeUnit
@@ -167,7 +167,7 @@ def summarize_timelines(
     )
     return RunSummary(
         label=label, window=window, unit=unit, counts=counts,
-        samples=latency_samples(clocks, completed),
+        samples=counted_latency_samples(clocks, completed),
         num_preemptions={"recompute": preempt_modes.count("recompute"),
                          "swap": preempt_modes.count("swap")},
         num_resumes=num_resumes,

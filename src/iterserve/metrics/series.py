@@ -114,7 +114,7 @@ def client_increment_arrays(
     sizes: dict[str, int] = {}
     for timeline in timelines:
         num_computes = sum(start_s <= time_s < end_s for time_s, _ in timeline.compute_s)
-        low, high = _inside(_emission_array(timeline), start_s, end_s)
+        low, high = inside(emission_array(timeline), start_s, end_s)
         sizes[timeline.client_id] = sizes.get(timeline.client_id, 0) + num_computes + high - low
     # one complex128 per fact, (time + amount j): numpy sorts complex numbers
     # by real part, then imaginary part, so an in-place sort is the
@@ -131,8 +131,8 @@ def client_increment_arrays(
                 amount = weights.prompt_weight * float(rows)
                 times[at], amounts[at] = time_s, amount if client_weights is None else amount / phi
                 at += 1
-        emissions = _emission_array(timeline)
-        low, high = _inside(emissions, start_s, end_s)
+        emissions = emission_array(timeline)
+        low, high = inside(emissions, start_s, end_s)
         times[at:at + high - low] = emissions[low:high]
         output = weights.output_weight
         amounts[at:at + high - low] = output if client_weights is None else output / phi
@@ -144,7 +144,7 @@ def client_increment_arrays(
     return arrays
 
 
-def _emission_array(timeline: RequestTimeline) -> np.ndarray:
+def emission_array(timeline: RequestTimeline) -> np.ndarray:
     """A request's emission times as float64 (a view of a compact timeline's)."""
     emissions = timeline.emission_s
     if isinstance(emissions, array):
@@ -152,20 +152,10 @@ def _emission_array(timeline: RequestTimeline) -> np.ndarray:
     return np.asarray(emissions, dtype=np.float64)
 
 
-def _inside(ascending: np.ndarray, start_s: float, end_s: float) -> tuple[int, int]:
+def inside(ascending: np.ndarray, start_s: float, end_s: float) -> tuple[int, int]:
     """The slice of an ascending array that lies in [start_s, end_s)."""
     low, high = np.searchsorted(ascending, (start_s, end_s), side="left")
     return int(low), int(max(low, high))
-
-
-def client_service_totals(
-    timelines: Iterable[RequestTimeline], weights: ServiceWeights, *, start_s: float = -math.inf
-) -> Mapping[str, float]:
-    series = client_service_arrays(timelines, weights, start_s=start_s)
-    return {
-        client: float(cumulative[-1]) if len(cumulative) else 0.0
-        for client, (_, cumulative) in series.items()
-    }
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,193 @@
+"""Per-client completed service a time slice at a time (0x09A F53, issue 15).
+
+:func:`iterserve.metrics.series.client_increment_arrays` holds every
+completed fact of a client at once: 16 bytes a fact, one fact per output
+token, so 330 MB for a 100,000-request run. The readers that only walk the
+facts in order (the cumulative service plot, the service totals, the
+per-client fairness measures) read them here instead, as consecutive slices
+of that same sorted sequence: each slice covers a half-open time range, so
+sorting a slice by (time, amount) and joining the slices in time order gives
+exactly the whole sorted sequence, and a running sum carried from slice to
+slice adds the same floats in the same order.
+
+The time edges come from the requests' first facts: requests are taken in
+order of their first fact in bounds, and a slice ends where the facts of the
+requests begun so far reach ``max_facts`` (a slice also holds the tails of
+requests begun in earlier slices, so it can run past ``max_facts`` by the
+facts of the requests still live at its start).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from iterserve.metrics.series import ServiceWeights, emission_array, inside
+from iterserve.metrics.timeline import RequestTimeline
+
+MAX_FACTS_PER_SLICE = 1 << 16  # 1 MiB of (time, amount) pairs at a time
+
+
+@dataclass(frozen=True, slots=True)
+class FactBounds:
+    """Which facts count: stamped in [start_s, end_s), each amount divided by
+    its client's weight when ``client_weights`` is given (1 for a client it
+    does not name)."""
+
+    weights: ServiceWeights
+    start_s: float = -math.inf
+    end_s: float = math.inf
+    client_weights: Mapping[str, float] | None = None
+
+    def phi(self, client_id: str) -> float:
+        return 1.0 if self.client_weights is None else self.client_weights.get(client_id, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class _Span:
+    """One request's facts in bounds: how many, the first and last time."""
+
+    num_facts: int
+    first_s: float
+    last_s: float
+
+
+def client_fact_counts(timelines: Sequence[RequestTimeline], bounds: FactBounds) -> dict[str, int]:
+    """Per client (in order of first appearance), its completed facts in bounds."""
+    counts: dict[str, int] = {}
+    for timeline in timelines:
+        num = _span(timeline, bounds.start_s, bounds.end_s).num_facts
+        counts[timeline.client_id] = counts.get(timeline.client_id, 0) + num
+    return counts
+
+
+def client_fact_slices(timelines: Sequence[RequestTimeline], client_id: str, bounds: FactBounds,
+                       ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """``client_id``'s facts in bounds as consecutive (times, amounts) slices
+    of the (time, amount)-sorted sequence
+    :func:`~iterserve.metrics.series.client_increment_arrays` returns whole,
+    about ``MAX_FACTS_PER_SLICE`` facts each (read when called)."""
+    own = [t for t in timelines if t.client_id == client_id]
+    spans = [_span(t, bounds.start_s, bounds.end_s) for t in own]
+    live = [i for i, span in enumerate(spans) if span.num_facts]
+    live.sort(key=lambda i: spans[i].first_s)
+    first_s = np.array([spans[i].first_s for i in live], dtype=np.float64)
+    last_s = np.array([spans[i].last_s for i in live], dtype=np.float64)
+    for low_s, high_s in _edges(live, spans, bounds, MAX_FACTS_PER_SLICE):
+        inside = np.flatnonzero((first_s < high_s) & (last_s >= low_s))
+        yield _slice([own[live[i]] for i in inside], low_s, high_s, bounds)
+
+
+def _edges(live: list[int], spans: list[_Span], bounds: FactBounds,
+           max_facts: int) -> Iterator[tuple[float, float]]:
+    """Half-open time ranges covering [start_s, end_s), cut at the first
+    fact of the request whose facts would take the tally past ``max_facts``."""
+    low_s, tally = bounds.start_s, 0
+    for i in live:
+        span = spans[i]
+        if tally and tally + span.num_facts > max_facts and span.first_s > low_s:
+            yield low_s, span.first_s
+            low_s, tally = span.first_s, 0
+        tally += span.num_facts
+    yield low_s, bounds.end_s
+
+
+def _slice(timelines: list[RequestTimeline], low_s: float, high_s: float,
+           bounds: FactBounds) -> tuple[np.ndarray, np.ndarray]:
+    """The facts of ``timelines`` in [low_s, high_s), sorted by (time, amount):
+    one complex128 per fact (time + amount j; numpy sorts complex numbers by
+    real part, then imaginary part), returned as its real and imaginary views."""
+    size = sum(_span(t, low_s, high_s).num_facts for t in timelines)
+    facts = np.empty(size, dtype=np.complex128)
+    times, amounts = facts.real, facts.imag
+    weights, at = bounds.weights, 0
+    for timeline in timelines:
+        phi = bounds.phi(timeline.client_id)
+        for time_s, rows in timeline.compute_s:
+            if low_s <= time_s < high_s:
+                amount = weights.prompt_weight * float(rows)
+                times[at] = time_s
+                amounts[at] = amount if bounds.client_weights is None else amount / phi
+                at += 1
+        emissions = emission_array(timeline)
+        low, high = inside(emissions, low_s, high_s)
+        times[at:at + high - low] = emissions[low:high]
+        output = weights.output_weight
+        amounts[at:at + high - low] = output if bounds.client_weights is None else output / phi
+        at += high - low
+    facts.sort()
+    return facts.real, facts.imag
+
+
+def _span(timeline: RequestTimeline, low_s: float, high_s: float) -> _Span:
+    computes = [time_s for time_s, _ in timeline.compute_s if low_s <= time_s < high_s]
+    emissions = emission_array(timeline)
+    low, high = inside(emissions, low_s, high_s)
+    firsts = computes[:1] + ([float(emissions[low])] if high > low else [])
+    lasts = computes[-1:] + ([float(emissions[high - 1])] if high > low else [])
+    if not firsts:
+        return _Span(0, math.inf, -math.inf)
+    return _Span(len(computes) + high - low, min(firsts), max(lasts))
+
+
+def running_totals(slices: Iterator[tuple[np.ndarray, np.ndarray]],
+                   ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(times, cumulative amounts) per slice: ``np.cumsum`` of the whole
+    sequence (it adds left to right), each slice's sum starting from the
+    last total of the one before."""
+    carried: float | None = None
+    for times, amounts in slices:
+        if not len(amounts):
+            continue
+        if carried is None:
+            cumulative = np.cumsum(amounts)
+        else:
+            cumulative = np.cumsum(np.append(carried, amounts))[1:]
+        carried = float(cumulative[-1])
+        yield times, cumulative
+
+
+def client_service_curves(timelines: Iterable[RequestTimeline], weights: ServiceWeights, *,
+                          start_s: float = -math.inf, max_points: int,
+                          ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per client (sorted), :func:`~iterserve.metrics.series.client_service_arrays`'
+    (times, cumulative service) with every point when the client has at most
+    ``max_points`` facts, else only the last point of each distinct time (the
+    same post-step curve): read a time slice at a time, so a long run holds
+    one slice of its per-token facts, not all of them."""
+    timelines = list(timelines)
+    bounds = FactBounds(weights, start_s)
+    curves = {}
+    for client, num_facts in sorted(client_fact_counts(timelines, bounds).items()):
+        pieces = running_totals(client_fact_slices(timelines, client, bounds))
+        if num_facts > max_points:
+            pieces = (last_per_x(times, cumulative) for times, cumulative in pieces)
+        parts = list(pieces)
+        curves[client] = (np.concatenate([np.empty(0)] + [times for times, _ in parts]),
+                          np.concatenate([np.empty(0)] + [cumulative for _, cumulative in parts]))
+    return curves
+
+
+def client_service_totals(timelines: Iterable[RequestTimeline], weights: ServiceWeights, *,
+                          start_s: float = -math.inf) -> dict[str, float]:
+    """Per client (sorted), its cumulative service at the end: the last value
+    of :func:`client_service_curves` (0.0 with no facts)."""
+    timelines = list(timelines)
+    bounds = FactBounds(weights, start_s)
+    totals = {}
+    for client in sorted(client_fact_counts(timelines, bounds)):
+        total = 0.0
+        for _, cumulative in running_totals(client_fact_slices(timelines, client, bounds)):
+            total = float(cumulative[-1])
+        totals[client] = total
+    return totals
+
+
+def last_per_x(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The last point of each run of equal ``x`` (sorted): the same post-step
+    curve, one vertex per distinct ``x``."""
+    last = np.append(x[1:] != x[:-1], True) if len(x) else np.empty(0, dtype=bool)
+    return x[last], y[last]

@@ -1,0 +1,103 @@
+"""Per-client service read a time slice at a time (issue 15) equals the
+whole-array formulas of :mod:`iterserve.metrics.series`: the same facts in
+the same (time, amount) order, the same running sums, for slices of any
+size, clients with and without facts, bounds and client weights."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from lab_helpers import CHAT_MIX
+
+from iterserve.admission.overload import make_gate
+from iterserve.cost import parse_cost_model
+from iterserve.metrics import service_scan
+from iterserve.metrics.plots import _last_per_x
+from iterserve.metrics.series import ServiceWeights, client_increment_arrays, client_service_arrays
+from iterserve.metrics.service_scan import (
+    FactBounds,
+    client_fact_counts,
+    client_fact_slices,
+    client_service_curves,
+    client_service_totals,
+)
+from iterserve.metrics.timeline import RequestTimeline, build_timelines
+from iterserve.policies.registry import policy_for
+from iterserve.sim.generators import generate_workload
+from iterserve.sim.report import RunConfig, run_simulation
+from iterserve.sim.traces import trace_lengths
+from iterserve.sim.workload_spec import parse_spec
+
+WEIGHTS = ServiceWeights(1.0, 2.0)
+SLICE_SIZES = [1 << 20, 50, 7, 1]
+
+
+@pytest.fixture(scope="module")
+def timelines() -> list[RequestTimeline]:
+    raw = json.loads(CHAT_MIX.read_text())
+    raw["kv"]["num_blocks"] = 60  # preempting: rebuilds, resumes
+    raw["num_requests"] = 80
+    manifest = generate_workload(parse_spec(raw, lambda path, fmt, column: trace_lengths(
+        CHAT_MIX.parent / path, fmt, column)))
+    model = parse_cost_model("linear:8,0.02,0.1")
+    config = RunConfig(policy_for("vllm", manifest.online, cost_model=model), model,
+                       make_gate("accept-all", {}))
+    run = run_simulation(manifest, config)
+    built = list(build_timelines(run.recorder.log()).values())
+    # a client whose one request arrives and emits nothing inside the bounds below
+    return [*built, RequestTimeline("idle-1", "idle", arrival_s=0.5)]
+
+
+BOUNDS = [(-np.inf, np.inf), (3.0, np.inf), (2.0, 6.0)]
+
+
+@pytest.mark.parametrize("max_facts", SLICE_SIZES)
+@pytest.mark.parametrize("bounds", BOUNDS, ids=["all", "from-3", "2-to-6"])
+@pytest.mark.parametrize("phis", [None, {"chat": 3.0}], ids=["unweighted", "weighted"])
+def test_slices_join_into_the_whole_sorted_facts(timelines, monkeypatch, max_facts, bounds,
+                                                 phis) -> None:
+    monkeypatch.setattr(service_scan, "MAX_FACTS_PER_SLICE", max_facts)
+    start_s, end_s = bounds
+    whole = client_increment_arrays(timelines, WEIGHTS, start_s=start_s, end_s=end_s,
+                                    client_weights=phis)
+    fact_bounds = FactBounds(WEIGHTS, start_s, end_s, phis)
+    assert client_fact_counts(timelines, fact_bounds) == {
+        client: len(times) for client, (times, _) in whole.items()}
+    num_slices = 0
+    for client, (times, amounts) in whole.items():
+        pieces = list(client_fact_slices(timelines, client, fact_bounds))
+        num_slices += len(pieces)
+        joined_times = np.concatenate([np.empty(0)] + [t for t, _ in pieces])
+        joined_amounts = np.concatenate([np.empty(0)] + [a for _, a in pieces])
+        assert joined_times.tolist() == times.tolist()
+        assert joined_amounts.tolist() == amounts.tolist()
+        for (earlier, _), (later, _) in zip(pieces, pieces[1:], strict=False):
+            if len(earlier) and len(later):
+                assert earlier[-1] < later[0]  # a distinct time never straddles two slices
+    if max_facts == 1:
+        assert num_slices > 2 * len(whole)  # small slices do cut
+
+
+@pytest.mark.parametrize("max_facts", SLICE_SIZES)
+@pytest.mark.parametrize("max_points", [0, 10**9])
+def test_curves_and_totals_equal_the_whole_arrays(timelines, monkeypatch, max_facts,
+                                                  max_points) -> None:
+    from iterserve.metrics import plots
+
+    monkeypatch.setattr(service_scan, "MAX_FACTS_PER_SLICE", max_facts)
+    monkeypatch.setattr(plots, "MAX_STEP_VERTICES", max_points)
+    for start_s in (-np.inf, 3.0):
+        whole = client_service_arrays(timelines, WEIGHTS, start_s=start_s)
+        curves = client_service_curves(timelines, WEIGHTS, start_s=start_s,
+                                       max_points=max_points)
+        assert list(curves) == list(whole) == sorted(whole)
+        totals = client_service_totals(timelines, WEIGHTS, start_s=start_s)
+        for client, (times, cumulative) in whole.items():
+            want_times, want_cumulative = _last_per_x(times, cumulative)
+            got_times, got_cumulative = curves[client]
+            assert got_times.tolist() == want_times.tolist()
+            assert got_cumulative.tolist() == want_cumulative.tolist()
+            assert totals[client] == (float(cumulative[-1]) if len(cumulative) else 0.0)
+    assert totals["idle"] == 0.0

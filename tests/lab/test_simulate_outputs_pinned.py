@@ -1,0 +1,113 @@
+"""``iterserve simulate`` writes the same bytes (issue 15: the report phase
+in bounded memory changed how the figures are computed, not what they are).
+
+Two small runs of the issue's workload shape (a pool small enough to
+preempt): one without an SLO, one with an SLO and two clients. Every output
+is pinned by its SHA-256, taken from the outputs of the code before the
+report phase read its facts in slices: report.json (its ``source_version``,
+the commit, set aside), report.md, events.jsonl, the decision log and the
+four PNGs. The same bytes come out when every slice, chunk and pending batch
+is a few values long, so the pins hold the sliced code paths too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from iterserve.cli.main import main
+from iterserve.metrics import counted_sample, plots, service_scan
+
+OUTPUTS = ("report.json", "report.md", "events.jsonl", "decisions.jsonl", "latency_cdfs.png",
+           "batch_composition.png", "queue_and_kv.png", "client_service.png")
+
+
+def _spec(num_clients: int) -> dict[str, Any]:
+    clients = [{"client_id": f"c{i}", "weight": i + 1,
+                "prompt_tokens": {"kind": "uniform", "min": 32, "max": 1024},
+                "output_tokens": {"kind": "uniform", "min": 16, "max": 400}}
+               for i in range(num_clients)]
+    return {"workload_id": f"pinned-{num_clients}", "seed": 15, "num_requests": 150,
+            "clock": "ms", "capacity": {"token_budget": 2048, "sequence_budget": 256},
+            "kv": {"num_blocks": 700, "block_size": 16},
+            "arrival": {"process": "poisson", "rate_per_s": 20.0}, "clients": clients}
+
+
+PINNED: dict[str, dict[str, str]] = {  # main at 340567d, before the sliced report phase
+    "one-client": {
+        "report.json":
+            "3eeb88bc0566b843f9ed8841fe64c63d20cff3384e857094d1115dc4a1501be6",
+        "report.md":
+            "c007ff844d4006ca72e594d7b530d149a7797b2ccf135b56cf107091950fb725",
+        "events.jsonl":
+            "e990d203d4719e4776f00e5cd6d5841a06797e285820c893958981de38522ae9",
+        "decisions.jsonl":
+            "51750c113ac4aa8c33b3237af5fb750300da58df5d2e79456bb3ecc62c5e89b5",
+        "latency_cdfs.png":
+            "7acbde9e7ab2635b2900c653ceeec18a660cc5908c1ee3eb7d3b98296c991c73",
+        "batch_composition.png":
+            "7052ac51df54053a6def362dc2483a0608c54b5b19bae187765d9014b73a8c84",
+        "queue_and_kv.png":
+            "24c2e875bdf34babb9298bc7072744ba5d14b792f5d80833a90e15133989b832",
+        "client_service.png":
+            "064f7e8562e2d6ee0e149ddd71cc84947010d321ce7a66286b8d37c9dad79050",
+    },
+    "two-clients-slo": {
+        "report.json":
+            "ae6be9a75389b718f4c859f75988683a8feddea17786e84d3f255e4c8bfd9dba",
+        "report.md":
+            "1953e363418f66352de68953b2a5d3cc3813c1fac8bbc8edb7df62faabaa1b57",
+        "events.jsonl":
+            "3c331c7acbb9429f635e9aed446306d13a7a1c6bf465e38316785b6ace48c1fc",
+        "decisions.jsonl":
+            "b874e2fed8013b919a59dfc156f56cf6a2a9b536d7194e554b78fe87e5e364c2",
+        "latency_cdfs.png":
+            "3ff8d436e5ca08d92252f6f4446aa140713d15240038117e0495e558dcbdd593",
+        "batch_composition.png":
+            "05fdcd2246c49ce2c448a7030a9d44d82f46afeb0ecc078d06b57a95f963f175",
+        "queue_and_kv.png":
+            "e0468efd9719ada5db7b637515d7b73e93f89f80948992206d499a1bb17100f4",
+        "client_service.png":
+            "0fc890ddaaae2e57368bff810a65b742e9d22e63a34a2bb82f18077f18a3e46c",
+    },
+}
+
+
+def _simulate(tmp: Path, num_clients: int, slo: bool) -> dict[str, str]:
+    (tmp / "spec.json").write_text(json.dumps(_spec(num_clients)))
+    assert main(["workload", "gen", str(tmp / "spec.json"), "-o", str(tmp / "workload.json")]) == 0
+    flags = ["--slo-ttft-ms", "2000", "--slo-tbt-ms", "150"] if slo else []
+    assert main(["simulate", "--workload", str(tmp / "workload.json"), "--policy", "vllm",
+                 "--cost-model", "linear:8,0.02,0.1", "--out", str(tmp / "out"),
+                 "--decision-log", str(tmp / "out" / "decisions.jsonl"), *flags]) == 0
+    report = json.loads((tmp / "out" / "report.json").read_text())
+    assert report["summary"]["preemptions"]["recompute"] > 0  # the pool is small enough
+    assert ("metrics" in report) is slo
+    digests = {}
+    for name in OUTPUTS:
+        data = (tmp / "out" / name).read_bytes()
+        if name == "report.json":  # the commit the run came from, not a figure
+            data = b"".join(line for line in data.splitlines(keepends=True)
+                            if b'"source_version"' not in line)
+        digests[name] = hashlib.sha256(data).hexdigest()
+    return digests
+
+
+MAX_STEP_VERTICES = 3000
+CASES = {"one-client": (1, False), "two-clients-slo": (2, True)}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("sliced", [False, True], ids=["default", "tiny-slices"])
+def test_simulate_writes_the_pinned_bytes(tmp_path, monkeypatch, case, sliced) -> None:
+    # a long run's merged curves (one vertex per distinct x) for this short run's samples
+    monkeypatch.setattr(plots, "MAX_STEP_VERTICES", MAX_STEP_VERTICES)
+    if sliced:
+        monkeypatch.setattr(service_scan, "MAX_FACTS_PER_SLICE", 3)
+        monkeypatch.setattr(counted_sample, "MAX_PENDING_VALUES", 5)
+        monkeypatch.setattr(plots, "_CDF_CHUNK", 4)
+    assert _simulate(tmp_path, *CASES[case]) == PINNED[case]
