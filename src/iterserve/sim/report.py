@@ -49,6 +49,7 @@ from iterserve.metrics.timeline import RequestTimeline
 from iterserve.plan import Policy
 from iterserve.policies.settings import settings_of
 from iterserve.records.spec import OnlineWorkload, SloTargets, WorkloadManifest
+from iterserve.sim.collector import collector_held_back
 from iterserve.sim.executor import SimulatedExecutor
 from iterserve.sim.factory import make_simulated_executor
 from iterserve.sim.ledger_trace import LedgerTrace
@@ -176,7 +177,8 @@ def run_simulation(manifest: WorkloadManifest, config: RunConfig,
         observers.append(writer)
     observers.extend(extra_observers)
     engine = Engine(online, config.policy, executor, observers, gate=engine_gate(config.gate))
-    engine.run(max_iterations=config.max_iterations)
+    with collector_held_back():
+        engine.run(max_iterations=config.max_iterations)
     recorder.close()
     if writer is not None:
         writer.close(engine.state, is_done=engine.is_done)
