@@ -27,13 +27,12 @@ import argparse
 import random
 import statistics
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from bench_step_ab import REPO, extract, import_tree_modules
+from bench_step_ab import REPO, extract, import_tree_modules, step_clock
 from iterserve.model.host_memory import zeroed_bytes
 
 BLOCK_SIZE = 16
@@ -94,9 +93,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     args = parser.parse_args()
-    if args.clock == "cpu" and args.threads != 1:
-        parser.error("--clock cpu counts the calling thread only: use it with --threads 1")
-    clock = time.thread_time if args.clock == "cpu" else time.perf_counter
+    clock = step_clock(parser, args)
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as scratch:
         base = import_tree_modules(extract(args.baseline, Path(scratch)), ("kernels",))

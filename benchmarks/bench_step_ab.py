@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -47,6 +48,14 @@ REPO = Path(__file__).resolve().parents[1]
 def import_tree(src_dir: Path) -> dict[str, ModuleType]:
     """The loader and packing modules of the tree in `src_dir`."""
     return import_tree_modules(src_dir, ("loader", "packing"))
+
+
+def step_clock(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Callable[[], float]:
+    """The clock `--clock` names (`cpu`: the calling thread's CPU time, so
+    one torch thread only; `wall`: elapsed time)."""
+    if args.clock == "cpu" and args.threads != 1:
+        parser.error("--clock cpu counts the calling thread only: use it with --threads 1")
+    return time.thread_time if args.clock == "cpu" else time.perf_counter
 
 
 def import_tree_modules(src_dir: Path, names: tuple[str, ...]) -> dict[str, ModuleType]:
@@ -122,9 +131,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=9)
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     args = parser.parse_args()
-    if args.clock == "cpu" and args.threads != 1:
-        parser.error("--clock cpu counts the calling thread only: use it with --threads 1")
-    clock = time.thread_time if args.clock == "cpu" else time.perf_counter
+    clock = step_clock(parser, args)
     torch.set_num_threads(args.threads)
     steps = {"decode B=16": (16, 0), "decode B=64": (64, 0), "mixed 56+256": (56, 256)}
     with tempfile.TemporaryDirectory() as scratch:
