@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+from iterserve.admission.overload import make_gate
+from iterserve.cost import parse_cost_model
+from iterserve.policies.registry import policy_for
+from iterserve.records.spec import WorkloadManifest
+from iterserve.sim.generators import generate_workload
+from iterserve.sim.report import RunConfig, SimulationRun, run_simulation
+from iterserve.sim.traces import trace_lengths
+from iterserve.sim.workload_spec import parse_spec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TRACES = REPO_ROOT / "examples" / "traces"
@@ -38,3 +48,20 @@ def small_spec(**changes: Any) -> dict[str, Any]:
     spec = copy.deepcopy(SMALL_SPEC)
     spec.update(changes)
     return spec
+
+
+def chat_mix_run(num_blocks: int, num_requests: int, events: IO[str] | None = None
+                 ) -> tuple[WorkloadManifest, SimulationRun]:
+    """``examples/specs/chat_mix.json`` cut to ``num_requests`` requests on a
+    ``num_blocks`` pool (small pools preempt: rebuilds, resumes), simulated
+    under ``vllm`` with ``linear:8,0.02,0.1``; ``events`` streams the metric
+    events there. Returns the generated manifest and the run."""
+    raw = json.loads(CHAT_MIX.read_text())
+    raw["kv"]["num_blocks"] = num_blocks
+    raw["num_requests"] = num_requests
+    manifest = generate_workload(parse_spec(raw, lambda path, fmt, column: trace_lengths(
+        CHAT_MIX.parent / path, fmt, column)))
+    model = parse_cost_model("linear:8,0.02,0.1")
+    config = RunConfig(policy_for("vllm", manifest.online, cost_model=model), model,
+                       make_gate("accept-all", {}))
+    return manifest, run_simulation(manifest, config, events=events)

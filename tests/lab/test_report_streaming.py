@@ -8,17 +8,14 @@ arrays, the Python formulas they replaced, kept here as oracles.
 
 from __future__ import annotations
 
-import json
 from itertools import pairwise
 
 import numpy as np
 import pytest
-from lab_helpers import CHAT_MIX
+from lab_helpers import chat_mix_run
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from iterserve.admission.overload import make_gate
-from iterserve.cost import parse_cost_model
 from iterserve.metrics import SloConfig, evaluate
 from iterserve.metrics.event_scan import scan_events
 from iterserve.metrics.events import EventLogError, iter_jsonl, read_jsonl
@@ -34,32 +31,19 @@ from iterserve.metrics.series import (
 from iterserve.metrics.slo import ObservationWindow
 from iterserve.metrics.time_unit import clock_time_unit
 from iterserve.metrics.timeline import build_timelines
-from iterserve.policies.registry import policy_for
-from iterserve.sim.generators import generate_workload
 from iterserve.sim.report import (
-    RunConfig,
     default_window,
-    run_simulation,
     service_weights_of,
     write_metric_outputs,
 )
-from iterserve.sim.traces import trace_lengths
-from iterserve.sim.workload_spec import parse_spec
 
 SLO = SloConfig(ttft_ms=500, tbt_ms=100)
 WEIGHTS = ServiceWeights(1.0, 2.0)
 
 
 def _run(num_blocks: int, events=None):
-    raw = json.loads(CHAT_MIX.read_text())
-    raw["kv"]["num_blocks"] = num_blocks
-    raw["num_requests"] = 120
-    manifest = generate_workload(parse_spec(raw, lambda path, fmt, column: trace_lengths(
-        CHAT_MIX.parent / path, fmt, column)))
-    model = parse_cost_model("linear:8,0.02,0.1")
-    config = RunConfig(policy_for("vllm", manifest.online, cost_model=model), model,
-                       make_gate("accept-all", {}))
-    return manifest.online, run_simulation(manifest, config, events=events)
+    manifest, run = chat_mix_run(num_blocks, 120, events)
+    return manifest.online, run
 
 
 @pytest.fixture(scope="module", params=[4000, 60], ids=["roomy", "preempting"])

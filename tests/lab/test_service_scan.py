@@ -5,14 +5,10 @@ size, clients with and without facts, bounds and client weights."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
-from lab_helpers import CHAT_MIX
+from lab_helpers import chat_mix_run
 
-from iterserve.admission.overload import make_gate
-from iterserve.cost import parse_cost_model
 from iterserve.metrics import service_scan
 from iterserve.metrics.plots import _last_per_x
 from iterserve.metrics.series import ServiceWeights, client_increment_arrays, client_service_arrays
@@ -24,11 +20,6 @@ from iterserve.metrics.service_scan import (
     client_service_totals,
 )
 from iterserve.metrics.timeline import RequestTimeline, build_timelines
-from iterserve.policies.registry import policy_for
-from iterserve.sim.generators import generate_workload
-from iterserve.sim.report import RunConfig, run_simulation
-from iterserve.sim.traces import trace_lengths
-from iterserve.sim.workload_spec import parse_spec
 
 WEIGHTS = ServiceWeights(1.0, 2.0)
 SLICE_SIZES = [1 << 20, 50, 7, 1]
@@ -36,15 +27,7 @@ SLICE_SIZES = [1 << 20, 50, 7, 1]
 
 @pytest.fixture(scope="module")
 def timelines() -> list[RequestTimeline]:
-    raw = json.loads(CHAT_MIX.read_text())
-    raw["kv"]["num_blocks"] = 60  # preempting: rebuilds, resumes
-    raw["num_requests"] = 80
-    manifest = generate_workload(parse_spec(raw, lambda path, fmt, column: trace_lengths(
-        CHAT_MIX.parent / path, fmt, column)))
-    model = parse_cost_model("linear:8,0.02,0.1")
-    config = RunConfig(policy_for("vllm", manifest.online, cost_model=model), model,
-                       make_gate("accept-all", {}))
-    run = run_simulation(manifest, config)
+    _, run = chat_mix_run(60, 80)  # 60 blocks preempt: rebuilds, resumes
     built = list(build_timelines(run.recorder.log()).values())
     # a client whose one request arrives and emits nothing inside the bounds below
     return [*built, RequestTimeline("idle-1", "idle", arrival_s=0.5)]
