@@ -22,13 +22,14 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 from iterserve.cost import BatchShape, CostProfile
 from iterserve.cost.fit import MeasuredIteration, fit_profile, speed_factor
 from iterserve.engine.events import EventRecorder
 from iterserve.engine.loop import Engine
-from iterserve.lab.profiling import GRIDS, _IterationTimes, measure, provenance
+from iterserve.lab.profiling import GRIDS, _IterationTimes, measure_around, provenance
 from iterserve.lab.runs import FIDELITY_KV, FIDELITY_POLICIES, fidelity_workload
 from iterserve.model.executor import TorchExecutor
 from iterserve.model.loader import load_model
@@ -80,11 +81,9 @@ def bias_table(profile: CostProfile, samples: Samples, factor: float) -> list[st
 def one_round(model_dir: Path, model, grid_name: str) -> None:  # type: ignore[no-untyped-def]
     grid = GRIDS[grid_name]
     workload = fidelity_workload(model.config.vocab_size)
-    passes = [measure(model, grid, pass_index=0, timer=TIMER)]
-    reals = {}
-    for index, (policy, settings) in enumerate(POLICIES.items()):
-        reals[policy] = real_samples(model, workload, policy, settings)
-        passes.append(measure(model, grid, pass_index=index + 1, timer=TIMER))
+    passes, reals = measure_around(
+        model, grid, {policy: partial(real_samples, model, workload, policy, settings)
+                      for policy, settings in POLICIES.items()}, timer=TIMER)
     profile = fit_profile([s for one in passes for s in one], provenance(model_dir, model.dtype))
     print(f"profile ({grid_name}): {sum(map(len, passes))} iterations, held-out error mean "
           f"{profile.fit.mean_relative_error:.1%} max {profile.fit.max_relative_error:.1%}")

@@ -25,13 +25,14 @@ tried and was less stable (README). The figures are printed (``-s``) for the REA
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from iterserve.cost import ProfiledIterationCost
 from iterserve.cost.fit import fit_profile, speed_factor
-from iterserve.lab.profiling import QUICK_GRID, measure, provenance
+from iterserve.lab.profiling import QUICK_GRID, measure_around, provenance
 from iterserve.lab.runs import (
     FIDELITY_KV,
     FIDELITY_POLICIES,
@@ -65,11 +66,10 @@ def _real(tiny_model, workload, policy: str, settings: dict[str, int]):  # type:
 def test_simulator_with_a_fitted_profile_matches_the_real_engine(
         tiny_dir: Path, tiny_model) -> None:  # type: ignore[no-untyped-def]
     workload = fidelity_workload(tiny_model.config.vocab_size)
-    passes = [measure(tiny_model, QUICK_GRID, pass_index=0, timer=TIMER)]
-    reals = {}
-    for index, (policy, settings) in enumerate(POLICIES.items()):
-        reals[policy] = _real(tiny_model, workload, policy, settings)
-        passes.append(measure(tiny_model, QUICK_GRID, pass_index=index + 1, timer=TIMER))
+    passes, reals = measure_around(
+        tiny_model, QUICK_GRID,
+        {policy: partial(_real, tiny_model, workload, policy, settings)
+         for policy, settings in POLICIES.items()}, timer=TIMER)
     profile = fit_profile([s for one in passes for s in one],
                           provenance(tiny_dir, tiny_model.dtype))
     print(f"\nprofile: {sum(map(len, passes))} iterations, held-out error mean "

@@ -23,9 +23,10 @@ import hashlib
 import platform
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from iterserve.cost import BatchShape, CostProfile, batch_shape
 from iterserve.cost.fit import MeasuredIteration, fit_profile
@@ -131,6 +132,25 @@ def measure(model: PackedCausalLM, grid: ProfileGrid, pass_index: int = 0,
         samples.extend(_cell(executor, grid, num_sequences, prompt_len, rng, f"c{index}", gap_ms))
     return samples
 
+
+
+RunResult = TypeVar("RunResult")
+
+
+def measure_around(model: PackedCausalLM, grid: ProfileGrid,
+                   runs: Mapping[str, Callable[[], RunResult]],
+                   timer: Callable[[], float] = time.perf_counter,
+                   ) -> tuple[list[list[MeasuredIteration]], dict[str, RunResult]]:
+    """A profile pass, then each of ``runs`` followed by another pass
+    (profile, run 1, profile, run 2, profile): passes ``i`` and ``i + 1``
+    bracket run ``i``, so a fit on all of them can be scaled to the
+    machine's speed at the time of each run (the fidelity experiment)."""
+    passes = [measure(model, grid, pass_index=0, timer=timer)]
+    results: dict[str, RunResult] = {}
+    for index, (name, run) in enumerate(runs.items()):
+        results[name] = run()
+        passes.append(measure(model, grid, pass_index=index + 1, timer=timer))
+    return passes, results
 
 def config_hash(model_dir: Path) -> str:
     """The model's identity: sha256 of its config.json."""
