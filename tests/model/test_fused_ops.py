@@ -13,8 +13,9 @@ CPU = torch.device("cpu")
 pytestmark = pytest.mark.usefixtures("paged_decode_kernel")
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
-# (rows, width): the AVX-512 path, a masked tail, a width under one vector
-SHAPES = [(7, 64), (33, 1024), (5, 100), (3, 9)]
+# (rows, width): the AVX-512 path, a masked tail, a width under one vector, and rows
+# enough to be split over threads (past kMinParallelElements = 2^19 elements)
+SHAPES = [(7, 64), (33, 1024), (5, 100), (3, 9), (600, 1024)]
 
 
 def _close(actual: torch.Tensor, expected: torch.Tensor) -> None:
@@ -68,15 +69,18 @@ def test_shapes_and_dtypes_are_checked() -> None:
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("head_dim", [64, 128, 40, 6])
-def test_rotary_in_place_equals_apply_rotary(dtype: torch.dtype, head_dim: int) -> None:
+@pytest.mark.parametrize(("rows", "head_dim"), [(37, 64), (37, 128), (37, 40), (37, 6),
+                                                (900, 64)])  # the last split over threads
+def test_rotary_in_place_equals_apply_rotary(dtype: torch.dtype, rows: int,
+                                             head_dim: int) -> None:
     """On a head slice of a wider row, as the model passes q and k."""
     from iterserve.model.rope import apply_rotary, inverse_frequencies, rotary_tables
 
     generator = torch.Generator().manual_seed(head_dim)
-    qkv = torch.randn(37, 12, head_dim, generator=generator).to(dtype)
+    qkv = torch.randn(rows, 12, head_dim, generator=generator).to(dtype)
     untouched = qkv[:, 10:].clone()
-    tables = rotary_tables(torch.arange(37) * 11, inverse_frequencies(head_dim, 1e4, CPU), dtype)
+    tables = rotary_tables(torch.arange(rows) * 11, inverse_frequencies(head_dim, 1e4, CPU),
+                           dtype)
     expected = apply_rotary(qkv[:, :10], tables)
     with torch.inference_mode():
         kernels.load_paged_decode().rotary_in_place(qkv[:, :10], tables.cos, tables.signed_sin)

@@ -12,6 +12,17 @@
 //   x := T(T(x * cos) + swap_halves(x) * signed_sin) (torch: model.rope.apply_rotary)
 //
 // T is the tensor's dtype (float32, bfloat16, float16); arithmetic in float32.
+//
+// Rows are split over threads only past kMinParallelElements elements in all
+// (parallel_grain; each thread then gets at least half of that): a decode
+// batch's rows (tens of rows, tens of microseconds of work) run on the
+// calling thread; larger steps split. Measured inside the side-by-side
+// workload, the two builds alternating call by call
+// (benchmarks/bench_fused_grain.py, 2-core Xeon shared with other work): the
+// old fixed 16-row grain took 1.11-1.35x the time at <= 64 rows and
+// 1.14-1.78x on the 512-row steps (RMSNorm, SiLU-and-mul, RoPE), and 4.5-6.7x
+// at <= 64 rows in an earlier, more loaded run: waking the other thread
+// costs more than it saves on that much work.
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -22,6 +33,7 @@
 
 #include "simd.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -31,6 +43,19 @@ namespace {
 #ifdef __AVX512F__
 using namespace iterserve_simd;
 #endif
+
+constexpr int64_t kMinParallelElements = int64_t{1} << 19;
+
+// The rows per thread chunk for rows of `row_elements` elements each
+// (ITERSERVE_FUSED_GRAIN_ROWS fixes it instead, for benchmarks/bench_fused_grain.py).
+inline int64_t parallel_grain(int64_t row_elements) {
+#ifdef ITERSERVE_FUSED_GRAIN_ROWS
+  (void)row_elements;
+  return ITERSERVE_FUSED_GRAIN_ROWS;
+#else
+  return std::max<int64_t>(1, kMinParallelElements / std::max<int64_t>(1, row_elements));
+#endif
+}
 
 template <typename T>
 inline T round_to(float x) { return static_cast<T>(x); }
@@ -176,7 +201,7 @@ void fused_add_rms_norm(const at::Tensor& x, const at::Tensor& residual, const a
     scalar_t* xs = x.mutable_data_ptr<scalar_t>();
     scalar_t* rs = residual.mutable_data_ptr<scalar_t>();
     const scalar_t* w = weight.const_data_ptr<scalar_t>();
-    at::parallel_for(0, x.size(0), 16, [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, x.size(0), parallel_grain(d), [&](int64_t begin, int64_t end) {
       for (int64_t row = begin; row < end; ++row)
         add_rms_norm_row(xs + row * d, rs + row * d, w, d, static_cast<float>(eps));
     });
@@ -191,7 +216,7 @@ at::Tensor silu_and_mul(const at::Tensor& gate_up) {
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, gate_up.scalar_type(), "silu_and_mul", [&] {
     const scalar_t* in = gate_up.const_data_ptr<scalar_t>();
     scalar_t* o = out.mutable_data_ptr<scalar_t>();
-    at::parallel_for(0, gate_up.size(0), 16, [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, gate_up.size(0), parallel_grain(2 * n), [&](int64_t begin, int64_t end) {
       for (int64_t row = begin; row < end; ++row)
         silu_and_mul_row(in + row * 2 * n, in + row * 2 * n + n, o + row * n, n);
     });
@@ -212,7 +237,7 @@ void rotary_in_place(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
     const scalar_t* c = cos.const_data_ptr<scalar_t>();
     const scalar_t* s = signed_sin.const_data_ptr<scalar_t>();
     const int64_t row_stride = x.stride(0), head_stride = x.stride(1);
-    at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, rows, parallel_grain(heads * d), [&](int64_t begin, int64_t end) {
       for (int64_t row = begin; row < end; ++row)
         for (int64_t h = 0; h < heads; ++h)
           rotate_head(xs + row * row_stride + h * head_stride, c + row * d, s + row * d, d);
