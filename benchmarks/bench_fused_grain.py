@@ -1,14 +1,16 @@
-"""When the fused element-wise ops split rows over threads: a call-by-call
+"""The host-side ops of the decoder layer, now against before: a call-by-call
 A/B inside the side-by-side workload (issue 12).
 
 ``model/csrc/fused_ops.cpp`` is built twice into two op namespaces: as it
 is (rows split over threads only past 2^19 elements, so decode batches run
 on the calling thread) and with the old fixed grain of 16 rows
 (``-DITERSERVE_FUSED_GRAIN_ROWS=16``: any batch over 16 rows split in two).
+The K/V write is ``write_kv`` (one call, one thread) now and was two
+``index_copy_`` (``PagedKVCache.write``) before.
 The workload of ``bench_vs_vllm.py`` (64 requests, token budget 512, bf16,
 2 threads) then runs once on iterserve, and every call of
-``fused_add_rms_norm``, ``silu_and_mul`` and ``rotary_in_place`` alternates
-between the two builds, each call timed. Both builds see the same batches in
+``fused_add_rms_norm``, ``silu_and_mul``, ``rotary_in_place`` and
+``write_kv`` alternates between now and before, each call timed. Both builds see the same batches in
 the same minutes, so the host's drift (3x on this shared machine from one
 minute to the next) falls on both arms alike; the ratio is the figure, not
 the microseconds. Same results either way (the ops are row-wise).
@@ -37,8 +39,8 @@ from iterserve.model import kernels, llama  # noqa: E402
 from iterserve.model.loader import load_config  # noqa: E402
 from iterserve.model.make_model import cached_model  # noqa: E402
 
-OPS = ("fused_add_rms_norm", "silu_and_mul", "rotary_in_place")
-ARMS = {"split past 2^19 elements": [], "old grain 16 rows": ["-DITERSERVE_FUSED_GRAIN_ROWS=16"]}
+OPS = ("fused_add_rms_norm", "silu_and_mul", "rotary_in_place", "write_kv")
+ARMS = {"now": [], "before": ["-DITERSERVE_FUSED_GRAIN_ROWS=16"]}
 DECODE_ROWS = 64  # calls on at most this many rows are decode-sized
 
 
@@ -69,13 +71,23 @@ class Alternating:
 
         def call(*args: Any) -> Any:
             arm = next(self._next)
+            run_op = index_copy_kv if (op, arm) == ("write_kv", "before") else \
+                getattr(self._arms[arm], op)
             began = time.perf_counter()
-            out = getattr(self._arms[arm], op)(*args)
+            out = run_op(*args)
             elapsed = time.perf_counter() - began
-            key = (op, arm, args[0].shape[0] <= DECODE_ROWS)
+            rows = args[2 if op == "write_kv" else 0].shape[0]  # write_kv: its slots
+            key = (op, arm, rows <= DECODE_ROWS)
             self.times.setdefault(key, []).append(elapsed)
             return out
         return call
+
+
+def index_copy_kv(key_pool: torch.Tensor, value_pool: torch.Tensor, slots: torch.Tensor,
+                  keys: torch.Tensor, values: torch.Tensor) -> None:
+    """The K/V write before write_kv (PagedKVCache.write)."""
+    for pool, rows in ((key_pool, keys), (value_pool, values)):
+        pool.view(-1, *pool.shape[2:]).index_copy_(0, slots, rows)
 
 
 def run(model: Path, arms: dict[str, Any]) -> Alternating:
@@ -98,7 +110,7 @@ def run(model: Path, arms: dict[str, Any]) -> Alternating:
 
 
 def table(ops: Alternating) -> list[str]:
-    lines = [f"{'op':20s} {'rows':>6s} " + " ".join(f"{arm:>26s}" for arm in ARMS) + "   ratio"]
+    lines = [f"{'op':20s} {'rows':>6s} " + " ".join(f"{arm:>20s}" for arm in ARMS) + "   ratio"]
     for op in OPS:
         for decode in (True, False):
             means = []
@@ -106,7 +118,7 @@ def table(ops: Alternating) -> list[str]:
                 times = ops.times.get((op, arm, decode), [])
                 means.append(sum(times) / len(times) if times else float("nan"))
             size = f"<={DECODE_ROWS}" if decode else f">{DECODE_ROWS}"
-            cells = " ".join(f"{m * 1e6:20.1f} us/call" for m in means)
+            cells = " ".join(f"{m * 1e6:12.1f} us/call" for m in means)
             lines.append(f"{op:20s} {size:>6s} {cells}   {means[1] / means[0]:5.2f}x")
     return lines
 
@@ -125,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for index, (arm, defines) in enumerate(ARMS.items())}
         ops = run(model, arms)
     print("\n".join(table(ops)))
-    print("ratio: old grain / now (above 1: the old split was slower)")
+    print("ratio: before / now (above 1: before was slower)")
     return 0
 
 

@@ -86,3 +86,34 @@ def test_rotary_in_place_equals_apply_rotary(dtype: torch.dtype, rows: int,
         kernels.load_paged_decode().rotary_in_place(qkv[:, :10], tables.cos, tables.signed_sin)
     _close(qkv[:, :10], expected)
     assert torch.equal(qkv[:, 10:], untouched)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("rows", "kv_heads", "head_dim"), [(1, 4, 64), (37, 2, 128), (5, 1, 6)])
+def test_write_kv_stores_what_index_copy_stores(dtype: torch.dtype, rows: int, kv_heads: int,
+                                                head_dim: int) -> None:
+    """From strided rows (keys and values are slices of one fused QKV row), at
+    shuffled slots, bit for bit what PagedKVCache.write's index_copy_ stores."""
+    generator = torch.Generator().manual_seed(rows * head_dim)
+    qkv = torch.randn(rows, 3 + 2 * kv_heads, head_dim, generator=generator).to(dtype)
+    keys, values = qkv[:, 3:3 + kv_heads], qkv[:, 3 + kv_heads:]
+    pools = [torch.zeros(16, 4, kv_heads, head_dim, dtype=dtype) for _ in range(4)]
+    slots = torch.randperm(64, generator=generator)[:rows]
+    with torch.inference_mode():
+        kernels.load_paged_decode().write_kv(pools[0], pools[1], slots, keys, values)
+    for pool, rows_in in ((pools[2], keys), (pools[3], values)):
+        pool.view(-1, kv_heads, head_dim).index_copy_(0, slots, rows_in)
+    assert torch.equal(pools[0], pools[2]) and torch.equal(pools[1], pools[3])
+    assert pools[0].abs().sum() > 0
+
+
+def test_write_kv_refuses_a_slot_outside_the_pool_and_a_misshapen_row() -> None:
+    ops = kernels.load_paged_decode()
+    pools = [torch.zeros(2, 4, 1, 8) for _ in range(2)]
+    rows = torch.ones(1, 1, 8)
+    with torch.inference_mode():
+        with pytest.raises(RuntimeError, match="outside the pool"):
+            ops.write_kv(pools[0], pools[1], torch.tensor([8]), rows, rows)
+        with pytest.raises(RuntimeError, match="each row contiguous"):
+            ops.write_kv(pools[0], pools[1], torch.tensor([0]), torch.ones(1, 8, 1), rows)
+    assert all(pool.abs().sum() == 0 for pool in pools)
