@@ -4,22 +4,25 @@ fitted in this session, under two policies. Mean TTFT and mean TBT agree
 within 15 %, output throughput within 10 %.
 
 Wall-clock figures on a shared machine are noisy: other processes take the
-CPU for tens of ms at a time, so one real run can be twice as slow as the
-next (measured: vllm TBT 19 ms, then sarathi 38 ms a minute later, with a
-load average of 8 on 2 cores) and no model of the executor can predict that.
-So the profile and the real runs both time iterations with the process's
-CPU clock (``time.process_time``: the executor's own work, scheduling
-included, without other processes' share). Even CPU time moves by 10-40 %
-from one minute to the next here (shared caches and cores), so the profile
-is measured in three passes interleaved with the real runs (profile, real
-run 1, profile, real run 2, profile) and fitted on all of them; the
-simulation of real run i uses that fit scaled by the ratio of total
-measured to total predicted time of the two passes around run i (the
-machine's speed then; :func:`iterserve.cost.fit.speed_factor`). No number
-from a real run enters its simulation. Everything else is the production
-path. The profile runs under ``vllm`` for both policies; profiling each
-policy under itself (an iteration's time includes the scheduler's) was
-tried and was less stable (README). The figures are printed (``-s``) for the README.
+CPU for tens of ms at a time. So the profile and the real runs both time
+iterations with the process's CPU clock (``time.process_time``: the
+executor's own work, scheduling included, without other processes' share).
+CPU time still moves by 10-30 % from one minute to the next here (shared
+caches and cores), and a profile measured before a run priced it at the
+speed of those minutes: with the real run's own speed (a diagnosis,
+benchmarks/diag_fidelity_shapes.py) the simulated mean TBT was within 0.2-3.6 %
+of the real one where the passes around the run missed by up to 28 %. So the
+grid's cells run *during* each real run, between its iterations and outside
+its clock (:mod:`iterserve.lab.interleaved`); the profile is fitted on all
+the cells, and the simulation of run i uses that fit scaled to the cells
+measured during run i (:func:`iterserve.cost.fit.speed_factor`). No number
+from a real run enters its simulation. The grid is the quick one with its
+spaced cells 25 ms apart, the workload's mean gap
+(:data:`iterserve.lab.profiling.FIDELITY_GRID`). Everything else is the
+production path. The profile runs under ``vllm`` for both policies;
+profiling each policy under itself (an iteration's time includes the
+scheduler's) was tried and was less stable (README). The figures are
+printed (``-s``) for the README.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ import pytest
 
 from iterserve.cost import ProfiledIterationCost
 from iterserve.cost.fit import fit_profile, speed_factor
-from iterserve.lab.profiling import QUICK_GRID, measure_around, provenance
+from iterserve.lab.interleaved import measure_during
+from iterserve.lab.profiling import FIDELITY_GRID, provenance
 from iterserve.lab.runs import (
     FIDELITY_KV,
     FIDELITY_POLICIES,
@@ -52,32 +56,34 @@ POLICIES = FIDELITY_POLICIES
 BOUNDS = {"mean_ttft": 0.15, "mean_tbt": 0.15, "output_throughput": 0.10}
 NUM_BLOCKS, BLOCK_SIZE = FIDELITY_KV.num_blocks, FIDELITY_KV.block_size
 TIMER = time.process_time  # see the module docstring
+CELL_EVERY_S = 0.12  # run CPU seconds between two profile cells: about two grid passes a run
 
 
-def _real(tiny_model, workload, policy: str, settings: dict[str, int]):  # type: ignore[no-untyped-def]
-    executor = TorchExecutor(tiny_model, NUM_BLOCKS, BLOCK_SIZE, timer=TIMER)
+def _real(tiny_model, workload, policy: str, settings: dict[str, int],  # type: ignore[no-untyped-def]
+          clock, observers):
+    executor = TorchExecutor(tiny_model, NUM_BLOCKS, BLOCK_SIZE, timer=clock)
     for index, spec in enumerate(workload.requests):
         params = SamplingParams(max_tokens=spec.max_output_tokens, temperature=0.0,
                                 ignore_eos=True)
         executor.add_request(spec.request_id, spec.prompt_token_ids, params, seed=index)
-    return run_real(workload, policy, executor, dict(settings))
+    return run_real(workload, policy, executor, dict(settings), observers)
 
 
 def test_simulator_with_a_fitted_profile_matches_the_real_engine(
         tiny_dir: Path, tiny_model) -> None:  # type: ignore[no-untyped-def]
     workload = fidelity_workload(tiny_model.config.vocab_size)
-    passes, reals = measure_around(
-        tiny_model, QUICK_GRID,
+    cells, reals = measure_during(
+        tiny_model, FIDELITY_GRID,
         {policy: partial(_real, tiny_model, workload, policy, settings)
-         for policy, settings in POLICIES.items()}, timer=TIMER)
-    profile = fit_profile([s for one in passes for s in one],
+         for policy, settings in POLICIES.items()}, CELL_EVERY_S, timer=TIMER)
+    profile = fit_profile([s for one in cells.values() for s in one],
                           provenance(tiny_dir, tiny_model.dtype))
-    print(f"\nprofile: {sum(map(len, passes))} iterations, held-out error mean "
+    print(f"\nprofile: {sum(map(len, cells.values()))} iterations, held-out error mean "
           f"{profile.fit.mean_relative_error:.1%} max {profile.fit.max_relative_error:.1%}")
     failures = []
-    for index, (policy, settings) in enumerate(POLICIES.items()):
+    for policy, settings in POLICIES.items():
         real = reals[policy]
-        factor = speed_factor(profile, passes[index] + passes[index + 1])
+        factor = speed_factor(profile, cells[policy])
         model = ProfiledIterationCost("session", profile.scaled(factor))
         simulated = run_simulated(workload, policy, model, dict(settings))
         gaps = relative_gaps(real, simulated)

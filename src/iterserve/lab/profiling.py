@@ -19,14 +19,14 @@ discarded (warm-up).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import platform
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 from iterserve.cost import BatchShape, CostProfile, batch_shape
 from iterserve.cost.fit import MeasuredIteration, fit_profile
@@ -74,6 +74,12 @@ class ProfileGrid:
 
 QUICK_GRID = ProfileGrid(num_sequences=(1, 2, 4, 16), prompt_lens=(16, 48, 128, 320),
                          max_output_tokens=6)
+#: The quick grid for the fidelity workload (40 req/s): its spaced cells arrive
+#: 25 ms apart, the workload's mean gap, so a lone prefill into an engine that
+#: has been decoding is among the measured shapes (a 4 ms gap packs the
+#: arrivals into mixed batches, and the fit then priced such a prefill 20-45 %
+#: low), and outputs run to 12 tokens.
+FIDELITY_GRID = dataclasses.replace(QUICK_GRID, arrival_gap_ms=25.0, max_output_tokens=12)
 GRIDS = {"full": ProfileGrid(), "quick": QUICK_GRID}
 
 
@@ -92,8 +98,10 @@ class _IterationTimes(EngineObserver):
             self._previous = shape
 
 
-def _cell(executor: TorchExecutor, grid: ProfileGrid, num_sequences: int, prompt_len: int,
-          rng: random.Random, tag: str, gap_ms: float = 0.0) -> list[MeasuredIteration]:
+def measure_cell(executor: TorchExecutor, grid: ProfileGrid, num_sequences: int, prompt_len: int,
+                 rng: random.Random, tag: str, gap_ms: float = 0.0) -> list[MeasuredIteration]:
+    """One grid cell on ``executor`` (its requests arrive ``gap_ms`` apart): every
+    executed iteration, in order."""
     vocab_size = executor.model.config.vocab_size
     specs = []
     for index in range(num_sequences):
@@ -124,33 +132,22 @@ def measure(model: PackedCausalLM, grid: ProfileGrid, pass_index: int = 0,
     ``timer`` is the executor's (wall clock by default)."""
     executor = TorchExecutor(model, grid.num_blocks, grid.block_size, timer=timer)
     rng = random.Random(grid.seed * 1_000_003 + pass_index)
-    cells = [(n, p) for n in grid.num_sequences for p in grid.prompt_lens]
-    _cell(executor, grid, *cells[0], rng, "warmup")
+    cells = grid_cells(grid)
+    measure_cell(executor, grid, *cells[0], rng, "warmup")
     samples: list[MeasuredIteration] = []
     for index, (num_sequences, prompt_len) in enumerate(cells):
         gap_ms = grid.arrival_gap_ms if index % 2 else 0.0
-        samples.extend(_cell(executor, grid, num_sequences, prompt_len, rng, f"c{index}", gap_ms))
+        samples.extend(measure_cell(executor, grid, num_sequences, prompt_len, rng, f"c{index}",
+                                    gap_ms))
     return samples
 
 
+def grid_cells(grid: ProfileGrid) -> list[tuple[int, int]]:
+    """The grid's (sequences, prompt length) cells in measuring order; every
+    other one (odd index) has its arrivals ``grid.arrival_gap_ms`` apart."""
+    return [(n, p) for n in grid.num_sequences for p in grid.prompt_lens]
 
-RunResult = TypeVar("RunResult")
 
-
-def measure_around(model: PackedCausalLM, grid: ProfileGrid,
-                   runs: Mapping[str, Callable[[], RunResult]],
-                   timer: Callable[[], float] = time.perf_counter,
-                   ) -> tuple[list[list[MeasuredIteration]], dict[str, RunResult]]:
-    """A profile pass, then each of ``runs`` followed by another pass
-    (profile, run 1, profile, run 2, profile): passes ``i`` and ``i + 1``
-    bracket run ``i``, so a fit on all of them can be scaled to the
-    machine's speed at the time of each run (the fidelity experiment)."""
-    passes = [measure(model, grid, pass_index=0, timer=timer)]
-    results: dict[str, RunResult] = {}
-    for index, (name, run) in enumerate(runs.items()):
-        results[name] = run()
-        passes.append(measure(model, grid, pass_index=index + 1, timer=timer))
-    return passes, results
 
 def config_hash(model_dir: Path) -> str:
     """The model's identity: sha256 of its config.json."""

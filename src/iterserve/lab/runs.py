@@ -18,6 +18,7 @@ from iterserve.cost import IterationCostModel, seconds_per_clock_unit
 from iterserve.engine.events import EventRecorder
 from iterserve.engine.executor import Executor
 from iterserve.engine.loop import Engine
+from iterserve.engine.observer import EngineObserver
 from iterserve.metrics.clocks import request_clocks
 from iterserve.metrics.events import EventLog
 from iterserve.metrics.timeline import build_timelines
@@ -105,11 +106,13 @@ def figures_of(log: EventLog) -> RunFigures:
 
 
 def run_real(workload: OnlineWorkload, policy_name: str, executor: Executor,
-             settings: dict[str, Any] | None = None) -> RunFigures:
-    """``workload`` on a real executor whose requests are already added."""
+             settings: dict[str, Any] | None = None,
+             observers: Sequence[EngineObserver] = ()) -> RunFigures:
+    """``workload`` on a real executor whose requests are already added; the
+    engine also carries ``observers``."""
     recorder = EventRecorder(seconds_per_clock_unit(workload.clock, None))
     policy = policy_for(policy_name, workload, settings or {}, strict=False)
-    Engine(workload, policy, executor, [recorder]).run()
+    Engine(workload, policy, executor, [recorder, *observers]).run()
     return figures_of(recorder.log())
 
 
