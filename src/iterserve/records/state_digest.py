@@ -101,11 +101,14 @@ class StateDigester:
             texts[index] = text
         self._views = current  # type: ignore[assignment]
         ids = list(map(self._order.__getitem__, stale))
-        self._claim_ids.difference_update(ids)
-        self._claim_ids.update(compress(ids, map(all, zip(
-            map(_COMPUTED, changed), map(operator.not_, map(_EMITTED, changed)),
-            map(operator.is_, map(_LIFECYCLE, changed), repeat(Lifecycle.WAITING)),
-            strict=True))))
+        claim_ids = self._claim_ids
+        if claim_ids:
+            claim_ids.difference_update(ids)
+        # the few WAITING views first (at C speed), then the claim test on them
+        is_waiting = list(map(operator.is_, map(_LIFECYCLE, changed), repeat(Lifecycle.WAITING)))
+        claim_ids.update(rid for rid, view in zip(compress(ids, is_waiting),
+                                                  compress(changed, is_waiting), strict=True)
+                         if view.num_computed and not view.num_emitted)
 
     def _reorder(self, views: Mapping[str, RequestView],
                  current: list[RequestView | None]) -> list[RequestView]:
@@ -167,7 +170,6 @@ def _contains(ordered: list[str], rid: str) -> bool:
 # two enums (Lifecycle, FinishReason) as their values, as view_to_json does
 _FIELDS = operator.itemgetter(slice(0, 18))
 _LIFECYCLE = operator.itemgetter(12)
-_EMITTED, _COMPUTED = operator.itemgetter(9), operator.itemgetter(10)
 
 
 def encode_views(views: list[RequestView]) -> list[bytes]:
