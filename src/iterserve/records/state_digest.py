@@ -74,11 +74,14 @@ class StateDigester:
         """The canonical text's bytes in order: the other fields' text
         around the views, and the views' cached texts joined."""
         views = state.views
-        found = list(map(views.get, self._order))  # None: retired
-        if len(views) != len(found) or not all(found):  # a view is a non-empty tuple
-            current = self._reorder(views, found)
+        if list(views) == self._order:  # the mapping in id order (arrival order, often)
+            current = list(views.values())  # no lookup per view
         else:
-            current = cast(list[RequestView], found)
+            found = list(map(views.get, self._order))  # None: retired
+            if len(views) != len(found) or not all(found):  # a view is a non-empty tuple
+                current = self._reorder(views, found)
+            else:
+                current = cast(list[RequestView], found)
         # one pass over the live views: the positions whose view object changed
         stale = list(compress(count(), map(is_not, current, self._views)))
         if stale:
