@@ -271,6 +271,13 @@ class PlanBuilder:
     def is_aborted(self, view: RequestView) -> bool:
         return view.request_id in self._aborted
 
+    def not_aborted(self, views: list[RequestView]) -> list[RequestView]:
+        """``views`` without the aborted ones, in order (a copy; no call per
+        view in the common case, a plan that aborts nothing)."""
+        if not self._aborted:
+            return list(views)
+        return [view for view in views if view.request_id not in self._aborted]
+
     def take(self, view: RequestView, max_rows: int | None = None) -> int:
         """Schedule a live request's next interval, admitting it if it waits."""
         if view.lifecycle is Lifecycle.WAITING:
