@@ -67,7 +67,13 @@ from iterserve.metrics.events import (
     event_line,
 )
 from iterserve.metrics.series import ResourceSample
-from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent
+from iterserve.records.plan import (
+    IntentKind,
+    IterationPlan,
+    QueueIntent,
+    work_kind_span,
+    work_request_id,
+)
 from iterserve.records.result import CompletedInterval, IterationResult
 from iterserve.records.spec import RequestSpec
 from iterserve.records.state import SchedulerState
@@ -233,11 +239,11 @@ class EventRecorder(EngineObserver):
 
     def _composition(self, state: SchedulerState, plan: IterationPlan, time_s: float) -> None:
         rows = {WorkKind.PREFILL_CHUNK: 0, WorkKind.DECODE_ROW: 0, WorkKind.REBUILD: 0}
-        for item in plan.work:
-            rows[item.kind] += item.end - item.start
+        for kind, start, end in map(work_kind_span, plan.work):
+            rows[kind] += end - start
         self.iterations.append(IterationComposition(
             time_s, rows[WorkKind.PREFILL_CHUNK], rows[WorkKind.DECODE_ROW],
-            rows[WorkKind.REBUILD], num_sequences=len({item.request_id for item in plan.work})))
+            rows[WorkKind.REBUILD], num_sequences=len(set(map(work_request_id, plan.work)))))
         facts = state.capacity
         total = facts.num_blocks_total or 0
         used = 0 if facts.num_blocks_free is None else total - facts.num_blocks_free

@@ -9,7 +9,6 @@ hand and never counts budgets itself.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Iterator
 
 from iterserve.admission.screen import ReservationScreen
@@ -23,6 +22,7 @@ from iterserve.records.plan import (
     QueueIntent,
     WorkItem,
     preempt_intent_kind,
+    work_tie_break,
 )
 from iterserve.records.rows_bound import bound_of
 from iterserve.records.state import RunRules, SchedulerState
@@ -30,7 +30,6 @@ from iterserve.records.view import Lifecycle, RequestView
 
 _new_tuple = tuple.__new__  # NamedTuple.__new__ is slow on the hot path
 _DECODE = frontier.WorkKind.DECODE_ROW
-_TIE_BREAK = operator.itemgetter(7)  # WorkItem.tie_break, read in C by the sort
 
 
 class PlanBuilder:
@@ -320,7 +319,7 @@ class PlanBuilder:
         return len(self._work)
 
     def build(self) -> IterationPlan:
-        work = sorted([item for item, _ in self._work.values()], key=_TIE_BREAK)
+        work = sorted([item for item, _ in self._work.values()], key=work_tie_break)
         return IterationPlan(
             decision_id=self._state.decision_id,
             input_state_version=self._state.state_version,

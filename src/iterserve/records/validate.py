@@ -21,7 +21,14 @@ from iterserve.records.frontier import (
     interval_kind,
 )
 from iterserve.records.keys import KEY_FIELDS, keys_function
-from iterserve.records.plan import IntentKind, IterationPlan, WorkItem
+from iterserve.records.plan import (
+    IntentKind,
+    IterationPlan,
+    WorkItem,
+    work_kind_span,
+    work_request_id,
+    work_tie_break,
+)
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
@@ -268,8 +275,8 @@ def _validate_kv(state: SchedulerState, plan: IterationPlan) -> None:
             resumed += held  # swapped-in rows need device blocks again
     size = facts.block_size  # blocks_for(end) - blocks_for(start), inlined (hot path)
     needed = resumed
-    for work in plan.work:
-        needed += (-work.start // size) - (-work.end // size)
+    for _, start, end in map(work_kind_span, plan.work):
+        needed += (-start // size) - (-end // size)
     if needed > facts.num_blocks_free + freed:
         raise E.KvCapacityExceeded(
             f"plan needs {needed} new KV blocks, {facts.num_blocks_free} free + {freed} released"
@@ -290,14 +297,12 @@ def _validate_tie_break(state: SchedulerState, plan: IterationPlan) -> None:
     work = plan.work
     if not work:
         return
-    derived = keys_function(names, state)(list(map(state.views.__getitem__, map(_RID, work))))
-    if derived != list(map(_TIE_BREAK, work)) or any(
+    derived = keys_function(names, state)(list(map(state.views.__getitem__, map(work_request_id, work))))
+    if derived != list(map(work_tie_break, work)) or any(
             map(operator.lt, islice(derived, 1, None), derived)):
         _explain_tie_break(plan, derived)
 
 
-_RID = operator.itemgetter(0)  # WorkItem.request_id
-_TIE_BREAK = operator.itemgetter(7)  # WorkItem.tie_break
 
 
 def _explain_tie_break(plan: IterationPlan, derived: list[tuple[object, ...]]) -> NoReturn:
@@ -324,7 +329,7 @@ def validate_result(plan: IterationPlan, state: SchedulerState, result: Iteratio
             f"result for v{result.input_state_version}/d{result.decision_id}, "
             f"plan is v{plan.input_state_version}/d{plan.decision_id}"
         )
-    planned = dict(zip(map(_RID, plan.work), plan.work, strict=True))  # at C speed
+    planned = dict(zip(map(work_request_id, plan.work), plan.work, strict=True))  # at C speed
     service: Counter[str] = Counter()
     done: set[str] = set()
     views = state.views
