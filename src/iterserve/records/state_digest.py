@@ -22,7 +22,12 @@ from typing import cast
 
 import orjson
 
-from iterserve.records.canonical_json import canonical_json, is_plain_ascii
+from iterserve.records.canonical_json import (
+    canonical_json,
+    canonical_json_bytes,
+    canonical_strings_bytes,
+    is_plain_ascii,
+)
 from iterserve.records.codec import state_fields_to_json, view_to_json
 from iterserve.records.state import SchedulerState
 from iterserve.records.transition import claimed_prefix_rows
@@ -31,7 +36,11 @@ from iterserve.records.view import Lifecycle, RequestView
 # a string value no canonical text can hold unescaped after a comma: the
 # quotes around a key are never escaped, the quotes inside a string always are
 _MARKER = "@@views@@"
-_MARKER_TEXT = f',"views":"{_MARKER}"'
+_MARKER_TEXT = f',"views":"{_MARKER}"'.encode()
+# "waiting", the key after "views", is spliced in too: its ids are encoded
+# apart (no number scans over a long queue's ids)
+_WAITING_MARKER = "@@waiting@@"
+_WAITING_TEXT = f',"waiting":"{_WAITING_MARKER}"'.encode()
 
 
 class StateDigester:
@@ -86,14 +95,17 @@ class StateDigester:
         stale = list(compress(count(), map(is_not, current, self._views)))
         if stale:
             self._encode(current, stale)
-        text = canonical_json(state_fields_to_json(state, _MARKER))
-        head, marker, tail = text.partition(_MARKER_TEXT)
-        if not marker:  # cannot happen for a canonical state; never guess
-            raise ValueError("state text has no views marker")
+        fields = state_fields_to_json(state, _MARKER)
+        fields["waiting"] = _WAITING_MARKER
+        head, marker, rest = canonical_json_bytes(fields).partition(_MARKER_TEXT)
+        middle, waiting_marker, tail = rest.partition(_WAITING_TEXT)
+        if not marker or not waiting_marker:  # cannot happen for a canonical state
+            raise ValueError("state text has no views or waiting marker")
+        waiting = [middle, b',"waiting":', canonical_strings_bytes(state.waiting), tail]
         if not current:
-            return [head.encode(), b',"views":[]', tail.encode()]
-        return [head.encode(), b',"views":[[', b"],[".join(self._texts),  # type: ignore[arg-type]
-                b"]]", tail.encode()]
+            return [head, b',"views":[]', *waiting]
+        return [head, b',"views":[[', b"],[".join(self._texts),  # type: ignore[arg-type]
+                b"]]", *waiting]
 
     def _encode(self, current: list[RequestView], stale: list[int]) -> None:
         """Encode the views of ``current`` (in id order) at the ``stale``
