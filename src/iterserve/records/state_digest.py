@@ -16,7 +16,7 @@ import hashlib
 import operator
 from bisect import bisect, bisect_left
 from collections.abc import Mapping
-from itertools import compress, count, islice, repeat
+from itertools import compress, islice, repeat
 from operator import is_not
 from typing import cast
 
@@ -91,8 +91,7 @@ class StateDigester:
                 current = self._reorder(views, found)
             else:
                 current = cast(list[RequestView], found)
-        # one pass over the live views: the positions whose view object changed
-        stale = list(compress(count(), map(is_not, current, self._views)))
+        stale = _changed_positions(current, self._views)
         if stale:
             self._encode(current, stale)
         fields = state_fields_to_json(state, _MARKER)
@@ -159,6 +158,25 @@ class StateDigester:
 
 
 _NOTHING = (None, None)
+_CHUNK = 32  # views compared as one slice before any is compared alone
+
+
+def _changed_positions(current: list[RequestView], before: list[RequestView | None]) -> list[int]:
+    """The positions where ``current`` holds a view ``before`` does not (a
+    view object that changed, or None before). Whole slices are compared
+    first (one pointer compare a view where nothing changed: the waiting
+    ids after the running ones); only a slice that differs is compared
+    view by view. An equal view that is a new object counts as unchanged:
+    its text is the same."""
+    if len(before) != len(current):  # cannot happen after _reorder; never guess
+        return list(range(len(current)))
+    stale: list[int] = []
+    for start in range(0, len(current), _CHUNK):
+        end = start + _CHUNK
+        now, then = current[start:end], before[start:end]
+        if now != then:
+            stale += compress(range(start, end), map(is_not, now, then))
+    return stale
 
 
 def _new_ids(views: Mapping[str, RequestView], known: list[str]) -> set[str]:
