@@ -59,3 +59,22 @@ def test_ordinary_log_values_take_the_fast_path():
             "client_id": "node-3", "state_digest": "3e" * 32, "duration": 17.240000000000002}
     assert not _may_differ(orjson.dumps(line, option=orjson.OPT_SORT_KEYS))
     assert _may_differ(orjson.dumps({"duration": 0.00001}))
+
+
+@settings(max_examples=200, deadline=None)
+@given(VALUES)
+def test_the_bytes_encoder_is_the_text_encoder(value):
+    from iterserve.records.canonical_json import canonical_json_bytes
+
+    assert canonical_json_bytes(value) == canonical_json(value).encode()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(), max_size=6))
+def test_the_strings_encoder_is_the_stdlib_encoding(strings):
+    from iterserve.records.canonical_json import canonical_strings_bytes
+
+    expected = stdlib_canonical_json(strings).encode()
+    assert canonical_strings_bytes(tuple(strings)) == expected
+    for odd in (["é", "\x7f"], ["\x00\x1f\\\""], ["0.00001", "1e-05", "a],[b"]):
+        assert canonical_strings_bytes(tuple(odd)) == stdlib_canonical_json(odd).encode()

@@ -1,7 +1,8 @@
 """The run's state checker raises what ``validate_state`` raises: on every
 negative state fixture, whether it starts fresh or has already passed the
 valid state's views (which it then does not re-read), and it stays exact
-over a whole run."""
+over a whole run: a corrupted running view, and a waiting queue with a
+replaced view inside the run it keeps, an id listed twice or one missing."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from iterserve.records.result import IterationResult
 from iterserve.records.state import SchedulerState
 from iterserve.records.state_check import StateChecker
 from iterserve.records.validate import validate_state
+from iterserve.records.view import Lifecycle
 from iterserve.sim.generators import generate_workload
 from iterserve.sim.report import RunConfig, run_simulation
 from iterserve.sim.workload_spec import parse_spec
@@ -64,6 +66,7 @@ class _Corrupter(EngineObserver):
 
     checker: StateChecker = dataclasses.field(default_factory=StateChecker)
     num_refused: int = 0
+    num_refused_waiting: int = 0
 
     def on_step(self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
                 successor: SchedulerState) -> None:
@@ -76,6 +79,27 @@ class _Corrupter(EngineObserver):
             with pytest.raises(E.UncommittedFrontier):
                 self.checker.check(dataclasses.replace(state, views=bad))
             self.num_refused += 1
+        self.checker.check(state)  # a refusal forgets; the state passes again
+        if len(state.waiting) >= 3:  # inside the run of waiting members it keeps
+            self._refuse_waiting(state)
+            self.num_refused_waiting += 1
+
+    def _refuse_waiting(self, state: SchedulerState) -> None:
+        middle = state.waiting[len(state.waiting) // 2]
+        bad = dict(state.views)
+        bad[middle] = state.views[state.running[0] if state.running else middle]._replace(
+            request_id=middle, lifecycle=Lifecycle.RUNNING)
+        with pytest.raises(E.QueueLifecycleMismatch):
+            self.checker.check(dataclasses.replace(state, views=bad))
+        self.checker.check(state)
+        twice = (*state.waiting[1:], state.waiting[1])  # one id twice, the first in no queue
+        with pytest.raises(E.DuplicateQueueMember):
+            self.checker.check(dataclasses.replace(state, waiting=twice))
+        self.checker.check(state)
+        missing = state.waiting[:1] + state.waiting[2:]  # a view in no queue
+        with pytest.raises(E.UnknownRequest):
+            self.checker.check(dataclasses.replace(state, waiting=missing))
+        self.checker.check(state)
 
 
 def test_a_warm_checker_refuses_a_corrupted_view_at_every_decision_of_a_run() -> None:
@@ -86,3 +110,4 @@ def test_a_warm_checker_refuses_a_corrupted_view_at_every_decision_of_a_run() ->
     corrupter = _Corrupter()
     run = run_simulation(manifest, config, io.StringIO(), [corrupter])
     assert run.engine.is_done and corrupter.num_refused > 200
+    assert corrupter.num_refused_waiting > 50

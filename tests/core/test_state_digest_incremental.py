@@ -89,3 +89,40 @@ def test_views_that_arrive_anywhere_in_the_mapping_are_placed_in_order() -> None
     later = dataclasses.replace(state, views=shuffled)
     assert digester.digest(later) == state_digest(later)
     assert digester.digest(state) == state_digest(state)
+
+
+def test_encode_views_writes_each_view_as_the_canonical_encoder_does() -> None:
+    from iterserve.records.canonical_json import canonical_json
+    from iterserve.records.codec import view_to_json
+    from iterserve.records.state_digest import encode_views
+    from iterserve.records.view import FinishReason, Lifecycle, RequestView
+
+    reasons = [None, *FinishReason]
+    views = [RequestView(f"r{i}", i % 3, i, "c0", 1, 12.5 + i / 7, i, 100, 40, i % 5, 99, 99,
+                         lifecycle, i % 2 == 0, 0, None if i % 2 else 3.25, 1e-05 * i,
+                         reasons[i % len(reasons)])
+             for i, lifecycle in enumerate(Lifecycle)]
+    expected = [canonical_json(view_to_json(view))[1:-1].encode() for view in views]
+    assert encode_views(views) == expected
+    odd = [views[0]._replace(client_id="a],[b"), views[1]._replace(client_id="clïent")]
+    assert encode_views(odd) == [canonical_json(view_to_json(v))[1:-1].encode() for v in odd]
+
+
+def test_changed_positions_are_every_position_whose_view_is_another() -> None:
+    import random
+
+    from iterserve.records.state_digest import _changed_positions
+    from iterserve.records.view import RequestView
+
+    rng = random.Random(15)
+    for size in (0, 1, 31, 32, 33, 100, 257):
+        before = [RequestView(f"r{i}", 0, 0, "c", 0, 0.0, i, 4, 4) for i in range(size)]
+        current = list(before)
+        for index in rng.sample(range(size), min(size, 7)):
+            current[index] = current[index]._replace(snapshot_version=1)
+        old: list[RequestView | None] = list(before)
+        if size:
+            old[-1] = None  # a new id's slot: not encoded yet
+        expected = [i for i, (now, then) in enumerate(zip(current, old, strict=True)) if now is not then]
+        assert _changed_positions(current, old) == expected
+    assert _changed_positions(before[:3], before[:2]) == [0, 1, 2]

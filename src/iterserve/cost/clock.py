@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from iterserve.cost.models import FixedIterationCost
 from iterserve.cost.protocol import MS_PER_S, BatchShape, CostModelError, IterationCostModel
-from iterserve.records.plan import IterationPlan
+from iterserve.records.plan import IterationPlan, work_kind_span
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import WorkKind
 
@@ -47,10 +47,10 @@ def batch_shape(plan: IterationPlan) -> BatchShape:
     rows (prefill and rebuild), attention work (all of it, and the decode
     rows' part) and sequences."""
     num_decode_rows = num_attended = num_decode_context = 0
-    for item in plan.work:
-        attended = (item.end - item.start) * item.end
+    for kind, start, end in map(work_kind_span, plan.work):
+        attended = (end - start) * end
         num_attended += attended
-        if item.kind is WorkKind.DECODE_ROW:
+        if kind is WorkKind.DECODE_ROW:
             num_decode_rows += 1
             num_decode_context += attended
     return BatchShape(plan.tokens_used - num_decode_rows, num_decode_rows, num_attended,

@@ -67,7 +67,13 @@ from iterserve.metrics.events import (
     event_line,
 )
 from iterserve.metrics.series import ResourceSample
-from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent
+from iterserve.records.plan import (
+    IntentKind,
+    IterationPlan,
+    QueueIntent,
+    work_kind_span,
+    work_request_id,
+)
 from iterserve.records.result import CompletedInterval, IterationResult
 from iterserve.records.spec import RequestSpec
 from iterserve.records.state import SchedulerState
@@ -85,7 +91,8 @@ class EventRecorder(EngineObserver):
         self.iterations = RecordColumns(IterationComposition, "dqqqq")
         self.samples = RecordColumns(ResourceSample, "dqqqqq")
         self._events: list[Event] = []  # without a sink: every fact
-        self._pending: list[tuple[float, str]] = []  # with a sink: (time, line) not yet written
+        # with a sink: (time, line with its newline) not yet written
+        self._pending: list[tuple[float, str]] = []
         self._admitted: set[str] = set()
         self._preempted: set[str] = set()
         self._sink = sink
@@ -113,7 +120,7 @@ class EventRecorder(EngineObserver):
         if self._sink is None:
             self._events.append(event)
         else:
-            self._pending.append((event.time_s, event_line(event)))
+            self._pending.append((event.time_s, event_line(event) + "\n"))
 
     def _token(self, time_s: float, rid: str, token_index: int) -> None:
         """A TokenEvent; streamed, its line is formatted here without the
@@ -123,7 +130,7 @@ class EventRecorder(EngineObserver):
         else:
             self._pending.append((time_s, f'{{"kind": "token", "time_s": {time_s!r}, "request_id": '
                                           f'{encode_basestring_ascii(rid)}, "token_index": '
-                                          f'{token_index}}}'))
+                                          f'{token_index}}}\n'))
 
     def _write_pending(self) -> None:
         assert self._sink is not None
@@ -132,9 +139,9 @@ class EventRecorder(EngineObserver):
         if not pending:
             return
         if pending[0][0] < self._written_s:
-            raise EventLogError(f"{pending[0][1]} precedes a fact already written at "
+            raise EventLogError(f"{pending[0][1][:-1]} precedes a fact already written at "
                                 f"{self._written_s} s")
-        self._sink.writelines([line + "\n" for _, line in pending])
+        self._sink.writelines(map(itemgetter(1), pending))
         self._written_s = pending[-1][0]
 
     def on_arrival(self, spec: RequestSpec, now: float) -> None:
@@ -173,7 +180,7 @@ class EventRecorder(EngineObserver):
                 # interval that emits after output 1 is a decode row (0x01A: prefill
                 # runs only while nothing is emitted; rebuild emits nothing)
                 pending.append((published_s, f'{head}{encode_basestring_ascii(rid)}, '
-                                             f'"token_index": {before}}}'))
+                                             f'"token_index": {before}}}\n'))
                 continue
             if kinds is None:
                 kinds = {item.request_id: item.kind for item in plan.work}
@@ -232,11 +239,11 @@ class EventRecorder(EngineObserver):
 
     def _composition(self, state: SchedulerState, plan: IterationPlan, time_s: float) -> None:
         rows = {WorkKind.PREFILL_CHUNK: 0, WorkKind.DECODE_ROW: 0, WorkKind.REBUILD: 0}
-        for item in plan.work:
-            rows[item.kind] += item.end - item.start
+        for kind, start, end in map(work_kind_span, plan.work):
+            rows[kind] += end - start
         self.iterations.append(IterationComposition(
             time_s, rows[WorkKind.PREFILL_CHUNK], rows[WorkKind.DECODE_ROW],
-            rows[WorkKind.REBUILD], num_sequences=len({item.request_id for item in plan.work})))
+            rows[WorkKind.REBUILD], num_sequences=len(set(map(work_request_id, plan.work)))))
         facts = state.capacity
         total = facts.num_blocks_total or 0
         used = 0 if facts.num_blocks_free is None else total - facts.num_blocks_free

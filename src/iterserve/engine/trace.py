@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from iterserve.engine.observer import EngineObserver
-from iterserve.records.plan import IterationPlan
+from iterserve.records.plan import IterationPlan, work_kind_span
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import RequestSpec
 from iterserve.records.state import SchedulerState
@@ -66,8 +66,8 @@ class RunTrace(EngineObserver):
         successor: SchedulerState,
     ) -> None:
         rows = {WorkKind.PREFILL_CHUNK: 0, WorkKind.DECODE_ROW: 0, WorkKind.REBUILD: 0}
-        for work in plan.work:
-            rows[work.kind] += work.end - work.start
+        for kind, start, end in map(work_kind_span, plan.work):
+            rows[kind] += end - start
         if plan.work:
             self.iterations.append(IterationRecord(
                 state.decision_id, state.now, result.duration, rows[WorkKind.PREFILL_CHUNK],

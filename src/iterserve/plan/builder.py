@@ -9,7 +9,6 @@ hand and never counts budgets itself.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Iterator
 
 from iterserve.admission.screen import ReservationScreen
@@ -23,6 +22,7 @@ from iterserve.records.plan import (
     QueueIntent,
     WorkItem,
     preempt_intent_kind,
+    work_tie_break,
 )
 from iterserve.records.rows_bound import bound_of
 from iterserve.records.state import RunRules, SchedulerState
@@ -30,7 +30,6 @@ from iterserve.records.view import Lifecycle, RequestView
 
 _new_tuple = tuple.__new__  # NamedTuple.__new__ is slow on the hot path
 _DECODE = frontier.WorkKind.DECODE_ROW
-_TIE_BREAK = operator.itemgetter(7)  # WorkItem.tie_break, read in C by the sort
 
 
 class PlanBuilder:
@@ -271,6 +270,13 @@ class PlanBuilder:
     def is_aborted(self, view: RequestView) -> bool:
         return view.request_id in self._aborted
 
+    def not_aborted(self, views: list[RequestView]) -> list[RequestView]:
+        """``views`` without the aborted ones, in order (a copy; no call per
+        view in the common case, a plan that aborts nothing)."""
+        if not self._aborted:
+            return list(views)
+        return [view for view in views if view.request_id not in self._aborted]
+
     def take(self, view: RequestView, max_rows: int | None = None) -> int:
         """Schedule a live request's next interval, admitting it if it waits."""
         if view.lifecycle is Lifecycle.WAITING:
@@ -313,7 +319,7 @@ class PlanBuilder:
         return len(self._work)
 
     def build(self) -> IterationPlan:
-        work = sorted([item for item, _ in self._work.values()], key=_TIE_BREAK)
+        work = sorted([item for item, _ in self._work.values()], key=work_tie_break)
         return IterationPlan(
             decision_id=self._state.decision_id,
             input_state_version=self._state.state_version,

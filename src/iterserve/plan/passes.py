@@ -58,7 +58,7 @@ def running_pass(builder: PlanBuilder, running: list[RequestView], rows_of: Rows
     of plain decode steps then take :meth:`PlanBuilder.add_decode_rows`,
     the same plan in one loop (``batch_decode=False``: row by row, the
     reference the equivalence tests hold it to)."""
-    queue = [view for view in running if not builder.is_aborted(view)]
+    queue = builder.not_aborted(running)
     gone: set[str] = set()  # victims preempted earlier in this pass
     views = list(queue)
     index = 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
+from itertools import repeat
 
 from iterserve.records.frontier import phase_rank
 from iterserve.records.state import SchedulerState
@@ -115,3 +116,26 @@ def key_function(
         return lambda view: (first(state, view), *rest(view))
     fields += [KEY_FIELDS[name] for name in tail]
     return lambda view: tuple([field(state, view) for field in fields])
+
+
+KeysOf = Callable[[list[RequestView]], list[tuple[object, ...]]]
+_LIFECYCLE = operator.attrgetter("lifecycle")
+
+
+def keys_function(names: tuple[str, ...], state: SchedulerState) -> KeysOf:
+    """``views -> [key(view) for view in views]`` for :func:`key_function`'s
+    key, the same tuples: the validator derives every work item's key once
+    per decision, at C speed (``map``) for the key shapes policies declare
+    (view attributes only; ``queue_rank`` then at least two of them)."""
+    key_of = key_function(names, state)
+    if len(names) >= 2 and all(name in VIEW_ATTRIBUTES for name in names):
+        return lambda views: list(map(key_of, views))  # one attrgetter: a tuple already
+    tail = names[1:]
+    if names[:1] == ("queue_rank",) and len(tail) >= 2 and all(
+            name in VIEW_ATTRIBUTES for name in tail):
+        rest = operator.attrgetter(*(VIEW_ATTRIBUTES[name] for name in tail))
+        rank = _QUEUE_RANKS.get
+        # (rank,) + rest(view): zip makes the 1-tuples, operator.add joins them
+        return lambda views: list(map(operator.add, zip(map(
+            rank, map(_LIFECYCLE, views), repeat(_SUSPENDED_RANK))), map(rest, views)))
+    return lambda views: list(map(key_of, views))

@@ -9,6 +9,7 @@ validator recomputes (a policy cannot forge them).
 from __future__ import annotations
 
 import enum
+import operator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -36,6 +37,16 @@ class WorkItem(NamedTuple):
     @property
     def width(self) -> int:
         return self.end - self.start
+
+
+# Readers of WorkItem fields in C, for loops over a plan's work: a NamedTuple
+# field read is a Python-level descriptor lookup, several times an itemgetter's
+#: ``(kind, start, end)`` of a work item
+work_kind_span = operator.itemgetter(*map(WorkItem._fields.index, ("kind", "start", "end")))
+#: ``request_id`` of a work item
+work_request_id = operator.itemgetter(WorkItem._fields.index("request_id"))
+#: ``tie_break`` of a work item
+work_tie_break = operator.itemgetter(WorkItem._fields.index("tie_break"))
 
 
 class IntentKind(enum.Enum):

@@ -16,22 +16,31 @@ import hashlib
 import operator
 from bisect import bisect, bisect_left
 from collections.abc import Mapping
-from itertools import compress, count, islice, repeat
+from itertools import compress, islice, repeat
 from operator import is_not
 from typing import cast
 
 import orjson
 
-from iterserve.records.canonical_json import canonical_json, is_plain_ascii
+from iterserve.records.canonical_json import (
+    canonical_json,
+    canonical_json_bytes,
+    canonical_strings_bytes,
+    is_plain_ascii,
+)
 from iterserve.records.codec import state_fields_to_json, view_to_json
 from iterserve.records.state import SchedulerState
 from iterserve.records.transition import claimed_prefix_rows
-from iterserve.records.view import FinishReason, Lifecycle, RequestView
+from iterserve.records.view import Lifecycle, RequestView
 
 # a string value no canonical text can hold unescaped after a comma: the
 # quotes around a key are never escaped, the quotes inside a string always are
 _MARKER = "@@views@@"
-_MARKER_TEXT = f',"views":"{_MARKER}"'
+_MARKER_TEXT = f',"views":"{_MARKER}"'.encode()
+# "waiting", the key after "views", is spliced in too: its ids are encoded
+# apart (no number scans over a long queue's ids)
+_WAITING_MARKER = "@@waiting@@"
+_WAITING_TEXT = f',"waiting":"{_WAITING_MARKER}"'.encode()
 
 
 class StateDigester:
@@ -47,7 +56,7 @@ class StateDigester:
         # had when last encoded, and that view's canonical text without brackets
         self._order: list[str] = []
         self._views: list[RequestView | None] = []  # None: not encoded yet
-        self._texts: list[str | None] = []
+        self._texts: list[bytes | None] = []
         self._claim_ids: set[str] = set()  # ids whose view may hold a claimed prefix hit
 
     def claimed_prefix_rows(self, state: SchedulerState) -> dict[str, int]:
@@ -58,27 +67,44 @@ class StateDigester:
         return claimed_prefix_rows(state) if self._claim_ids else {}
 
     def digest(self, state: SchedulerState) -> str:
-        return hashlib.sha256(self.canonical_text(state).encode()).hexdigest()
+        """sha256 of :meth:`canonical_text`, fed piece by piece: the long
+        views text is hashed where it was joined, never copied again."""
+        pieces = self._pieces(state)
+        hasher = hashlib.sha256(pieces[0])
+        for piece in pieces[1:]:
+            hasher.update(piece)
+        return hasher.hexdigest()
 
     def canonical_text(self, state: SchedulerState) -> str:
         """``dumps(state_to_json(state))``."""
+        return b"".join(self._pieces(state)).decode("ascii")
+
+    def _pieces(self, state: SchedulerState) -> list[bytes]:
+        """The canonical text's bytes in order: the other fields' text
+        around the views, and the views' cached texts joined."""
         views = state.views
-        found = list(map(views.get, self._order))  # None: retired
-        if len(views) != len(found) or not all(found):  # a view is a non-empty tuple
-            current = self._reorder(views, found)
+        if list(views) == self._order:  # the mapping in id order (arrival order, often)
+            current = list(views.values())  # no lookup per view
         else:
-            current = cast(list[RequestView], found)
-        # one pass over the live views: the positions whose view object changed
-        stale = list(compress(count(), map(is_not, current, self._views)))
+            found = list(map(views.get, self._order))  # None: retired
+            if len(views) != len(found) or not all(found):  # a view is a non-empty tuple
+                current = self._reorder(views, found)
+            else:
+                current = cast(list[RequestView], found)
+        stale = _changed_positions(current, self._views)
         if stale:
             self._encode(current, stale)
-        text = canonical_json(state_fields_to_json(state, _MARKER))
-        head, marker, tail = text.partition(_MARKER_TEXT)
-        if not marker:  # cannot happen for a canonical state; never guess
-            raise ValueError("state text has no views marker")
+        fields = state_fields_to_json(state, _MARKER)
+        fields["waiting"] = _WAITING_MARKER
+        head, marker, rest = canonical_json_bytes(fields).partition(_MARKER_TEXT)
+        middle, waiting_marker, tail = rest.partition(_WAITING_TEXT)
+        if not marker or not waiting_marker:  # cannot happen for a canonical state
+            raise ValueError("state text has no views or waiting marker")
+        waiting = [middle, b',"waiting":', canonical_strings_bytes(state.waiting), tail]
         if not current:
-            return f'{head},"views":[]{tail}'
-        return f'{head},"views":[[{"],[".join(self._texts)}]]{tail}'  # type: ignore[arg-type]
+            return [head, b',"views":[]', *waiting]
+        return [head, b',"views":[[', b"],[".join(self._texts),  # type: ignore[arg-type]
+                b"]]", *waiting]
 
     def _encode(self, current: list[RequestView], stale: list[int]) -> None:
         """Encode the views of ``current`` (in id order) at the ``stale``
@@ -89,39 +115,68 @@ class StateDigester:
             texts[index] = text
         self._views = current  # type: ignore[assignment]
         ids = list(map(self._order.__getitem__, stale))
-        self._claim_ids.difference_update(ids)
-        self._claim_ids.update(compress(ids, map(all, zip(
-            map(_COMPUTED, changed), map(operator.not_, map(_EMITTED, changed)),
-            map(operator.is_, map(_LIFECYCLE, changed), repeat(Lifecycle.WAITING)),
-            strict=True))))
+        claim_ids = self._claim_ids
+        if claim_ids:
+            claim_ids.difference_update(ids)
+        # the few WAITING views first (at C speed), then the claim test on them
+        is_waiting = list(map(operator.is_, map(_LIFECYCLE, changed), repeat(Lifecycle.WAITING)))
+        claim_ids.update(rid for rid, view in zip(compress(ids, is_waiting),
+                                                  compress(changed, is_waiting), strict=True)
+                         if view.num_computed and not view.num_emitted)
 
     def _reorder(self, views: Mapping[str, RequestView],
                  current: list[RequestView | None]) -> list[RequestView]:
         """Forget retired views and place new ids in order (a few arrivals
         join a long sorted list: inserted, not sorted again); the state's
-        views in the new order."""
+        views in the new order (the kept ones are ``current``'s, not
+        looked up again)."""
         kept = list(map(is_not, current, repeat(None)))
-        self._claim_ids.difference_update(compress(self._order, map(operator.not_, kept)))
-        order = list(compress(self._order, kept))
-        encoded = list(compress(self._views, kept))
-        texts = list(compress(self._texts, kept))
+        if not all(kept):
+            self._claim_ids.difference_update(compress(self._order, map(operator.not_, kept)))
+            order = list(compress(self._order, kept))
+            encoded = list(compress(self._views, kept))
+            texts = list(compress(self._texts, kept))
+            found = list(compress(current, kept))
+        else:  # nothing retired: only arrivals
+            order, encoded, texts, found = self._order, self._views, self._texts, current
         new = _new_ids(views, order)
         if len(new) > len(order) // 8:
             pairs = dict(zip(order, zip(encoded, texts, strict=True), strict=True))
             order = sorted(views)
             encoded = [pairs.get(rid, _NOTHING)[0] for rid in order]
             texts = [pairs.get(rid, _NOTHING)[1] for rid in order]
+            found = list(map(views.__getitem__, order))
         else:
-            for rid in new:
+            for rid in sorted(new):
                 index = bisect(order, rid)
                 order.insert(index, rid)
                 encoded.insert(index, None)
                 texts.insert(index, None)
+                found.insert(index, views[rid])
         self._order, self._views, self._texts = order, encoded, texts
-        return list(map(views.__getitem__, order))
+        return cast(list[RequestView], found)
 
 
 _NOTHING = (None, None)
+_CHUNK = 32  # views compared as one slice before any is compared alone
+
+
+def _changed_positions(current: list[RequestView], before: list[RequestView | None]) -> list[int]:
+    """The positions where ``current`` holds a view ``before`` does not (a
+    view object that changed, or None before). Whole slices are compared
+    first (one pointer compare a view where nothing changed: the waiting
+    ids after the running ones); only a slice that differs is compared
+    view by view. An equal view that is a new object counts as unchanged:
+    its text is the same."""
+    if len(before) != len(current):  # cannot happen after _reorder; never guess
+        return list(range(len(current)))
+    stale: list[int] = []
+    for start in range(0, len(current), _CHUNK):
+        end = start + _CHUNK
+        now, then = current[start:end], before[start:end]
+        if now != then:
+            stale += compress(range(start, end), map(is_not, now, then))
+    return stale
 
 
 def _new_ids(views: Mapping[str, RequestView], known: list[str]) -> set[str]:
@@ -144,38 +199,28 @@ def _contains(ordered: list[str], rid: str) -> bool:
     return index < len(ordered) and ordered[index] == rid
 
 
-# view_to_json's 18 fields in four runs: the scalars before the lifecycle, the
-# lifecycle, the scalars after it, the finish reason. The two enums are
-# written from tables (orjson would read each ``.value`` at Python speed).
-_HEAD = operator.itemgetter(slice(0, 12))
+# view_to_json's fields are the view's first 18, in order; orjson writes the
+# two enums (Lifecycle, FinishReason) as their values, as view_to_json does
+_FIELDS = operator.itemgetter(slice(0, 18))
 _LIFECYCLE = operator.itemgetter(12)
-_TAIL = operator.itemgetter(slice(13, 17))
-_REASON = operator.itemgetter(17)
-_EMITTED, _COMPUTED = operator.itemgetter(9), operator.itemgetter(10)
-_LIFECYCLE_TEXT = {member: f'"{member.value}"' for member in Lifecycle}
-_REASON_TEXT: dict[FinishReason | None, str] = {
-    None: "null", **{member: f'"{member.value}"' for member in FinishReason}}
 
 
-def encode_views(views: list[RequestView]) -> list[str]:
+def encode_views(views: list[RequestView]) -> list[bytes]:
     """``canonical_json(view_to_json(view))`` of each view without its outer
-    brackets, at C speed: one orjson call per run of scalar fields, split at
-    the top-level ``],[``. Where a split is not exact (a string holding
-    ``],[``) or the text may not be the stdlib's, each view takes
+    brackets, as ASCII bytes, at C speed: one orjson call for them all,
+    split at the top-level ``],[``. Where a split is not exact (a string
+    holding ``],[``) or the text may not be the stdlib's, each view takes
     :func:`canonical_json`."""
-    heads = _split_rows(orjson.dumps(list(map(_HEAD, views))), len(views))
-    tails = _split_rows(orjson.dumps(list(map(_TAIL, views))), len(views))
-    if heads is None or tails is None:
-        return [canonical_json(view_to_json(view))[1:-1] for view in views]
-    lifecycles = map(_LIFECYCLE_TEXT.__getitem__, map(_LIFECYCLE, views))
-    reasons = map(_REASON_TEXT.__getitem__, map(_REASON, views))
-    return list(map(",".join, zip(heads, lifecycles, tails, reasons, strict=True)))
+    rows = _split_rows(orjson.dumps(list(map(_FIELDS, views))), len(views))
+    if rows is None:
+        return [canonical_json(view_to_json(view))[1:-1].encode() for view in views]
+    return rows
 
 
-def _split_rows(data: bytes, num_rows: int) -> list[str] | None:
+def _split_rows(data: bytes, num_rows: int) -> list[bytes] | None:
     """The rows of orjson's ``[[...],[...]]`` without their brackets, or
     None when they may not be the stdlib's text or do not split exactly."""
     if not is_plain_ascii(data):
         return None
-    rows = data[2:-2].decode("ascii").split("],[")
+    rows = data[2:-2].split(b"],[")
     return rows if len(rows) == num_rows else None

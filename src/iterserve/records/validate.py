@@ -10,6 +10,7 @@ from __future__ import annotations
 import operator
 from collections import Counter
 from collections.abc import Mapping
+from itertools import islice
 from typing import NoReturn
 
 from iterserve.records import errors as E
@@ -19,8 +20,15 @@ from iterserve.records.frontier import (
     completion_service,
     interval_kind,
 )
-from iterserve.records.keys import KEY_FIELDS, key_function
-from iterserve.records.plan import IntentKind, IterationPlan, WorkItem
+from iterserve.records.keys import KEY_FIELDS, keys_function
+from iterserve.records.plan import (
+    IntentKind,
+    IterationPlan,
+    WorkItem,
+    work_kind_span,
+    work_request_id,
+    work_tie_break,
+)
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
@@ -267,8 +275,8 @@ def _validate_kv(state: SchedulerState, plan: IterationPlan) -> None:
             resumed += held  # swapped-in rows need device blocks again
     size = facts.block_size  # blocks_for(end) - blocks_for(start), inlined (hot path)
     needed = resumed
-    for work in plan.work:
-        needed += (-work.start // size) - (-work.end // size)
+    for _, start, end in map(work_kind_span, plan.work):
+        needed += (-start // size) - (-end // size)
     if needed > facts.num_blocks_free + freed:
         raise E.KvCapacityExceeded(
             f"plan needs {needed} new KV blocks, {facts.num_blocks_free} free + {freed} released"
@@ -279,21 +287,35 @@ _RELEASING = frozenset({IntentKind.PREEMPT_RECOMPUTE, IntentKind.PREEMPT_PRESERV
 
 
 def _validate_tie_break(state: SchedulerState, plan: IterationPlan) -> None:
-    """Recorded keys must recompute from the state and be in order."""
+    """Recorded keys must recompute from the state and be in order. Every
+    key is derived once, at C speed; on any doubt
+    :func:`_explain_tie_break` raises the named error of the first item."""
     names = plan.tie_break_key
     unknown = [name for name in names if name not in KEY_FIELDS]
     if unknown:
         raise E.ForgedTieBreak(f"unknown tie-break field(s) {unknown}")
-    key_of = key_function(names, state)
-    views = state.views
+    work = plan.work
+    if not work:
+        return
+    derived = keys_function(names, state)(list(map(state.views.__getitem__, map(work_request_id, work))))
+    if derived != list(map(work_tie_break, work)) or any(
+            map(operator.lt, islice(derived, 1, None), derived)):
+        _explain_tie_break(plan, derived)
+
+
+
+
+def _explain_tie_break(plan: IterationPlan, derived: list[tuple[object, ...]]) -> NoReturn:
+    """Raise the named error for the first item whose recorded key differs
+    from ``derived`` or breaks the order."""
     previous: tuple[object, ...] | None = None
-    for work in plan.work:
-        key = key_of(views[work.request_id])
+    for work, key in zip(plan.work, derived, strict=True):
         if key != work.tie_break:
             raise E.ForgedTieBreak(f"{work.request_id}: recorded {work.tie_break}, derived {key}")
         if previous is not None and key < previous:
             raise E.ForgedTieBreak(f"{work.request_id}: work is out of tie-break order")
         previous = key
+    raise E.ContractViolation("tie-break refused")  # unreachable: the fast check is exact
 
 
 def validate_result(plan: IterationPlan, state: SchedulerState, result: IterationResult) -> None:
@@ -307,7 +329,7 @@ def validate_result(plan: IterationPlan, state: SchedulerState, result: Iteratio
             f"result for v{result.input_state_version}/d{result.decision_id}, "
             f"plan is v{plan.input_state_version}/d{plan.decision_id}"
         )
-    planned = {work.request_id: work for work in plan.work}
+    planned = dict(zip(map(work_request_id, plan.work), plan.work, strict=True))  # at C speed
     service: Counter[str] = Counter()
     done: set[str] = set()
     views = state.views
