@@ -1,0 +1,236 @@
+// Multi-row chunks of bf16 heads on the AMX tile unit (paged_decode.cpp's
+// path for a chunk tile: rows > 1, head_dim a multiple of 32, up to 256).
+//
+// One call attends up to kMaxQueries query vectors (rows x G heads of one kv
+// head, query q = row q / G, head q % G) against keys [lo, hi) of one
+// segment, flash-attention style and query-major throughout:
+//   per span of up to kSpan keys: pack the span's K rows into B tiles
+//   (dimension pairs x keys, i.e. K^T in pair-interleaved order) and its V
+//   rows into B tiles (key pairs x dimensions); then per block of 16 queries
+//   that sees a key of the span: S[16, span] = Q . K^T (float32 sums of exact
+//   bf16 products), scale, hide invisible keys (-inf), one streaming-softmax
+//   step per query row (running max, sum, accumulator rescale), the weights
+//   rounded to bf16, and acc[16, D] += P . V on the tile unit.
+// The output is acc / sum per query. Packing is per task and span, so a task
+// covers many rows (kMaxQueries / G) to share each packed span.
+// Tiles (the TileConfig of amx_score.h: five 16-row x 64-byte tiles):
+// tmm0 = S block, tmm1 = acc block, tmm2 = Q block, tmm3 = P block, tmm4 = B.
+#pragma once
+
+#include "amx_score.h"
+
+#ifdef ITERSERVE_HAS_AMX
+#include "simd.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace iterserve_amx_chunk {
+
+using c10::BFloat16;
+
+constexpr int64_t kMaxQueries = 256;  // query vectors per call (rows x G)
+constexpr int64_t kSpan = 64;         // keys per packed span (a multiple of 32)
+constexpr int64_t kMaxHeadDim = 256;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Whether this path takes a head of d elements.
+inline bool takes_head_dim(int64_t d) { return d % 32 == 0 && d <= kMaxHeadDim; }
+
+// Per-thread buffers, sized for the largest call.
+struct Scratch {
+  std::vector<BFloat16> query;      // [kMaxQueries, D]
+  std::vector<float> acc;           // [kMaxQueries, D]
+  std::vector<float> row_max, row_sum;  // [kMaxQueries]
+  std::vector<uint32_t> keys;       // [kSpan / 16][D / 32][16 pairs][16 keys]
+  std::vector<uint16_t> values;     // [kSpan / 32][D / 16][16 key pairs][32]
+  std::vector<float> scores;        // [16, kSpan]
+  std::vector<BFloat16> weights;    // [16, kSpan]
+  explicit Scratch(int64_t d)
+      : query(kMaxQueries * d), acc(kMaxQueries * d), row_max(kMaxQueries),
+        row_sum(kMaxQueries), keys(kSpan * d / 2), values(kSpan * d), scores(16 * kSpan),
+        weights(16 * kSpan) {}
+};
+
+// The call's geometry: rows of one segment and one kv head.
+struct ChunkTask {
+  const BFloat16* query;  // row 0, query head kv * G
+  int64_t query_row_stride, query_head_stride;
+  BFloat16* out;  // row 0, head kv * G; rows out_row_stride apart, heads d apart
+  int64_t out_row_stride;
+  const BFloat16* keys;    // pool + kv * d (add a key's offset)
+  const BFloat16* values;  // pool + kv * d
+  int64_t num_rows, group, head_dim, first_position, window;  // window 0: none
+  float scale;
+};
+
+// keys[kb][c][p][k] = the 32-bit pair p of chunk c of span key 16 kb + k
+// (K^T, pair-interleaved: the B tile of S = Q . K^T); zero past n.
+inline void pack_keys(const ChunkTask& t, const int64_t* offsets, int64_t n, int64_t n_pad,
+                      uint32_t* out) {
+  const int64_t chunks = t.head_dim / 32;
+  const __m512i rows = _mm512_mullo_epi32(
+      _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(16));
+  for (int64_t i = 0; i < n_pad; ++i) {
+    uint32_t* column = out + (i / 16) * chunks * 256 + i % 16;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const __m512i pairs = i < n ? _mm512_loadu_si512(t.keys + offsets[i] + 32 * c)
+                                  : _mm512_setzero_si512();
+      _mm512_i32scatter_epi32(column + c * 256, rows, pairs, 4);
+    }
+  }
+}
+
+// values[kb][j][p][2e + s] = element 16 j + e of span key 32 kb + 2p + s (the
+// B tile of acc += P . V); zero past n.
+inline void pack_values(const ChunkTask& t, const int64_t* offsets, int64_t n, int64_t n_pad,
+                        uint16_t* out) {
+  const int64_t blocks = t.head_dim / 16;
+  // Lane 2e + s of the interleave of rows a (s = 0) and b (s = 1), elements e of a 32-element half.
+  alignas(64) int16_t low_index[32], high_index[32];
+  for (int e = 0; e < 16; ++e)
+    for (int s = 0; s < 2; ++s) {
+      low_index[2 * e + s] = static_cast<int16_t>(e + 32 * s);
+      high_index[2 * e + s] = static_cast<int16_t>(16 + e + 32 * s);
+    }
+  const __m512i low = _mm512_load_si512(low_index), high = _mm512_load_si512(high_index);
+  for (int64_t i = 0; i < n_pad; i += 2) {
+    uint16_t* pair = out + (i / 32) * blocks * 512 + (i % 32) / 2 * 32;
+    for (int64_t h = 0; h < t.head_dim / 32; ++h) {
+      const __m512i a = i < n ? _mm512_loadu_si512(t.values + offsets[i] + 32 * h)
+                              : _mm512_setzero_si512();
+      const __m512i b = i + 1 < n ? _mm512_loadu_si512(t.values + offsets[i + 1] + 32 * h)
+                                  : _mm512_setzero_si512();
+      _mm512_storeu_si512(pair + (2 * h) * 512, _mm512_permutex2var_epi16(a, low, b));
+      _mm512_storeu_si512(pair + (2 * h + 1) * 512, _mm512_permutex2var_epi16(a, high, b));
+    }
+  }
+}
+
+// One streaming-softmax step for the 16 query rows of block qb over span keys
+// [start, start + n_pad): scores -> bf16 weights, running max / sum and the
+// accumulator rows rescaled.
+inline void softmax_block(const ChunkTask& t, int64_t qb, int64_t n_q, int64_t start,
+                          int64_t n_pad, Scratch& s) {
+  const int64_t d = t.head_dim;
+  const __m512 scale = _mm512_set1_ps(t.scale);
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  for (int64_t r = 0; r < 16; ++r) {
+    const int64_t q = qb * 16 + r;
+    float* scores = s.scores.data() + r * kSpan;
+    BFloat16* weights = s.weights.data() + r * kSpan;
+    if (q >= n_q) {  // a padding row: weights 0
+      std::memset(static_cast<void*>(weights), 0, n_pad * sizeof(BFloat16));
+      continue;
+    }
+    const int64_t position = t.first_position + q / t.group;
+    const int64_t visible_hi = position + 1 - start;  // span keys below this are causal-visible
+    const int64_t visible_lo = t.window > 0 ? position + 1 - t.window - start : INT64_MIN / 2;
+    __m512 best = _mm512_set1_ps(kNegInf);
+    for (int64_t k = 0; k < n_pad; k += 16) {
+      const __m512i key = _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int>(k)));
+      __mmask16 live = _mm512_cmplt_epi32_mask(
+          key, _mm512_set1_epi32(static_cast<int>(std::clamp<int64_t>(visible_hi, 0, kSpan))));
+      if (t.window > 0)
+        live &= _mm512_cmpge_epi32_mask(
+            key, _mm512_set1_epi32(static_cast<int>(std::clamp<int64_t>(visible_lo, 0, kSpan))));
+      const __m512 x = _mm512_mask_mul_ps(_mm512_set1_ps(kNegInf), live,
+                                          _mm512_loadu_ps(scores + k), scale);
+      _mm512_storeu_ps(scores + k, x);
+      best = _mm512_max_ps(best, x);
+    }
+    const float span_max = _mm512_reduce_max_ps(best);
+    const float new_max = std::max(s.row_max[q], span_max);
+    const float shift = new_max == kNegInf ? 0.f : new_max;
+    const float correction = std::exp(s.row_max[q] - shift);
+    s.row_max[q] = new_max;
+    __m512 total = _mm512_setzero_ps();
+    const __m512 shift16 = _mm512_set1_ps(shift);
+    for (int64_t k = 0; k < n_pad; k += 16) {
+      const __m512 w = iterserve_simd::exp16(_mm512_sub_ps(_mm512_loadu_ps(scores + k), shift16));
+      total = _mm512_add_ps(total, w);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(weights + k), (__m256i)_mm512_cvtneps_pbh(w));
+    }
+    s.row_sum[q] = s.row_sum[q] * correction + _mm512_reduce_add_ps(total);
+    if (correction != 1.f) {
+      float* acc = s.acc.data() + q * d;
+      const __m512 factor = _mm512_set1_ps(correction);
+      for (int64_t e = 0; e < d; e += 16)
+        _mm512_storeu_ps(acc + e, _mm512_mul_ps(_mm512_loadu_ps(acc + e), factor));
+    }
+  }
+}
+
+// Whether query block qb sees no key of span [start, stop).
+inline bool block_skips(const ChunkTask& t, int64_t qb, int64_t n_q, int64_t start, int64_t stop) {
+  const int64_t first_row = qb * 16 / t.group;
+  const int64_t last_row = (std::min(n_q, qb * 16 + 16) - 1) / t.group;
+  if (start > t.first_position + last_row) return true;  // every key in the future
+  return t.window > 0 && stop <= t.first_position + first_row + 1 - t.window;
+}
+
+// The call: `offsets(lo, hi, out)` writes the pool offsets (elements) of keys
+// [lo, hi); the keys a task sees are [lo, hi). The thread holds a TileSession.
+template <typename Locate>
+void attend(const ChunkTask& t, int64_t lo, int64_t hi, const Locate& locate, Scratch& s) {
+  const int64_t d = t.head_dim, n_q = t.num_rows * t.group, blocks = (n_q + 15) / 16;
+  for (int64_t q = 0; q < blocks * 16; ++q) {
+    BFloat16* dst = s.query.data() + q * d;
+    if (q < n_q) {
+      std::memcpy(dst, t.query + (q / t.group) * t.query_row_stride + (q % t.group) * t.query_head_stride,
+                  d * sizeof(BFloat16));
+    } else {
+      std::memset(static_cast<void*>(dst), 0, d * sizeof(BFloat16));
+    }
+  }
+  std::fill(s.acc.begin(), s.acc.begin() + blocks * 16 * d, 0.f);
+  std::fill(s.row_max.begin(), s.row_max.begin() + blocks * 16, kNegInf);
+  std::fill(s.row_sum.begin(), s.row_sum.begin() + blocks * 16, 0.f);
+  int64_t offsets[kSpan];
+  const int64_t chunks = d / 32;
+  for (int64_t start = lo; start < hi; start += kSpan) {
+    const int64_t n = std::min(kSpan, hi - start), n_pad = (n + 31) / 32 * 32;
+    locate(start, start + n, offsets);
+    pack_keys(t, offsets, n, n_pad, s.keys.data());
+    pack_values(t, offsets, n, n_pad, s.values.data());
+    for (int64_t qb = 0; qb < blocks; ++qb) {
+      if (block_skips(t, qb, n_q, start, start + n)) continue;
+      const BFloat16* query = s.query.data() + qb * 16 * d;
+      for (int64_t kb = 0; kb < n_pad / 16; ++kb) {
+        _tile_zero(0);
+        for (int64_t c = 0; c < chunks; ++c) {
+          _tile_loadd(2, query + 32 * c, d * 2);
+          _tile_loadd(4, s.keys.data() + (kb * chunks + c) * 256, 64);
+          _tile_dpbf16ps(0, 2, 4);
+        }
+        _tile_stored(0, s.scores.data() + kb * 16, kSpan * 4);
+      }
+      softmax_block(t, qb, n_q, start, n_pad, s);
+      float* acc = s.acc.data() + qb * 16 * d;
+      for (int64_t j = 0; j < d / 16; ++j) {
+        _tile_loadd(1, acc + 16 * j, d * 4);
+        for (int64_t kb = 0; kb < n_pad / 32; ++kb) {
+          _tile_loadd(3, s.weights.data() + 32 * kb, kSpan * 2);
+          _tile_loadd(4, s.values.data() + (kb * (d / 16) + j) * 512, 64);
+          _tile_dpbf16ps(1, 3, 4);
+        }
+        _tile_stored(1, acc + 16 * j, d * 4);
+      }
+    }
+  }
+  for (int64_t q = 0; q < n_q; ++q) {
+    const float inverse = 1.f / s.row_sum[q];
+    const float* acc = s.acc.data() + q * d;
+    BFloat16* dst = t.out + (q / t.group) * t.out_row_stride + (q % t.group) * d;
+    for (int64_t e = 0; e < d; e += 16)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + e),
+                          (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(acc + e),
+                                                                    _mm512_set1_ps(inverse))));
+  }
+}
+
+}  // namespace iterserve_amx_chunk
+#endif
