@@ -103,8 +103,8 @@ def test_one_and_two_threads_agree(dtype: torch.dtype) -> None:
 
 #: (start, rows) of the chunk cases: short and long chunks from 0 and past it,
 #: tiles cut mid-chunk (64 rows per AMX task at G = 4, 256 / G in general),
-#: key counts on and off the 64-key span and the 32-key pairs of the P . V tiles.
-CHUNKS = ((0, 2), (0, 31), (5, 17), (0, 150), (77, 70), (130, 33), (0, 65), (300, 3))
+#: key counts on and off the 128-key span and the 32-key pairs of the P . V tiles.
+CHUNKS = ((0, 2), (0, 31), (5, 17), (0, 150), (77, 70), (130, 33), (0, 65), (300, 3), (60, 69))
 
 
 def _chunk_case(seed: int, num_heads: int, num_kv_heads: int, head_dim: int,

@@ -14,7 +14,8 @@
 // The output is acc / sum per query. Packing is per task and span, so a task
 // covers many rows (kMaxQueries / G) to share each packed span.
 // Tiles (the TileConfig of amx_score.h: five 16-row x 64-byte tiles):
-// tmm0 = S block, tmm1 = acc block, tmm2 = Q block, tmm3 = P block, tmm4 = B.
+// S: tmm0, tmm1 = two S blocks, tmm2 = Q block, tmm3, tmm4 = K^T; P . V: tmm0,
+// tmm1 = two acc blocks, tmm3 = P block, tmm2, tmm4 = V.
 #pragma once
 
 #include "amx_score.h"
@@ -33,7 +34,7 @@ namespace iterserve_amx_chunk {
 using c10::BFloat16;
 
 constexpr int64_t kMaxQueries = 256;  // query vectors per call (rows x G)
-constexpr int64_t kSpan = 64;         // keys per packed span (a multiple of 32)
+constexpr int64_t kSpan = 128;        // keys per packed span (a multiple of 32)
 constexpr int64_t kMaxHeadDim = 256;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
@@ -199,25 +200,35 @@ void attend(const ChunkTask& t, int64_t lo, int64_t hi, const Locate& locate, Sc
     for (int64_t qb = 0; qb < blocks; ++qb) {
       if (block_skips(t, qb, n_q, start, start + n)) continue;
       const BFloat16* query = s.query.data() + qb * 16 * d;
-      for (int64_t kb = 0; kb < n_pad / 16; ++kb) {
+      // Two independent accumulator tiles at a time (key blocks kb, kb + 1,
+      // then dimension blocks j, j + 1), sharing each A tile load.
+      for (int64_t kb = 0; kb < n_pad / 16; kb += 2) {
         _tile_zero(0);
+        _tile_zero(1);
         for (int64_t c = 0; c < chunks; ++c) {
           _tile_loadd(2, query + 32 * c, d * 2);
           _tile_loadd(4, s.keys.data() + (kb * chunks + c) * 256, 64);
+          _tile_loadd(3, s.keys.data() + ((kb + 1) * chunks + c) * 256, 64);
           _tile_dpbf16ps(0, 2, 4);
+          _tile_dpbf16ps(1, 2, 3);
         }
         _tile_stored(0, s.scores.data() + kb * 16, kSpan * 4);
+        _tile_stored(1, s.scores.data() + kb * 16 + 16, kSpan * 4);
       }
       softmax_block(t, qb, n_q, start, n_pad, s);
       float* acc = s.acc.data() + qb * 16 * d;
-      for (int64_t j = 0; j < d / 16; ++j) {
-        _tile_loadd(1, acc + 16 * j, d * 4);
+      for (int64_t j = 0; j < d / 16; j += 2) {
+        _tile_loadd(0, acc + 16 * j, d * 4);
+        _tile_loadd(1, acc + 16 * j + 16, d * 4);
         for (int64_t kb = 0; kb < n_pad / 32; ++kb) {
           _tile_loadd(3, s.weights.data() + 32 * kb, kSpan * 2);
           _tile_loadd(4, s.values.data() + (kb * (d / 16) + j) * 512, 64);
-          _tile_dpbf16ps(1, 3, 4);
+          _tile_loadd(2, s.values.data() + (kb * (d / 16) + j + 1) * 512, 64);
+          _tile_dpbf16ps(0, 3, 4);
+          _tile_dpbf16ps(1, 3, 2);
         }
-        _tile_stored(1, acc + 16 * j, d * 4);
+        _tile_stored(0, acc + 16 * j, d * 4);
+        _tile_stored(1, acc + 16 * j + 16, d * 4);
       }
     }
   }

@@ -18,8 +18,9 @@
 // streaming-softmax step (raise the running max, rescale sum and accumulator,
 // turn scores into weights), and accumulate the weighted V rows (a register
 // tile of accumulators per value load). The output is acc / sum per query.
-// (model/attention.py sends only decode rows here by default; chunks go to
-// SDPA, whose bf16 GEMMs beat these float32 dot products on AMX CPUs.)
+// A multi-row tile of bf16 heads goes to amx_chunk.h instead where the CPU
+// has the AMX tile unit (chunk_tiles); model/attention.py sends chunks here
+// only then: elsewhere SDPA's GEMMs beat these float32 dot products.
 //
 // Shapes: query [Q, H, D] (stride(2) == 1), pools [N, block_size, KV, D]
 // contiguous, block_tables [S, max_blocks], offsets [S + 1], context_lens [S]
