@@ -24,6 +24,7 @@
 #include "simd.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -111,14 +112,48 @@ inline void pack_values(const ChunkTask& t, const int64_t* offsets, int64_t n, i
   }
 }
 
+// 2^y for y <= 0 (-inf included: a hidden key), within ~3e-6 relative: the
+// weights are rounded to bf16 next, so this trades simd.h's exp16 accuracy for
+// about half its instructions. Below 2^-126 it returns a tiny normal, not 0,
+// which adds nothing visible to a sum or to P . V.
+inline __m512 exp2_nonpositive(__m512 y) {
+  y = _mm512_max_ps(y, _mm512_set1_ps(-126.f));
+  const __m512 n = _mm512_roundscale_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(y, n);  // [-0.5, 0.5]
+  __m512 p = _mm512_set1_ps(1.3333558146428443e-3f);  // (ln 2)^k / k!, k = 5 .. 0
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618129107628477e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550410866482158e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.2402265069591007f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6931471805599453f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// Hide the keys of row scores [0, n_pad) outside [visible_lo, visible_hi)
+// (span-relative) with -inf; returns the largest score left.
+inline float mask_row(float* scores, int64_t n_pad, int64_t visible_lo, int64_t visible_hi) {
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i lo = _mm512_set1_epi32(static_cast<int>(std::clamp<int64_t>(visible_lo, 0, kSpan)));
+  const __m512i hi = _mm512_set1_epi32(static_cast<int>(std::clamp<int64_t>(visible_hi, 0, kSpan)));
+  __m512 best = _mm512_set1_ps(kNegInf);
+  for (int64_t k = 0; k < n_pad; k += 16) {
+    const __m512i key = _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int>(k)));
+    const __mmask16 live = _mm512_cmplt_epi32_mask(key, hi) & _mm512_cmpge_epi32_mask(key, lo);
+    const __m512 x = _mm512_mask_mov_ps(_mm512_set1_ps(kNegInf), live, _mm512_loadu_ps(scores + k));
+    _mm512_storeu_ps(scores + k, x);
+    best = _mm512_max_ps(best, x);
+  }
+  return _mm512_reduce_max_ps(best);
+}
+
 // One streaming-softmax step for the 16 query rows of block qb over span keys
-// [start, start + n_pad): scores -> bf16 weights, running max / sum and the
-// accumulator rows rescaled.
+// [start, start + n_pad): raw scores -> bf16 weights e^(scale * (s - max)),
+// running max (of raw scores; scale > 0 keeps the order), sum and the
+// accumulator rows rescaled. Only rows that do not see the whole span mask.
 inline void softmax_block(const ChunkTask& t, int64_t qb, int64_t n_q, int64_t start,
                           int64_t n_pad, Scratch& s) {
   const int64_t d = t.head_dim;
-  const __m512 scale = _mm512_set1_ps(t.scale);
-  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const float factor = t.scale * 1.4426950408889634f;  // scale / ln 2
   for (int64_t r = 0; r < 16; ++r) {
     const int64_t q = qb * 16 + r;
     float* scores = s.scores.data() + r * kSpan;
@@ -129,38 +164,32 @@ inline void softmax_block(const ChunkTask& t, int64_t qb, int64_t n_q, int64_t s
     }
     const int64_t position = t.first_position + q / t.group;
     const int64_t visible_hi = position + 1 - start;  // span keys below this are causal-visible
-    const int64_t visible_lo = t.window > 0 ? position + 1 - t.window - start : INT64_MIN / 2;
-    __m512 best = _mm512_set1_ps(kNegInf);
-    for (int64_t k = 0; k < n_pad; k += 16) {
-      const __m512i key = _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int>(k)));
-      __mmask16 live = _mm512_cmplt_epi32_mask(
-          key, _mm512_set1_epi32(static_cast<int>(std::clamp<int64_t>(visible_hi, 0, kSpan))));
-      if (t.window > 0)
-        live &= _mm512_cmpge_epi32_mask(
-            key, _mm512_set1_epi32(static_cast<int>(std::clamp<int64_t>(visible_lo, 0, kSpan))));
-      const __m512 x = _mm512_mask_mul_ps(_mm512_set1_ps(kNegInf), live,
-                                          _mm512_loadu_ps(scores + k), scale);
-      _mm512_storeu_ps(scores + k, x);
-      best = _mm512_max_ps(best, x);
+    const int64_t visible_lo = t.window > 0 ? position + 1 - t.window - start : 0;
+    float span_max;
+    if (visible_hi < n_pad || visible_lo > 0) {
+      span_max = mask_row(scores, n_pad, visible_lo, visible_hi);
+    } else {
+      __m512 best = _mm512_loadu_ps(scores);
+      for (int64_t k = 16; k < n_pad; k += 16) best = _mm512_max_ps(best, _mm512_loadu_ps(scores + k));
+      span_max = _mm512_reduce_max_ps(best);
     }
-    const float span_max = _mm512_reduce_max_ps(best);
     const float new_max = std::max(s.row_max[q], span_max);
     const float shift = new_max == kNegInf ? 0.f : new_max;
-    const float correction = std::exp(s.row_max[q] - shift);
+    const float correction = std::exp2((s.row_max[q] - shift) * factor);
     s.row_max[q] = new_max;
     __m512 total = _mm512_setzero_ps();
-    const __m512 shift16 = _mm512_set1_ps(shift);
+    const __m512 scaled = _mm512_set1_ps(factor), offset = _mm512_set1_ps(-shift * factor);
     for (int64_t k = 0; k < n_pad; k += 16) {
-      const __m512 w = iterserve_simd::exp16(_mm512_sub_ps(_mm512_loadu_ps(scores + k), shift16));
+      const __m512 w = exp2_nonpositive(_mm512_fmadd_ps(_mm512_loadu_ps(scores + k), scaled, offset));
       total = _mm512_add_ps(total, w);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(weights + k), (__m256i)_mm512_cvtneps_pbh(w));
     }
     s.row_sum[q] = s.row_sum[q] * correction + _mm512_reduce_add_ps(total);
     if (correction != 1.f) {
       float* acc = s.acc.data() + q * d;
-      const __m512 factor = _mm512_set1_ps(correction);
+      const __m512 c = _mm512_set1_ps(correction);
       for (int64_t e = 0; e < d; e += 16)
-        _mm512_storeu_ps(acc + e, _mm512_mul_ps(_mm512_loadu_ps(acc + e), factor));
+        _mm512_storeu_ps(acc + e, _mm512_mul_ps(_mm512_loadu_ps(acc + e), c));
     }
   }
 }
