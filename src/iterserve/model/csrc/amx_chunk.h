@@ -146,52 +146,83 @@ inline float mask_row(float* scores, int64_t n_pad, int64_t visible_lo, int64_t 
   return _mm512_reduce_max_ps(best);
 }
 
+// Lane j of the result = Op over the lanes of v[j] (Op: max or add): sixteen
+// horizontal reductions in about 30 instructions.
+template <__m512 (*Op)(__m512, __m512)>
+inline __m512 reduce16(const __m512* v) {
+  __m512 pairs[8], quads[4];
+  for (int k = 0; k < 8; ++k)
+    pairs[k] = Op(_mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]),
+                  _mm512_unpackhi_ps(v[2 * k], v[2 * k + 1]));
+  for (int k = 0; k < 4; ++k) {
+    const __m512d a = _mm512_castps_pd(pairs[2 * k]), b = _mm512_castps_pd(pairs[2 * k + 1]);
+    quads[k] = Op(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                  _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  const __m512 low = Op(_mm512_shuffle_f32x4(quads[0], quads[1], 0x88),
+                        _mm512_shuffle_f32x4(quads[0], quads[1], 0xDD));
+  const __m512 high = Op(_mm512_shuffle_f32x4(quads[2], quads[3], 0x88),
+                         _mm512_shuffle_f32x4(quads[2], quads[3], 0xDD));
+  return Op(_mm512_shuffle_f32x4(low, high, 0x88), _mm512_shuffle_f32x4(low, high, 0xDD));
+}
+inline __m512 max_ps(__m512 a, __m512 b) { return _mm512_max_ps(a, b); }
+inline __m512 add_ps(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+
 // One streaming-softmax step for the 16 query rows of block qb over span keys
 // [start, start + n_pad): raw scores -> bf16 weights e^(scale * (s - max)),
 // running max (of raw scores; scale > 0 keeps the order), sum and the
 // accumulator rows rescaled. Only rows that do not see the whole span mask.
-inline void softmax_block(const ChunkTask& t, int64_t qb, int64_t n_q, int64_t start,
-                          int64_t n_pad, Scratch& s) {
+// The per-row statistics are taken sixteen rows at a time (lane r: row r).
+// Rows past n_q (padding) are attended like the others and never stored.
+inline void softmax_block(const ChunkTask& t, int64_t qb, int64_t start, int64_t n_pad,
+                          Scratch& s) {
   const int64_t d = t.head_dim;
   const float factor = t.scale * 1.4426950408889634f;  // scale / ln 2
+  __m512 best[16], total[16];
   for (int64_t r = 0; r < 16; ++r) {
-    const int64_t q = qb * 16 + r;
     float* scores = s.scores.data() + r * kSpan;
-    BFloat16* weights = s.weights.data() + r * kSpan;
-    if (q >= n_q) {  // a padding row: weights 0
-      std::memset(static_cast<void*>(weights), 0, n_pad * sizeof(BFloat16));
-      continue;
-    }
-    const int64_t position = t.first_position + q / t.group;
+    const int64_t position = t.first_position + (qb * 16 + r) / t.group;
     const int64_t visible_hi = position + 1 - start;  // span keys below this are causal-visible
     const int64_t visible_lo = t.window > 0 ? position + 1 - t.window - start : 0;
-    float span_max;
     if (visible_hi < n_pad || visible_lo > 0) {
-      span_max = mask_row(scores, n_pad, visible_lo, visible_hi);
+      best[r] = _mm512_set1_ps(mask_row(scores, n_pad, visible_lo, visible_hi));
     } else {
-      __m512 best = _mm512_loadu_ps(scores);
-      for (int64_t k = 16; k < n_pad; k += 16) best = _mm512_max_ps(best, _mm512_loadu_ps(scores + k));
-      span_max = _mm512_reduce_max_ps(best);
+      best[r] = _mm512_loadu_ps(scores);
+      for (int64_t k = 16; k < n_pad; k += 16) best[r] = _mm512_max_ps(best[r], _mm512_loadu_ps(scores + k));
     }
-    const float new_max = std::max(s.row_max[q], span_max);
-    const float shift = new_max == kNegInf ? 0.f : new_max;
-    const float correction = std::exp2((s.row_max[q] - shift) * factor);
-    s.row_max[q] = new_max;
-    __m512 total = _mm512_setzero_ps();
-    const __m512 scaled = _mm512_set1_ps(factor), offset = _mm512_set1_ps(-shift * factor);
+  }
+  float* row_max = s.row_max.data() + qb * 16;
+  const __m512 old_max = _mm512_loadu_ps(row_max);
+  const __m512 new_max = _mm512_max_ps(old_max, reduce16<max_ps>(best));
+  // A row that has seen no visible key yet keeps max -inf and shifts by 0.
+  const __m512 shift = _mm512_mask_mov_ps(
+      new_max, _mm512_cmp_ps_mask(new_max, _mm512_set1_ps(kNegInf), _CMP_EQ_OQ), _mm512_setzero_ps());
+  const __m512 scaled = _mm512_set1_ps(factor);
+  const __m512 correction = exp2_nonpositive(_mm512_mul_ps(_mm512_sub_ps(old_max, shift), scaled));
+  _mm512_storeu_ps(row_max, new_max);
+  alignas(64) float offsets[16], corrections[16];
+  _mm512_store_ps(offsets, _mm512_mul_ps(shift, _mm512_set1_ps(-factor)));
+  _mm512_store_ps(corrections, correction);
+  for (int64_t r = 0; r < 16; ++r) {
+    const float* scores = s.scores.data() + r * kSpan;
+    BFloat16* weights = s.weights.data() + r * kSpan;
+    const __m512 offset = _mm512_set1_ps(offsets[r]);
+    total[r] = _mm512_setzero_ps();
     for (int64_t k = 0; k < n_pad; k += 16) {
       const __m512 w = exp2_nonpositive(_mm512_fmadd_ps(_mm512_loadu_ps(scores + k), scaled, offset));
-      total = _mm512_add_ps(total, w);
+      total[r] = _mm512_add_ps(total[r], w);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(weights + k), (__m256i)_mm512_cvtneps_pbh(w));
     }
-    s.row_sum[q] = s.row_sum[q] * correction + _mm512_reduce_add_ps(total);
-    if (correction != 1.f) {
-      float* acc = s.acc.data() + q * d;
-      const __m512 c = _mm512_set1_ps(correction);
+    if (corrections[r] != 1.f) {
+      float* acc = s.acc.data() + (qb * 16 + r) * d;
+      const __m512 c = _mm512_set1_ps(corrections[r]);
       for (int64_t e = 0; e < d; e += 16)
         _mm512_storeu_ps(acc + e, _mm512_mul_ps(_mm512_loadu_ps(acc + e), c));
     }
   }
+  float* row_sum = s.row_sum.data() + qb * 16;
+  _mm512_storeu_ps(row_sum, _mm512_fmadd_ps(_mm512_loadu_ps(row_sum), correction,
+                                            reduce16<add_ps>(total)));
 }
 
 // Whether query block qb sees no key of span [start, stop).
@@ -229,9 +260,14 @@ void attend(const ChunkTask& t, int64_t lo, int64_t hi, const Locate& locate, Sc
     for (int64_t qb = 0; qb < blocks; ++qb) {
       if (block_skips(t, qb, n_q, start, start + n)) continue;
       const BFloat16* query = s.query.data() + qb * 16 * d;
+      // Keys past the block's last row are hidden from all its rows: stop at
+      // the 32-key pair block that holds that row's own key.
+      const int64_t last_row = (std::min(n_q, qb * 16 + 16) - 1) / t.group;
+      const int64_t n_block =
+          std::min(n_pad, (t.first_position + last_row + 1 - start + 31) / 32 * 32);
       // Two independent accumulator tiles at a time (key blocks kb, kb + 1,
       // then dimension blocks j, j + 1), sharing each A tile load.
-      for (int64_t kb = 0; kb < n_pad / 16; kb += 2) {
+      for (int64_t kb = 0; kb < n_block / 16; kb += 2) {
         _tile_zero(0);
         _tile_zero(1);
         for (int64_t c = 0; c < chunks; ++c) {
@@ -244,12 +280,12 @@ void attend(const ChunkTask& t, int64_t lo, int64_t hi, const Locate& locate, Sc
         _tile_stored(0, s.scores.data() + kb * 16, kSpan * 4);
         _tile_stored(1, s.scores.data() + kb * 16 + 16, kSpan * 4);
       }
-      softmax_block(t, qb, n_q, start, n_pad, s);
+      softmax_block(t, qb, start, n_block, s);
       float* acc = s.acc.data() + qb * 16 * d;
       for (int64_t j = 0; j < d / 16; j += 2) {
         _tile_loadd(0, acc + 16 * j, d * 4);
         _tile_loadd(1, acc + 16 * j + 16, d * 4);
-        for (int64_t kb = 0; kb < n_pad / 32; ++kb) {
+        for (int64_t kb = 0; kb < n_block / 32; ++kb) {
           _tile_loadd(3, s.weights.data() + 32 * kb, kSpan * 2);
           _tile_loadd(4, s.values.data() + (kb * (d / 16) + j) * 512, 64);
           _tile_loadd(2, s.values.data() + (kb * (d / 16) + j + 1) * 512, 64);
