@@ -69,21 +69,47 @@ struct ChunkTask {
   float scale;
 };
 
+// The 16 x 16 matrix of 32-bit lanes in r, transposed in place.
+inline void transpose16(__m512i (&r)[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xDD);
+    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xDD);
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xDD);
+  }
+}
+
 // keys[kb][c][p][k] = the 32-bit pair p of chunk c of span key 16 kb + k
 // (K^T, pair-interleaved: the B tile of S = Q . K^T); zero past n.
 inline void pack_keys(const ChunkTask& t, const int64_t* offsets, int64_t n, int64_t n_pad,
                       uint32_t* out) {
   const int64_t chunks = t.head_dim / 32;
-  const __m512i rows = _mm512_mullo_epi32(
-      _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(16));
-  for (int64_t i = 0; i < n_pad; ++i) {
-    uint32_t* column = out + (i / 16) * chunks * 256 + i % 16;
+  __m512i rows[16];
+  for (int64_t kb = 0; kb < n_pad / 16; ++kb)
     for (int64_t c = 0; c < chunks; ++c) {
-      const __m512i pairs = i < n ? _mm512_loadu_si512(t.keys + offsets[i] + 32 * c)
-                                  : _mm512_setzero_si512();
-      _mm512_i32scatter_epi32(column + c * 256, rows, pairs, 4);
+      for (int64_t k = 0; k < 16; ++k) {
+        const int64_t i = kb * 16 + k;
+        rows[k] = i < n ? _mm512_loadu_si512(t.keys + offsets[i] + 32 * c) : _mm512_setzero_si512();
+      }
+      transpose16(rows);
+      uint32_t* tile = out + (kb * chunks + c) * 256;
+      for (int p = 0; p < 16; ++p) _mm512_storeu_si512(tile + p * 16, rows[p]);
     }
-  }
 }
 
 // values[kb][j][p][2e + s] = element 16 j + e of span key 32 kb + 2p + s (the
