@@ -20,8 +20,12 @@ other processes on a shared machine do not inflate by preempting us; the
 default `wall` clock is what a request sees on an idle machine.
 
 It prints the median step time of each variant and the ratio
-candidate / baseline per step (below 1: the candidate is faster), and the
-top aten ops by self CPU time of each variant's step.
+candidate / baseline per step (below 1: the candidate is faster), also as the
+median of each trial's own ratio (the two steps of a trial run back to back,
+so a load that changes between trials cancels out), and the top aten ops by
+self CPU time of each variant's step. `same argmax` compares the two
+variants' greedy tokens; in bf16 on random weights near-tied logits can flip
+when a kernel sums in another order (compare each against float32 instead).
 
     .venv/bin/python benchmarks/bench_step_ab.py MODEL_DIR --baseline HEAD~1 --threads 1
 """
@@ -172,8 +176,11 @@ def main() -> None:
             for key, variant in order if trial % 2 == 0 else order[::-1]:
                 times[key].append(variant.step(name, clock)[0])
         base_s, cand_s = (statistics.median(times[key]) for key in variants)
+        paired = statistics.median(c / b for b, c in zip(times["baseline"], times["candidate"],
+                                                          strict=True))
         print(f"{name}: baseline {base_s * 1e3:.1f} ms, candidate {cand_s * 1e3:.1f} ms, "
-              f"ratio {cand_s / base_s:.2f}, same argmax {same}")
+              f"ratio {cand_s / base_s:.2f} (median of paired trials {paired:.2f}), "
+              f"same argmax {same}")
         for key, variant in variants.items():
             print(f"    {key}: {top_ops(variant, name)}")
 
