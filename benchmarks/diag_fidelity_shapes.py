@@ -9,6 +9,15 @@ prediction (scaled by the pass's speed factor, as the test does) to the
 measured time: the mean of predicted / measured and the ratio of totals.
 A ratio above 1 means the simulator would price those iterations too high.
 
+Then it separates the model from the machine: for each real run it prints
+the simulation's gaps (mean TTFT, mean TBT) twice, once with the speed factor
+the test uses (the profile passes around the run) and once with the real
+run's own factor (its measured total over the profile's prediction for its
+shapes: a diagnosis the test may not use, since it reads the run it is
+compared with). Small gaps with the run's own factor and large ones with
+the passes' factor mean the profile prices the shapes right and the host's
+speed moved between the passes and the run.
+
 No number of a real run enters the fit: the real samples are only compared.
 
     .venv/bin/python benchmarks/diag_fidelity_shapes.py
@@ -25,12 +34,20 @@ from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
-from iterserve.cost import BatchShape, CostProfile
+from iterserve.cost import BatchShape, CostProfile, ProfiledIterationCost
 from iterserve.cost.fit import MeasuredIteration, fit_profile, speed_factor
 from iterserve.engine.events import EventRecorder
 from iterserve.engine.loop import Engine
 from iterserve.lab.profiling import GRIDS, _IterationTimes, measure_around, provenance
-from iterserve.lab.runs import FIDELITY_KV, FIDELITY_POLICIES, fidelity_workload
+from iterserve.lab.runs import (
+    FIDELITY_KV,
+    FIDELITY_POLICIES,
+    RunFigures,
+    fidelity_workload,
+    figures_of,
+    relative_gaps,
+    run_simulated,
+)
 from iterserve.model.executor import TorchExecutor
 from iterserve.model.loader import load_model
 from iterserve.model.make_model import make_model
@@ -45,16 +62,17 @@ TIMER = time.process_time
 Samples = list[MeasuredIteration]
 
 
-def real_samples(model, workload, policy: str, settings: dict[str, int]) -> Samples:  # type: ignore[no-untyped-def]
+def real_samples(model, workload, policy: str,  # type: ignore[no-untyped-def]
+                 settings: dict[str, int]) -> tuple[Samples, RunFigures]:
     executor = TorchExecutor(model, NUM_BLOCKS, BLOCK_SIZE, timer=TIMER)
     for index, spec in enumerate(workload.requests):
         params = SamplingParams(max_tokens=spec.max_output_tokens, temperature=0.0,
                                 ignore_eos=True)
         executor.add_request(spec.request_id, spec.prompt_token_ids, params, seed=index)
-    times = _IterationTimes()
+    times, recorder = _IterationTimes(), EventRecorder(0.001)
     engine_policy = policy_for(policy, workload, dict(settings), strict=False)
-    Engine(workload, engine_policy, executor, [times, EventRecorder(0.001)]).run()
-    return times.samples
+    Engine(workload, engine_policy, executor, [times, recorder]).run()
+    return times.samples, figures_of(recorder.log())
 
 
 def group_of(shape: BatchShape) -> str:
@@ -89,13 +107,20 @@ def one_round(model_dir: Path, model, grid_name: str) -> None:  # type: ignore[n
           f"{profile.fit.mean_relative_error:.1%} max {profile.fit.max_relative_error:.1%}")
     print("  intercept", round(profile.intercept_ms, 4), "coefficients",
           [round(c, 5) for c in profile.coefficients_ms])
-    for index, policy in enumerate(POLICIES):
+    for index, (policy, settings) in enumerate(POLICIES.items()):
+        samples, figures = reals[policy]
         factor = speed_factor(profile, passes[index] + passes[index + 1])
         print(f"{policy}: speed factor {factor:.3f}")
-        print("\n".join(bias_table(profile, reals[policy], factor)))
-        total_pred = sum(profile.predict_ms(s.shape) * factor for s in reals[policy])
-        total_meas = sum(s.duration_ms for s in reals[policy])
+        print("\n".join(bias_table(profile, samples, factor)))
+        total_pred = sum(profile.predict_ms(s.shape) * factor for s in samples)
+        total_meas = sum(s.duration_ms for s in samples)
         print(f"  all: pred/meas totals {total_pred / total_meas:5.3f}")
+        own = speed_factor(profile, samples)
+        for name, used in (("passes' factor", factor), ("run's own factor", own)):
+            cost = ProfiledIterationCost("session", profile.scaled(used))
+            gaps = relative_gaps(figures, run_simulated(workload, policy, cost, dict(settings)))
+            print(f"  gaps with the {name} {used:.3f}: "
+                  + ", ".join(f"{name} {gap:.1%}" for name, gap in gaps.items()))
     print("grid samples, their own fit:")
     print("\n".join(bias_table(profile, [s for one in passes for s in one], 1.0)))
 

@@ -120,3 +120,29 @@ def test_warm_runs_each_packed_shape_once_per_row_count(tiny_dir) -> None:
     assert packed.warm(16, 40) == len(shapes) * 3  # rows 8, 16 and 40
     dense = load_model(tiny_dir, dtype=torch.bfloat16, prepack=False)
     assert dense.warm(16, 40) == 0
+
+
+@needs_packing
+@pytest.mark.slow
+def test_rows_padded_from_the_embedding_on_change_no_logit_and_no_cache_row(tiny_dir) -> None:
+    """The packed forward carries a decode-sized batch at its bucketed row count
+    from the embedding on (llama.PackedCausalLM._row_padded); the logits and
+    the K/V pool are bit for bit those of padding inside each projection."""
+    model = load_model(tiny_dir, dtype=torch.bfloat16)
+    assert model._buckets_rows
+    rng = random.Random(4)
+    vocab = model.config.vocab_size
+    # 5 rows (bucket 8), 9 rows (16), 16 rows (a bucket already): a chunk plus decodes
+    for lengths in ((3, 1, 1), (7, 1, 1), (14, 1, 1)):
+        segments = [(f"r{i}", random_tokens(rng, n, vocab), 0, True)
+                    for i, n in enumerate(lengths)]
+        outcomes = []
+        for carried in (True, False):
+            model._buckets_rows = carried
+            cache = model.allocate_cache(num_blocks=48, block_size=4)
+            logits = run_segments(model, cache, BlockHandout(48, 4), segments)
+            outcomes.append((logits, [pool.clone() for pool in cache.key_pools + cache.value_pools]))
+        model._buckets_rows = True
+        (padded, padded_pools), (unpadded, unpadded_pools) = outcomes
+        assert torch.equal(padded, unpadded)
+        assert all(torch.equal(a, b) for a, b in zip(padded_pools, unpadded_pools, strict=True))

@@ -26,7 +26,14 @@ from iterserve.model.config import ModelConfig
 from iterserve.model.kernels import resolve_in_place_decode
 from iterserve.model.kv_cache import PagedKVCache
 from iterserve.model.packing import PackedBatch
-from iterserve.model.projection import linear, pack_weights, packing_pays, warm, warm_row_counts
+from iterserve.model.projection import (
+    bucketed_rows,
+    linear,
+    pack_weights,
+    packing_pays,
+    warm,
+    warm_row_counts,
+)
 from iterserve.model.rope import (
     RotaryTables,
     apply_rotary,
@@ -58,6 +65,10 @@ class PackedCausalLM:
         #: unit (bf16), one call per layer for the whole batch beats SDPA per chunk.
         self.chunks_in_place = (self.native_ops is not None and self.dtype == torch.bfloat16
                                 and bool(self.native_ops.chunk_tiles(config.head_dim)))
+        #: Packed projections run decode-sized inputs at bucketed row counts
+        #: (model.projection): the forward then carries that many rows end to end.
+        self._buckets_rows = self.weights.layers[0].qkv_proj.is_mkldnn if self.weights.layers \
+            else False
 
     @property
     def in_place_decode(self) -> bool:
@@ -92,7 +103,7 @@ class PackedCausalLM:
                                                self.native_ops, self.chunks_in_place)
             tables = rotary_tables(batch.positions, self._inv_freq, self.dtype,
                                    self.config.rope_attention_scaling)
-            residual = F.embedding(batch.token_ids, self.weights.embed_tokens)
+            residual = F.embedding(self._row_padded(batch.token_ids), self.weights.embed_tokens)
             update: torch.Tensor | None = None  # the last sublayer's output, not yet added
             for index, layer in enumerate(self.weights.layers):
                 normed, residual = self._add_norm(update, residual, layer.input_norm)
@@ -107,6 +118,16 @@ class PackedCausalLM:
             return linear(sampled, self.weights.lm_head).float()
 
     __call__ = forward
+
+    def _row_padded(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """The batch's token ids, padded (with id 0) to the row count its packed
+        projections run at: the row-wise stages then carry those rows from the
+        embedding on, and no projection pads its input (a copy per projection,
+        split over threads at MLP width). Only attention and the K/V write see
+        the batch's own rows; the padding rows are never sampled."""
+        num_rows = token_ids.shape[0]
+        width = bucketed_rows(num_rows) if self._buckets_rows else num_rows
+        return token_ids if width == num_rows else F.pad(token_ids, (0, width - num_rows))
 
     def _check_batch(self, batch: PackedBatch, cache: PagedKVCache) -> None:
         """Bounds checks on host metadata; an out-of-range index on CUDA would be a device assert."""
@@ -155,10 +176,13 @@ class PackedCausalLM:
         metadata: AttentionMetadata,
         tables: RotaryTables,
     ) -> torch.Tensor:
-        """QKV projection, RoPE, K/V written to the pool, attention: [Q, H * D]."""
+        """QKV projection, RoPE, K/V written to the pool, attention: [Q, H * D]
+        (`normed`'s rows: the batch's, then zero rows up to its padded width)."""
         config = self.config
+        width, num_rows = normed.shape[0], batch.num_rows
         qkv = linear(normed, layer.qkv_proj, layer.qkv_bias)
-        qkv = qkv.view(normed.shape[0], config.num_heads + 2 * config.num_kv_heads, config.head_dim)
+        qkv = qkv.view(width, config.num_heads + 2 * config.num_kv_heads, config.head_dim)
+        qkv = qkv[:num_rows]  # the batch's own rows (see _row_padded)
         rotated = _qk_normed(qkv, layer, config)
         if self.native_ops is None:
             rotated = apply_rotary(rotated, tables)
@@ -166,9 +190,15 @@ class PackedCausalLM:
             self.native_ops.rotary_in_place(rotated, tables.cos, tables.signed_sin)
         query, keys = rotated[:, : config.num_heads], rotated[:, config.num_heads :]
         values = qkv[:, config.num_heads + config.num_kv_heads :]
-        cache.write(index, batch.slot_mapping, keys, values)
-        return paged_attention(query, keys, values, cache.key_pools[index],
-                               cache.value_pools[index], metadata, config.sliding_windows[index])
+        if self.native_ops is None:
+            cache.write(index, batch.slot_mapping, keys, values)
+        else:  # one call, one thread: two index_copy_ from strided rows cost ~10x more
+            self.native_ops.write_kv(cache.key_pools[index], cache.value_pools[index],
+                                     batch.slot_mapping, keys, values)
+        attended = paged_attention(query, keys, values, cache.key_pools[index],
+                                   cache.value_pools[index], metadata,
+                                   config.sliding_windows[index])
+        return attended if width == num_rows else F.pad(attended, (0, 0, 0, width - num_rows))
 
 
 def _qk_normed(qkv: torch.Tensor, layer: LayerWeights, config: ModelConfig) -> torch.Tensor:
