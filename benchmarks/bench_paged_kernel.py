@@ -8,6 +8,10 @@ a pool of its own (--layers, default 8), so a "step" reads every layer's K/V
 once, as a forward does, and the pools together outgrow the caches. The pools
 sit on huge pages where the OS offers them, as the engine's do
 (model/host_memory.py); `--pages 4k` puts them on ordinary pages.
+`--chunk-rows N` makes each sequence a prefill chunk instead: its last
+min(N, context + 1) positions as query rows (a chunk from 0 when N covers the
+context), the shape of the issue-12 prefill steps with e.g. `--num-sequences 3
+--chunk-rows 256 --min-context 100 --max-context 250`.
 
 Both builds run on the same tensors; each trial times one step of each,
 alternating which goes first. It prints the K+V bytes a step reads, each
@@ -24,6 +28,7 @@ with `--threads 1`.
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import statistics
 import tempfile
@@ -49,13 +54,15 @@ def make_step(args: argparse.Namespace, dtype: torch.dtype) -> tuple[list[tuple]
     tables = torch.zeros(len(lengths), max(needs), dtype=torch.long)
     for i, need in enumerate(needs):
         tables[i, :need] = torch.tensor([free.pop() for _ in range(need)])
-    offsets = torch.arange(len(lengths) + 1, dtype=torch.long)
-    context_lens = torch.tensor(lengths, dtype=torch.long)
+    rows = [min(args.chunk_rows, n + 1) for n in lengths]
+    offsets = torch.tensor([0, *itertools.accumulate(rows)], dtype=torch.long)
+    context_lens = torch.tensor([n + 1 - q for n, q in zip(lengths, rows, strict=True)],
+                                dtype=torch.long)
     generator = torch.Generator().manual_seed(args.seed)
     shape = (sum(needs), BLOCK_SIZE, NUM_KV_HEADS, HEAD_DIM)
     layers = []
     for _ in range(args.layers):
-        query = torch.randn(len(lengths), NUM_HEADS, HEAD_DIM, generator=generator).to(dtype)
+        query = torch.randn(sum(rows), NUM_HEADS, HEAD_DIM, generator=generator).to(dtype)
         pools = [on_pages(torch.randn(shape, generator=generator).to(dtype), args.pages)
                  for _ in range(2)]
         layers.append((query, *pools, tables, offsets, context_lens, args.window,
@@ -86,6 +93,8 @@ def main() -> None:
     parser.add_argument("--min-context", type=int, default=32)
     parser.add_argument("--max-context", type=int, default=512)
     parser.add_argument("--window", type=int, default=0, help="sliding window (0: none)")
+    parser.add_argument("--chunk-rows", type=int, default=1,
+                        help="query rows per sequence (1: decode; more: prefill chunks)")
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--pages", choices=("huge", "4k"), default="huge",
                         help="what backs the pools (the engine's: huge where the OS offers them)")
@@ -94,6 +103,8 @@ def main() -> None:
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     args = parser.parse_args()
     clock = step_clock(parser, args)
+    if args.chunk_rows < 1:
+        parser.error("--chunk-rows must be >= 1")
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as scratch:
         base = import_tree_modules(extract(args.baseline, Path(scratch)), ("kernels",))
@@ -108,7 +119,8 @@ def main() -> None:
         order = list(variants.items())
         for key, ops in order if trial % 2 == 0 else order[::-1]:
             times[key].append(step(ops, layers, clock)[0])
-    print(f"baseline {args.baseline} vs working tree; B={args.num_sequences} contexts "
+    print(f"baseline {args.baseline} vs working tree; B={args.num_sequences} "
+          f"chunk rows {args.chunk_rows} contexts "
           f"{args.min_context}..{args.max_context} window={args.window} {args.dtype} "
           f"threads={args.threads} clock={args.clock} layers={args.layers} pages={args.pages}; "
           f"K+V bytes per step {num_bytes:,}")

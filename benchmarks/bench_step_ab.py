@@ -8,7 +8,11 @@ machine slows both alike. Steps (contexts drawn uniformly from 32..512, the
 issue-12 workload's spread):
 
 - decode B=16 and B=64: one row per sequence;
-- mixed: 56 decode rows plus one 256-row prefill chunk.
+- mixed: 56 decode rows plus one 256-row prefill chunk;
+- prefill 512: a full token budget of prompt chunks and no decode row, the
+  shape of the first ~19 steps of the issue-12 workload (a continuation chunk
+  of a prompt begun in the step before, then whole prompts);
+- mixed 40+472: 40 decode rows and three chunks (one a continuation).
 
 `--clock cpu` times with `time.thread_time` (CPU seconds of the calling
 thread; with `--threads 1` all of torch's intra-op work runs there), which
@@ -16,8 +20,12 @@ other processes on a shared machine do not inflate by preempting us; the
 default `wall` clock is what a request sees on an idle machine.
 
 It prints the median step time of each variant and the ratio
-candidate / baseline per step (below 1: the candidate is faster), and the
-top aten ops by self CPU time of each variant's step.
+candidate / baseline per step (below 1: the candidate is faster), also as the
+median of each trial's own ratio (the two steps of a trial run back to back,
+so a load that changes between trials cancels out), and the top aten ops by
+self CPU time of each variant's step. `same argmax` compares the two
+variants' greedy tokens; in bf16 on random weights near-tied logits can flip
+when a kernel sums in another order (compare each against float32 instead).
 
     .venv/bin/python benchmarks/bench_step_ab.py MODEL_DIR --baseline HEAD~1 --threads 1
 """
@@ -42,6 +50,14 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 BLOCK_SIZE = 16
+#: step name -> (decode rows, (start, rows) of each prefill chunk)
+STEPS: dict[str, tuple[int, tuple[tuple[int, int], ...]]] = {
+    "decode B=16": (16, ()),
+    "decode B=64": (64, ()),
+    "mixed 56+256": (56, ((0, 256),)),
+    "prefill 512": (0, ((100, 140), (0, 226), (0, 146))),
+    "mixed 40+472": (40, ((60, 150), (0, 200), (0, 122))),
+}
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -89,18 +105,20 @@ class Variant:
         self.pack = modules["packing"].pack
         self.batches: dict[str, tuple[Any, Any]] = {}
 
-    def prepare(self, name: str, num_decode: int, prefill_rows: int, seed: int) -> None:
+    def prepare(self, name: str, num_decode: int, chunks: tuple[tuple[int, int], ...],
+                seed: int) -> None:
+        """`num_decode` decode rows at contexts 32..512, then each (start, rows) chunk."""
         rng = random.Random(seed)
-        per = -(-(512 + prefill_rows + 2) // BLOCK_SIZE)
-        cache = self.model.allocate_cache((num_decode + 1) * per, BLOCK_SIZE)
+        per = -(-(512 + max((a + n for a, n in chunks), default=0) + 2) // BLOCK_SIZE)
+        cache = self.model.allocate_cache((num_decode + len(chunks)) * per, BLOCK_SIZE)
         vocab = self.model.config.vocab_size
         specs = [self.segment_spec([rng.randrange(vocab)], rng.randint(32, 512),
                                    list(range(i * per, (i + 1) * per)), True)
                  for i in range(num_decode)]
-        if prefill_rows:
-            blocks = list(range(num_decode * per, (num_decode + 1) * per))
-            specs.append(self.segment_spec([rng.randrange(vocab) for _ in range(prefill_rows)],
-                                           0, blocks, True))
+        for index, (start, rows) in enumerate(chunks, start=num_decode):
+            blocks = list(range(index * per, (index + 1) * per))
+            specs.append(self.segment_spec([rng.randrange(vocab) for _ in range(rows)],
+                                           start, blocks, True))
         self.batches[name] = (self.pack(specs, BLOCK_SIZE), cache)
 
     def step(self, name: str, clock: Any = time.perf_counter) -> tuple[float, torch.Tensor]:
@@ -130,10 +148,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--trials", type=int, default=9)
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    parser.add_argument("--steps", default=",".join(STEPS),
+                        help=f"comma-separated, of: {', '.join(STEPS)}")
     args = parser.parse_args()
+    if unknown := set(args.steps.split(",")) - set(STEPS):
+        parser.error(f"unknown steps {sorted(unknown)}; choose from {list(STEPS)}")
     clock = step_clock(parser, args)
     torch.set_num_threads(args.threads)
-    steps = {"decode B=16": (16, 0), "decode B=64": (64, 0), "mixed 56+256": (56, 256)}
+    steps = {name: STEPS[name] for name in args.steps.split(",")}
     with tempfile.TemporaryDirectory() as scratch:
         base = Variant(import_tree(extract(args.baseline, Path(scratch))), args.model_dir,
                        args.dtype)
@@ -141,11 +163,12 @@ def main() -> None:
     variants = {"baseline": base, "candidate": cand}
     print(f"baseline {args.baseline} vs working tree; {args.dtype} threads={args.threads} "
           f"clock={args.clock}")
-    for seed, (name, (num_decode, prefill_rows)) in enumerate(steps.items()):
+    for name, (num_decode, chunks) in steps.items():
+        seed = list(STEPS).index(name)
         times: dict[str, list[float]] = {key: [] for key in variants}
         logits = {}
         for key, variant in variants.items():
-            variant.prepare(name, num_decode, prefill_rows, seed)
+            variant.prepare(name, num_decode, chunks, seed)
             _, logits[key] = variant.step(name)  # warm-up
         same = torch.equal(logits["baseline"].argmax(-1), logits["candidate"].argmax(-1))
         for trial in range(args.trials):
@@ -153,8 +176,11 @@ def main() -> None:
             for key, variant in order if trial % 2 == 0 else order[::-1]:
                 times[key].append(variant.step(name, clock)[0])
         base_s, cand_s = (statistics.median(times[key]) for key in variants)
+        paired = statistics.median(c / b for b, c in zip(times["baseline"], times["candidate"],
+                                                          strict=True))
         print(f"{name}: baseline {base_s * 1e3:.1f} ms, candidate {cand_s * 1e3:.1f} ms, "
-              f"ratio {cand_s / base_s:.2f}, same argmax {same}")
+              f"ratio {cand_s / base_s:.2f} (median of paired trials {paired:.2f}), "
+              f"same argmax {same}")
         for key, variant in variants.items():
             print(f"    {key}: {top_ops(variant, name)}")
 

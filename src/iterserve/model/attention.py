@@ -11,9 +11,12 @@ current rows, which is the chunked-prefill union of 0x09.
 Launch structure (one valid realisation; 0x04 leaves it free):
 - with the native kernel (`in_place`, see model.kernels) all single-row
   segments are attended in one call per layer that walks each block table
-  over the pool in place: nothing is gathered, padded or masked. The kernel
-  attends multi-row chunks at any start too (`chunks_in_place`), but SDPA's
-  bf16 GEMMs do those faster on AMX CPUs, so the model leaves them below;
+  over the pool in place: nothing is gathered, padded or masked. With
+  `chunks_in_place` the multi-row chunks go to the same call (the whole batch,
+  one call per layer): the model asks for it where the kernel runs chunks on
+  the AMX tile unit (bf16, `chunk_tiles`), 0.3-0.6x the CPU time of one SDPA
+  call per chunk on a 512-row prefill step; elsewhere the kernel's vector
+  dot products lose to SDPA's GEMMs and chunks stay below;
 - otherwise the single-row segments (decode rows, one-token chunks) are attended in a
   few padded SDPA calls per layer: sorted by the blocks they need and split
   into at most MAX_DECODE_GROUPS groups whose longest row needs at most
@@ -105,9 +108,9 @@ class AttentionMetadata:
         converts on every call (three more aten ops per call and layer).
         `in_place`: the loaded kernels (model.kernels.load_paged_decode),
         which then attend the single-row segments, and the multi-row ones too
-        with `chunks_in_place`. Multi-row segments default to SDPA: on the
-        project's Xeon (AMX) its bf16 GEMM tiles run a 56-256-row chunk 2-3x
-        faster than the kernel's float32 dot products, gather included."""
+        with `chunks_in_place` (the model sets it where the kernel runs chunks
+        on the AMX tile unit; the kernel's vector path for chunks is 2-3x
+        slower than SDPA's GEMMs, gather included)."""
         if in_place is not None and chunks_in_place:
             rows = InPlaceRows(ops=in_place, block_tables=batch.block_tables.contiguous(),
                                request_offsets=batch.request_offsets,

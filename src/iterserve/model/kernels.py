@@ -42,7 +42,8 @@ KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 SOURCES = tuple(Path(__file__).with_name("csrc") / name
                 for name in ("paged_decode.cpp", "fused_ops.cpp"))
 #: Headers the sources include (hashed into the build key with them).
-HEADERS = tuple(Path(__file__).with_name("csrc") / name for name in ("simd.h", "amx_score.h"))
+HEADERS = tuple(Path(__file__).with_name("csrc") / name for name in ("simd.h", "amx_score.h",
+                                                                    "amx_chunk.h"))
 LIBRARY_NAME = "iterserve_paged_decode"
 CFLAGS = ("-O3", "-march=native", "-fopenmp")
 

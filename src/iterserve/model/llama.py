@@ -61,6 +61,10 @@ class PackedCausalLM:
         self.max_decode_groups = max_decode_groups  # see attention.decode_groups
         self._inv_freq = model_inverse_frequencies(config, self.device)
         self.native_ops = resolve_in_place_decode(attention_backend, self.dtype, self.device)
+        #: Multi-row chunks to the kernel too: where it runs them on the AMX tile
+        #: unit (bf16), one call per layer for the whole batch beats SDPA per chunk.
+        self.chunks_in_place = (self.native_ops is not None and self.dtype == torch.bfloat16
+                                and bool(self.native_ops.chunk_tiles(config.head_dim)))
         #: Packed projections run decode-sized inputs at bucketed row counts
         #: (model.projection): the forward then carries that many rows end to end.
         self._buckets_rows = self.weights.layers[0].qkv_proj.is_mkldnn if self.weights.layers \
@@ -96,7 +100,7 @@ class PackedCausalLM:
         with torch.inference_mode():
             metadata = AttentionMetadata.build(batch, self.config.sliding_windows,
                                                self.max_decode_groups, self.dtype,
-                                               self.native_ops)
+                                               self.native_ops, self.chunks_in_place)
             tables = rotary_tables(batch.positions, self._inv_freq, self.dtype,
                                    self.config.rope_attention_scaling)
             residual = F.embedding(self._row_padded(batch.token_ids), self.weights.embed_tokens)

@@ -18,8 +18,9 @@
 // streaming-softmax step (raise the running max, rescale sum and accumulator,
 // turn scores into weights), and accumulate the weighted V rows (a register
 // tile of accumulators per value load). The output is acc / sum per query.
-// (model/attention.py sends only decode rows here by default; chunks go to
-// SDPA, whose bf16 GEMMs beat these float32 dot products on AMX CPUs.)
+// A multi-row tile of bf16 heads goes to amx_chunk.h instead where the CPU
+// has the AMX tile unit (chunk_tiles); model/attention.py sends chunks here
+// only then: elsewhere SDPA's GEMMs beat these float32 dot products.
 //
 // Shapes: query [Q, H, D] (stride(2) == 1), pools [N, block_size, KV, D]
 // contiguous, block_tables [S, max_blocks], offsets [S + 1], context_lens [S]
@@ -32,6 +33,7 @@
 #include <c10/util/Half.h>
 #include <torch/library.h>
 
+#include "amx_chunk.h"
 #include "amx_score.h"
 #include "simd.h"
 
@@ -39,6 +41,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -51,6 +54,12 @@ using namespace iterserve_simd;
 
 constexpr int64_t kSpan = 128;     // keys per softmax step and prefetch
 constexpr int64_t kTileRows = 16;  // rows of a chunk per task
+#ifdef ITERSERVE_HAS_AMX
+// Query vectors (rows x G) of a chunk task on the tile unit (amx_chunk.h).
+constexpr int64_t kAmxChunkQueries = iterserve_amx_chunk::kMaxQueries;
+#else
+constexpr int64_t kAmxChunkQueries = kTileRows;
+#endif
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 inline float to_float(float x) { return x; }
@@ -96,6 +105,9 @@ struct Scratch {
   std::vector<float> scores;
   std::vector<int64_t> offsets, next_offsets;
   bool primed = false;  // offsets hold the next task's first span, already prefetched
+#ifdef ITERSERVE_HAS_AMX
+  std::optional<iterserve_amx_chunk::Scratch> chunk;  // made on a thread's first chunk task
+#endif
   explicit Scratch(const Geometry& g)
       : heads(g.num_kv_heads, HeadState(g)), scores(kSpan * kTileRows * g.group()),
         offsets(kSpan), next_offsets(kSpan) {}
@@ -509,6 +521,7 @@ struct Kernel {
   bool even_odd = false;       // the accumulators hold heads in even/odd order (kEvenOdd)
   bool scales_scores = false;  // the score step scales its sums (kScalesScores)
   bool uses_tiles = false;     // the score step runs on the AMX tile unit
+  bool amx_chunks = false;     // multi-row tiles go to amx_chunk.h (set with uses_tiles)
 
   // Where element e of a head sits in the accumulator rows.
   int64_t slot(int64_t e) const {
@@ -604,11 +617,37 @@ struct Kernel {
     }
   }
 
+#ifdef ITERSERVE_HAS_AMX
+  // A multi-row tile on the tile unit (amx_chunk.h), kv head by kv head.
+  void attend_chunk(const Task& task, Scratch& s) const {
+    const Tile& tile = task.tile;
+    s.primed = false;  // the next task locates its own first span
+    if (!s.chunk) s.chunk.emplace(g.head_dim);
+    const auto [lo, hi] = key_range(tile);
+    const int64_t d = g.head_dim, group = g.group();
+    const auto locate_keys = [&](int64_t a, int64_t b, int64_t* at) { locate(a, b, tile, at); };
+    for (int64_t h = task.head_begin; h < task.head_begin + kv_heads_per_task; ++h) {
+      const iterserve_amx_chunk::ChunkTask chunk{
+          query + tile.row_begin * g.query_row_stride + h * group * g.query_head_stride,
+          g.query_row_stride, g.query_head_stride,
+          out + (tile.row_begin * g.num_heads + h * group) * d, g.num_heads * d,
+          key_pool + h * d, value_pool + h * d, tile.num_rows, group, d,
+          tile.first_position, g.window, g.softmax_scale};
+      iterserve_amx_chunk::attend(chunk, lo, hi, locate_keys, *s.chunk);
+    }
+  }
+#endif
+
   // One task: the tile's rows, kv heads [head_begin, head_begin + kv_heads_per_task).
   // Its last span prefetches the first span of `next` (the run's next task, if
   // any), which then finds it located in s.offsets (s.primed).
   void attend(const Task& task, const Task* next, Scratch& s) const {
     const Tile& tile = task.tile;
+#ifdef ITERSERVE_HAS_AMX
+    if constexpr (std::is_same_v<T, c10::BFloat16>) {
+      if (amx_chunks && tile.num_rows > 1) return attend_chunk(task, s);
+    }
+#endif
     const int64_t head_begin = task.head_begin, head_end = head_begin + kv_heads_per_task;
     for (int64_t h = head_begin; h < head_end; ++h) load_queries(tile, h, s.heads[h]);
     const auto [lo, hi] = key_range(tile);
@@ -637,13 +676,14 @@ struct Kernel {
   }
 };
 
-// Decode rows are one-row tiles; a chunk is cut into tiles of kTileRows rows.
-std::vector<Tile> make_tiles(const int64_t* offsets, const int64_t* context_lens, int64_t num_segments) {
+// Decode rows are one-row tiles; a chunk is cut into tiles of chunk_rows rows.
+std::vector<Tile> make_tiles(const int64_t* offsets, const int64_t* context_lens,
+                             int64_t num_segments, int64_t chunk_rows) {
   std::vector<Tile> tiles;
   tiles.reserve(num_segments);
   for (int64_t i = 0; i < num_segments; ++i)
-    for (int64_t row = offsets[i]; row < offsets[i + 1]; row += kTileRows)
-      tiles.push_back({i, row, std::min(kTileRows, offsets[i + 1] - row),
+    for (int64_t row = offsets[i]; row < offsets[i + 1]; row += chunk_rows)
+      tiles.push_back({i, row, std::min(chunk_rows, offsets[i + 1] - row),
                        context_lens[i] + row - offsets[i]});
   return tiles;
 }
@@ -699,12 +739,11 @@ void run_tasks(const Kernel<T>& kernel, const std::vector<Tile>& tiles) {
 
 template <typename T>
 void run(const at::Tensor& query, const at::Tensor& key_pool, const at::Tensor& value_pool,
-         const at::Tensor& block_tables, const std::vector<Tile>& tiles, const Geometry& g,
-         at::Tensor& out) {
+         const at::Tensor& block_tables, const at::Tensor& offsets,
+         const at::Tensor& context_lens, const Geometry& g, at::Tensor& out) {
   Kernel<T> kernel{query.const_data_ptr<T>(), key_pool.const_data_ptr<T>(),
                    value_pool.const_data_ptr<T>(), block_tables.const_data_ptr<int64_t>(),
-                   out.mutable_data_ptr<T>(), g,
-                   kv_heads_per_task(static_cast<int64_t>(tiles.size()), g.num_kv_heads)};
+                   out.mutable_data_ptr<T>(), g, 0};
 #ifdef __AVX512F__
   if constexpr (kHasLoad16<T>) {
     const int64_t chunks = g.head_dim % 16 == 0 ? g.head_dim / 16 : 0;
@@ -722,12 +761,20 @@ void run(const at::Tensor& query, const at::Tensor& key_pool, const at::Tensor& 
           (pick_amx<2>(chunks, s) || pick_amx<4>(chunks, s) || pick_amx<6>(chunks, s) ||
            pick_amx<8>(chunks, s) || pick_amx<10>(chunks, s) || pick_amx<12>(chunks, s) ||
            pick_amx<16>(chunks, s));
+      kernel.amx_chunks = kernel.uses_tiles && iterserve_amx_chunk::takes_head_dim(g.head_dim);
     }
 #endif
     kernel.even_odd = kEvenOdd<T> && s != nullptr;
     kernel.scales_scores = kScalesScores<T> && s != nullptr;
   }
 #endif
+  // A chunk tile on the tile unit packs each key span once for all its rows.
+  const int64_t chunk_rows = kernel.amx_chunks ? std::max<int64_t>(1, kAmxChunkQueries / g.group())
+                                               : kTileRows;
+  const std::vector<Tile> tiles = make_tiles(offsets.const_data_ptr<int64_t>(),
+                                             context_lens.const_data_ptr<int64_t>(),
+                                             block_tables.size(0), chunk_rows);
+  kernel.kv_heads_per_task = kv_heads_per_task(static_cast<int64_t>(tiles.size()), g.num_kv_heads);
   run_tasks(kernel, tiles);
 }
 
@@ -777,14 +824,27 @@ at::Tensor paged_attention(const at::Tensor& query, const at::Tensor& key_pool,
   const Geometry g{query.size(1),        key_pool.size(2), query.size(2), key_pool.size(1),
                    block_tables.size(1), query.stride(0),  query.stride(1), window,
                    static_cast<float>(softmax_scale)};
-  const std::vector<Tile> tiles = make_tiles(offsets.const_data_ptr<int64_t>(),
-                                             context_lens.const_data_ptr<int64_t>(),
-                                             block_tables.size(0));
   at::Tensor out = at::empty({query.size(0), g.num_heads, g.head_dim}, query.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, query.scalar_type(), "paged_attention",
                                   [&] { run<scalar_t>(query, key_pool, value_pool, block_tables,
-                                                      tiles, g, out); });
+                                                      offsets, context_lens, g, out); });
   return out;
+}
+
+// Whether a bf16 call with heads of head_dim attends its multi-row segments on
+// the AMX tile unit (amx_chunk.h): the head sizes run() gives the tile scores.
+bool chunk_tiles(int64_t head_dim) {
+#if defined(ITERSERVE_HAS_AMX) && defined(__AVX512BF16__)
+  switch (head_dim) {
+    case 32: case 64: case 96: case 128: case 160: case 192: case 256:
+      return iterserve_amx::tiles_permitted();
+    default:
+      return false;
+  }
+#else
+  (void)head_dim;
+  return false;
+#endif
 }
 
 }  // namespace
@@ -799,4 +859,5 @@ TORCH_LIBRARY(ITERSERVE_OPS, m) {
   m.def("paged_attention(Tensor query, Tensor key_pool, Tensor value_pool, Tensor block_tables, "
         "Tensor offsets, Tensor context_lens, int window, float softmax_scale) -> Tensor");
   m.impl("paged_attention", c10::DispatchKey::CPU, &paged_attention);
+  m.def("chunk_tiles(int head_dim) -> bool", &chunk_tiles);
 }
