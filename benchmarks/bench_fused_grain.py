@@ -2,8 +2,8 @@
 A/B inside the side-by-side workload (issue 12).
 
 ``model/csrc/fused_ops.cpp`` is built twice into two op namespaces: as it
-is (rows split over threads only past 2^19 elements, so decode batches run
-on the calling thread) and with the old fixed grain of 16 rows
+is (rows split over threads only past 2^17 elements: a decode batch's
+RMSNorm and RoPE on the calling thread) and with the old fixed grain of 16 rows
 (``-DITERSERVE_FUSED_GRAIN_ROWS=16``: any batch over 16 rows split in two).
 The K/V write is ``write_kv`` (one call, one thread) now and was two
 ``index_copy_`` (``PagedKVCache.write``) before.

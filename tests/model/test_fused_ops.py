@@ -14,7 +14,7 @@ pytestmark = pytest.mark.usefixtures("paged_decode_kernel")
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 # (rows, width): the AVX-512 path, a masked tail, a width under one vector, and rows
-# enough to be split over threads (past kMinParallelElements = 2^19 elements)
+# enough to be split over threads (past kMinParallelElements = 2^17 elements)
 SHAPES = [(7, 64), (33, 1024), (5, 100), (3, 9), (600, 1024)]
 
 

@@ -18,15 +18,15 @@
 //
 // Rows are split over threads only past kMinParallelElements elements in all
 // (parallel_grain; each thread then gets at least half of that): a decode
-// batch's rows (tens of rows, tens of microseconds of work) run on the
-// calling thread; larger steps split. Measured inside the side-by-side
-// workload, the two builds alternating call by call
-// (benchmarks/bench_fused_grain.py, 2-core Xeon shared with other work): the
-// old fixed 16-row grain took 1.11-1.35x the time at <= 64 rows and
-// 1.14-1.78x on the 512-row steps (RMSNorm, SiLU-and-mul, RoPE) in one run,
-// 4.5-8.0x at <= 64 rows in more loaded ones: waking the other thread costs
-// more than it saves on that much work. write_kv against two index_copy_:
-// 2.1x at <= 64 rows, 1.3x above (loaded run).
+// batch's RMSNorm and RoPE rows run on the calling thread, its SiLU-and-mul
+// rows (5,632 wide in the small preset) and a prefill step's rows split.
+// Measured inside the side-by-side workload, builds alternating call by call
+// (benchmarks/bench_fused_grain.py), against the old fixed 16-row grain: on
+// the idle Xeon the calling thread won at <= 64 rows for RMSNorm (1.10x) and
+// RoPE (1.25x) and lost for SiLU-and-mul (0.84x) and for 512-row RMSNorm
+// (0.64x), hence 2^17 (2^19 had all four on one thread); on a loaded machine
+// the calling thread won 4.5-8.0x at <= 64 rows. write_kv against two
+// index_copy_: 1.9x at <= 64 rows, 1.16x above (idle).
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -49,7 +49,7 @@ namespace {
 using namespace iterserve_simd;
 #endif
 
-constexpr int64_t kMinParallelElements = int64_t{1} << 19;
+constexpr int64_t kMinParallelElements = int64_t{1} << 17;
 
 // The rows per thread chunk for rows of `row_elements` elements each
 // (ITERSERVE_FUSED_GRAIN_ROWS fixes it instead, for benchmarks/bench_fused_grain.py).
