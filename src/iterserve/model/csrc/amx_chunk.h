@@ -32,6 +32,10 @@
 
 namespace iterserve_amx_chunk {
 
+using iterserve_simd::add_ps;
+using iterserve_simd::max_ps;
+using iterserve_simd::reduce16;
+
 using c10::BFloat16;
 
 constexpr int64_t kMaxQueries = 256;  // query vectors per call (rows x G)
@@ -172,27 +176,6 @@ inline float mask_row(float* scores, int64_t n_pad, int64_t visible_lo, int64_t 
   return _mm512_reduce_max_ps(best);
 }
 
-// Lane j of the result = Op over the lanes of v[j] (Op: max or add): sixteen
-// horizontal reductions in about 30 instructions.
-template <__m512 (*Op)(__m512, __m512)>
-inline __m512 reduce16(const __m512* v) {
-  __m512 pairs[8], quads[4];
-  for (int k = 0; k < 8; ++k)
-    pairs[k] = Op(_mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]),
-                  _mm512_unpackhi_ps(v[2 * k], v[2 * k + 1]));
-  for (int k = 0; k < 4; ++k) {
-    const __m512d a = _mm512_castps_pd(pairs[2 * k]), b = _mm512_castps_pd(pairs[2 * k + 1]);
-    quads[k] = Op(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
-                  _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
-  }
-  const __m512 low = Op(_mm512_shuffle_f32x4(quads[0], quads[1], 0x88),
-                        _mm512_shuffle_f32x4(quads[0], quads[1], 0xDD));
-  const __m512 high = Op(_mm512_shuffle_f32x4(quads[2], quads[3], 0x88),
-                         _mm512_shuffle_f32x4(quads[2], quads[3], 0xDD));
-  return Op(_mm512_shuffle_f32x4(low, high, 0x88), _mm512_shuffle_f32x4(low, high, 0xDD));
-}
-inline __m512 max_ps(__m512 a, __m512 b) { return _mm512_max_ps(a, b); }
-inline __m512 add_ps(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
 
 // One streaming-softmax step for the 16 query rows of block qb over span keys
 // [start, start + n_pad): raw scores -> bf16 weights e^(scale * (s - max)),

@@ -143,29 +143,6 @@ using AccumulateFn = void (*)(const T*, const int64_t*, int64_t, int64_t, const 
 template <typename T>
 constexpr bool kHasLoad16 = !std::is_same_v<T, double>;
 
-// Lane j of the result = the sum of the lanes of v[j]: sixteen horizontal sums
-// for the price of about three.
-__attribute__((always_inline)) inline __m512 reduce16(const __m512* v) {
-  __m512 pairs[8], quads[4];
-  for (int k = 0; k < 8; ++k)
-    pairs[k] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]),
-                             _mm512_unpackhi_ps(v[2 * k], v[2 * k + 1]));
-  for (int k = 0; k < 4; ++k) {
-    const __m512d a = _mm512_castps_pd(pairs[2 * k]), b = _mm512_castps_pd(pairs[2 * k + 1]);
-    quads[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
-                             _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
-  }
-  // quads[k], 128-bit lane L, element e: lane-L part of the sum of v[4k + e]
-  const __m512 low = _mm512_add_ps(_mm512_shuffle_f32x4(quads[0], quads[1], 0x88),
-                                   _mm512_shuffle_f32x4(quads[0], quads[1], 0xDD));
-  const __m512 high = _mm512_add_ps(_mm512_shuffle_f32x4(quads[2], quads[3], 0x88),
-                                    _mm512_shuffle_f32x4(quads[2], quads[3], 0xDD));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(low, high, 0x88),
-                       _mm512_shuffle_f32x4(low, high, 0xDD));
-}
-
-
-
 // Whether a vectorised bf16 head of d elements is held in even/odd order:
 // each whole 32-element block as its 16 even elements, then its 16 odd ones
 // (what load_even_odd yields), a trailing 16-element block as it is.
@@ -285,7 +262,7 @@ void score_rows(const T* keys, const int64_t* offsets, int64_t n, int64_t n_q,
           for (int r = 0; r < R; ++r) pending[k * R + r] = _mm512_setzero_ps();
         }
       }
-      const __m512 sums = _mm512_mul_ps(reduce16(pending), factor);  // lane k * R + r
+      const __m512 sums = _mm512_mul_ps(reduce16<add_ps>(pending), factor);  // lane k * R + r
       if (n_q == R && i + kKeys <= n) {
         _mm512_storeu_ps(scores + i * R, sums);
         continue;
