@@ -36,7 +36,6 @@ from torch.utils import cpp_extension
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_vs_vllm  # noqa: E402
 from iterserve.model import kernels, llama  # noqa: E402
-from iterserve.model.loader import load_config  # noqa: E402
 from iterserve.model.make_model import cached_model  # noqa: E402
 
 OPS = ("fused_add_rms_norm", "silu_and_mul", "rotary_in_place", "write_kv")
@@ -101,11 +100,7 @@ def run(model: Path, arms: dict[str, Any]) -> Alternating:
         return forward(self, batch, cache)
 
     llama.PackedCausalLM.forward = llama.PackedCausalLM.__call__ = patched  # type: ignore[method-assign]
-    args = bench_vs_vllm.parse_args(["--model", str(model)])
-    requests = bench_vs_vllm.make_workload(args.num_requests, tuple(args.prompt_lens),
-                                           tuple(args.output_lens),
-                                           load_config(model).vocab_size, args.seed)
-    bench_vs_vllm.worker_iterserve(args, requests)
+    bench_vs_vllm.iterserve_in_process(model)
     return holder["ops"]
 
 

@@ -32,7 +32,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_vs_vllm  # noqa: E402
 from iterserve.model import llama  # noqa: E402
-from iterserve.model.loader import load_config  # noqa: E402
 from iterserve.model.make_model import cached_model  # noqa: E402
 
 ARMS = ("padded at the embedding", "padded in each projection")
@@ -56,11 +55,7 @@ def run(model: Path) -> dict[str, list[float]]:
         return logits
 
     llama.PackedCausalLM.forward = llama.PackedCausalLM.__call__ = alternating  # type: ignore[method-assign]
-    args = bench_vs_vllm.parse_args(["--model", str(model)])
-    requests = bench_vs_vllm.make_workload(args.num_requests, tuple(args.prompt_lens),
-                                           tuple(args.output_lens),
-                                           load_config(model).vocab_size, args.seed)
-    bench_vs_vllm.worker_iterserve(args, requests)
+    bench_vs_vllm.iterserve_in_process(model)
     return times
 
 

@@ -168,6 +168,17 @@ def worker_iterserve(args: argparse.Namespace, requests: list[dict]) -> dict:
             **latency_lists(times_ms)}
 
 
+def iterserve_in_process(model: Path) -> dict:
+    """The default workload on iterserve in this process (for benchmarks that
+    patch the model to A/B one part of it): the worker's figures."""
+    from iterserve.model.loader import load_config
+
+    args = parse_args(["--model", str(model)])
+    requests = make_workload(args.num_requests, tuple(args.prompt_lens), tuple(args.output_lens),
+                             load_config(model).vocab_size, args.seed)
+    return worker_iterserve(args, requests)
+
+
 def worker_vllm(args: argparse.Namespace, requests: list[dict]) -> dict:
     from vllm import LLM, SamplingParams
 

