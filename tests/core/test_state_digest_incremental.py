@@ -1,6 +1,7 @@
-"""The decision log's incremental state digest equals the full encoding's
-at every decision of a run: a preempting, chunked, overloaded workload with
-a non-ASCII client id (its views take the stdlib encoder)."""
+"""The decision log's incremental state digest (format 4) equals the
+reference :func:`state_digest` at every decision of a run: a preempting,
+chunked, overloaded workload with a non-ASCII client id (its views take the
+stdlib encoder)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from iterserve.admission.overload import make_gate
 from iterserve.cost import parse_cost_model
 from iterserve.engine.observer import EngineObserver
 from iterserve.policies.registry import policy_for
-from iterserve.records.codec import dumps, state_digest, state_to_json
+from iterserve.records.codec import dumps, state_digest, state_digest_record
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.state import SchedulerState
@@ -42,7 +43,7 @@ class _Checker(EngineObserver):
     def on_step(self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
                 successor: SchedulerState) -> None:
         for cut in (state, successor):
-            assert self.digester.canonical_text(cut) == dumps(state_to_json(cut))
+            assert self.digester.canonical_text(cut) == dumps(state_digest_record(cut))
             assert self.digester.digest(cut) == state_digest(cut)
             self.num_checked += 1
 
@@ -108,10 +109,10 @@ def test_encode_views_writes_each_view_as_the_canonical_encoder_does() -> None:
     assert encode_views(odd) == [canonical_json(view_to_json(v))[1:-1].encode() for v in odd]
 
 
-def test_changed_positions_are_every_position_whose_view_is_another() -> None:
+def testchanged_positions_are_every_position_whose_view_is_another() -> None:
     import random
 
-    from iterserve.records.state_digest import _changed_positions
+    from iterserve.records.state_digest import changed_positions
     from iterserve.records.view import RequestView
 
     rng = random.Random(15)
@@ -124,5 +125,5 @@ def test_changed_positions_are_every_position_whose_view_is_another() -> None:
         if size:
             old[-1] = None  # a new id's slot: not encoded yet
         expected = [i for i, (now, then) in enumerate(zip(current, old, strict=True)) if now is not then]
-        assert _changed_positions(current, old) == expected
-    assert _changed_positions(before[:3], before[:2]) == [0, 1, 2]
+        assert changed_positions(current, old) == expected
+    assert changed_positions(before[:3], before[:2]) == [0, 1, 2]

@@ -1,8 +1,11 @@
 """Every decision of every example under every policy is what it was before
 the consolidation (issue 9): decision lines byte-identical to the committed
-logs once the per-line fields in LINE_KEYS_ADDED_SINCE are stripped, the
-header identical up to keys named in HEADER_KEYS_ADDED_SINCE and values
-named in HEADER_VALUES_CHANGED_SINCE."""
+logs once the per-line fields in LINE_KEYS_ADDED_SINCE are stripped and the
+values of LINE_VALUES_CHANGED_SINCE masked, the header identical up to keys
+named in HEADER_KEYS_ADDED_SINCE and values named in
+HEADER_VALUES_CHANGED_SINCE. The masked ``state_digest`` is checked apart:
+replaying the new log, every replayed state's format-3 digest
+(``state_text_digest``) is the committed line's, so no state changed."""
 
 from __future__ import annotations
 
@@ -12,6 +15,14 @@ import re
 from pathlib import Path
 
 import pytest
+
+from iterserve.engine.log_reader import read_log
+from iterserve.engine.observer import EngineObserver
+from iterserve.records.codec import state_text_digest
+from iterserve.records.plan import IterationPlan
+from iterserve.records.result import IterationResult
+from iterserve.records.state import SchedulerState
+from iterserve.sim.replay import _Replay
 
 from .golden_cases import POLICIES, fixture_path, run_case, workload_paths
 
@@ -26,7 +37,8 @@ HEADER_KEYS_ADDED_SINCE: dict[str, str] = {
 }
 # header values a later change altered on purpose: key -> (committed, now, which change)
 HEADER_VALUES_CHANGED_SINCE: dict[str, tuple[object, object, str]] = {
-    "format": (2, 3, "issue 14: format 3 adds executor, output_lengths_sha256 and the chain"),
+    "format": (2, 4, "issue 14: format 3 adds executor, output_lengths_sha256 and the chain; "
+                     "issue 15: format 4 changes how state_digest hashes the views"),
 }
 # per-line fields a later change appended to every decision line. The writer
 # appends each as the line's last key (after the canonical text), so exactly
@@ -34,6 +46,17 @@ HEADER_VALUES_CHANGED_SINCE: dict[str, tuple[object, object, str]] = {
 LINE_KEYS_ADDED_SINCE: dict[str, str] = {
     "chain": "issue 14: sha256(previous chain + this line's canonical text)",
 }
+# per-line values a later change computes differently on purpose; masked in
+# both lines before the byte compare (each must occur exactly once in an
+# iteration line), and checked another way by the test named here
+LINE_VALUES_CHANGED_SINCE: dict[str, str] = {
+    "state_digest": "issue 15: format 4 hashes the RUNNING views' text and a multiset hash "
+                    "of the others (incremental); the same states: "
+                    "_replayed_text_digests in test_decisions_are_byte_identical",
+}
+_LINE_VALUES = re.compile(
+    rb'"(' + b"|".join(re.escape(k.encode()) for k in LINE_VALUES_CHANGED_SINCE)
+    + rb')":"[0-9a-f]{64}"')
 _LINE_SUFFIX = re.compile(
     rb',"(' + b"|".join(re.escape(k.encode()) for k in LINE_KEYS_ADDED_SINCE)
     + rb')":"[0-9a-f]{64}"}$')
@@ -70,7 +93,15 @@ def _strip_added(line: bytes) -> bytes:
     for _ in LINE_KEYS_ADDED_SINCE:
         line, count = _LINE_SUFFIX.subn(b"}", line)
         assert count == 1, f"no appended field at the end of {line[-80:]!r}"
-    return line
+    return _mask_changed(line)
+
+
+def _mask_changed(line: bytes) -> bytes:
+    """The line with each LINE_VALUES_CHANGED_SINCE value masked (once in an
+    iteration line, absent from the others)."""
+    masked, count = _LINE_VALUES.subn(rb'"\1":"masked"', line)
+    assert count == (len(LINE_VALUES_CHANGED_SINCE) if b'"type":"iteration"' in line else 0)
+    return masked
 
 
 @pytest.mark.parametrize(("workload", "policy"), CASES)
@@ -87,4 +118,33 @@ def test_decisions_are_byte_identical(workloads, workload, policy, tmp_path):
     assert _header(actual[0], committed=False) == _header(expected[0], committed=True)
     assert len(actual) == len(expected), "number of decision lines changed"
     for number, (got, want) in enumerate(zip(actual[1:], expected[1:], strict=True), start=2):
-        assert _strip_added(got) == want, f"{workload} under {policy}: line {number} differs"
+        assert _strip_added(got) == _mask_changed(want), \
+            f"{workload} under {policy}: line {number} differs"
+    (tmp_path / "new.jsonl").write_bytes(data)
+    assert _replayed_text_digests(tmp_path / "new.jsonl") == [
+        json.loads(line)["state_digest"] for line in expected[1:]
+        if json.loads(line)["type"] == "iteration"], \
+        f"{workload} under {policy}: a replayed state is not the committed one"
+
+
+class _TextDigests(EngineObserver):
+    """The format-3 digest of every state a decision was made from."""
+
+    def __init__(self) -> None:
+        self.digests: list[str] = []
+
+    def on_step(self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
+                successor: SchedulerState) -> None:
+        self.digests.append(state_text_digest(state))
+
+
+def _replayed_text_digests(path: Path) -> list[str]:
+    """Replay the (format 4) log at ``path``, which checks each line's
+    format-4 digest, and list each replayed state's format-3 digest."""
+    log = read_log(path)
+    assert log.format == 4
+    run = _Replay(log, None)
+    observer = _TextDigests()
+    run.engine.observers.append(observer)
+    run.run()
+    return observer.digests

@@ -22,12 +22,26 @@ Later lines, in the order the facts happened:
   stopped before it was done, or rejections happened after the last line):
   the state version the run ended at and the trailing ``rejected``.
 
-Every line (format 3) is the canonical encoding of its fields followed by
-``chain``, its last key: sha256 of the previous line's chain (empty for the
-header) and this line's canonical text without ``chain``. An edited,
-dropped or reordered line breaks the chain from there on. The chain detects
-edits; it is not a signature (no secret: whoever rewrites the rest of the
-file can recompute it).
+Every line (formats 3 and 4) is the canonical encoding of its fields
+followed by ``chain``, its last key: sha256 of the previous line's chain
+(empty for the header) and this line's canonical text without ``chain``.
+An edited, dropped or reordered line breaks the chain from there on. The
+chain detects edits; it is not a signature (no secret: whoever rewrites the
+rest of the file can recompute it).
+
+An iteration line's ``state_digest`` binds it to its input state. Format 4
+(:func:`~iterserve.records.codec.state_digest`) hashes the canonical text
+of the state's fields in which ``views`` is ``{"others": H, "running":
+[...]}``: the RUNNING views' canonical texts in request-id order, and H,
+64 hex digits, the sum modulo 2**256 of sha256(canonical text of the view)
+read as a big-endian integer over every other view (an additive multiset
+hash; ids are unique, so the state is still determined). A waiting view
+that did not change costs the writer nothing per decision
+(:class:`~iterserve.records.state_digest.StateDigester`). Formats 1 to 3
+hash the whole canonical state text
+(:func:`~iterserve.records.codec.state_text_digest`, every view at every
+decision); replay checks each log with its format's digest
+(:data:`STATE_DIGESTS`). Format 4 changes nothing else.
 """
 
 from __future__ import annotations
@@ -44,6 +58,7 @@ from iterserve.records.codec import (
     plan_to_json,
     result_to_json,
     state_digest,
+    state_text_digest,
 )
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
@@ -53,10 +68,14 @@ from iterserve.records.state_digest import StateDigester
 from iterserve.records.transition import claimed_prefix_rows
 from iterserve.records.workload import online_to_json
 
-LOG_FORMAT = 3
+LOG_FORMAT = 4
 # format 1: no cost model, gate or cancel lines; format 2: no executor,
-# hidden-truth digest or chain
-READABLE_FORMATS = (1, 2, 3)
+# hidden-truth digest or chain; format 3: the state digest over the whole text
+READABLE_FORMATS = (1, 2, 3, 4)
+#: each readable format's state digest (replay checks a log with its own)
+STATE_DIGESTS: Mapping[int, Callable[[SchedulerState], str]] = {
+    1: state_text_digest, 2: state_text_digest, 3: state_text_digest, 4: state_digest,
+}
 EXECUTORS = ("simulated", "torch")
 CHAIN_KEY = "chain"
 

@@ -2,14 +2,14 @@
 
 An online engine learns its requests as they arrive, but the log's header
 holds the whole workload and every line is chained to the one before it
-(format 3). So the body lines are kept, in order, as the ordinary
+(formats 3 and 4). So the body lines are kept, in order, as the ordinary
 :class:`DecisionLogWriter` makes them (rejections attached, same fields);
 :meth:`BufferedDecisionLog.text` then writes the header with the workload
 declared so far and chains the kept lines after it. ``iterserve replay``
 reads the result like any other log.
 
-Encoding a line (the state digest over every live view, the plan and the
-result) is not on the step path: the observer only queues the step's
+Encoding a line (the state digest, the plan and the result) is not on the
+step path: the observer only queues the step's
 immutable records, in order with rejections and cancellations, and
 :meth:`BufferedDecisionLog.flush` encodes them, the same lines in the same
 order, when the engine is idle or the log is read.

@@ -94,7 +94,52 @@ def view_to_json(view: RequestView) -> list[Any]:
 
 
 def state_digest(state: SchedulerState) -> str:
-    """sha256 of the canonical state encoding; binds a log line to its state."""
+    """The state digest of decision-log format 4, which binds a log line to
+    its state: sha256 of the canonical text of :func:`state_digest_record`.
+    The reference definition (every view encoded);
+    :class:`~iterserve.records.state_digest.StateDigester` computes the same
+    value per decision from the views that changed."""
+    return hashlib.sha256(dumps(state_digest_record(state)).encode()).hexdigest()
+
+
+def state_digest_record(state: SchedulerState) -> dict[str, Any]:
+    """:func:`state_to_json` with ``views`` replaced by ``{"others": H,
+    "running": [...]}``: the RUNNING views (which change at every decision)
+    in request-id order, and H the additive multiset hash of every other
+    view (:func:`multiset_hex` of the sum of :func:`view_element`). Views
+    are keyed by unique ids, so the multiset and the running list determine
+    the views: the digest is still a function of the whole state, and a
+    waiting view that did not change costs nothing to carry."""
+    views = state.views
+    running: list[list[Any]] = []
+    others = 0
+    for rid in sorted(views):
+        row = view_to_json(views[rid])
+        if views[rid].lifecycle is Lifecycle.RUNNING:
+            running.append(row)
+        else:
+            others += view_element(dumps(row).encode())
+    return state_fields_to_json(state, {"others": multiset_hex(others), "running": running})
+
+
+def view_element(view_text: bytes) -> int:
+    """A view's element of the multiset hash: sha256 of its canonical text
+    (``dumps(view_to_json(view))``, brackets included) as a big-endian integer."""
+    return int.from_bytes(hashlib.sha256(view_text).digest(), "big")
+
+
+def multiset_hex(total: int) -> str:
+    """A sum of :func:`view_element` values modulo 2**256, as 64 hex digits."""
+    return f"{total % _MULTISET_MODULUS:064x}"
+
+
+_MULTISET_MODULUS = 1 << 256
+
+
+def state_text_digest(state: SchedulerState) -> str:
+    """The state digest of decision-log formats 1 to 3: sha256 of the whole
+    canonical state text (every view's text, at every decision). Replay
+    checks those logs with it."""
     return hashlib.sha256(dumps(state_to_json(state)).encode()).hexdigest()
 
 

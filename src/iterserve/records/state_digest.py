@@ -1,24 +1,31 @@
-"""Incremental state digests for a run's decision log (0x01A).
+"""Incremental state digests for a run's decision log (log format 4, 0x01A).
 
-:func:`~iterserve.records.codec.state_digest` encodes every live view at
-every decision; on a long overloaded run most of them are waiting requests
-whose views did not change since the last decision (the transition keeps
-the same view object). :class:`StateDigester` keeps each view's canonical
-text while its view object lives and re-encodes only new or changed views,
-then splices them into the canonical text of the other fields: the same
-text, so the same sha256, as ``state_digest`` (the tests pin the two
-equal over whole runs).
+:func:`~iterserve.records.codec.state_digest` defines the digest and is its
+reference: the canonical text of the state's fields with the RUNNING
+views' texts in id order and, for every other view, one 256-bit element in
+an additive multiset hash. On a long overloaded run most views are waiting
+requests whose view objects the transitions keep from one state to the
+next, and the running ones (at most the sequence budget) change at every
+decision.
+
+:class:`StateDigester` keeps each view's text (RUNNING) or element (the
+others) while its view object lives. Per decision it finds the positions
+whose view is another object with list compares at C speed (no Python work
+per unchanged view), encodes those views in one orjson call, adds and
+subtracts the changed elements, and joins and hashes only the RUNNING
+texts: the same text, so the same sha256, as ``state_digest`` (the tests
+pin the two equal over whole runs). What remains per decision over every
+live view runs in C: listing the mapping's keys and values and comparing
+them with the last state's (pointer compares), and the waiting ids' text.
 """
 
 from __future__ import annotations
 
 import hashlib
 import operator
-from bisect import bisect, bisect_left
 from collections.abc import Mapping
-from itertools import compress, islice, repeat
-from operator import is_not
-from typing import cast
+from itertools import compress, repeat
+from operator import is_, is_not, not_
 
 import orjson
 
@@ -28,7 +35,7 @@ from iterserve.records.canonical_json import (
     canonical_strings_bytes,
     is_plain_ascii,
 )
-from iterserve.records.codec import state_fields_to_json, view_to_json
+from iterserve.records.codec import multiset_hex, state_fields_to_json, view_element, view_to_json
 from iterserve.records.state import SchedulerState
 from iterserve.records.transition import claimed_prefix_rows
 from iterserve.records.view import Lifecycle, RequestView
@@ -41,22 +48,27 @@ _MARKER_TEXT = f',"views":"{_MARKER}"'.encode()
 # apart (no number scans over a long queue's ids)
 _WAITING_MARKER = "@@waiting@@"
 _WAITING_TEXT = f',"waiting":"{_WAITING_MARKER}"'.encode()
+_RUNNING = Lifecycle.RUNNING
 
 
 class StateDigester:
     """``digest(state) == state_digest(state)``, one instance per run (it
-    holds the encoded views of the last state it saw). Per decision the
-    work over every live view runs in C (``map``, ``compress``); the views
-    that changed are encoded together by one :func:`encode_views` call."""
+    holds the encoded views of the last state it saw)."""
 
-    __slots__ = ("_order", "_views", "_texts", "_claim_ids")
+    __slots__ = ("_keys", "_values", "_texts", "_elements", "_others", "_running_ids",
+                 "_claim_ids")
 
     def __init__(self) -> None:
-        # three parallel lists in request-id order: the ids, the view each
-        # had when last encoded, and that view's canonical text without brackets
-        self._order: list[str] = []
-        self._views: list[RequestView | None] = []  # None: not encoded yet
-        self._texts: list[bytes | None] = []
+        self._forget()
+
+    def _forget(self) -> None:
+        # the last state's views in mapping order: keys and view objects
+        self._keys: list[str] = []
+        self._values: list[RequestView] = []
+        self._texts: dict[str, bytes] = {}  # RUNNING views: canonical text without brackets
+        self._elements: dict[str, int] = {}  # every other view: its multiset element
+        self._others = 0  # the sum of _elements (not reduced)
+        self._running_ids: list[str] = []  # the keys of _texts, sorted
         self._claim_ids: set[str] = set()  # ids whose view may hold a claimed prefix hit
 
     def claimed_prefix_rows(self, state: SchedulerState) -> dict[str, int]:
@@ -67,8 +79,8 @@ class StateDigester:
         return claimed_prefix_rows(state) if self._claim_ids else {}
 
     def digest(self, state: SchedulerState) -> str:
-        """sha256 of :meth:`canonical_text`, fed piece by piece: the long
-        views text is hashed where it was joined, never copied again."""
+        """sha256 of :meth:`canonical_text`, fed piece by piece (the joined
+        running texts are hashed where they were joined)."""
         pieces = self._pieces(state)
         hasher = hashlib.sha256(pieces[0])
         for piece in pieces[1:]:
@@ -76,127 +88,167 @@ class StateDigester:
         return hasher.hexdigest()
 
     def canonical_text(self, state: SchedulerState) -> str:
-        """``dumps(state_to_json(state))``."""
+        """``dumps(state_digest_record(state))``."""
         return b"".join(self._pieces(state)).decode("ascii")
 
     def _pieces(self, state: SchedulerState) -> list[bytes]:
         """The canonical text's bytes in order: the other fields' text
-        around the views, and the views' cached texts joined."""
-        views = state.views
-        if list(views) == self._order:  # the mapping in id order (arrival order, often)
-            current = list(views.values())  # no lookup per view
-        else:
-            found = list(map(views.get, self._order))  # None: retired
-            if len(views) != len(found) or not all(found):  # a view is a non-empty tuple
-                current = self._reorder(views, found)
-            else:
-                current = cast(list[RequestView], found)
-        stale = _changed_positions(current, self._views)
-        if stale:
-            self._encode(current, stale)
+        around the views, and the views' value."""
+        self._follow(state.views)
         fields = state_fields_to_json(state, _MARKER)
         fields["waiting"] = _WAITING_MARKER
         head, marker, rest = canonical_json_bytes(fields).partition(_MARKER_TEXT)
         middle, waiting_marker, tail = rest.partition(_WAITING_TEXT)
         if not marker or not waiting_marker:  # cannot happen for a canonical state
             raise ValueError("state text has no views or waiting marker")
-        waiting = [middle, b',"waiting":', canonical_strings_bytes(state.waiting), tail]
-        if not current:
-            return [head, b',"views":[]', *waiting]
-        return [head, b',"views":[[', b"],[".join(self._texts),  # type: ignore[arg-type]
-                b"]]", *waiting]
+        others = multiset_hex(self._others).encode()
+        if self._running_ids:
+            running = [b"[[", b"],[".join(map(self._texts.__getitem__, self._running_ids)),
+                       b"]]"]
+        else:
+            running = [b"[]"]
+        return [head, b',"views":{"others":"', others, b'","running":', *running, b"}",
+                middle, b',"waiting":', canonical_strings_bytes(state.waiting), tail]
 
-    def _encode(self, current: list[RequestView], stale: list[int]) -> None:
-        """Encode the views of ``current`` (in id order) at the ``stale``
-        positions; remember them."""
-        changed = list(map(current.__getitem__, stale))
-        texts = self._texts
-        for index, text in zip(stale, encode_views(changed), strict=True):
-            texts[index] = text
-        self._views = current  # type: ignore[assignment]
-        ids = list(map(self._order.__getitem__, stale))
+    def _follow(self, views: Mapping[str, RequestView]) -> None:
+        """Take in ``views``: forget the retired ones, encode the new or
+        changed ones. A successor's mapping is its predecessor's with some
+        keys deleted, some values replaced in place and arrivals appended;
+        any other change of order re-reads the mapping (correct, slower)."""
+        keys, values = list(views), list(views.values())
+        if keys == self._keys:
+            stale, removed = changed_positions(values, self._values), []
+        else:
+            found = _diff(self._keys, self._values, keys, values, views)
+            if found is None:
+                self._forget()
+                stale, removed = list(range(len(keys))), []
+            else:
+                stale, removed = found
+        self._keys, self._values = keys, values
+        if stale or removed:
+            self._update(list(map(keys.__getitem__, stale)),
+                         list(map(values.__getitem__, stale)), removed)
+
+    def _update(self, ids: list[str], changed: list[RequestView], removed: list[str]) -> None:
+        """Replace the contributions of ``ids`` by their ``changed`` views'
+        and drop those of ``removed``; every step runs over all of them at
+        C speed (``map``, ``compress``) but the hash of each new element."""
+        texts, elements = self._texts, self._elements
+        gone = ids + removed
+        old_texts = list(map(texts.pop, gone, repeat(None)))
+        self._others -= sum(map(elements.pop, gone, repeat(0)))
+        is_running = list(map(is_, map(_LIFECYCLE, changed), repeat(_RUNNING)))
+        encoded = encode_views(changed)
+        texts.update(zip(compress(ids, is_running), compress(encoded, is_running), strict=True))
+        is_other = list(map(not_, is_running))
+        new = list(map(_element, compress(encoded, is_other)))
+        elements.update(zip(compress(ids, is_other), new, strict=True))
+        self._others += sum(new)
+        was_running = list(map(is_not, old_texts, repeat(None)))
+        if was_running[:len(ids)] != is_running or any(was_running[len(ids):]):
+            self._running_ids = sorted(texts)  # the running set changed
         claim_ids = self._claim_ids
         if claim_ids:
-            claim_ids.difference_update(ids)
+            claim_ids.difference_update(gone)
         # the few WAITING views first (at C speed), then the claim test on them
-        is_waiting = list(map(operator.is_, map(_LIFECYCLE, changed), repeat(Lifecycle.WAITING)))
+        is_waiting = list(map(is_, map(_LIFECYCLE, changed), repeat(Lifecycle.WAITING)))
         claim_ids.update(rid for rid, view in zip(compress(ids, is_waiting),
                                                   compress(changed, is_waiting), strict=True)
                          if view.num_computed and not view.num_emitted)
 
-    def _reorder(self, views: Mapping[str, RequestView],
-                 current: list[RequestView | None]) -> list[RequestView]:
-        """Forget retired views and place new ids in order (a few arrivals
-        join a long sorted list: inserted, not sorted again); the state's
-        views in the new order (the kept ones are ``current``'s, not
-        looked up again)."""
-        kept = list(map(is_not, current, repeat(None)))
-        if not all(kept):
-            self._claim_ids.difference_update(compress(self._order, map(operator.not_, kept)))
-            order = list(compress(self._order, kept))
-            encoded = list(compress(self._views, kept))
-            texts = list(compress(self._texts, kept))
-            found = list(compress(current, kept))
-        else:  # nothing retired: only arrivals
-            order, encoded, texts, found = self._order, self._views, self._texts, current
-        new = _new_ids(views, order)
-        if len(new) > len(order) // 8:
-            pairs = dict(zip(order, zip(encoded, texts, strict=True), strict=True))
-            order = sorted(views)
-            encoded = [pairs.get(rid, _NOTHING)[0] for rid in order]
-            texts = [pairs.get(rid, _NOTHING)[1] for rid in order]
-            found = list(map(views.__getitem__, order))
+
+def _element(text: bytes) -> int:
+    return view_element(b"[%b]" % text)
+
+
+def _diff(old_keys: list[str], old_values: list[RequestView], keys: list[str],
+          values: list[RequestView],
+          views: Mapping[str, RequestView]) -> tuple[list[int], list[str]] | None:
+    """``(stale, removed)``: the positions of ``keys`` whose view is new or
+    another object, and the old keys no longer in ``views``; None when
+    ``keys`` is not ``old_keys`` less some keys plus new ones at its end."""
+    removed_at = _removed_positions(old_keys, keys, views)
+    if removed_at is None:
+        return None
+    kept_keys, kept_values = old_keys, old_values
+    if removed_at:
+        kept_keys, kept_values = list(old_keys), list(old_values)
+        for index in reversed(removed_at):
+            del kept_keys[index], kept_values[index]
+    num_kept = len(kept_keys)
+    if keys[:num_kept] != kept_keys:  # never guess
+        return None
+    stale = changed_positions(values[:num_kept], kept_values)
+    stale += range(num_kept, len(keys))  # arrivals
+    return stale, list(map(old_keys.__getitem__, removed_at))
+
+
+def _removed_positions(old: list[str], new: list[str],
+                       views: Mapping[str, RequestView]) -> list[int] | None:
+    """The positions of ``old`` whose key is not in ``views``, walking the
+    runs ``old`` and ``new`` share; None when an ``old`` key that is still
+    in ``views`` is out of place."""
+    removed: list[int] = []
+    i = j = 0
+    while True:
+        run = _matching_run(old, i, new, j)
+        i, j = i + run, j + run
+        if i == len(old):
+            return removed
+        if old[i] in views:
+            return None
+        removed.append(i)
+        i += 1
+
+
+_GALLOP = 16  # the first slice compared where a whole tail differs
+
+
+def _matching_run(a: list, i: int, b: list, j: int) -> int:  # type: ignore[type-arg]
+    """How many leading items ``a[i:]`` and ``b[j:]`` share, by slice
+    compares (pointer compares at C speed): the whole rest first, then
+    doubling slices to the first block that differs, then halving it."""
+    size = min(len(a) - i, len(b) - j)
+    if a[i:i + size] == b[j:j + size]:
+        return size
+    low, step = 0, _GALLOP
+    while True:  # a difference lies within [0, size)
+        high = min(low + step, size)
+        if a[i + low:i + high] != b[j + low:j + high]:
+            break
+        low, step = high, step * 2
+    while high - low > 1:  # the first difference lies within [low, high)
+        middle = (low + high) // 2
+        if a[i + low:i + middle] == b[j + low:j + middle]:
+            low = middle
         else:
-            for rid in sorted(new):
-                index = bisect(order, rid)
-                order.insert(index, rid)
-                encoded.insert(index, None)
-                texts.insert(index, None)
-                found.insert(index, views[rid])
-        self._order, self._views, self._texts = order, encoded, texts
-        return cast(list[RequestView], found)
+            high = middle
+    return low
 
 
-_NOTHING = (None, None)
-_CHUNK = 32  # views compared as one slice before any is compared alone
+_CHUNK = 32  # views compared one by one after a run of unchanged ones ends
 
 
-def _changed_positions(current: list[RequestView], before: list[RequestView | None]) -> list[int]:
-    """The positions where ``current`` holds a view ``before`` does not (a
-    view object that changed, or None before). Whole slices are compared
-    first (one pointer compare a view where nothing changed: the waiting
-    ids after the running ones); only a slice that differs is compared
-    view by view. An equal view that is a new object counts as unchanged:
+def changed_positions(current: list[RequestView], before: list[RequestView]) -> list[int]:
+    """The positions where ``current`` holds another view object than
+    ``before`` (both of one length; anything else: every position). Runs of
+    unchanged views are skipped by slice compares; after each run one chunk
+    is compared view by view (the running views often sit together). An
+    equal view that is a new object outside a chunk counts as unchanged:
     its text is the same."""
-    if len(before) != len(current):  # cannot happen after _reorder; never guess
-        return list(range(len(current)))
+    size = len(current)
+    if len(before) != size:  # cannot happen for aligned lists; never guess
+        return list(range(size))
     stale: list[int] = []
-    for start in range(0, len(current), _CHUNK):
-        end = start + _CHUNK
-        now, then = current[start:end], before[start:end]
-        if now != then:
-            stale += compress(range(start, end), map(is_not, now, then))
+    start = 0
+    while start < size:
+        start += _matching_run(current, start, before, start)
+        end = min(start + _CHUNK, size)
+        stale += compress(range(start, end), map(is_not, current[start:end],
+                                                 before[start:end]))
+        start = end
     return stale
-
-
-def _new_ids(views: Mapping[str, RequestView], known: list[str]) -> set[str]:
-    """The ids of ``views`` not in ``known`` (sorted, all of them in
-    ``views``). Arrivals join a state's views last, so the last few keys are
-    tried first (a binary search each); any doubt takes the set difference."""
-    num_new = len(views) - len(known)
-    if num_new <= 0:
-        return set()
-    if not isinstance(views, dict):
-        return views.keys() - known
-    last = list(islice(reversed(views), num_new))
-    if all(not _contains(known, rid) for rid in last):
-        return set(last)  # num_new keys, none known: exactly the new ones
-    return views.keys() - known
-
-
-def _contains(ordered: list[str], rid: str) -> bool:
-    index = bisect_left(ordered, rid)
-    return index < len(ordered) and ordered[index] == rid
 
 
 # view_to_json's fields are the view's first 18, in order; orjson writes the
@@ -211,6 +263,8 @@ def encode_views(views: list[RequestView]) -> list[bytes]:
     split at the top-level ``],[``. Where a split is not exact (a string
     holding ``],[``) or the text may not be the stdlib's, each view takes
     :func:`canonical_json`."""
+    if not views:
+        return []
     rows = _split_rows(orjson.dumps(list(map(_FIELDS, views))), len(views))
     if rows is None:
         return [canonical_json(view_to_json(view))[1:-1].encode() for view in views]

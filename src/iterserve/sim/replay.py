@@ -3,15 +3,16 @@
 The engine runs again with the logged policy (bound to the logged cost
 model) and the logged overload contract, one step at a time. Each step
 compares the input state's digest and the re-derived plan with the log and
-stops at the first divergence, naming its line and field. Results come from
-one of two places:
+stops at the first divergence, naming its line and field (the digest of
+the log's format: format 4's, or the whole-text digest of formats 1 to 3).
+Results come from one of two places:
 
 - a simulated run replayed with its workload file (``workload``): the
   simulated executor runs again with the header's cost model and the file's
   hidden truth, whose digest must match the header's; every result
   (tokens, stops, durations, capacity facts) is re-derived and compared;
 - otherwise the logged results are used as they are, after their chain
-  link is checked (format 3): an edited line breaks the chain there.
+  link is checked (formats 3 and 4): an edited line breaks the chain there.
 
 Logged cancellations are applied at the state version they were made at;
 rejections are re-derived by the gate and must match the logged lists. A
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from iterserve.engine.decision_log import CHAIN_KEY, chain_digest
+from iterserve.engine.decision_log import CHAIN_KEY, STATE_DIGESTS, chain_digest
 from iterserve.engine.log_reader import (
     DecisionLogFile,
     LogLine,
@@ -42,7 +43,6 @@ from iterserve.records.codec import (
     plan_to_json,
     result_from_json,
     result_to_json,
-    state_digest,
 )
 from iterserve.records.errors import ContractViolation
 from iterserve.records.plan import IterationPlan
@@ -69,7 +69,7 @@ class ReplayReport:
 
 
 class _Chain:
-    """Checks each line's chain link in file order (format 3)."""
+    """Checks each line's chain link in file order (formats 3 and 4)."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
@@ -125,8 +125,10 @@ class _ReplayExecutor:
 
     def __init__(self, cursor: _LogCursor, capacity: CapacityFacts,
                  check_rejections: Callable[[LogLine], None],
-                 simulated: SimulatedExecutor | None) -> None:
+                 simulated: SimulatedExecutor | None,
+                 digest: Callable[[SchedulerState], str]) -> None:
         self._cursor = cursor
+        self._digest = digest  # the log format's state digest
         self._capacity = capacity
         self._check_rejections = check_rejections
         self._simulated = simulated
@@ -157,7 +159,7 @@ class _ReplayExecutor:
             raise ReplayDivergence(f"{where}: the policy scheduled work at decision "
                                    f"{state.decision_id} but {what}")
         self._cursor.take()
-        _compare(line, state, plan)
+        _compare(line, state, plan, self._digest)
         result = self._result(line, plan, state)
         self._check_rejections(line)
         self._cursor.verify(line)
@@ -190,14 +192,15 @@ class _ReplayExecutor:
             self._simulated.release(request_ids)
 
 
-def _compare(line: LogLine, state: SchedulerState, plan: IterationPlan) -> None:
+def _compare(line: LogLine, state: SchedulerState, plan: IterationPlan,
+             digest: Callable[[SchedulerState], str]) -> None:
     fields = line.fields
     if fields["decision_id"] != state.decision_id:
         raise ReplayDivergence(f"{line.where}: replay is at decision {state.decision_id}")
     if fields["state_version"] != state.state_version:
         raise ReplayDivergence(f"{line.where}: state_version logged {fields['state_version']}, "
                                f"replayed {state.state_version}")
-    if fields["state_digest"] != state_digest(state):
+    if fields["state_digest"] != digest(state):
         raise ReplayDivergence(f"{line.where}: state_digest differs from the replayed state")
     _compare_json(line, "plan", fields["plan"], plan_to_json(plan))
     _compare_json(line, "policy", fields["policy"],
@@ -246,7 +249,8 @@ class _Replay:
         chain.verify(header)
         self.cursor = _LogCursor(log.body, chain)
         self.executor = _ReplayExecutor(self.cursor, capacity_from_json(
-            header.fields["initial_capacity"]), self._check_rejections, simulated)
+            header.fields["initial_capacity"]), self._check_rejections, simulated,
+            STATE_DIGESTS[log.format])
         self.engine = Engine(manifest.online, self.policy, self.executor, gate=gate)
         self._is_rederiving = simulated is not None
         self._num_rejected_checked = 0
