@@ -1,6 +1,7 @@
 """The run's state checker raises what ``validate_state`` raises: on every
-negative state fixture, whether it starts fresh or has already passed the
-valid state's views (which it then does not re-read), and it stays exact
+negative state fixture, whether it starts fresh, has already passed the
+valid state's views, or meets the fixture through a view delta (as a
+transition makes it: only the listed views are re-read), and it stays exact
 over a whole run: a corrupted running view, and a waiting queue with a
 replaced view inside the run it keeps, an id listed twice or one missing."""
 
@@ -24,6 +25,7 @@ from iterserve.records.state import SchedulerState
 from iterserve.records.state_check import StateChecker
 from iterserve.records.validate import validate_state
 from iterserve.records.view import Lifecycle
+from iterserve.records.view_delta import changes_since, next_delta
 from iterserve.sim.generators import generate_workload
 from iterserve.sim.report import RunConfig, run_simulation
 from iterserve.sim.workload_spec import parse_spec
@@ -44,19 +46,34 @@ def test_there_are_state_fixtures() -> None:
 
 @pytest.mark.parametrize(("make", "error"), [(m, e) for _, m, e in _state_makers()],
                          ids=[name for name, _, _ in _state_makers()])
-@pytest.mark.parametrize("warm", [False, True])
-def test_the_checker_raises_what_validate_state_raises(make, error, warm: bool) -> None:
+@pytest.mark.parametrize("warm", [False, True, "linked"])
+def test_the_checker_raises_what_validate_state_raises(make, error, warm: bool | str) -> None:
     base = _base()
     checker = StateChecker()
     if warm:
         checker.check(base.state)  # the unchanged views are remembered as passed
     bad = make(base)
+    if warm == "linked":  # as a transition made it: only the listed views are re-read
+        bad = _linked(base.state, bad)
+        assert changes_since(base.state.views, bad.views, bad.view_delta) is not None
     with pytest.raises(E.ContractViolation) as expected:
         validate_state(bad)
     with pytest.raises(E.ContractViolation) as raised:
         checker.check(bad)
     assert type(raised.value) is type(expected.value) is error
     assert str(raised.value) == str(expected.value)
+
+
+def _linked(state: SchedulerState, bad: SchedulerState) -> SchedulerState:
+    """``bad`` with a view delta from ``state`` that lists every view it
+    replaced or deleted, as a transition's would."""
+    before, now = state.views, bad.views
+    if now is before:
+        return bad
+    touched = [rid for rid, view in now.items() if before.get(rid) is not view]
+    removed = [rid for rid in before if rid not in now]
+    return dataclasses.replace(bad, view_delta=next_delta(state.view_delta, before, now,
+                                                          touched, removed))
 
 
 @dataclasses.dataclass
@@ -78,6 +95,9 @@ class _Corrupter(EngineObserver):
             bad[rid] = view._replace(num_committed=view.num_computed + 1)
             with pytest.raises(E.UncommittedFrontier):
                 self.checker.check(dataclasses.replace(state, views=bad))
+            self.checker.check(state)
+            with pytest.raises(E.UncommittedFrontier):  # listed by its delta
+                self.checker.check(_linked(state, dataclasses.replace(state, views=bad)))
             self.num_refused += 1
         self.checker.check(state)  # a refusal forgets; the state passes again
         if len(state.waiting) >= 3:  # inside the run of waiting members it keeps
@@ -91,6 +111,9 @@ class _Corrupter(EngineObserver):
             request_id=middle, lifecycle=Lifecycle.RUNNING)
         with pytest.raises(E.QueueLifecycleMismatch):
             self.checker.check(dataclasses.replace(state, views=bad))
+        self.checker.check(state)
+        with pytest.raises(E.QueueLifecycleMismatch):
+            self.checker.check(_linked(state, dataclasses.replace(state, views=bad)))
         self.checker.check(state)
         twice = (*state.waiting[1:], state.waiting[1])  # one id twice, the first in no queue
         with pytest.raises(E.DuplicateQueueMember):

@@ -107,23 +107,3 @@ def test_encode_views_writes_each_view_as_the_canonical_encoder_does() -> None:
     assert encode_views(views) == expected
     odd = [views[0]._replace(client_id="a],[b"), views[1]._replace(client_id="clïent")]
     assert encode_views(odd) == [canonical_json(view_to_json(v))[1:-1].encode() for v in odd]
-
-
-def testchanged_positions_are_every_position_whose_view_is_another() -> None:
-    import random
-
-    from iterserve.records.state_digest import changed_positions
-    from iterserve.records.view import RequestView
-
-    rng = random.Random(15)
-    for size in (0, 1, 31, 32, 33, 100, 257):
-        before = [RequestView(f"r{i}", 0, 0, "c", 0, 0.0, i, 4, 4) for i in range(size)]
-        current = list(before)
-        for index in rng.sample(range(size), min(size, 7)):
-            current[index] = current[index]._replace(snapshot_version=1)
-        old: list[RequestView | None] = list(before)
-        if size:
-            old[-1] = None  # a new id's slot: not encoded yet
-        expected = [i for i, (now, then) in enumerate(zip(current, old, strict=True)) if now is not then]
-        assert changed_positions(current, old) == expected
-    assert changed_positions(before[:3], before[:2]) == [0, 1, 2]

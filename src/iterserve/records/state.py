@@ -16,6 +16,7 @@ from iterserve.records.preemption import PreemptionMode
 from iterserve.records.rows_bound import RowsBound
 from iterserve.records.spec import OnlineWorkload
 from iterserve.records.view import RequestView
+from iterserve.records.view_delta import ViewDelta
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +90,9 @@ class SchedulerState:
     # a derived bound on p + e over ``views`` the transitions carry forward
     # (records/rows_bound); never encoded, not part of the state's identity
     rows_bound: RowsBound | None = field(default=None, compare=False, repr=False)
+    # the ids the transition that made ``views`` wrote or deleted
+    # (records/view_delta); never encoded, not part of the state's identity
+    view_delta: ViewDelta | None = field(default=None, compare=False, repr=False)
 
     def view(self, request_id: str) -> RequestView:
         return self.views[request_id]

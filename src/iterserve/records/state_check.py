@@ -7,75 +7,106 @@ view exactly once. The first two are facts of the view object alone, and a
 view is an immutable tuple: once a view object passed them in a queue, it
 passes them in that queue at every later decision.
 
-:class:`StateChecker` remembers each queue and its view objects as they
-passed. Between two decisions a queue mostly keeps one run of its members
-in order (the waiting queue loses admissions at its front and gains
-arrivals at its back): the checker finds that run with slice compares, and
-re-checks only the members outside it and the run's members whose view
-object is new. Distinctness is kept the same way: the set of every listed
-id loses the ids that left the runs and gains the ones outside them, so a
-long waiting queue costs one view lookup per member and no set of its ids.
-It raises exactly what ``validate_state`` raises (its named-error path is
-the same function).
+:class:`StateChecker` remembers the queue of every listed id (the checked
+state's) and the views mapping it checked. Per decision it takes the ids
+whose view the transitions replaced since then (the state's
+:class:`~iterserve.records.view_delta.ViewDelta` links, see
+:func:`~iterserve.records.view_delta.changes_since`) and, per queue, the
+members outside the run it kept in order (the waiting queue loses
+admissions at its front and gains arrivals at its back: found with slice
+compares); only those ids are looked up and re-checked, and the remembered
+queue of each id is updated for them. The counts then prove the queues
+list every view once: the remembered ids were the checked state's views,
+the ids that left the views are listed nowhere, every id re-checked has a
+view and a queue, and there are as many listed ids as views. Where the
+links do not reach back it runs ``validate_state`` and remembers the
+state anew. It raises exactly what ``validate_state`` raises (its
+named-error path is the same function).
 """
 
 from __future__ import annotations
 
-from itertools import compress
-from operator import is_not
+import operator
+from collections.abc import Mapping
+from itertools import chain, repeat
 
 from iterserve.records.state import SchedulerState
-from iterserve.records.validate import QUEUE_LIFECYCLES, explain_state, views_pass
+from iterserve.records.validate import QUEUE_LIFECYCLES, explain_state, validate_state
 from iterserve.records.view import RequestView
+from iterserve.records.view_delta import changes_since
 
 _NUM_FRONT_TRIES = 8  # ids entering a queue's front (preempted requests) looked past
-_Members = list[RequestView | None]
+_ALLOWED = tuple(QUEUE_LIFECYCLES.values())  # by queue number
+_LIFECYCLE = operator.attrgetter("lifecycle")
+_COMMITTED = operator.attrgetter("num_committed")
+_COMPUTED = operator.attrgetter("num_computed")
 
 
 class StateChecker:
     """``check(state)`` raises what ``validate_state(state)`` raises; one
-    instance per run (it remembers the queues and view objects that passed)."""
+    instance per run (it remembers the state that passed last)."""
 
-    __slots__ = ("_queues", "_members", "_ids")
+    __slots__ = ("_views", "_queues", "_where")
 
     def __init__(self) -> None:
         self._forget()
 
     def _forget(self) -> None:
+        self._views: Mapping[str, RequestView] | None = None  # the mapping checked last
         empty: tuple[str, ...] = ()
         self._queues = [empty for _ in QUEUE_LIFECYCLES]
-        self._members: list[_Members] = [[] for _ in QUEUE_LIFECYCLES]
-        self._ids: set[str] = set()  # every id the remembered queues list (each once)
+        self._where: dict[str, int] = {}  # every listed id: its queue's number
 
     def check(self, state: SchedulerState) -> None:
         views = state.views
+        found = changes_since(self._views, views, state.view_delta)
         queues = [getattr(state, name) for name in QUEUE_LIFECYCLES]
-        ids = self._ids  # updated in place: a refused state forgets it
-        added: list[str] = []
-        all_members = []
-        for queue, allowed, before, passed in zip(
-                queues, QUEUE_LIFECYCLES.values(), self._queues, self._members, strict=True):
-            members = list(map(views.get, queue))  # None: no view (explained below)
-            start, old_start, size = _common_run(queue, before)
-            ids.difference_update(before[:old_start], before[old_start + size:])
-            added += queue[:start]
-            added += queue[start + size:]
-            fresh = members[:start] + members[start + size:]
-            run, was = members[start:start + size], passed[old_start:old_start + size]
-            if run != was:  # a view replaced inside the run: only those are re-read
-                fresh += compress(run, map(is_not, run, was))
-            if fresh and (None in fresh or not views_pass(fresh, allowed)):  # type: ignore[arg-type]
-                self._explain(state)
-            all_members.append(members)
+        if found is None:
+            self._check_anew(state, queues)
+            return
+        ids, gone = found
+        where = self._where  # updated in place: a refused state forgets it
+        runs = [_common_run(queue, before) if queue is not before else (0, 0, len(queue))
+                for queue, before in zip(queues, self._queues, strict=True)]
+        for before, (_, old_start, size) in zip(self._queues, runs, strict=True):
+            for _ in map(where.pop, chain(before[:old_start], before[old_start + size:]),
+                         repeat(None)):
+                pass  # left the queue
+        entered: list[str] = []
+        num_known = len(where)
+        for number, (queue, (start, _, size)) in enumerate(zip(queues, runs, strict=True)):
+            new = [*queue[:start], *queue[start + size:]]
+            where.update(zip(new, repeat(number)))
+            entered += new
+        to_check = list(dict.fromkeys(chain(ids, entered))) if entered else ids
+        numbers = list(map(where.get, to_check))
+        members = list(map(views.get, to_check))
         num_listed = sum(map(len, queues))
-        ids.update(added)
-        if num_listed != len(views) or len(ids) != num_listed:
+        if (len(where) != num_known + len(entered)  # an entering id was listed already
+                or None in numbers or None in members
+                or not _pass(members, numbers)  # type: ignore[arg-type]
+                or any(map(where.__contains__, gone))
+                or num_listed != len(views) or len(where) != num_listed):
             self._explain(state)
-        self._queues, self._members, self._ids = queues, all_members, ids
+        self._views, self._queues = views, queues
+
+    def _check_anew(self, state: SchedulerState, queues: list[tuple[str, ...]]) -> None:
+        self._forget()
+        validate_state(state)
+        self._where = {rid: number for number, queue in enumerate(queues) for rid in queue}
+        self._views, self._queues = state.views, queues
 
     def _explain(self, state: SchedulerState) -> None:
         self._forget()  # a refused state leaves nothing remembered
         explain_state(state)
+
+
+def _pass(members: list[RequestView], numbers: list[int]) -> bool:
+    """Each view is in a lifecycle its queue allows and its committed rows
+    equal its computed rows (at C speed)."""
+    allowed = map(_ALLOWED.__getitem__, numbers)
+    return (all(map(frozenset.__contains__, allowed, map(_LIFECYCLE, members)))
+            and all(map(operator.eq, map(_COMMITTED, members), map(_COMPUTED, members))))
 
 
 def _common_run(queue: tuple[str, ...], before: tuple[str, ...]) -> tuple[int, int, int]:

@@ -9,14 +9,15 @@ next, and the running ones (at most the sequence budget) change at every
 decision.
 
 :class:`StateDigester` keeps each view's text (RUNNING) or element (the
-others) while its view object lives. Per decision it finds the positions
-whose view is another object with list compares at C speed (no Python work
-per unchanged view), encodes those views in one orjson call, adds and
-subtracts the changed elements, and joins and hashes only the RUNNING
-texts: the same text, so the same sha256, as ``state_digest`` (the tests
-pin the two equal over whole runs). What remains per decision over every
-live view runs in C: listing the mapping's keys and values and comparing
-them with the last state's (pointer compares), and the waiting ids' text.
+others) while its view object lives. Per decision it takes the ids the
+transitions wrote or deleted since the state it digested last (the state's
+:class:`~iterserve.records.view_delta.ViewDelta` links; where they do not
+reach back, every view is compared with the one it encoded, at C speed),
+encodes those views in one orjson call, adds and subtracts the changed
+elements, and joins and hashes only the RUNNING texts: the same text, so
+the same sha256, as ``state_digest`` (the tests pin the two equal over
+whole runs). Nothing is done per unchanged view; what remains per decision
+over a long waiting queue is its ids' text (C speed).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from iterserve.records.codec import multiset_hex, state_fields_to_json, view_ele
 from iterserve.records.state import SchedulerState
 from iterserve.records.transition import claimed_prefix_rows
 from iterserve.records.view import Lifecycle, RequestView
+from iterserve.records.view_delta import changes_since
 
 # a string value no canonical text can hold unescaped after a comma: the
 # quotes around a key are never escaped, the quotes inside a string always are
@@ -55,16 +57,12 @@ class StateDigester:
     """``digest(state) == state_digest(state)``, one instance per run (it
     holds the encoded views of the last state it saw)."""
 
-    __slots__ = ("_keys", "_values", "_texts", "_elements", "_others", "_running_ids",
+    __slots__ = ("_seen", "_views", "_texts", "_elements", "_others", "_running_ids",
                  "_claim_ids")
 
     def __init__(self) -> None:
-        self._forget()
-
-    def _forget(self) -> None:
-        # the last state's views in mapping order: keys and view objects
-        self._keys: list[str] = []
-        self._values: list[RequestView] = []
+        self._seen: Mapping[str, RequestView] | None = None  # the mapping digested last
+        self._views: dict[str, RequestView] = {}  # the view each id's text or element is of
         self._texts: dict[str, bytes] = {}  # RUNNING views: canonical text without brackets
         self._elements: dict[str, int] = {}  # every other view: its multiset element
         self._others = 0  # the sum of _elements (not reduced)
@@ -94,7 +92,7 @@ class StateDigester:
     def _pieces(self, state: SchedulerState) -> list[bytes]:
         """The canonical text's bytes in order: the other fields' text
         around the views, and the views' value."""
-        self._follow(state.views)
+        self._follow(state)
         fields = state_fields_to_json(state, _MARKER)
         fields["waiting"] = _WAITING_MARKER
         head, marker, rest = canonical_json_bytes(fields).partition(_MARKER_TEXT)
@@ -110,25 +108,22 @@ class StateDigester:
         return [head, b',"views":{"others":"', others, b'","running":', *running, b"}",
                 middle, b',"waiting":', canonical_strings_bytes(state.waiting), tail]
 
-    def _follow(self, views: Mapping[str, RequestView]) -> None:
-        """Take in ``views``: forget the retired ones, encode the new or
-        changed ones. A successor's mapping is its predecessor's with some
-        keys deleted, some values replaced in place and arrivals appended;
-        any other change of order re-reads the mapping (correct, slower)."""
-        keys, values = list(views), list(views.values())
-        if keys == self._keys:
-            stale, removed = changed_positions(values, self._values), []
+    def _follow(self, state: SchedulerState) -> None:
+        """Take in ``state``'s views: the ids its view delta lists since the
+        mapping digested last (:func:`changes_since`), or, where the links
+        do not reach it, every view compared with the one encoded (at C
+        speed; correct, slower)."""
+        views = state.views
+        found = changes_since(self._seen, views, state.view_delta)
+        if found is None:
+            encoded = self._views
+            ids = list(compress(views, map(is_not, map(encoded.get, views), views.values())))
+            gone = list(compress(encoded, map(not_, map(views.__contains__, encoded))))
         else:
-            found = _diff(self._keys, self._values, keys, values, views)
-            if found is None:
-                self._forget()
-                stale, removed = list(range(len(keys))), []
-            else:
-                stale, removed = found
-        self._keys, self._values = keys, values
-        if stale or removed:
-            self._update(list(map(keys.__getitem__, stale)),
-                         list(map(values.__getitem__, stale)), removed)
+            ids, gone = found
+        self._seen = views
+        if ids or gone:
+            self._update(ids, list(map(views.__getitem__, ids)), gone)
 
     def _update(self, ids: list[str], changed: list[RequestView], removed: list[str]) -> None:
         """Replace the contributions of ``ids`` by their ``changed`` views'
@@ -136,6 +131,9 @@ class StateDigester:
         C speed (``map``, ``compress``) but the hash of each new element."""
         texts, elements = self._texts, self._elements
         gone = ids + removed
+        views = self._views
+        list(map(views.pop, removed, repeat(None)))
+        views.update(zip(ids, changed, strict=True))
         old_texts = list(map(texts.pop, gone, repeat(None)))
         self._others -= sum(map(elements.pop, gone, repeat(0)))
         is_running = list(map(is_, map(_LIFECYCLE, changed), repeat(_RUNNING)))
@@ -160,95 +158,6 @@ class StateDigester:
 
 def _element(text: bytes) -> int:
     return view_element(b"[%b]" % text)
-
-
-def _diff(old_keys: list[str], old_values: list[RequestView], keys: list[str],
-          values: list[RequestView],
-          views: Mapping[str, RequestView]) -> tuple[list[int], list[str]] | None:
-    """``(stale, removed)``: the positions of ``keys`` whose view is new or
-    another object, and the old keys no longer in ``views``; None when
-    ``keys`` is not ``old_keys`` less some keys plus new ones at its end."""
-    removed_at = _removed_positions(old_keys, keys, views)
-    if removed_at is None:
-        return None
-    kept_keys, kept_values = old_keys, old_values
-    if removed_at:
-        kept_keys, kept_values = list(old_keys), list(old_values)
-        for index in reversed(removed_at):
-            del kept_keys[index], kept_values[index]
-    num_kept = len(kept_keys)
-    if keys[:num_kept] != kept_keys:  # never guess
-        return None
-    stale = changed_positions(values[:num_kept], kept_values)
-    stale += range(num_kept, len(keys))  # arrivals
-    return stale, list(map(old_keys.__getitem__, removed_at))
-
-
-def _removed_positions(old: list[str], new: list[str],
-                       views: Mapping[str, RequestView]) -> list[int] | None:
-    """The positions of ``old`` whose key is not in ``views``, walking the
-    runs ``old`` and ``new`` share; None when an ``old`` key that is still
-    in ``views`` is out of place."""
-    removed: list[int] = []
-    i = j = 0
-    while True:
-        run = _matching_run(old, i, new, j)
-        i, j = i + run, j + run
-        if i == len(old):
-            return removed
-        if old[i] in views:
-            return None
-        removed.append(i)
-        i += 1
-
-
-_GALLOP = 16  # the first slice compared where a whole tail differs
-
-
-def _matching_run(a: list, i: int, b: list, j: int) -> int:  # type: ignore[type-arg]
-    """How many leading items ``a[i:]`` and ``b[j:]`` share, by slice
-    compares (pointer compares at C speed): the whole rest first, then
-    doubling slices to the first block that differs, then halving it."""
-    size = min(len(a) - i, len(b) - j)
-    if a[i:i + size] == b[j:j + size]:
-        return size
-    low, step = 0, _GALLOP
-    while True:  # a difference lies within [0, size)
-        high = min(low + step, size)
-        if a[i + low:i + high] != b[j + low:j + high]:
-            break
-        low, step = high, step * 2
-    while high - low > 1:  # the first difference lies within [low, high)
-        middle = (low + high) // 2
-        if a[i + low:i + middle] == b[j + low:j + middle]:
-            low = middle
-        else:
-            high = middle
-    return low
-
-
-_CHUNK = 32  # views compared one by one after a run of unchanged ones ends
-
-
-def changed_positions(current: list[RequestView], before: list[RequestView]) -> list[int]:
-    """The positions where ``current`` holds another view object than
-    ``before`` (both of one length; anything else: every position). Runs of
-    unchanged views are skipped by slice compares; after each run one chunk
-    is compared view by view (the running views often sit together). An
-    equal view that is a new object outside a chunk counts as unchanged:
-    its text is the same."""
-    size = len(current)
-    if len(before) != size:  # cannot happen for aligned lists; never guess
-        return list(range(size))
-    stale: list[int] = []
-    start = 0
-    while start < size:
-        start += _matching_run(current, start, before, start)
-        end = min(start + _CHUNK, size)
-        stale += compress(range(start, end), map(is_not, current[start:end],
-                                                 before[start:end]))
-        start = end
-    return stale
 
 
 # view_to_json's fields are the view's first 18, in order; orjson writes the

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import compress
+from itertools import chain, compress
 
 from iterserve.records.ledger import Charge, ClientLedger, charge, lift
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent
@@ -22,6 +22,7 @@ from iterserve.records.rows_bound import carried
 from iterserve.records.spec import RequestSpec
 from iterserve.records.state import CapacityFacts, SchedulerState
 from iterserve.records.view import FinishReason, Lifecycle, RequestView, check_transition
+from iterserve.records.view_delta import next_delta
 
 
 def with_arrivals(
@@ -97,7 +98,9 @@ def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult)
     successor = _successor(
         state, views, tuple(queues.waiting), tuple(queues.running), tuple(queues.suspended),
         tuple(queues.finished), now=now, decision_id=state.decision_id + 1, service=service,
-        capacity=result.capacity, changed=completed,
+        capacity=result.capacity, changed=completed, removed=state.finished,
+        touched=[*(intent.request_id for intent in plan.intents),
+                 *(receipt.binding.request_id for receipt in result.receipts)],
     )
     if state.ledger is None:
         return successor
@@ -274,10 +277,15 @@ def _successor(
     capacity: CapacityFacts | None = None,
     ledger: ClientLedger | None = None,
     changed: Sequence[RequestView] = (),
+    touched: Iterable[str] = (),
+    removed: Iterable[str] = (),
 ) -> SchedulerState:
     """The next state. ``changed``: every view whose ``p + e`` may differ
-    from ``state``'s (arrivals, completions); every other edit keeps both."""
+    from ``state``'s (arrivals, completions); ``touched``: the ids of every
+    other view written; ``removed``: the ids deleted (the view delta)."""
     facts = state.capacity if capacity is None else capacity
+    delta = next_delta(state.view_delta, state.views, views,
+                       chain(map(_REQUEST_ID, changed), touched), removed)
     return SchedulerState(
         decision_id=decision_id,
         state_version=state.state_version + 1,
@@ -294,6 +302,7 @@ def _successor(
         rules=state.rules,
         ledger=state.ledger if ledger is None else ledger,
         rows_bound=carried(state.views, state.rows_bound, views, changed, _pool_rows(facts)),
+        view_delta=delta,
     )  # prefix_hits: facts of one cut, never carried to a successor
 
 
@@ -315,7 +324,7 @@ def cancel(state: SchedulerState, request_id: str) -> SchedulerState:
     views[request_id] = _replace(cancelled, generation=view.generation + 1)
     queues = [tuple(r for r in q if r != request_id) for q in (state.waiting, state.running, state.suspended)]
     return _successor(state, views, queues[0], queues[1], queues[2], state.finished + (request_id,),
-                      now=state.now, decision_id=state.decision_id)
+                      now=state.now, decision_id=state.decision_id, touched=(request_id,))
 
 
 def with_prefix_hits(state: SchedulerState, hits: Mapping[str, int]) -> SchedulerState:
@@ -343,7 +352,8 @@ def with_claimed_prefix_rows(state: SchedulerState, hits: Mapping[str, int]) -> 
             raise ValueError(f"{rid}: prefix hit {num_rows} outside (0, p={view.num_prompt_tokens})")
         views[rid] = _replace(view, num_computed=num_rows, num_committed=num_rows)
     return _successor(state, views, state.waiting, state.running, state.suspended,
-                      state.finished, now=state.now, decision_id=state.decision_id)
+                      state.finished, now=state.now, decision_id=state.decision_id,
+                      touched=hits)
 
 
 def claimed_prefix_rows(state: SchedulerState) -> dict[str, int]:
@@ -371,10 +381,12 @@ def without_claimed_prefix_rows(state: SchedulerState, request_ids: Iterable[str
     frontier back to 0): a claim lasts one decision, so a waiting request
     never holds blocks another request needs (0x0E)."""
     views = _copy(state.views)
+    request_ids = list(request_ids)
     for rid in request_ids:
         views[rid] = _replace(views[rid], num_computed=0, num_committed=0)
     return _successor(state, views, state.waiting, state.running, state.suspended,
-                      state.finished, now=state.now, decision_id=state.decision_id)
+                      state.finished, now=state.now, decision_id=state.decision_id,
+                      touched=request_ids)
 
 
 def with_readiness(state: SchedulerState, ready: dict[str, bool]) -> SchedulerState:
@@ -386,4 +398,5 @@ def with_readiness(state: SchedulerState, ready: dict[str, bool]) -> SchedulerSt
     for rid, is_ready in ready.items():
         views[rid] = _replace(views[rid], is_ready=is_ready)
     return _successor(state, views, state.waiting, state.running, state.suspended,
-                      state.finished, now=state.now, decision_id=state.decision_id)
+                      state.finished, now=state.now, decision_id=state.decision_id,
+                      touched=ready)
