@@ -12,7 +12,7 @@ from iterserve.admission.overload import make_gate
 from iterserve.cost import parse_cost_model
 from iterserve.engine.observer import EngineObserver
 from iterserve.policies.registry import policy_for
-from iterserve.records.codec import dumps, state_digest, state_digest_record
+from iterserve.records.codec import dumps, multiset_hex, state_digest, state_digest_record
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.state import SchedulerState
@@ -107,3 +107,44 @@ def test_encode_views_writes_each_view_as_the_canonical_encoder_does() -> None:
     assert encode_views(views) == expected
     odd = [views[0]._replace(client_id="a],[b"), views[1]._replace(client_id="clïent")]
     assert encode_views(odd) == [canonical_json(view_to_json(v))[1:-1].encode() for v in odd]
+
+
+def test_the_waiting_pairs_follow_any_change_of_the_queue() -> None:
+    """Admissions from the front and the middle, arrivals, preempted ids at
+    the front, reorders, an empty queue and an id listed twice (an invalid
+    queue: the sum still follows its pairs): the incremental pair sum is
+    the reference's after every change."""
+    import random
+
+    from iterserve.records.codec import waiting_to_json
+    from iterserve.records.state_digest import common_runs
+
+    rng = random.Random(4)
+    digester = StateDigester()
+    queue: list[str] = []
+    next_id = 0
+    for _ in range(400):
+        change = rng.random()
+        if change < 0.3:
+            queue += [f"r{next_id + k}" for k in range(rng.randint(1, 3))]
+            next_id += 3
+        elif change < 0.5 and queue:
+            del queue[:rng.randint(1, 3)]
+        elif change < 0.65 and queue:
+            del queue[rng.randrange(len(queue))]
+        elif change < 0.75:
+            queue.insert(0, f"p{next_id}")
+            next_id += 1
+        elif change < 0.8 and len(queue) > 2:
+            i, j = rng.sample(range(len(queue)), 2)
+            queue[i], queue[j] = queue[j], queue[i]
+        elif change < 0.83:
+            queue.clear()
+        elif change < 0.85 and queue:
+            queue.append(queue[0])
+        waiting = tuple(queue)
+        digester._follow_waiting(waiting)
+        assert {"num_ids": len(waiting), "pairs": multiset_hex(digester._pairs)} == \
+            waiting_to_json(waiting)
+        for i, j, size in common_runs(waiting, tuple(queue[1:])):
+            assert waiting[i:i + size] == tuple(queue[1:])[j:j + size]

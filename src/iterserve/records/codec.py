@@ -43,14 +43,16 @@ def state_to_json(state: SchedulerState) -> dict[str, Any]:
         state, [view_to_json(state.views[rid]) for rid in sorted(state.views)])
 
 
-def state_fields_to_json(state: SchedulerState, views: object) -> dict[str, Any]:
+def state_fields_to_json(state: SchedulerState, views: object,
+                         waiting: object = None) -> dict[str, Any]:
     """:func:`state_to_json` with ``views`` as its ``views`` value (the
-    incremental digest puts a marker there and splices the encoded views)."""
+    incremental digest puts a marker there and splices the encoded views)
+    and ``waiting`` as its ``waiting`` value, when given."""
     record = {
         "decision_id": state.decision_id,
         "state_version": state.state_version,
         "now": state.now,
-        "waiting": list(state.waiting),
+        "waiting": list(state.waiting) if waiting is None else waiting,
         "running": list(state.running),
         "suspended": list(state.suspended),
         "finished": list(state.finished),
@@ -106,10 +108,11 @@ def state_digest_record(state: SchedulerState) -> dict[str, Any]:
     """:func:`state_to_json` with ``views`` replaced by ``{"others": H,
     "running": [...]}``: the RUNNING views (which change at every decision)
     in request-id order, and H the additive multiset hash of every other
-    view (:func:`multiset_hex` of the sum of :func:`view_element`). Views
-    are keyed by unique ids, so the multiset and the running list determine
-    the views: the digest is still a function of the whole state, and a
-    waiting view that did not change costs nothing to carry."""
+    view (:func:`multiset_hex` of the sum of :func:`multiset_element`), and
+    ``waiting`` by :func:`waiting_to_json`. Views are keyed by unique ids,
+    so the multiset and the running list determine the views: the digest is
+    still a function of the whole state, and a waiting view that did not
+    change costs nothing to carry."""
     views = state.views
     running: list[list[Any]] = []
     others = 0
@@ -118,18 +121,38 @@ def state_digest_record(state: SchedulerState) -> dict[str, Any]:
         if views[rid].lifecycle is Lifecycle.RUNNING:
             running.append(row)
         else:
-            others += view_element(dumps(row).encode())
-    return state_fields_to_json(state, {"others": multiset_hex(others), "running": running})
+            others += multiset_element(dumps(row).encode())
+    return state_fields_to_json(state, {"others": multiset_hex(others), "running": running},
+                                waiting_to_json(state.waiting))
 
 
-def view_element(view_text: bytes) -> int:
-    """A view's element of the multiset hash: sha256 of its canonical text
-    (``dumps(view_to_json(view))``, brackets included) as a big-endian integer."""
-    return int.from_bytes(hashlib.sha256(view_text).digest(), "big")
+def waiting_to_json(waiting: tuple[str, ...]) -> dict[str, Any]:
+    """The waiting queue in a format-4 digest: ``{"num_ids": n, "pairs":
+    H}``, H the additive multiset hash (:func:`multiset_hex`) of
+    :func:`pair_element` over the neighbour pairs of ``[null, *waiting,
+    null]``. Following the pairs from ``null`` gives the queue back when
+    its ids are distinct (a valid state's are), and an admission or an
+    arrival changes two or three pairs, not the queue's whole text."""
+    padded = (None, *waiting, None)
+    total = sum(map(pair_element, padded[:-1], padded[1:]))
+    return {"num_ids": len(waiting), "pairs": multiset_hex(total)}
+
+
+def pair_element(first: str | None, second: str | None) -> int:
+    """A neighbour pair's element: :func:`multiset_element` of the canonical
+    text of ``[first, second]``."""
+    return multiset_element(dumps([first, second]).encode())
+
+
+def multiset_element(text: bytes) -> int:
+    """An element of an additive multiset hash: sha256 of a canonical text
+    (a view's ``dumps(view_to_json(view))``, brackets included) as a
+    big-endian integer."""
+    return int.from_bytes(hashlib.sha256(text).digest(), "big")
 
 
 def multiset_hex(total: int) -> str:
-    """A sum of :func:`view_element` values modulo 2**256, as 64 hex digits."""
+    """A sum of :func:`multiset_element` values modulo 2**256, as 64 hex digits."""
     return f"{total % _MULTISET_MODULUS:064x}"
 
 

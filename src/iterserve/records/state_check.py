@@ -36,6 +36,7 @@ from iterserve.records.view import RequestView
 from iterserve.records.view_delta import changes_since
 
 _NUM_FRONT_TRIES = 8  # ids entering a queue's front (preempted requests) looked past
+_NUM_NEARBY = 64  # members of the remembered queue searched before all of it
 _ALLOWED = tuple(QUEUE_LIFECYCLES.values())  # by queue number
 _LIFECYCLE = operator.attrgetter("lifecycle")
 _COMMITTED = operator.attrgetter("num_committed")
@@ -113,15 +114,19 @@ def _common_run(queue: tuple[str, ...], before: tuple[str, ...]) -> tuple[int, i
     """``(start, old_start, size)`` with ``queue[start:start + size] ==
     before[old_start:old_start + size]`` running to the end of one of them:
     the members ``queue`` kept in order. ``(0, 0, 0)`` when none is found
-    among the first few members (everything is then checked again)."""
-    for start in range(min(len(queue), _NUM_FRONT_TRIES)):
-        try:
-            old_start = before.index(queue[start])
-        except ValueError:
-            continue  # entered at the front
-        size = min(len(queue) - start, len(before) - old_start)
-        if queue[start:start + size] == before[old_start:old_start + size]:
-            return start, old_start, size
-        return 0, 0, 0
+    among the first few members (everything is then checked again). Each
+    is looked for near the front of ``before`` first (admissions leave
+    there): a long search for an id that entered compares every string."""
+    num_tries = min(len(queue), _NUM_FRONT_TRIES)
+    for end in (_NUM_NEARBY, len(before)):
+        for start in range(num_tries):
+            try:
+                old_start = before.index(queue[start], 0, end)
+            except ValueError:
+                continue  # entered at the front
+            size = min(len(queue) - start, len(before) - old_start)
+            if queue[start:start + size] == before[old_start:old_start + size]:
+                return start, old_start, size
+            return 0, 0, 0
     return 0, 0, 0
 

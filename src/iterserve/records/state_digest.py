@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import operator
+from collections import Counter
 from collections.abc import Mapping
 from itertools import compress, repeat
 from operator import is_, is_not, not_
@@ -33,10 +34,15 @@ import orjson
 from iterserve.records.canonical_json import (
     canonical_json,
     canonical_json_bytes,
-    canonical_strings_bytes,
     is_plain_ascii,
 )
-from iterserve.records.codec import multiset_hex, state_fields_to_json, view_element, view_to_json
+from iterserve.records.codec import (
+    multiset_element,
+    multiset_hex,
+    pair_element,
+    state_fields_to_json,
+    view_to_json,
+)
 from iterserve.records.state import SchedulerState
 from iterserve.records.transition import claimed_prefix_rows
 from iterserve.records.view import Lifecycle, RequestView
@@ -46,10 +52,6 @@ from iterserve.records.view_delta import changes_since
 # quotes around a key are never escaped, the quotes inside a string always are
 _MARKER = "@@views@@"
 _MARKER_TEXT = f',"views":"{_MARKER}"'.encode()
-# "waiting", the key after "views", is spliced in too: its ids are encoded
-# apart (no number scans over a long queue's ids)
-_WAITING_MARKER = "@@waiting@@"
-_WAITING_TEXT = f',"waiting":"{_WAITING_MARKER}"'.encode()
 _RUNNING = Lifecycle.RUNNING
 
 
@@ -58,7 +60,7 @@ class StateDigester:
     holds the encoded views of the last state it saw)."""
 
     __slots__ = ("_seen", "_views", "_texts", "_elements", "_others", "_running_ids",
-                 "_claim_ids")
+                 "_claim_ids", "_waiting", "_pairs")
 
     def __init__(self) -> None:
         self._seen: Mapping[str, RequestView] | None = None  # the mapping digested last
@@ -68,6 +70,8 @@ class StateDigester:
         self._others = 0  # the sum of _elements (not reduced)
         self._running_ids: list[str] = []  # the keys of _texts, sorted
         self._claim_ids: set[str] = set()  # ids whose view may hold a claimed prefix hit
+        self._waiting: tuple[str, ...] = ()  # the waiting queue digested last
+        self._pairs = pair_element(None, None)  # the sum of its pairs' elements
 
     def claimed_prefix_rows(self, state: SchedulerState) -> dict[str, int]:
         """:func:`~iterserve.records.transition.claimed_prefix_rows` of a
@@ -93,20 +97,36 @@ class StateDigester:
         """The canonical text's bytes in order: the other fields' text
         around the views, and the views' value."""
         self._follow(state)
-        fields = state_fields_to_json(state, _MARKER)
-        fields["waiting"] = _WAITING_MARKER
-        head, marker, rest = canonical_json_bytes(fields).partition(_MARKER_TEXT)
-        middle, waiting_marker, tail = rest.partition(_WAITING_TEXT)
-        if not marker or not waiting_marker:  # cannot happen for a canonical state
-            raise ValueError("state text has no views or waiting marker")
+        self._follow_waiting(state.waiting)
+        waiting = {"num_ids": len(state.waiting), "pairs": multiset_hex(self._pairs)}
+        head, marker, tail = canonical_json_bytes(
+            state_fields_to_json(state, _MARKER, waiting)).partition(_MARKER_TEXT)
+        if not marker:  # cannot happen for a canonical state
+            raise ValueError("state text has no views marker")
         others = multiset_hex(self._others).encode()
         if self._running_ids:
             running = [b"[[", b"],[".join(map(self._texts.__getitem__, self._running_ids)),
                        b"]]"]
         else:
             running = [b"[]"]
-        return [head, b',"views":{"others":"', others, b'","running":', *running, b"}",
-                middle, b',"waiting":', canonical_strings_bytes(state.waiting), tail]
+        return [head, b',"views":{"others":"', others, b'","running":', *running, b"}", tail]
+
+    def _follow_waiting(self, waiting: tuple[str, ...]) -> None:
+        """Take in the waiting queue: the pairs outside the runs of ids it
+        kept in order from the queue digested last are subtracted (the old
+        queue's) and added (the new one's); a pair inside a run is in both."""
+        old = self._waiting
+        if waiting is old:
+            return
+        runs = common_runs(old, waiting)
+        before = _loose_pairs(old, [(i, size) for i, _, size in runs])
+        after = _loose_pairs(waiting, [(j, size) for _, j, size in runs])
+        if before != after:
+            counts = Counter(after)
+            counts.subtract(before)  # a pair in both is neither added nor subtracted
+            self._pairs += sum(count * pair_element(*pair)
+                               for pair, count in counts.items() if count)
+        self._waiting = waiting
 
     def _follow(self, state: SchedulerState) -> None:
         """Take in ``state``'s views: the ids its view delta lists since the
@@ -157,7 +177,78 @@ class StateDigester:
 
 
 def _element(text: bytes) -> int:
-    return view_element(b"[%b]" % text)
+    return multiset_element(b"[%b]" % text)
+
+
+_Pair = tuple[str | None, str | None]
+
+
+def _loose_pairs(queue: tuple[str, ...], runs: list[tuple[int, int]]) -> list[_Pair]:
+    """The neighbour pairs of ``(None, *queue, None)`` not inside one of
+    the ``runs`` (``(start, size)`` in ``queue``, in order, apart)."""
+    indexes: list[int] = []
+    next_index = 0  # pair t is (queue[t - 1], queue[t]), padded
+    for start, size in runs:
+        indexes += range(next_index, start + 1)
+        next_index = start + size
+    size = len(queue)
+    indexes += range(next_index, size + 1)
+    return [(queue[t - 1] if t else None, queue[t] if t < size else None) for t in indexes]
+
+
+def common_runs(old: tuple[str, ...], new: tuple[str, ...]) -> list[tuple[int, int, int]]:
+    """Runs ``(i, j, size)`` with ``old[i:i + size] == new[j:j + size]``,
+    in order in both and apart: what ``new`` kept of ``old`` in order.
+    Mismatches are resolved at C speed, nearby first (admissions leave the
+    front, preempted ids enter it): ``new[j]`` found a little further on in
+    ``old`` (the ids before it left), else ``old[i]`` found further on in
+    ``new`` (ids entered before it), else ``old[i]`` left."""
+    runs = []
+    i = j = 0
+    while i < len(old) and j < len(new):
+        size = _matching_run(old, i, new, j)
+        if size:
+            runs.append((i, j, size))
+            i, j = i + size, j + size
+            continue
+        try:
+            i = old.index(new[j], i, i + _NEARBY)
+            continue
+        except ValueError:
+            pass
+        try:
+            j = new.index(old[i], j)
+        except ValueError:
+            i += 1  # old[i] left
+    return runs
+
+
+_GALLOP = 16  # the first slice compared where a whole tail differs
+_NEARBY = 64  # ids looked past for a mismatch before the whole queue is searched
+
+
+def _matching_run(a: tuple[str, ...], i: int, b: tuple[str, ...], j: int) -> int:
+    """How many leading items ``a[i:]`` and ``b[j:]`` share, by slice
+    compares (pointer compares at C speed): the whole rest first, then
+    doubling slices to the first block that differs, then halving it."""
+    if a[i] != b[j]:
+        return 0
+    size = min(len(a) - i, len(b) - j)
+    if a[i:i + size] == b[j:j + size]:
+        return size
+    low, step = 0, _GALLOP
+    while True:  # a difference lies within [0, size)
+        high = min(low + step, size)
+        if a[i + low:i + high] != b[j + low:j + high]:
+            break
+        low, step = high, step * 2
+    while high - low > 1:  # the first difference lies within [low, high)
+        middle = (low + high) // 2
+        if a[i + low:i + middle] == b[j + low:j + middle]:
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 # view_to_json's fields are the view's first 18, in order; orjson writes the
