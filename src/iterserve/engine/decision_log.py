@@ -35,7 +35,9 @@ of the state's fields in which ``views`` is ``{"others": H, "running":
 [...]}``: the RUNNING views' canonical texts in request-id order, and H,
 64 hex digits, the sum modulo 2**256 of sha256(canonical text of the view)
 read as a big-endian integer over every other view (an additive multiset
-hash; ids are unique, so the state is still determined). A waiting view
+hash; ids are unique, so the state is still determined), and in which
+``waiting`` is ``{"num_ids": n, "pairs": P}``, P the same kind of sum over
+the neighbour pairs of ``[null, *waiting, null]``. A waiting view or id
 that did not change costs the writer nothing per decision
 (:class:`~iterserve.records.state_digest.StateDigester`). Formats 1 to 3
 hash the whole canonical state text

@@ -3,7 +3,8 @@
 :func:`~iterserve.records.codec.state_digest` defines the digest and is its
 reference: the canonical text of the state's fields with the RUNNING
 views' texts in id order and, for every other view, one 256-bit element in
-an additive multiset hash. On a long overloaded run most views are waiting
+an additive multiset hash; the waiting queue enters as such a sum over its
+neighbour pairs. On a long overloaded run most views are waiting
 requests whose view objects the transitions keep from one state to the
 next, and the running ones (at most the sequence budget) change at every
 decision.
@@ -16,8 +17,10 @@ reach back, every view is compared with the one it encoded, at C speed),
 encodes those views in one orjson call, adds and subtracts the changed
 elements, and joins and hashes only the RUNNING texts: the same text, so
 the same sha256, as ``state_digest`` (the tests pin the two equal over
-whole runs). Nothing is done per unchanged view; what remains per decision
-over a long waiting queue is its ids' text (C speed).
+whole runs). The waiting queue's pair sum follows the runs of ids the
+queue kept in order (:func:`common_runs`: slice compares and searches at C
+speed); only the pairs at their ends are hashed. Nothing is hashed or
+encoded per unchanged view or waiting id.
 """
 
 from __future__ import annotations
