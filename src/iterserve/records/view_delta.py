@@ -25,7 +25,7 @@ from operator import not_
 
 from iterserve.records.view import RequestView
 
-MAX_LINKS = 32  # links kept behind a delta; cut to half when reached (O(1) amortized)
+MAX_LINKS = 8  # links kept behind a delta (a reader is a few transitions behind); cut to half when reached
 
 _Views = Mapping[str, RequestView]
 
