@@ -13,7 +13,7 @@ decision.
 others) while its view object lives. Per decision it takes the ids the
 transitions wrote or deleted since the state it digested last (the state's
 :class:`~iterserve.records.view_delta.ViewDelta` links; where they do not
-reach back, every view is compared with the one it encoded, at C speed),
+reach back, such as at a run's first state, it encodes every view again),
 encodes those views in one orjson call, adds and subtracts the changed
 elements, and joins and hashes only the RUNNING texts: the same text, so
 the same sha256, as ``state_digest`` (the tests pin the two equal over
@@ -62,12 +62,14 @@ class StateDigester:
     """``digest(state) == state_digest(state)``, one instance per run (it
     holds the encoded views of the last state it saw)."""
 
-    __slots__ = ("_seen", "_views", "_texts", "_elements", "_others", "_running_ids",
+    __slots__ = ("_seen", "_texts", "_elements", "_others", "_running_ids",
                  "_claim_ids", "_waiting", "_pairs")
 
     def __init__(self) -> None:
+        self._forget()
+
+    def _forget(self) -> None:
         self._seen: Mapping[str, RequestView] | None = None  # the mapping digested last
-        self._views: dict[str, RequestView] = {}  # the view each id's text or element is of
         self._texts: dict[str, bytes] = {}  # RUNNING views: canonical text without brackets
         self._elements: dict[str, int] = {}  # every other view: its multiset element
         self._others = 0  # the sum of _elements (not reduced)
@@ -134,14 +136,13 @@ class StateDigester:
     def _follow(self, state: SchedulerState) -> None:
         """Take in ``state``'s views: the ids its view delta lists since the
         mapping digested last (:func:`changes_since`), or, where the links
-        do not reach it, every view compared with the one encoded (at C
-        speed; correct, slower)."""
+        do not reach it, every view (correct, slower)."""
         views = state.views
         found = changes_since(self._seen, views, state.view_delta)
-        if found is None:
-            encoded = self._views
-            ids = list(compress(views, map(is_not, map(encoded.get, views), views.values())))
-            gone = list(compress(encoded, map(not_, map(views.__contains__, encoded))))
+        gone: list[str] = []
+        if found is None:  # start over: every view is encoded again
+            self._forget()
+            ids = list(views)
         else:
             ids, gone = found
         self._seen = views
@@ -154,9 +155,6 @@ class StateDigester:
         C speed (``map``, ``compress``) but the hash of each new element."""
         texts, elements = self._texts, self._elements
         gone = ids + removed
-        views = self._views
-        list(map(views.pop, removed, repeat(None)))
-        views.update(zip(ids, changed, strict=True))
         old_texts = list(map(texts.pop, gone, repeat(None)))
         self._others -= sum(map(elements.pop, gone, repeat(0)))
         is_running = list(map(is_, map(_LIFECYCLE, changed), repeat(_RUNNING)))

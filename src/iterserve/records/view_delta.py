@@ -87,5 +87,7 @@ def changes_since(seen: _Views | None, views: _Views,
     listed = dict.fromkeys(chain.from_iterable(
         chain(link.touched, link.removed) for link in links))  # each id once, in order
     present = list(map(views.__contains__, listed))
+    if all(present):
+        return list(listed), []
     return (list(compress(listed, present)),
             list(compress(listed, map(not_, present))))
