@@ -29,6 +29,9 @@ def _phase_rank(state: SchedulerState, view: RequestView) -> int:
 #: ``queue_rank`` by lifecycle: running 0, waiting 2, any other (suspended) 1
 _QUEUE_RANKS = {Lifecycle.RUNNING: 0, Lifecycle.WAITING: 2}
 _SUSPENDED_RANK = 1
+#: ``(queue_rank,)`` by lifecycle, the head of a key tuple (hot path: no tuple built)
+_QUEUE_RANK_HEADS = {lifecycle: (rank,) for lifecycle, rank in _QUEUE_RANKS.items()}
+_SUSPENDED_HEAD = (_SUSPENDED_RANK,)
 
 
 def _queue_rank(state: SchedulerState, view: RequestView) -> int:
@@ -135,9 +138,8 @@ def _key_maker(names: tuple[str, ...]) -> Callable[[SchedulerState], KeyOf]:
         first = fields[0]
         rest = _fields_getter(tail)  # a tuple: two fields or more
         if first is _queue_rank:  # vLLM's key, twice per work item: no call for the rank
-            rank = _QUEUE_RANKS.get
-            return _constant(lambda view: (rank(_LIFECYCLE(view), _SUSPENDED_RANK),)
-                             + rest(view))
+            head = _QUEUE_RANK_HEADS.get
+            return _constant(lambda view: head(_LIFECYCLE(view), _SUSPENDED_HEAD) + rest(view))
         return lambda state: lambda view: (first(state, view),) + rest(view)
     fields += [KEY_FIELDS[name] for name in tail]
     return lambda state: lambda view: tuple([field(state, view) for field in fields])
@@ -169,12 +171,12 @@ def _keys_maker(names: tuple[str, ...]) -> Callable[[SchedulerState], KeysOf]:
     if names[:1] == ("queue_rank",) and len(tail) >= 2 and all(
             name in VIEW_ATTRIBUTES for name in tail):
         rest = _fields_getter(tail)
-        rank = _QUEUE_RANKS.get
+        head = _QUEUE_RANK_HEADS.get
 
         def ranked(views: list[RequestView]) -> list[tuple[object, ...]]:
-            # (rank,) + rest(view): zip makes the 1-tuples, operator.add joins them
-            return list(map(operator.add, zip(map(
-                rank, map(_LIFECYCLE, views), repeat(_SUSPENDED_RANK))), map(rest, views)))
+            # (rank,) + rest(view), joined by operator.add
+            return list(map(operator.add, map(head, map(_LIFECYCLE, views),
+                                              repeat(_SUSPENDED_HEAD)), map(rest, views)))
         return _constant(ranked)
     maker = _key_maker(names)
 
