@@ -107,3 +107,34 @@ def test_a_v1_profile_loads_as_the_same_model_without_the_decode_context_term(
     profile = parse_cost_model(f"profile:{path}").profile  # type: ignore[attr-defined]
     assert profile.coefficients_ms[-1] == 0.0
     assert FEATURES[-1] == "num_decode_context_tokens"
+
+
+def _shape_row_by_row(plan: IterationPlan) -> BatchShape:
+    """The definition of :func:`batch_shape`, one item at a time (the
+    reference its map-based sums are held to)."""
+    num_decode_rows = num_attended = num_decode_context = 0
+    for item in plan.work:
+        attended = (item.end - item.start) * item.end
+        num_attended += attended
+        if item.kind is WorkKind.DECODE_ROW:
+            num_decode_rows += 1
+            num_decode_context += attended
+    return BatchShape(plan.tokens_used - num_decode_rows, num_decode_rows, num_attended,
+                      len(plan.work), num_decode_context)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_batch_shape_equals_its_row_by_row_definition(seed: int) -> None:
+    rng = random.Random(seed)
+    work = []
+    for index in range(rng.randint(0, 40)):
+        kind = rng.choice([WorkKind.DECODE_ROW, WorkKind.DECODE_ROW, WorkKind.PREFILL_CHUNK,
+                           WorkKind.REBUILD])
+        start = rng.randint(0, 3000)
+        end = start + (1 if kind is WorkKind.DECODE_ROW else rng.randint(1, 512))
+        work.append(WorkItem(f"r{index}", 0, 0, start, end, kind, range(start, end)))
+    plan = IterationPlan(decision_id=0, input_state_version=0, policy_id="p",
+                         policy_version="1", work=tuple(work),
+                         tokens_used=sum(item.end - item.start for item in work),
+                         sequences_used=len(work))
+    assert batch_shape(plan) == _shape_row_by_row(plan)

@@ -59,9 +59,12 @@ def running_states(draw) -> SchedulerState:
     )
 
 
-def _pass(state: SchedulerState, policy_name: str, batch: bool, rows: str) -> tuple:
+def _pass(state: SchedulerState, policy_name: str, batch: bool, rows: str,
+          chosen: tuple[str, ...] = ()) -> tuple:
     policy = make_policy(policy_name)
     builder = PlanBuilder(policy, state)
+    for rid in chosen:  # chosen before the pass: both paths must pass over them
+        builder.add(state.views[rid], 1)
     rows_of = {"within": builder.rows_within_tokens, "one": lambda view: 1,
                "capped": lambda view: min(builder.rows_within_tokens(view), 3)}[rows]
     skip = (lambda view: not view.is_decoding) if rows == "one" else None
@@ -79,6 +82,15 @@ def test_batched_decode_rows_equal_the_row_by_row_pass(state, policy_name, rows)
     assert _pass(state, policy_name, True, rows) == _pass(state, policy_name, False, rows)
 
 
+@SETTINGS
+@given(state=running_states(), data=st.data())
+def test_batched_decode_rows_pass_over_requests_already_chosen(state, data):
+    chosen = tuple(data.draw(st.lists(st.sampled_from(state.running), unique=True,
+                                      max_size=4))) if state.running else ()
+    assert (_pass(state, "vllm", True, "within", chosen)
+            == _pass(state, "vllm", False, "within", chosen))
+
+
 def test_a_decode_run_is_taken_in_one_call_and_stops_at_a_shortfall():
     """Three decode steps, the third opening a block with none free: the
     batch takes two, then hands the third to the preempting path."""
@@ -92,3 +104,23 @@ def test_a_decode_run_is_taken_in_one_call_and_stops_at_a_shortfall():
     assert builder.add_decode_rows(views, 0) == 2  # r2 sits at c=4: a new block
     assert builder.tokens_left == 14 and builder.seqs_left == 6
     assert [item.request_id for item in builder.build().work] == ["r0", "r1"]
+
+
+def test_a_batched_row_that_opened_a_block_refunds_it_when_unscheduled():
+    """r0's row opens a block (c=4, block size 4), r1's does not: taking
+    both charges one block; preempting r0 refunds its row's block and the
+    block it held, unscheduling r1 refunds none."""
+    views = [RequestView(f"r{i}", 0, 0, "a", 0, 0.0, i, 4, 64, num_emitted=e,
+                         num_computed=4 + e - 1, num_committed=4 + e - 1,
+                         lifecycle=Lifecycle.RUNNING) for i, e in enumerate((1, 2))]
+    state = SchedulerState(3, 5, 0.0, (), ("r0", "r1"), (), (),
+                           {v.request_id: v for v in views}, 16, 8,
+                           capacity=CapacityFacts(4, 100, 3))
+    builder = PlanBuilder(make_policy("vllm"), state)
+    assert builder.add_decode_rows(views, 0) == 2
+    assert builder.num_blocks_free == 2 and builder.tokens_left == 14
+    builder.unschedule(views[1])
+    assert builder.num_blocks_free == 2 and builder.tokens_left == 15
+    builder.preempt(views[0])
+    assert builder.num_blocks_free == 2 + 1 + 1  # its row's block, then the one it held
+    assert builder.build().work == ()

@@ -8,9 +8,11 @@ evidence; a name outside the registry is rejected rather than trusted.
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable
 from itertools import repeat
+from typing import Any, TypeVar
 
 from iterserve.records.frontier import phase_rank
 from iterserve.records.state import SchedulerState
@@ -27,6 +29,9 @@ def _phase_rank(state: SchedulerState, view: RequestView) -> int:
 #: ``queue_rank`` by lifecycle: running 0, waiting 2, any other (suspended) 1
 _QUEUE_RANKS = {Lifecycle.RUNNING: 0, Lifecycle.WAITING: 2}
 _SUSPENDED_RANK = 1
+#: ``(queue_rank,)`` by lifecycle, the head of a key tuple (hot path: no tuple built)
+_QUEUE_RANK_HEADS = {lifecycle: (rank,) for lifecycle, rank in _QUEUE_RANKS.items()}
+_SUSPENDED_HEAD = (_SUSPENDED_RANK,)
 
 
 def _queue_rank(state: SchedulerState, view: RequestView) -> int:
@@ -55,7 +60,7 @@ def _prefix_hit_rows(state: SchedulerState, view: RequestView) -> int:
     return state.prefix_hits.get(view.request_id, 0)
 
 
-#: Key fields that are plain view attributes: read with one C-level attrgetter.
+#: Key fields that are plain view attributes: read with one C-level itemgetter.
 VIEW_ATTRIBUTES: dict[str, str] = {
     "priority_rank": "priority",
     "arrival": "arrival",
@@ -64,6 +69,15 @@ VIEW_ATTRIBUTES: dict[str, str] = {
     "request_generation": "generation",
     "client_id": "client_id",
 }
+_FIELD_INDEX = {name: index for index, name in enumerate(RequestView._fields)}
+_LIFECYCLE = operator.itemgetter(_FIELD_INDEX["lifecycle"])
+
+
+def _fields_getter(names: tuple[str, ...]) -> Callable[[RequestView], Any]:
+    """One C-level itemgetter over the RequestView fields of the view-attribute
+    key ``names`` (a field read by index: no attribute lookup per field)."""
+    return operator.itemgetter(*(_FIELD_INDEX[VIEW_ATTRIBUTES[name]] for name in names))
+
 
 def _view_attribute(attribute: str) -> KeyField:
     getter = operator.attrgetter(attribute)
@@ -94,13 +108,26 @@ def key_function(
 ) -> Callable[[RequestView], tuple[object, ...]]:
     """A sort key over views, for policies: ``sorted(views, key=...)``.
 
-    Keys made only of view attributes compile to one attrgetter (hot path).
+    Keys made only of view attributes compile to one itemgetter (hot path).
+    Compiled once per key shape (:func:`_key_maker`); a key that reads the
+    state binds it here.
     """
+    return _key_maker(names)(state)
+
+
+KeyOf = Callable[[RequestView], tuple[object, ...]]
+
+
+@functools.lru_cache(maxsize=64)
+def _key_maker(names: tuple[str, ...]) -> Callable[[SchedulerState], KeyOf]:
+    """``state -> key`` for :func:`key_function`: the getters are built
+    once per key shape (every plan builder and the validator ask each
+    decision), the state is bound per call. A pure function of ``names``."""
     if names and all(name in VIEW_ATTRIBUTES for name in names):
-        getter = operator.attrgetter(*(VIEW_ATTRIBUTES[name] for name in names))
+        getter = _fields_getter(names)
         if len(names) == 1:
-            return lambda view: (getter(view),)
-        return getter
+            return _constant(lambda view: (getter(view),))
+        return _constant(getter)  # several fields: a tuple
     num_head = len(names)
     while num_head and names[num_head - 1] in VIEW_ATTRIBUTES:
         num_head -= 1
@@ -109,33 +136,59 @@ def key_function(
     if num_head == 1 and len(tail) >= 2:
         # every policy's shape: one state-derived field, then view attributes
         first = fields[0]
-        rest = operator.attrgetter(*(VIEW_ATTRIBUTES[name] for name in tail))
+        rest = _fields_getter(tail)  # a tuple: two fields or more
         if first is _queue_rank:  # vLLM's key, twice per work item: no call for the rank
-            rank = _QUEUE_RANKS.get
-            return lambda view: (rank(view.lifecycle, _SUSPENDED_RANK), *rest(view))
-        return lambda view: (first(state, view), *rest(view))
+            head = _QUEUE_RANK_HEADS.get
+            return _constant(lambda view: head(_LIFECYCLE(view), _SUSPENDED_HEAD) + rest(view))
+        return lambda state: lambda view: (first(state, view),) + rest(view)
     fields += [KEY_FIELDS[name] for name in tail]
-    return lambda view: tuple([field(state, view) for field in fields])
+    return lambda state: lambda view: tuple([field(state, view) for field in fields])
 
 
 KeysOf = Callable[[list[RequestView]], list[tuple[object, ...]]]
-_LIFECYCLE = operator.attrgetter("lifecycle")
 
 
 def keys_function(names: tuple[str, ...], state: SchedulerState) -> KeysOf:
     """``views -> [key(view) for view in views]`` for :func:`key_function`'s
     key, the same tuples: the validator derives every work item's key once
-    per decision, at C speed (``map``) for the key shapes policies declare
-    (view attributes only; ``queue_rank`` then at least two of them)."""
-    key_of = key_function(names, state)
+    per decision, and the plan builder a run of decode rows' keys, at C
+    speed (``map``) for the key shapes policies declare (view attributes
+    only; ``queue_rank`` then at least two of them). Compiled once per key
+    shape (:func:`_keys_maker`)."""
+    return _keys_maker(names)(state)
+
+
+@functools.lru_cache(maxsize=64)
+def _keys_maker(names: tuple[str, ...]) -> Callable[[SchedulerState], KeysOf]:
+    """``state -> keys`` for :func:`keys_function` (a pure function of ``names``)."""
     if len(names) >= 2 and all(name in VIEW_ATTRIBUTES for name in names):
-        return lambda views: list(map(key_of, views))  # one attrgetter: a tuple already
+        getter = _fields_getter(names)
+
+        def attributes(views: list[RequestView]) -> list[tuple[object, ...]]:
+            return list(map(getter, views))  # one attrgetter: a tuple already
+        return _constant(attributes)
     tail = names[1:]
     if names[:1] == ("queue_rank",) and len(tail) >= 2 and all(
             name in VIEW_ATTRIBUTES for name in tail):
-        rest = operator.attrgetter(*(VIEW_ATTRIBUTES[name] for name in tail))
-        rank = _QUEUE_RANKS.get
-        # (rank,) + rest(view): zip makes the 1-tuples, operator.add joins them
-        return lambda views: list(map(operator.add, zip(map(
-            rank, map(_LIFECYCLE, views), repeat(_SUSPENDED_RANK))), map(rest, views)))
-    return lambda views: list(map(key_of, views))
+        rest = _fields_getter(tail)
+        head = _QUEUE_RANK_HEADS.get
+
+        def ranked(views: list[RequestView]) -> list[tuple[object, ...]]:
+            # (rank,) + rest(view), joined by operator.add
+            return list(map(operator.add, map(head, map(_LIFECYCLE, views),
+                                              repeat(_SUSPENDED_HEAD)), map(rest, views)))
+        return _constant(ranked)
+    maker = _key_maker(names)
+
+    def keys_of_state(state: SchedulerState) -> KeysOf:
+        key_of = maker(state)
+        return lambda views: list(map(key_of, views))
+    return keys_of_state
+
+
+_T = TypeVar("_T")
+
+
+def _constant(made: _T) -> Callable[[SchedulerState], _T]:
+    """A maker whose product does not read the state."""
+    return lambda state: made

@@ -47,6 +47,12 @@ work_kind_span = operator.itemgetter(*map(WorkItem._fields.index, ("kind", "star
 work_request_id = operator.itemgetter(WorkItem._fields.index("request_id"))
 #: ``tie_break`` of a work item
 work_tie_break = operator.itemgetter(WorkItem._fields.index("tie_break"))
+#: ``kind`` of a work item
+work_kind = operator.itemgetter(WorkItem._fields.index("kind"))
+#: ``start`` of a work item
+work_start = operator.itemgetter(WorkItem._fields.index("start"))
+#: ``end`` of a work item
+work_end = operator.itemgetter(WorkItem._fields.index("end"))
 
 
 class IntentKind(enum.Enum):
