@@ -25,6 +25,9 @@ from __future__ import annotations
 
 import enum
 import sys
+from collections.abc import Sequence
+from itertools import repeat
+from operator import add, lt
 
 from iterserve.records import errors as E
 
@@ -106,6 +109,16 @@ def interval_kind(p: int, e: int, c: int, start: int, end: int) -> WorkKind | No
     return DECODE if c == t and end == c + 1 else None
 
 
+def are_decode_rows(p: Sequence[int], e: Sequence[int], end: tuple[int, ...],
+                    width: tuple[int, ...]) -> bool:
+    """Whether every interval ``[end - width, end)`` that starts at its
+    computed frontier ``c`` is the decode row of its frontiers (``e != 0``,
+    one row, ``c == p + e - 1``): :func:`interval_kind` is DECODE for each.
+    The batch form, for the validator's accept pass (C-level passes over
+    whole columns); the tests pin that the two agree."""
+    return all(e) and width.count(1) == len(width) and tuple(map(add, p, e)) == end
+
+
 def rows_through_next_emission(p: int, e: int) -> int:
     """Rows the request holds once its next output is emitted: ``p`` before
     the first (prefill reaching ``p`` emits), ``p + e`` after."""
@@ -151,6 +164,15 @@ def completion_service(p: int, e: int, max_output_tokens: int, kind: WorkKind, s
     if emitted or has_finish:
         return None
     return 0 if kind is REBUILD else end - start
+
+
+def emit_without_stop(e: Sequence[int], max_output_tokens: Sequence[int],
+                      emitted: Sequence[bool]) -> bool:
+    """Whether decode rows that report no finish reason keep the output
+    clock: each emitted, and its output ``e + 1`` stays below the length
+    stop (:func:`completion_service` is not None for each). The batch form,
+    for the validator's accept pass; the tests pin that the two agree."""
+    return all(emitted) and all(map(lt, map(add, e, repeat(1)), max_output_tokens))
 
 
 def check_interval(request_id: str, p: int, e: int, c: int, start: int, end: int,

@@ -10,7 +10,8 @@ from __future__ import annotations
 import operator
 from collections import Counter
 from collections.abc import Mapping
-from itertools import islice
+from itertools import islice, repeat
+from operator import floordiv, mod, neg
 from typing import NoReturn
 
 from iterserve.records import errors as E
@@ -25,13 +26,17 @@ from iterserve.records.plan import (
     IntentKind,
     IterationPlan,
     WorkItem,
-    work_kind_span,
     work_request_id,
-    work_tie_break,
 )
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
+from iterserve.records.validate_batch import (
+    WorkColumns,
+    accepted_service,
+    accepted_work,
+    work_columns,
+)
 from iterserve.records.view import Lifecycle, RequestView
 
 QUEUE_LIFECYCLES = {
@@ -124,10 +129,13 @@ def validate_plan(workload: OnlineWorkload, state: SchedulerState, plan: Iterati
             f"{identity.policy_id}@{identity.policy_version}"
         )
     admitted, leaving = _validate_intents(state, plan)
-    num_tokens = _validate_work(state, plan, admitted, leaving)
-    _validate_ledger(state, plan, num_tokens)
-    _validate_kv(state, plan)
-    _validate_tie_break(state, plan)
+    columns = accepted_work(plan.work, state.views, admitted, leaving)  # all items at once
+    if columns is None:  # on any doubt, item by item: the named error of the first broken rule
+        _validate_work(state, plan, admitted, leaving)
+        columns = work_columns(plan.work, state.views)
+    _validate_ledger(state, plan, sum(columns.widths))
+    _validate_kv(state, plan, columns)
+    _validate_tie_break(state, plan, columns)
 
 
 def _validate_intents(state: SchedulerState, plan: IterationPlan) -> tuple[set[str], set[str]]:
@@ -185,9 +193,9 @@ def _validate_work(
     state: SchedulerState, plan: IterationPlan, admitted: set[str], leaving: set[str]
 ) -> int:
     """Each item binds a current, ready, admitted view and its only legal
-    interval. The loop is the hot path: a cheap check of every invariant
-    per item, and on any doubt the detailed checks raise the named error.
-    Returns the work's token rows, for the ledger check."""
+    interval. The row-by-row form of :func:`accepted_spans`, which runs
+    first: a cheap check of every invariant per item, and on any doubt the
+    detailed checks raise the named error. Returns the work's token rows."""
     seen: set[str] = set()
     views = state.views
     running = Lifecycle.RUNNING
@@ -242,7 +250,7 @@ def _validate_interval(view: RequestView, work: WorkItem) -> None:
 
 
 def _validate_ledger(state: SchedulerState, plan: IterationPlan, tokens: int) -> None:
-    """``tokens``: the work's token rows, summed by :func:`_validate_work`."""
+    """``tokens``: the work's token rows."""
     if tokens != plan.tokens_used or len(plan.work) != plan.sequences_used:
         raise E.LedgerDrift(
             f"ledger says {plan.tokens_used} tokens/{plan.sequences_used} seqs, "
@@ -256,7 +264,7 @@ def _validate_ledger(state: SchedulerState, plan: IterationPlan, tokens: int) ->
         )
 
 
-def _validate_kv(state: SchedulerState, plan: IterationPlan) -> None:
+def _validate_kv(state: SchedulerState, plan: IterationPlan, columns: WorkColumns) -> None:
     """New blocks fit in free blocks plus blocks the plan's preemptions free.
 
     Logical feasibility only: the allocator still publishes the physical
@@ -273,20 +281,29 @@ def _validate_kv(state: SchedulerState, plan: IterationPlan) -> None:
             freed += held
         elif intent.kind is IntentKind.RESUME:
             resumed += held  # swapped-in rows need device blocks again
-    size = facts.block_size  # blocks_for(end) - blocks_for(start), inlined (hot path)
-    needed = resumed
-    for _, start, end in map(work_kind_span, plan.work):
-        needed += (-start // size) - (-end // size)
+    needed = resumed + _new_blocks(columns, facts.block_size)
     if needed > facts.num_blocks_free + freed:
         raise E.KvCapacityExceeded(
             f"plan needs {needed} new KV blocks, {facts.num_blocks_free} free + {freed} released"
         )
 
 
+def _new_blocks(columns: WorkColumns, size: int) -> int:
+    """The sum of ``blocks_for(end) - blocks_for(start)`` over the work, in
+    C. A one-row interval opens a block exactly when it starts on a block
+    boundary (``start % size == 0``), so all-decode work counts those."""
+    starts = columns.starts
+    if columns.widths.count(1) == len(starts):
+        return tuple(map(mod, starts, repeat(size))).count(0)
+    return (sum(map(floordiv, map(neg, starts), repeat(size)))
+            - sum(map(floordiv, map(neg, columns.ends), repeat(size))))
+
+
 _RELEASING = frozenset({IntentKind.PREEMPT_RECOMPUTE, IntentKind.PREEMPT_PRESERVE_EXACT, IntentKind.ABORT})
 
 
-def _validate_tie_break(state: SchedulerState, plan: IterationPlan) -> None:
+def _validate_tie_break(state: SchedulerState, plan: IterationPlan,
+                        columns: WorkColumns) -> None:
     """Recorded keys must recompute from the state and be in order. Every
     key is derived once, at C speed; on any doubt
     :func:`_explain_tie_break` raises the named error of the first item."""
@@ -294,11 +311,10 @@ def _validate_tie_break(state: SchedulerState, plan: IterationPlan) -> None:
     unknown = [name for name in names if name not in KEY_FIELDS]
     if unknown:
         raise E.ForgedTieBreak(f"unknown tie-break field(s) {unknown}")
-    work = plan.work
-    if not work:
+    if not plan.work:
         return
-    derived = keys_function(names, state)(list(map(state.views.__getitem__, map(work_request_id, work))))
-    if derived != list(map(work_tie_break, work)) or any(
+    derived = keys_function(names, state)(columns.views)
+    if derived != list(columns.tie_breaks) or any(
             map(operator.lt, islice(derived, 1, None), derived)):
         _explain_tie_break(plan, derived)
 
@@ -329,7 +345,25 @@ def validate_result(plan: IterationPlan, state: SchedulerState, result: Iteratio
             f"result for v{result.input_state_version}/d{result.decision_id}, "
             f"plan is v{plan.input_state_version}/d{plan.decision_id}"
         )
-    planned = dict(zip(map(work_request_id, plan.work), plan.work, strict=True))  # at C speed
+    service = accepted_service(plan.work, result.completed, state.views)  # at C speed
+    if service is None:  # on any doubt, completion by completion: the first named error
+        service = _completion_service(plan, state, result)
+    if result.failures:
+        _validate_failures(plan, result)
+    claimed = {client: rows for client, rows in result.service.items() if rows}
+    if claimed != dict(service):
+        raise E.ServiceDebitMismatch(f"result debits {claimed}, completed rows give {dict(service)}")
+    if result.receipts:
+        _validate_receipts(plan, state, result)
+
+
+def _completion_service(plan: IterationPlan, state: SchedulerState,
+                        result: IterationResult) -> Counter[str]:
+    """Each completion answers open planned work of its generation inside
+    the planned interval and keeps the output clock; returns the service
+    rows per client. The row-by-row form of :func:`accepted_service`, which
+    runs first."""
+    planned = _planned(plan)
     service: Counter[str] = Counter()
     done: set[str] = set()
     views = state.views
@@ -357,6 +391,20 @@ def validate_result(plan: IterationPlan, state: SchedulerState, result: Iteratio
                                view.max_output_tokens, kind, end, emitted, has_finish)
         elif rows:
             service[view.client_id] += rows
+    return service
+
+
+def _planned(plan: IterationPlan) -> dict[str, WorkItem]:
+    """Each request's planned item (the last one, should an id repeat)."""
+    return dict(zip(map(work_request_id, plan.work), plan.work, strict=True))  # at C speed
+
+
+def _validate_failures(plan: IterationPlan, result: IterationResult) -> None:
+    """A failure answers open planned work or an intent of this plan, in its
+    generation, for a request that did not also complete (the completions
+    are valid by now)."""
+    planned = _planned(plan)
+    done = {item.request_id for item in result.completed}
     intents = {intent.request_id: intent.generation for intent in plan.intents}
     for failure in result.failures:
         rid = failure.request_id
@@ -366,11 +414,6 @@ def validate_result(plan: IterationPlan, state: SchedulerState, result: Iteratio
             raise E.UnplannedCompletion(f"{rid}: failure for no open planned work")
         if failure.generation != expected:
             raise E.StaleGeneration(f"{rid}: failure for generation {failure.generation}")
-    claimed = {client: rows for client, rows in result.service.items() if rows}
-    if claimed != dict(service):
-        raise E.ServiceDebitMismatch(f"result debits {claimed}, completed rows give {dict(service)}")
-    if result.receipts:
-        _validate_receipts(plan, state, result)
 
 
 def _validate_receipts(plan: IterationPlan, state: SchedulerState,
