@@ -48,6 +48,7 @@ from operator import itemgetter
 from typing import IO
 
 from iterserve.engine.observer import EngineObserver
+from iterserve.engine.trace import rows_by_kind
 from iterserve.metrics.capacity import IterationComposition
 from iterserve.metrics.columns import RecordColumns
 from iterserve.metrics.events import (
@@ -71,7 +72,6 @@ from iterserve.records.plan import (
     IntentKind,
     IterationPlan,
     QueueIntent,
-    work_kind_span,
     work_request_id,
 )
 from iterserve.records.result import CompletedInterval, IterationResult
@@ -139,9 +139,10 @@ class EventRecorder(EngineObserver):
         if not pending:
             return
         if pending[0][0] < self._written_s:
-            raise EventLogError(f"{pending[0][1][:-1]} precedes a fact already written at "
+            first_line = pending[0][1].partition("\n")[0]  # an entry may hold several lines
+            raise EventLogError(f"{first_line} precedes a fact already written at "
                                 f"{self._written_s} s")
-        self._sink.writelines(map(itemgetter(1), pending))
+        self._sink.write("".join(map(itemgetter(1), pending)))  # one write a cut
         self._written_s = pending[-1][0]
 
     def on_arrival(self, spec: RequestSpec, now: float) -> None:
@@ -165,26 +166,46 @@ class EventRecorder(EngineObserver):
             self._intent(intent, successor.views[intent.request_id], decided_s)
         if plan.work:
             self._composition(state, plan, decided_s)
+        if not result.completed:
+            return
         published_s = self.to_s(successor.now)
-        kinds: dict[str, WorkKind] | None = None  # made only for a completion off the hot path
+        if self._sink is None:
+            kinds = {item.request_id: item.kind for item in plan.work}
+            views = state.views
+            for completed in result.completed:
+                rid = completed.request_id
+                self._completion(completed, kinds[rid], views[rid].num_emitted, published_s)
+        else:
+            self._stream_completions(state, plan, result, published_s)
+
+    def _stream_completions(self, state: SchedulerState, plan: IterationPlan,
+                            result: IterationResult, time_s: float) -> None:
+        """The cut's completion facts, streamed. A plain decode token (an
+        emission after output 1 that stops nothing: a decode row, 0x01A:
+        prefill runs only while nothing is emitted and rebuild emits nothing)
+        is :meth:`_token`'s line, formatted here without the object (the hot
+        path: one per decode row); each run of them between the other facts
+        is one pending entry (one time: the stable sort keeps it in place)."""
         views = state.views
         pending = self._pending
-        streams = self._sink is not None
+        kinds: dict[str, WorkKind] | None = None  # made only for a completion off the hot path
+        lines: list[str] = []  # plain token lines not yet in ``pending``
         # the token line's head is the same for every token of this cut
-        head = f'{{"kind": "token", "time_s": {published_s!r}, "request_id": '
+        head = f'{{"kind": "token", "time_s": {time_s!r}, "request_id": '
         for completed in result.completed:
             rid, _, _, _, emitted, _, finish_reason = completed  # one unpack (hot path)
             before = views[rid].num_emitted
-            if streams and before and emitted and finish_reason is None:
-                # a plain decode token, streamed: _token's line (the hot path). An
-                # interval that emits after output 1 is a decode row (0x01A: prefill
-                # runs only while nothing is emitted; rebuild emits nothing)
-                pending.append((published_s, f'{head}{encode_basestring_ascii(rid)}, '
-                                             f'"token_index": {before}}}\n'))
+            if before and emitted and finish_reason is None:
+                lines.append(f'{head}{encode_basestring_ascii(rid)}, "token_index": {before}}}\n')
                 continue
+            if lines:
+                pending.append((time_s, "".join(lines)))
+                lines = []
             if kinds is None:
                 kinds = {item.request_id: item.kind for item in plan.work}
-            self._completion(completed, kinds[rid], before, published_s)
+            self._completion(completed, kinds[rid], before, time_s)
+        if lines:
+            pending.append((time_s, "".join(lines)))
 
     def _arrival(self, spec: RequestSpec) -> ArrivalEvent:
         return ArrivalEvent(self.to_s(spec.arrival), spec.request_id, client_id=spec.client_id,
@@ -238,12 +259,10 @@ class EventRecorder(EngineObserver):
             self._record(CancelEvent(time_s, rid, reason=reason.value))
 
     def _composition(self, state: SchedulerState, plan: IterationPlan, time_s: float) -> None:
-        rows = {WorkKind.PREFILL_CHUNK: 0, WorkKind.DECODE_ROW: 0, WorkKind.REBUILD: 0}
-        for kind, start, end in map(work_kind_span, plan.work):
-            rows[kind] += end - start
+        num_prefill, num_decode, num_rebuild = rows_by_kind(plan.work)
         self.iterations.append(IterationComposition(
-            time_s, rows[WorkKind.PREFILL_CHUNK], rows[WorkKind.DECODE_ROW],
-            rows[WorkKind.REBUILD], num_sequences=len(set(map(work_request_id, plan.work)))))
+            time_s, num_prefill, num_decode, num_rebuild,
+            num_sequences=len(set(map(work_request_id, plan.work)))))
         facts = state.capacity
         total = facts.num_blocks_total or 0
         used = 0 if facts.num_blocks_free is None else total - facts.num_blocks_free

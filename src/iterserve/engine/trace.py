@@ -12,13 +12,32 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from iterserve.engine.observer import EngineObserver
-from iterserve.records.plan import IterationPlan, work_kind_span
+from iterserve.records.plan import IterationPlan, WorkItem, work_kind_span
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import RequestSpec
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import TERMINAL_LIFECYCLES, WorkKind
 
 _REQUEST_ID = operator.itemgetter(0)  # CompletedInterval.request_id
+_TERMINAL_VALUES = frozenset(lifecycle._value_ for lifecycle in TERMINAL_LIFECYCLES)
+_PREFILL, _DECODE, _REBUILD = WorkKind.PREFILL_CHUNK, WorkKind.DECODE_ROW, WorkKind.REBUILD
+
+
+def rows_by_kind(work: Iterable[WorkItem]) -> tuple[int, int, int]:
+    """``(prefill, decode, rebuild)`` rows of a plan's work. Kinds are told
+    apart by identity: an Enum hashes in Python (``Enum.__hash__``), so a
+    dict keyed by kind cost a Python call per lookup, two per item."""
+    num_prefill = num_decode = num_rebuild = 0
+    for kind, start, end in map(work_kind_span, work):
+        if kind is _DECODE:
+            num_decode += end - start
+        elif kind is _PREFILL:
+            num_prefill += end - start
+        elif kind is _REBUILD:
+            num_rebuild += end - start
+        else:
+            raise KeyError(kind)
+    return num_prefill, num_decode, num_rebuild
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,16 +84,13 @@ class RunTrace(EngineObserver):
         self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
         successor: SchedulerState,
     ) -> None:
-        rows = {WorkKind.PREFILL_CHUNK: 0, WorkKind.DECODE_ROW: 0, WorkKind.REBUILD: 0}
-        for kind, start, end in map(work_kind_span, plan.work):
-            rows[kind] += end - start
+        num_prefill, num_decode, num_rebuild = rows_by_kind(plan.work)
         if plan.work:
             self.iterations.append(IterationRecord(
-                state.decision_id, state.now, result.duration, rows[WorkKind.PREFILL_CHUNK],
-                rows[WorkKind.DECODE_ROW], rows[WorkKind.REBUILD], len(plan.work),
-                len(state.waiting), len(state.running),
+                state.decision_id, state.now, result.duration, num_prefill, num_decode,
+                num_rebuild, len(plan.work), len(state.waiting), len(state.running),
             ))
-        if rows[WorkKind.PREFILL_CHUNK]:  # most cuts decode only: no per-item kind lookup
+        if num_prefill:  # most cuts decode only: no per-item kind lookup
             self._chunk_starts(plan, result)
         self._update(map(_REQUEST_ID, result.completed), successor)
         if plan.intents:
@@ -103,7 +119,7 @@ class RunTrace(EngineObserver):
                 continue
             record.first_token_time = after.first_token_time
             record.num_emitted = after.num_emitted
-            if after.lifecycle in TERMINAL_LIFECYCLES:
+            if after.lifecycle._value_ in _TERMINAL_VALUES:  # no Enum.__hash__ call
                 self.num_finished += record.finish_time is None
                 record.finish_time = now
                 reason = after.finish_reason
