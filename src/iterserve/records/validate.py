@@ -2,7 +2,11 @@
 
 ``validate_plan`` runs before any execution; ``validate_result`` before any
 publication. Each raises the one named error of the first invariant broken.
-These checks are the hot path's only safety net, so they stay O(work).
+These checks are the hot path's only safety net, so they stay O(work): a
+plan's work and a result's completions are first accepted as a whole by the
+column passes of :mod:`iterserve.records.validate_batch`, and only what
+those leave in doubt goes through the row-by-row checks here, which name the
+error (tests/core/test_validate_batch.py pins that the two agree).
 """
 
 from __future__ import annotations
@@ -193,7 +197,7 @@ def _validate_work(
     state: SchedulerState, plan: IterationPlan, admitted: set[str], leaving: set[str]
 ) -> int:
     """Each item binds a current, ready, admitted view and its only legal
-    interval. The row-by-row form of :func:`accepted_spans`, which runs
+    interval. The row-by-row form of :func:`accepted_work`, which runs
     first: a cheap check of every invariant per item, and on any doubt the
     detailed checks raise the named error. Returns the work's token rows."""
     seen: set[str] = set()
@@ -352,6 +356,7 @@ def validate_result(plan: IterationPlan, state: SchedulerState, result: Iteratio
         _validate_failures(plan, result)
     claimed = {client: rows for client, rows in result.service.items() if rows}
     if claimed != dict(service):
+        service = _completion_service(plan, state, result)  # the message lists completion order
         raise E.ServiceDebitMismatch(f"result debits {claimed}, completed rows give {dict(service)}")
     if result.receipts:
         _validate_receipts(plan, state, result)
