@@ -100,3 +100,15 @@ def test_links_are_cut_to_half_when_full_and_reach_back_that_far() -> None:
     # a delta whose base is not the previous delta's mapping starts a new chain
     fresh = next_delta(delta, {"x": None}, {"y": None}, ["y"], ["x"])
     assert fresh.previous is None and fresh.num_links == 1
+
+
+def test_the_same_question_gets_the_same_answer_and_another_a_new_one() -> None:
+    state = _state_after(20)
+    delta = state.view_delta
+    assert delta is not None
+    first = changes_since(delta.base, state.views, delta)
+    assert first is not None and changes_since(delta.base, state.views, delta) is first
+    if delta.previous is not None:
+        further = changes_since(delta.previous.base, state.views, delta)
+        assert further is not None and further is not first
+        assert set(first[0]) <= set(further[0]) | set(further[1])

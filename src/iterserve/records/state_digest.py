@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import operator
+from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Mapping
 from itertools import compress, repeat
@@ -154,7 +155,7 @@ class StateDigester:
         and drop those of ``removed``; every step runs over all of them at
         C speed (``map``, ``compress``) but the hash of each new element."""
         texts, elements = self._texts, self._elements
-        gone = ids + removed
+        gone = [*ids, *removed]
         old_texts = list(map(texts.pop, gone, repeat(None)))
         self._others -= sum(map(elements.pop, gone, repeat(0)))
         is_running = list(map(is_, map(_LIFECYCLE, changed), repeat(_RUNNING)))
@@ -166,7 +167,7 @@ class StateDigester:
         self._others += sum(new)
         was_running = list(map(is_not, old_texts, repeat(None)))
         if was_running[:len(ids)] != is_running or any(was_running[len(ids):]):
-            self._running_ids = sorted(texts)  # the running set changed
+            self._move_running(gone, was_running, is_running)
         claim_ids = self._claim_ids
         if claim_ids:
             claim_ids.difference_update(gone)
@@ -175,6 +176,20 @@ class StateDigester:
         claim_ids.update(rid for rid, view in zip(compress(ids, is_waiting),
                                                   compress(changed, is_waiting), strict=True)
                          if view.num_computed and not view.num_emitted)
+
+
+    def _move_running(self, gone: list[str], was_running: list[bool],
+                      is_running: list[bool]) -> None:
+        """Keep ``_running_ids`` sorted: the ids that stopped running leave
+        it, those that started join it (each a binary search)."""
+        running_ids = self._running_ids
+        now = is_running + [False] * (len(gone) - len(is_running))  # removed: not running
+        moved = list(map(operator.ne, was_running, now))
+        for rid, is_now in zip(compress(gone, moved), compress(now, moved), strict=True):
+            if is_now:
+                insort(running_ids, rid)
+            else:
+                del running_ids[bisect_left(running_ids, rid)]
 
 
 def _element(text: bytes) -> int:

@@ -41,6 +41,9 @@ class ViewDelta:
     removed: tuple[str, ...]
     previous: ViewDelta | None = field(repr=False, compare=False)  # the delta that made base
     num_links: int = 1  # this delta and those behind it
+    # the last answer of changes_since: [seen, answer] (the run's digester
+    # and state checker ask the same question of each decision's state)
+    answered: list[object] = field(default_factory=list, repr=False, compare=False)
 
 
 def next_delta(base_delta: ViewDelta | None, base: _Views, views: _Views,
@@ -73,17 +76,28 @@ def changes_since(seen: _Views | None, views: _Views,
     """``(ids, gone)``: the ids of ``views`` whose view may differ from
     ``seen``'s (new ones included; each once) and the ids written or
     deleted since that are not in ``views``; None when the links do not
-    reach back to ``seen`` (re-read every view)."""
+    reach back to ``seen`` (re-read every view). The lists are shared
+    with later callers asking the same: read them, do not change them."""
     if views is seen:
         return [], []
     if seen is None or delta is None or delta.views is not views:
         return None
+    answered = delta.answered
+    if answered and answered[0] is seen:
+        return answered[1]  # type: ignore[return-value]
+    answer = _changes_since(seen, views, delta)
+    answered[:] = [seen, answer]
+    return answer
+
+
+def _changes_since(seen: _Views, views: _Views,
+                   delta: ViewDelta) -> tuple[list[str], list[str]] | None:
     links = [delta]
-    while delta.base is not seen:
-        delta = delta.previous
-        if delta is None:
+    while links[-1].base is not seen:
+        previous = links[-1].previous
+        if previous is None:
             return None
-        links.append(delta)
+        links.append(previous)
     listed = dict.fromkeys(chain.from_iterable(
         chain(link.touched, link.removed) for link in links))  # each id once, in order
     present = list(map(views.__contains__, listed))

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from iterserve.engine.decision_log import CHAIN_KEY, STATE_DIGESTS, chain_digest
+from iterserve.engine.decision_log import CHAIN_KEY, LOG_FORMAT, STATE_DIGESTS, chain_digest
 from iterserve.engine.log_reader import (
     DecisionLogFile,
     LogLine,
@@ -48,6 +48,7 @@ from iterserve.records.errors import ContractViolation
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.state import CapacityFacts, SchedulerState
+from iterserve.records.state_digest import StateDigester
 from iterserve.records.view import Lifecycle
 from iterserve.sim.executor import SimulatedExecutor
 from iterserve.sim.replay_header import (
@@ -192,6 +193,13 @@ class _ReplayExecutor:
             self._simulated.release(request_ids)
 
 
+def _state_digest(log_format: int) -> Callable[[SchedulerState], str]:
+    """The log format's state digest for one replay: the current format's
+    incremental digester (it follows the replayed states in order; the same
+    value as the reference), an older format's reference function."""
+    return StateDigester().digest if log_format == LOG_FORMAT else STATE_DIGESTS[log_format]
+
+
 def _compare(line: LogLine, state: SchedulerState, plan: IterationPlan,
              digest: Callable[[SchedulerState], str]) -> None:
     fields = line.fields
@@ -250,7 +258,7 @@ class _Replay:
         self.cursor = _LogCursor(log.body, chain)
         self.executor = _ReplayExecutor(self.cursor, capacity_from_json(
             header.fields["initial_capacity"]), self._check_rejections, simulated,
-            STATE_DIGESTS[log.format])
+            _state_digest(log.format))
         self.engine = Engine(manifest.online, self.policy, self.executor, gate=gate)
         self._is_rederiving = simulated is not None
         self._num_rejected_checked = 0
