@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from itertools import compress, repeat
-from operator import add, and_, getitem, gt, is_not, itemgetter, sub
+from operator import add, and_, getitem, is_not, itemgetter, ne, sub
 
 from iterserve.engine.kv_residency import KvResidency
 from iterserve.records.frontier import (
@@ -103,37 +103,37 @@ class ResultBuilder:
             raise ValueError("complete_rows needs one view, token id and stop per work item")
         if not works:
             return
-        rids, generations, _, starts, ends, kinds, _, _ = zip(*works)
+        rids, generations, _, starts, ends, kinds, _, _ = zip(*works, strict=True)
         if self._commit_kv is not None:  # in plan order: a commit may cache prefix blocks
-            for rid, end in zip(rids, ends):
+            for rid, end in zip(rids, ends, strict=True):
                 self._commit_kv.commit(rid, end)
-        if are_decode_rows(kinds):  # the common step: one output and one service row each
-            self._service.update(map(_CLIENT, views))
+        widths = list(map(sub, ends, starts))
+        if are_decode_rows(kinds) and widths.count(1) == len(widths):
+            self._service.update(map(_CLIENT, views))  # the common step: one row each
             emitted = [True] * len(works)
         else:
-            self._debit(views, kinds, starts, ends)
+            self._debit(views, kinds, widths)
             emitted = emits_rows(kinds, map(_PROMPT, views), ends)
         reasons = self._reasons(views, emitted, stops)
         if not all(emitted):  # a row that emits nothing publishes no token and no reason
-            token_ids = list(map(getitem, zip(repeat(None), token_ids), emitted))
-            reasons = list(map(getitem, zip(repeat(None), reasons), emitted))
+            token_ids = list(map(getitem, zip(repeat(None), token_ids, strict=False), emitted))
+            reasons = list(map(getitem, zip(repeat(None), reasons, strict=False), emitted))
         self.finished.extend(compress(rids, map(is_not, reasons, repeat(None))))
         self.completed.extend(map(_new_tuple, repeat(CompletedInterval), zip(
-            rids, generations, starts, ends, emitted, token_ids, reasons)))
+            rids, generations, starts, ends, emitted, token_ids, reasons, strict=True)))
 
     def _debit(self, views: Sequence[RequestView], kinds: Sequence[WorkKind],
-               starts: Sequence[int], ends: Sequence[int]) -> None:
+               widths: list[int]) -> None:
         """Service of each completed row but a rebuild's (0x0C), per client.
         One count per earning row first (``Counter.update`` at C speed, so
         clients enter in the order of their first earning row, as with a
-        sum per row), then the rest of each wider row's rows."""
+        sum per row), then the rest of each row of another width."""
         earning = earns_service_rows(kinds)
         clients = list(map(_CLIENT, views))
         self._service.update(compress(clients, earning))
-        widths = list(map(sub, ends, starts))
         if widths.count(1) != len(widths):
-            wide = map(and_, earning, map(gt, widths, repeat(1)))
-            for client, width in compress(zip(clients, widths), wide):
+            other = map(and_, earning, map(ne, widths, repeat(1)))
+            for client, width in compress(zip(clients, widths, strict=True), other):
                 self._service[client] += width - 1
 
     def _reasons(self, views: Sequence[RequestView], emitted: list[bool],

@@ -252,8 +252,8 @@ def _complete_rows(views: dict[str, RequestView], items: Sequence[CompletedInter
             completed.append(_complete(views[rid], item, now))
             views[rid] = completed[-1]
         return completed, [v.request_id for v in completed if v.lifecycle is _FINISHED]
-    columns: list[Iterable[object]] = list(zip(*map(views.__getitem__, rids)))
-    _, _, _, ends, emitted, _, reasons = zip(*items)
+    columns: list[Iterable[object]] = list(zip(*map(views.__getitem__, rids), strict=True))
+    _, _, _, ends, emitted, _, reasons = zip(*items, strict=True)
     columns[_AT_SNAPSHOT] = map(add, columns[_AT_SNAPSHOT], repeat(1))
     columns[_AT_COMPUTED] = columns[_AT_COMMITTED] = ends
     columns[_AT_NUM_EMITTED] = map(add, columns[_AT_NUM_EMITTED], emitted)  # True counts one
@@ -279,8 +279,8 @@ def _complete_rows(views: dict[str, RequestView], items: Sequence[CompletedInter
         for i in finished:
             lifecycles[i] = _FINISHED
         columns[_AT_LIFECYCLE] = lifecycles
-    completed = list(map(_new_tuple, repeat(RequestView), zip(*columns)))
-    views.update(zip(rids, completed))
+    completed = list(map(_new_tuple, repeat(RequestView), zip(*columns, strict=False)))
+    views.update(zip(rids, completed, strict=True))
     return completed, [rids[i] for i in finished]
 
 
