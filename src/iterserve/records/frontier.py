@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import enum
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from itertools import repeat
-from operator import add, lt
+from operator import add, and_, eq, ge, is_, is_not, lt, or_
 
 from iterserve.records import errors as E
 
@@ -143,6 +143,32 @@ def earns_service(kind: WorkKind) -> bool:
 def service_rows(kind: WorkKind, start: int, end: int) -> int:
     """Service rows ``[start, end)`` of ``kind`` earn when completed."""
     return end - start if kind is not REBUILD else 0
+
+
+def emits_rows(kinds: Sequence[WorkKind], ps: Iterable[int], ends: Iterable[int]) -> list[bool]:
+    """:func:`emits` of each row ``(kinds[i], ps[i], ends[i])``, with no
+    Python-level call per row (the result builder's whole-plan path)."""
+    decode = list(map(is_, kinds, repeat(DECODE)))
+    if all(decode):
+        return decode
+    return list(map(or_, decode, map(and_, map(is_, kinds, repeat(PREFILL)), map(eq, ends, ps))))
+
+
+def all_decode_kinds(kinds: Iterable[WorkKind]) -> bool:
+    """Whether every row is a decode row: each then emits one output and
+    earns its one row of service (the common step's shortcut around
+    :func:`emits_rows` and :func:`earns_service_rows`)."""
+    return all(map(is_, kinds, repeat(DECODE)))
+
+
+def earns_service_rows(kinds: Iterable[WorkKind]) -> list[bool]:
+    """:func:`earns_service` of each row, with no Python-level call per row."""
+    return list(map(is_not, kinds, repeat(REBUILD)))
+
+
+def length_stop_rows(nums_emitted: Iterable[int], max_output_tokens: Iterable[int]) -> list[bool]:
+    """:func:`is_length_stop` of each row, with no Python-level call per row."""
+    return list(map(ge, nums_emitted, max_output_tokens))
 
 
 def phase_rank(p: int, e: int, c: int) -> int:

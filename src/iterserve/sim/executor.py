@@ -11,8 +11,10 @@ allocation can fail as a fact, exactly as on the real executor.
 from __future__ import annotations
 
 import operator
+import sys
 from collections.abc import Iterable, Sequence
-from itertools import compress
+from itertools import compress, repeat
+from operator import add, ge
 
 from iterserve.cost import ClockedCost
 from iterserve.engine.kv_residency import KvResidency
@@ -25,7 +27,9 @@ from iterserve.records.transition import claimed_prefix_rows
 from iterserve.records.view import FinishReason, RequestView
 
 _STOP = FinishReason.STOP
-_REQUEST_ID = operator.itemgetter(0)  # WorkItem.request_id
+_REQUEST_ID = operator.itemgetter(WorkItem._fields.index("request_id"))
+_EMITTED = operator.itemgetter(RequestView._fields.index("num_emitted"))
+_NO_LIMIT = sys.maxsize  # a request without a realized length stops at its max only
 
 
 class SimulatedExecutor:
@@ -96,11 +100,13 @@ class SimulatedExecutor:
             for item, ok in zip(work, backed, strict=True):
                 if not ok:
                     builder.fail(item)
-        views = list(map(state.views.__getitem__, map(_REQUEST_ID, ran)))
-        tokens = [view.num_emitted + 1 for view in views]  # output k has the synthetic id k
-        limits = map(self._realized.get, map(_REQUEST_ID, ran))
-        stops = [_STOP if limit is not None and num >= limit else None
-                 for num, limit in zip(tokens, limits, strict=True)]
+        rids = list(map(_REQUEST_ID, ran))
+        views = list(map(state.views.__getitem__, rids))
+        # output k has the synthetic id k; STOP once the hidden realized length is reached
+        tokens = list(map(add, map(_EMITTED, views), repeat(1)))
+        reached = list(map(ge, tokens, map(self._realized.get, rids, repeat(_NO_LIMIT))))
+        stops = ([_STOP if hit else None for hit in reached] if any(reached)
+                 else [None] * len(reached))
         builder.complete_rows(ran, views, tokens, stops)
 
     def _run_each(self, plan: IterationPlan, state: SchedulerState,
