@@ -78,3 +78,55 @@ def test_the_strings_encoder_is_the_stdlib_encoding(strings):
     assert canonical_strings_bytes(tuple(strings)) == expected
     for odd in (["é", "\x7f"], ["\x00\x1f\\\""], ["0.00001", "1e-05", "a],[b"]):
         assert canonical_strings_bytes(tuple(odd)) == stdlib_canonical_json(odd).encode()
+
+
+def _sorted_rows(rows):
+    """Each row's keys inserted in sorted order, as ``encoded_rows`` needs."""
+    return [dict(sorted(row.items())) for row in rows]
+
+
+ROWS = st.lists(st.dictionaries(st.text(max_size=6), VALUES, max_size=5), max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ROWS, VALUES)
+def test_rows_encoded_ahead_write_the_plain_text(rows, other):
+    """Nested dicts, braces in strings, non-ASCII text, small floats and
+    integers beyond 64 bits included: the record's text is the stdlib's,
+    whether orjson or the fallback writes the rest of it."""
+    from iterserve.records.canonical_json import Encoded, canonical_json_bytes, encoded_rows
+
+    rows = _sorted_rows(rows)
+    record = {"rows": encoded_rows(rows), "other": other}
+    expected = stdlib_canonical_json({"rows": rows, "other": other})
+    assert canonical_json(record) == expected
+    assert stdlib_canonical_json(record) == expected
+    assert canonical_json_bytes(record) == expected.encode()
+    if isinstance(record["rows"], Encoded):
+        assert record["rows"] == rows and rows == record["rows"]
+
+
+def test_rows_orjson_refuses_stay_plain():
+    from iterserve.records.canonical_json import Encoded, encoded_rows
+
+    assert not isinstance(encoded_rows([{"a": 2**70}]), Encoded)
+    assert isinstance(encoded_rows([{"a": 1, "b": [1.5, "x"]}]), Encoded)
+
+
+def test_a_nested_dict_in_a_row_is_sorted():
+    from iterserve.records.canonical_json import encoded_rows
+
+    rows = [{"a": {"z": 1, "b": 2}, "b": "{"}, {"a": 0}]
+    assert canonical_json({"r": encoded_rows(rows)}) == stdlib_canonical_json({"r": rows})
+
+
+def test_an_encoded_value_does_not_hide_what_the_stdlib_refuses():
+    @dataclasses.dataclass
+    class Point:
+        x: int
+
+    from iterserve.records.canonical_json import encoded_rows
+
+    for value in (Point(1), object()):
+        with pytest.raises(TypeError):
+            canonical_json({"rows": encoded_rows([{"a": 1}]), "other": value})
