@@ -42,9 +42,7 @@ from iterserve.records.codec import (
     capacity_to_json,
     dumps,
     plan_to_json,
-    plan_to_line_json,
     result_to_json,
-    result_to_line_json,
     state_digest,
 )
 from iterserve.records.plan import IterationPlan
@@ -113,21 +111,18 @@ def iteration_line(
     state: SchedulerState, plan: IterationPlan, result: IterationResult,
     digest: Callable[[SchedulerState], str] = state_digest,
     claimed: Callable[[SchedulerState], dict[str, int]] = claimed_prefix_rows,
-    *, encode_rows: bool = False,
 ) -> dict[str, Any]:
     """``digest``: :func:`state_digest`, or a run's incremental
     :class:`StateDigester` (the same value); ``claimed``: likewise
-    :func:`claimed_prefix_rows` or that digester's (called after ``digest``).
-    ``encode_rows``: the plan's and the result's rows encoded ahead (the
-    writer's hot path; :func:`dumps` writes the same text)."""
+    :func:`claimed_prefix_rows` or that digester's (called after ``digest``)."""
     line = {
         "type": "iteration",
         "decision_id": state.decision_id,
         "state_version": state.state_version,
         "state_digest": digest(state),
         "policy": {"id": plan.policy_id, "version": plan.policy_version},
-        "plan": (plan_to_line_json if encode_rows else plan_to_json)(plan),
-        "result": (result_to_line_json if encode_rows else result_to_json)(result, plan, state),
+        "plan": plan_to_json(plan),
+        "result": result_to_json(result, plan, state),
     }
     hits = claimed(state)
     if hits:  # absent for runs without prompt token ids: their logs read as before
@@ -188,7 +183,7 @@ class DecisionLogWriter(EngineObserver):
         # carries capacity facts: a preemption frees memory), so each is logged
         digester = self._digester
         self._write(iteration_line(state, plan, result, digester.digest,
-                                   digester.claimed_prefix_rows, encode_rows=True))
+                                   digester.claimed_prefix_rows))
 
     def close(self, state: SchedulerState, *, is_done: bool = True) -> None:
         """End the log. A run that stopped early (``is_done`` False) or left

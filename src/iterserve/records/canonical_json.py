@@ -13,85 +13,26 @@ negative exponent), or anything orjson refuses (integers beyond
 (dataclasses, datetimes, subclasses: passed through to raise). Non-finite
 floats are the one difference left (orjson ``null``, the stdlib ``NaN``);
 no validated record holds one.
-
-A part of a record can be encoded ahead as :class:`Encoded` (see
-:func:`encoded_rows`: a decision-log line's plan and result rows, dicts
-built with their keys in order, encoded without the per-row key sort):
-orjson writes its bytes verbatim and the stdlib fallback encodes its value,
-so the text is the one the plain value gives.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 import orjson
 
-_PASSTHROUGH = (orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
-                | orjson.OPT_PASSTHROUGH_SUBCLASS)
-_OPTIONS = orjson.OPT_SORT_KEYS | _PASSTHROUGH
+_OPTIONS = (orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS
+            | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS)
 # a number token that starts "0.0000" (not "10.0000"), a one-digit negative exponent
 _SMALL_FIXED = re.compile(rb"(?<![0-9.])0\.0000")
 _SHORT_EXPONENT = re.compile(rb"[0-9]e-[0-9](?![0-9])")
 
 
-class Encoded:
-    """A value and its canonical bytes, made ahead (by :func:`encoded_rows`).
-    The encoders here write ``fragment`` where they meet it; the stdlib
-    fallback writes ``value``."""
-
-    __slots__ = ("value", "fragment")
-
-    def __init__(self, value: object, data: bytes) -> None:
-        self.value = value
-        self.fragment = orjson.Fragment(data)
-
-    def __eq__(self, other: object) -> bool:
-        """Equal to what its value equals: a record holding it compares as
-        the record holding the plain value."""
-        return bool(self.value == (other.value if type(other) is Encoded else other))
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"Encoded({self.value!r})"
-
-
-def _orjson_default(obj: object) -> orjson.Fragment:
-    if type(obj) is Encoded:
-        return obj.fragment
-    raise TypeError  # refused or passed through: the stdlib decides
-
-
-def _stdlib_default(obj: object) -> object:
-    if type(obj) is Encoded:
-        return obj.value
-    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
-
-
-def encoded_rows(rows: list[dict[str, Any]]) -> Encoded | list[dict[str, Any]]:
-    """``rows`` with their canonical bytes, for a record that
-    :func:`canonical_json` encodes. Each row's keys must have been inserted
-    in sorted order (a dict display written that way): orjson then writes
-    them without sorting, which for a step's rows is most of the key sort's
-    cost. A nested dict (or a ``{`` in a string: one brace a row is the
-    test) is encoded with the sort. ``rows`` itself where orjson refuses
-    a value (the stdlib decides, as for any record)."""
-    try:
-        data = orjson.dumps(rows, option=_PASSTHROUGH)
-        if data.count(b"{") != len(rows):
-            data = orjson.dumps(rows, option=_OPTIONS)
-    except TypeError:
-        return rows
-    return Encoded(rows, data)
-
-
 def canonical_json(obj: object) -> str:
     """``obj`` as canonical JSON text (see the module docstring)."""
     try:
-        data = orjson.dumps(obj, default=_orjson_default, option=_OPTIONS)
+        data = orjson.dumps(obj, option=_OPTIONS)
     except TypeError:  # orjson.JSONEncodeError: refused, or passed through
         return stdlib_canonical_json(obj)
     if is_plain_ascii(data):  # the common case
@@ -104,7 +45,7 @@ def canonical_json(obj: object) -> str:
 def canonical_json_bytes(obj: object) -> bytes:
     """:func:`canonical_json` as ASCII bytes, without a text round trip."""
     try:
-        data = orjson.dumps(obj, default=_orjson_default, option=_OPTIONS)
+        data = orjson.dumps(obj, option=_OPTIONS)
     except TypeError:  # orjson.JSONEncodeError: refused, or passed through
         return stdlib_canonical_json(obj).encode()
     if is_plain_ascii(data) or not _may_differ(data):
@@ -147,4 +88,4 @@ def _may_differ(data: bytes) -> bool:
 
 def stdlib_canonical_json(obj: object) -> str:
     """The reference encoding :func:`canonical_json` reproduces."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=_stdlib_default)
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from iterserve.records import errors as E
-from iterserve.records.canonical_json import canonical_json, encoded_rows
+from iterserve.records.canonical_json import canonical_json
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent, WorkItem
 from iterserve.records.receipts import (
     ForeignBinding,
@@ -79,6 +79,7 @@ def capacity_from_json(obj: Mapping[str, Any]) -> CapacityFacts:
 # Enum ``.value`` is a Python-level descriptor; these run once per view or
 # work item per decision (the decision log's hot path)
 _LIFECYCLE_VALUES = {member: member.value for member in Lifecycle}
+_KIND_VALUES = {member: member.value for member in WorkKind}
 
 
 def view_to_json(view: RequestView) -> list[Any]:
@@ -98,21 +99,15 @@ def state_digest(state: SchedulerState) -> str:
 
 
 def plan_to_json(plan: IterationPlan) -> dict[str, Any]:
-    return _plan_doc(plan, _work_rows(plan))
-
-
-def plan_to_line_json(plan: IterationPlan) -> dict[str, Any]:
-    """:func:`plan_to_json` for a decision-log line: the work rows encoded
-    ahead (:func:`encoded_rows`), the text :func:`dumps` writes unchanged."""
-    return _plan_doc(plan, encoded_rows(_work_rows(plan)))
-
-
-def _plan_doc(plan: IterationPlan, work: object) -> dict[str, Any]:
     return {
         "decision_id": plan.decision_id,
         "input_state_version": plan.input_state_version,
         "policy": {"id": plan.policy_id, "version": plan.policy_version},
-        "work": work,
+        "work": [  # one unpack per item: a NamedTuple field read costs about three
+            {"request_id": rid, "generation": generation, "snapshot_version": snapshot,
+             "start": start, "end": end, "kind": _KIND_VALUES[kind], "tie_break": list(tie_break)}
+            for rid, generation, snapshot, start, end, kind, _, tie_break in plan.work
+        ],
         "tokens_used": plan.tokens_used,
         "sequences_used": plan.sequences_used,
         "tie_break_key": list(plan.tie_break_key),
@@ -122,18 +117,6 @@ def _plan_doc(plan: IterationPlan, work: object) -> dict[str, Any]:
             for i in plan.intents
         ],
     }
-
-
-def _work_rows(plan: IterationPlan) -> list[dict[str, Any]]:
-    """One dict a work item, its keys in sorted order (:func:`encoded_rows`
-    needs them so). One unpack per item: a NamedTuple field read costs
-    about three; ``kind._value_``: an Enum's ``value`` is a Python-level
-    property and a dict keyed by it hashes in Python (``Enum.__hash__``)."""
-    return [
-        {"end": end, "generation": generation, "kind": kind._value_, "request_id": rid,
-         "snapshot_version": snapshot, "start": start, "tie_break": list(tie_break)}
-        for rid, generation, snapshot, start, end, kind, _, tie_break in plan.work
-    ]
 
 
 def _check_fields(obj: Mapping[str, Any], allowed: set[str], where: str) -> None:
@@ -192,15 +175,12 @@ def result_to_json(result: IterationResult, plan: IterationPlan | None = None,
     """``receipts`` is written only for receipts that do not follow from
     ``plan`` and ``state`` (see :func:`preserved_at_once`): a synchronous
     run's result reads as it did before receipts existed."""
-    return _result_doc(result, _completed_rows(result), plan, state)
-
-
-def result_to_line_json(result: IterationResult, plan: IterationPlan | None = None,
-                        state: SchedulerState | None = None) -> dict[str, Any]:
-    """:func:`result_to_json` for a decision-log line: the completed rows
-    encoded ahead (:func:`encoded_rows`), the text :func:`dumps` writes
-    unchanged."""
-    return _result_doc(result, encoded_rows(_completed_rows(result)), plan, state)
+    doc = _result_doc(result)
+    implied = _implied_receipts(result.failures, plan, state)
+    explicit = [r for r in result.receipts if r not in implied]
+    if explicit:
+        doc["receipts"] = [_receipt_to_json(r) for r in explicit]
+    return doc
 
 
 def _implied_receipts(failures: tuple[WorkFailure, ...], plan: IterationPlan | None,
@@ -225,12 +205,16 @@ def _receipt_from_json(obj: Mapping[str, Any]) -> PreservationResult:
                               int(obj["exact_ready_prefix_tokens"]))
 
 
-def _result_doc(result: IterationResult, completed: object, plan: IterationPlan | None,
-                state: SchedulerState | None) -> dict[str, Any]:
-    doc = {
+def _result_doc(result: IterationResult) -> dict[str, Any]:
+    return {
         "decision_id": result.decision_id,
         "input_state_version": result.input_state_version,
-        "completed": completed,
+        "completed": [  # one unpack per interval (as the plan's work above)
+            {"request_id": rid, "generation": generation, "start": start, "end": end,
+             "emitted": emitted, "token_id": token_id,
+             "finish_reason": None if reason is None else reason.value}
+            for rid, generation, start, end, emitted, token_id, reason in result.completed
+        ],
         "failures": [
             {"request_id": f.request_id, "generation": f.generation, "reason": f.reason}
             for f in result.failures
@@ -239,22 +223,6 @@ def _result_doc(result: IterationResult, completed: object, plan: IterationPlan 
         "duration": result.duration,
         "capacity": None if result.capacity is None else capacity_to_json(result.capacity),
     }
-    implied = _implied_receipts(result.failures, plan, state)
-    explicit = [r for r in result.receipts if r not in implied]
-    if explicit:
-        doc["receipts"] = [_receipt_to_json(r) for r in explicit]
-    return doc
-
-
-def _completed_rows(result: IterationResult) -> list[dict[str, Any]]:
-    """One dict a completed interval, its keys in sorted order (as
-    :func:`_work_rows`)."""
-    return [
-        {"emitted": emitted, "end": end,
-         "finish_reason": None if reason is None else reason._value_, "generation": generation,
-         "request_id": rid, "start": start, "token_id": token_id}
-        for rid, generation, start, end, emitted, token_id, reason in result.completed
-    ]
 
 
 def result_from_json(obj: Mapping[str, Any], plan: IterationPlan | None = None,
