@@ -27,7 +27,7 @@ class RecordColumns(Sequence[R], Generic[R]):
     ``typecodes`` names each field's array type in field order: ``q`` for
     int fields, ``d`` for float fields."""
 
-    __slots__ = ("_make", "_names", "_columns")
+    __slots__ = ("_make", "_names", "_columns", "_types")
 
     def __init__(self, record_type: Callable[..., R], typecodes: str) -> None:
         names = tuple(field.name for field in dataclasses.fields(record_type))  # type: ignore[arg-type]
@@ -36,12 +36,16 @@ class RecordColumns(Sequence[R], Generic[R]):
         self._make = record_type
         self._names = names
         self._columns = tuple(array(code) for code in typecodes)
+        self._types = tuple(_PYTHON_TYPES[code] for code in typecodes)
 
     def append(self, record: R) -> None:
+        """Append ``record``'s values, all or none (one a run's iteration:
+        the types are compared as one tuple, the fields named on refusal)."""
         values = [getattr(record, name) for name in self._names]
-        for name, value, column in zip(self._names, values, self._columns, strict=True):
-            if type(value) is not _PYTHON_TYPES[column.typecode]:
-                raise TypeError(f"{name}={value!r} does not fit a {column.typecode!r} column")
+        if tuple(map(type, values)) != self._types:
+            for name, value, column in zip(self._names, values, self._columns, strict=True):
+                if type(value) is not _PYTHON_TYPES[column.typecode]:
+                    raise TypeError(f"{name}={value!r} does not fit a {column.typecode!r} column")
         for value, column in zip(values, self._columns, strict=True):
             column.append(value)
 
