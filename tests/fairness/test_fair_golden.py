@@ -15,13 +15,7 @@ from pathlib import Path
 import pytest
 from fair_golden import POLICIES, fixture_path, run_case, workload_paths
 
-from iterserve.engine.log_reader import read_log
-from iterserve.engine.observer import EngineObserver
-from iterserve.records.codec import state_text_digest
-from iterserve.records.plan import IterationPlan
-from iterserve.records.result import IterationResult
-from iterserve.records.state import SchedulerState
-from iterserve.sim.replay import _Replay
+from replayed_digests import replayed_text_digests
 
 # values log format 4 computes differently on purpose (issue 15), masked
 _CHANGED = re.compile(rb'"(state_digest|chain)":"[0-9a-f]{64}"')
@@ -47,25 +41,6 @@ def test_decision_lines_are_byte_identical(paths, name, policy, tmp_path) -> Non
         assert _CHANGED.sub(b"masked", got) == _CHANGED.sub(b"masked", want), \
             f"{name} under {policy}: line {number} differs"
     (tmp_path / "new.jsonl").write_bytes(data)
-    assert _replayed_text_digests(tmp_path / "new.jsonl") == [
+    assert replayed_text_digests(tmp_path / "new.jsonl") == [
         json.loads(line)["state_digest"] for line in expected[1:]
         if json.loads(line)["type"] == "iteration"], f"{name} under {policy}: a state changed"
-
-
-class _TextDigests(EngineObserver):
-    def __init__(self) -> None:
-        self.digests: list[str] = []
-
-    def on_step(self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
-                successor: SchedulerState) -> None:
-        self.digests.append(state_text_digest(state))
-
-
-def _replayed_text_digests(path: Path) -> list[str]:
-    """Replay the format-4 log (its digests checked) and list the format-3
-    digest of every state a decision was made from."""
-    run = _Replay(read_log(path), None)
-    observer = _TextDigests()
-    run.engine.observers.append(observer)
-    run.run()
-    return observer.digests

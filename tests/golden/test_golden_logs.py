@@ -16,13 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from iterserve.engine.log_reader import read_log
-from iterserve.engine.observer import EngineObserver
-from iterserve.records.codec import state_text_digest
-from iterserve.records.plan import IterationPlan
-from iterserve.records.result import IterationResult
-from iterserve.records.state import SchedulerState
-from iterserve.sim.replay import _Replay
+from replayed_digests import replayed_text_digests
 
 from .golden_cases import POLICIES, fixture_path, run_case, workload_paths
 
@@ -121,30 +115,7 @@ def test_decisions_are_byte_identical(workloads, workload, policy, tmp_path):
         assert _strip_added(got) == _mask_changed(want), \
             f"{workload} under {policy}: line {number} differs"
     (tmp_path / "new.jsonl").write_bytes(data)
-    assert _replayed_text_digests(tmp_path / "new.jsonl") == [
+    assert replayed_text_digests(tmp_path / "new.jsonl") == [
         json.loads(line)["state_digest"] for line in expected[1:]
         if json.loads(line)["type"] == "iteration"], \
         f"{workload} under {policy}: a replayed state is not the committed one"
-
-
-class _TextDigests(EngineObserver):
-    """The format-3 digest of every state a decision was made from."""
-
-    def __init__(self) -> None:
-        self.digests: list[str] = []
-
-    def on_step(self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
-                successor: SchedulerState) -> None:
-        self.digests.append(state_text_digest(state))
-
-
-def _replayed_text_digests(path: Path) -> list[str]:
-    """Replay the (format 4) log at ``path``, which checks each line's
-    format-4 digest, and list each replayed state's format-3 digest."""
-    log = read_log(path)
-    assert log.format == 4
-    run = _Replay(log, None)
-    observer = _TextDigests()
-    run.engine.observers.append(observer)
-    run.run()
-    return observer.digests
