@@ -19,9 +19,11 @@ measured during run i (:func:`iterserve.cost.fit.speed_factor`). No number
 from a real run enters its simulation. The grid is the quick one with its
 spaced cells 25 ms apart, the workload's mean gap
 (:data:`iterserve.lab.profiling.FIDELITY_GRID`). Everything else is the
-production path. The profile runs under ``vllm`` for both policies;
-profiling each policy under itself (an iteration's time includes the
-scheduler's) was tried and was less stable (README). The figures are
+production path. The profile runs under ``sarathi`` (64-row chunks) for
+both policies, so a prompt's later chunks are among its shapes (under
+``vllm`` the simulated ``sarathi`` TTFT was 17-19 % low); profiling each
+policy under itself (an iteration's time includes the scheduler's) was
+tried and was less stable (README). The figures are
 printed (``-s``) for the README.
 """
 
