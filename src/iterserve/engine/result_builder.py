@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from itertools import compress, repeat
-from operator import add, and_, getitem, is_not, itemgetter, ne, sub
+from operator import add, and_, getitem, is_not, ne, sub
 
 from iterserve.engine.kv_residency import KvResidency
 from iterserve.records.frontier import (
@@ -28,14 +28,18 @@ from iterserve.records.plan import IterationPlan, WorkItem
 from iterserve.records.receipts import PreservationResult
 from iterserve.records.result import CompletedInterval, IterationResult, WorkFailure
 from iterserve.records.state import SchedulerState
-from iterserve.records.view import FinishReason, RequestView
+from iterserve.records.view import (
+    FinishReason,
+    RequestView,
+    view_client_id,
+    view_field,
+    view_num_emitted,
+)
 
 _LENGTH = FinishReason.LENGTH
 _new_tuple = tuple.__new__  # NamedTuple.__new__ is slow on the hot path
 # RequestView fields read a column at a time (an itemgetter runs in C)
-_CLIENT, _PROMPT, _MAX_OUTPUT, _EMITTED = (
-    itemgetter(RequestView._fields.index(name))
-    for name in ("client_id", "num_prompt_tokens", "max_output_tokens", "num_emitted"))
+_PROMPT, _MAX_OUTPUT = map(view_field, ("num_prompt_tokens", "max_output_tokens"))
 
 
 class ResultBuilder:
@@ -109,7 +113,7 @@ class ResultBuilder:
                 self._commit_kv.commit(rid, end)
         widths = list(map(sub, ends, starts))
         if all_decode_kinds(kinds) and widths.count(1) == len(widths):
-            self._service.update(map(_CLIENT, views))  # the common step: one row each
+            self._service.update(map(view_client_id, views))  # the common step: one row each
             emitted = [True] * len(works)
         else:
             self._debit(views, kinds, widths)
@@ -129,7 +133,7 @@ class ResultBuilder:
         clients enter in the order of their first earning row, as with a
         sum per row), then the rest of each row of another width."""
         earning = earns_service_rows(kinds)
-        clients = list(map(_CLIENT, views))
+        clients = list(map(view_client_id, views))
         self._service.update(compress(clients, earning))
         if widths.count(1) != len(widths):
             other = map(and_, earning, map(ne, widths, repeat(1)))
@@ -141,7 +145,7 @@ class ResultBuilder:
         """Each row's finish reason if it emits: the executor's stop, or
         LENGTH where the emission reaches ``max_output_tokens`` and the
         executor saw no stop (or ``length_first``)."""
-        at_limit = length_stop_rows(map(add, map(_EMITTED, views), repeat(1)),
+        at_limit = length_stop_rows(map(add, map(view_num_emitted, views), repeat(1)),
                                     map(_MAX_OUTPUT, views))
         if any(at_limit):
             length_first = self._length_first

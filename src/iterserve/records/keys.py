@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from iterserve.records.frontier import phase_rank
 from iterserve.records.state import SchedulerState
-from iterserve.records.view import Lifecycle, RequestView
+from iterserve.records.view import Lifecycle, RequestView, view_lifecycle
 
 KeyField = Callable[[SchedulerState, RequestView], object]
 
@@ -70,7 +70,6 @@ VIEW_ATTRIBUTES: dict[str, str] = {
     "client_id": "client_id",
 }
 _FIELD_INDEX = {name: index for index, name in enumerate(RequestView._fields)}
-_LIFECYCLE = operator.itemgetter(_FIELD_INDEX["lifecycle"])
 
 
 def _fields_getter(names: tuple[str, ...]) -> Callable[[RequestView], Any]:
@@ -139,7 +138,7 @@ def _key_maker(names: tuple[str, ...]) -> Callable[[SchedulerState], KeyOf]:
         rest = _fields_getter(tail)  # a tuple: two fields or more
         if first is _queue_rank:  # vLLM's key, twice per work item: no call for the rank
             head = _QUEUE_RANK_HEADS.get
-            return _constant(lambda view: head(_LIFECYCLE(view), _SUSPENDED_HEAD) + rest(view))
+            return _constant(lambda view: head(view_lifecycle(view), _SUSPENDED_HEAD) + rest(view))
         return lambda state: lambda view: (first(state, view),) + rest(view)
     fields += [KEY_FIELDS[name] for name in tail]
     return lambda state: lambda view: tuple([field(state, view) for field in fields])
@@ -175,7 +174,7 @@ def _keys_maker(names: tuple[str, ...]) -> Callable[[SchedulerState], KeysOf]:
 
         def ranked(views: list[RequestView]) -> list[tuple[object, ...]]:
             # (rank,) + rest(view), joined by operator.add
-            return list(map(operator.add, map(head, map(_LIFECYCLE, views),
+            return list(map(operator.add, map(head, map(view_lifecycle, views),
                                               repeat(_SUSPENDED_HEAD)), map(rest, views)))
         return _constant(ranked)
     maker = _key_maker(names)

@@ -49,7 +49,7 @@ from iterserve.records.codec import (
 )
 from iterserve.records.state import SchedulerState
 from iterserve.records.transition import claimed_prefix_rows
-from iterserve.records.view import Lifecycle, RequestView
+from iterserve.records.view import Lifecycle, RequestView, view_lifecycle
 from iterserve.records.view_delta import changes_since
 
 # a string value no canonical text can hold unescaped after a comma: the
@@ -158,7 +158,7 @@ class StateDigester:
         gone = [*ids, *removed]
         old_texts = list(map(texts.pop, gone, repeat(None)))
         self._others -= sum(map(elements.pop, gone, repeat(0)))
-        is_running = list(map(is_, map(_LIFECYCLE, changed), repeat(_RUNNING)))
+        is_running = list(map(is_, map(view_lifecycle, changed), repeat(_RUNNING)))
         encoded = encode_views(changed)
         texts.update(zip(compress(ids, is_running), compress(encoded, is_running), strict=True))
         is_other = list(map(not_, is_running))
@@ -172,7 +172,7 @@ class StateDigester:
         if claim_ids:
             claim_ids.difference_update(gone)
         # the few WAITING views first (at C speed), then the claim test on them
-        is_waiting = list(map(is_, map(_LIFECYCLE, changed), repeat(Lifecycle.WAITING)))
+        is_waiting = list(map(is_, map(view_lifecycle, changed), repeat(Lifecycle.WAITING)))
         claim_ids.update(rid for rid, view in zip(compress(ids, is_waiting),
                                                   compress(changed, is_waiting), strict=True)
                          if view.num_computed and not view.num_emitted)
@@ -270,7 +270,6 @@ def _matching_run(a: tuple[str, ...], i: int, b: tuple[str, ...], j: int) -> int
 # view_to_json's fields are the view's first 18, in order; orjson writes the
 # two enums (Lifecycle, FinishReason) as their values, as view_to_json does
 _FIELDS = operator.itemgetter(slice(0, 18))
-_LIFECYCLE = operator.itemgetter(12)
 
 
 def encode_views(views: list[RequestView]) -> list[bytes]:

@@ -9,6 +9,7 @@ stored (STYLE habit 2).
 from __future__ import annotations
 
 import enum
+import operator
 from typing import NamedTuple
 
 from iterserve.records import frontier
@@ -172,6 +173,21 @@ class RequestView(NamedTuple):
         """Rows to compute before a decode row is next (0 when decoding)."""
         return frontier.rows_to_target(self.num_prompt_tokens, self.num_emitted,
                                        self.num_computed)
+
+
+# Readers of RequestView fields in C, for loops over many views: a NamedTuple
+# field read is a Python-level descriptor lookup, several times an itemgetter's
+def view_field(name: str) -> operator.itemgetter[object]:
+    """An ``operator.itemgetter`` of the RequestView field ``name``."""
+    return operator.itemgetter(RequestView._fields.index(name))
+
+
+#: ``lifecycle`` of a view
+view_lifecycle = view_field("lifecycle")
+#: ``num_emitted`` of a view
+view_num_emitted = view_field("num_emitted")
+#: ``client_id`` of a view
+view_client_id = view_field("client_id")
 
 
 def derive_kind(view: RequestView, start: int, end: int) -> WorkKind | None:

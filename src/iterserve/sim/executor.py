@@ -10,7 +10,6 @@ allocation can fail as a fact, exactly as on the real executor.
 
 from __future__ import annotations
 
-import operator
 import sys
 from collections.abc import Iterable, Sequence
 from itertools import compress, repeat
@@ -19,16 +18,14 @@ from operator import add, ge
 from iterserve.cost import ClockedCost
 from iterserve.engine.kv_residency import KvResidency
 from iterserve.engine.result_builder import ResultBuilder
-from iterserve.records.plan import IterationPlan, WorkItem
+from iterserve.records.plan import IterationPlan, WorkItem, work_request_id
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import HiddenTruth, OnlineWorkload
 from iterserve.records.state import CapacityFacts, SchedulerState
 from iterserve.records.transition import claimed_prefix_rows
-from iterserve.records.view import FinishReason, RequestView
+from iterserve.records.view import FinishReason, RequestView, view_num_emitted
 
 _STOP = FinishReason.STOP
-_REQUEST_ID = operator.itemgetter(WorkItem._fields.index("request_id"))
-_EMITTED = operator.itemgetter(RequestView._fields.index("num_emitted"))
 _NO_LIMIT = sys.maxsize  # a request without a realized length stops at its max only
 
 
@@ -100,10 +97,10 @@ class SimulatedExecutor:
             for item, ok in zip(work, backed, strict=True):
                 if not ok:
                     builder.fail(item)
-        rids = list(map(_REQUEST_ID, ran))
+        rids = list(map(work_request_id, ran))
         views = list(map(state.views.__getitem__, rids))
         # output k has the synthetic id k; STOP once the hidden realized length is reached
-        tokens = list(map(add, map(_EMITTED, views), repeat(1)))
+        tokens = list(map(add, map(view_num_emitted, views), repeat(1)))
         reached = list(map(ge, tokens, map(self._realized.get, rids, repeat(_NO_LIMIT))))
         stops = ([_STOP if hit else None for hit in reached] if any(reached)
                  else [None] * len(reached))
