@@ -146,15 +146,15 @@ class PlanBuilder:
                 break
             if skip is not None and skip(view):
                 continue
-            if free is not None and c % size == 0:  # the row opens a block
-                if free < 1:  # a shortfall: the per-row path may preempt
-                    break
-                if rid in work or rid in aborted or not is_ready:
-                    continue  # add() grants nothing and the pass goes on
-                free -= 1
+            opens_block = free is not None and c % size == 0
+            # a shortfall: the per-row path may preempt
+            if opens_block and free < 1:  # type: ignore[operator]
+                break
+            if rid in work or rid in aborted or not is_ready:
+                continue  # add() grants nothing and the pass goes on
+            if opens_block:
+                free -= 1  # type: ignore[operator]
                 blocks_of[rid] = 1
-            elif rid in work or rid in aborted or not is_ready:
-                continue
             end = c + 1
             work[rid] = _new_tuple(WorkItem, (rid, generation, version, c, end, _DECODE,
                                               range(c, end), key(view)))
