@@ -8,9 +8,8 @@ import json
 
 import pytest
 
-from iterserve.engine.trace import rows_by_kind
 from iterserve.records.codec import dumps, plan_to_json, result_to_json
-from iterserve.records.plan import IterationPlan, make_work
+from iterserve.records.plan import IterationPlan, make_work, rows_by_kind
 from iterserve.records.result import CompletedInterval, IterationResult
 from iterserve.records.view import FinishReason, WorkKind
 

@@ -48,7 +48,6 @@ from operator import itemgetter
 from typing import IO
 
 from iterserve.engine.observer import EngineObserver
-from iterserve.engine.trace import rows_by_kind
 from iterserve.metrics.capacity import IterationComposition
 from iterserve.metrics.columns import RecordColumns
 from iterserve.metrics.events import (
@@ -72,6 +71,7 @@ from iterserve.records.plan import (
     IntentKind,
     IterationPlan,
     QueueIntent,
+    rows_by_kind,
     work_request_id,
 )
 from iterserve.records.result import CompletedInterval, IterationResult

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from iterserve.engine.observer import EngineObserver
-from iterserve.records.plan import IterationPlan, WorkItem, work_kind_span
+from iterserve.records.plan import IterationPlan, rows_by_kind
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import RequestSpec
 from iterserve.records.state import SchedulerState
@@ -20,24 +20,6 @@ from iterserve.records.view import TERMINAL_LIFECYCLES, WorkKind
 
 _REQUEST_ID = operator.itemgetter(0)  # CompletedInterval.request_id
 _TERMINAL_VALUES = frozenset(lifecycle._value_ for lifecycle in TERMINAL_LIFECYCLES)
-_PREFILL, _DECODE, _REBUILD = WorkKind.PREFILL_CHUNK, WorkKind.DECODE_ROW, WorkKind.REBUILD
-
-
-def rows_by_kind(work: Iterable[WorkItem]) -> tuple[int, int, int]:
-    """``(prefill, decode, rebuild)`` rows of a plan's work. Kinds are told
-    apart by identity: an Enum hashes in Python (``Enum.__hash__``), so a
-    dict keyed by kind cost a Python call per lookup, two per item."""
-    num_prefill = num_decode = num_rebuild = 0
-    for kind, start, end in map(work_kind_span, work):
-        if kind is _DECODE:
-            num_decode += end - start
-        elif kind is _PREFILL:
-            num_prefill += end - start
-        elif kind is _REBUILD:
-            num_rebuild += end - start
-        else:
-            raise KeyError(kind)
-    return num_prefill, num_decode, num_rebuild
 
 
 @dataclass(frozen=True, slots=True)

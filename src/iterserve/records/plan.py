@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import operator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -53,6 +54,24 @@ work_kind = operator.itemgetter(WorkItem._fields.index("kind"))
 work_start = operator.itemgetter(WorkItem._fields.index("start"))
 #: ``end`` of a work item
 work_end = operator.itemgetter(WorkItem._fields.index("end"))
+_PREFILL_CHUNK, _DECODE_ROW, _REBUILD = WorkKind.PREFILL_CHUNK, WorkKind.DECODE_ROW, WorkKind.REBUILD
+
+
+def rows_by_kind(work: Iterable[WorkItem]) -> tuple[int, int, int]:
+    """``(prefill, decode, rebuild)`` rows of a plan's work. Kinds are told
+    apart by identity: an Enum hashes in Python (``Enum.__hash__``), so a
+    dict keyed by kind cost a Python call per lookup, two per item."""
+    num_prefill = num_decode = num_rebuild = 0
+    for kind, start, end in map(work_kind_span, work):
+        if kind is _DECODE_ROW:
+            num_decode += end - start
+        elif kind is _PREFILL_CHUNK:
+            num_prefill += end - start
+        elif kind is _REBUILD:
+            num_rebuild += end - start
+        else:
+            raise KeyError(kind)
+    return num_prefill, num_decode, num_rebuild
 
 
 class IntentKind(enum.Enum):
