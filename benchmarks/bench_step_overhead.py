@@ -104,6 +104,13 @@ def timed(clock: PhaseClock, name: str, fn: Callable[..., Any]) -> Callable[...,
     return wrapper
 
 
+class _TimedChecker:
+    """The engine's incremental state check (format 4), timed as `validate`."""
+
+    def __init__(self, clock: PhaseClock, checker: Any) -> None:
+        self.check = timed(clock, "validate", checker.check)
+
+
 def instrument(llm: Any, clock: PhaseClock) -> list[dict[str, Any]]:
     """Wrap the engine's phases; returns the list each step's record goes to."""
     import iterserve.engine.loop as loop
@@ -113,8 +120,9 @@ def instrument(llm: Any, clock: PhaseClock) -> list[dict[str, Any]]:
 
     engine = llm.engine.engine
     executor = llm.executor
-    for name in ("validate_state", "validate_plan", "validate_result"):
+    for name in ("validate_plan", "validate_result"):
         setattr(loop, name, timed(clock, "validate", getattr(loop, name)))
+    engine._state_check = _TimedChecker(clock, engine._state_check)  # validate_state
     loop.advance = timed(clock, "advance", loop.advance)
     engine.policy.choose = timed(clock, "schedule", engine.policy.choose)
     executor_module.pack = timed(clock, "pack", executor_module.pack)

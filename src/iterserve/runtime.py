@@ -19,6 +19,7 @@ from iterserve.model.executor import TorchExecutor
 from iterserve.model.kv_cache import bytes_per_block
 from iterserve.model.llama import PackedCausalLM
 from iterserve.model.loader import load_model
+from iterserve.model.omp_pools import on_passing_thread
 from iterserve.model.runtime import available_device_bytes, cuda_available
 from iterserve.model.tokenizer import TextTokenizer, load_tokenizer
 from iterserve.plan import Policy
@@ -77,6 +78,20 @@ def _freeze_startup_objects() -> None:
     gc.freeze()
 
 
+def _load_executor(model_dir: str | Path, config: EngineConfig,
+                   tokenizer: TextTokenizer) -> tuple[TorchExecutor, int, int]:
+    """The checkpoint loaded, its kernels warmed and its KV pool allocated;
+    with the maximum model length and the pool's blocks."""
+    model = load_model(model_dir, dtype=config.dtype, device=config.device)
+    max_model_len = config.max_model_len or model.config.max_position_embeddings
+    num_blocks = kv_pool_blocks(config, model, max_model_len)
+    model.warm(config.max_num_seqs, config.token_budget)  # no request waits on oneDNN's JIT
+    executor = TorchExecutor(model, num_blocks, config.block_size, tokenizer,
+                             num_host_blocks=config.num_host_blocks,
+                             enable_prefix_caching=config.enable_prefix_caching)
+    return executor, max_model_len, num_blocks
+
+
 def load_runtime(model_dir: str | Path, config: EngineConfig, *,
                  served_model_name: str | None = None,
                  observers: Sequence[EngineObserver] = ()) -> Runtime:
@@ -86,13 +101,9 @@ def load_runtime(model_dir: str | Path, config: EngineConfig, *,
     if config.device.startswith("cuda") and not cuda_available():
         raise ValueError(f"device {config.device!r}: this torch build has no usable CUDA device")
     tokenizer = load_tokenizer(model_dir)
-    model = load_model(model_dir, dtype=config.dtype, device=config.device)
-    max_model_len = config.max_model_len or model.config.max_position_embeddings
-    num_blocks = kv_pool_blocks(config, model, max_model_len)
-    model.warm(config.max_num_seqs, config.token_budget)  # no request waits on oneDNN's JIT
-    executor = TorchExecutor(model, num_blocks, config.block_size, tokenizer,
-                             num_host_blocks=config.num_host_blocks,
-                             enable_prefix_caching=config.enable_prefix_caching)
+    # the engine thread's OpenMP pool must be the process's only one (model/omp_pools.py)
+    executor, max_model_len, num_blocks = on_passing_thread(
+        lambda: _load_executor(model_dir, config, tokenizer))
     # the workload's kv section carries the admission estimate; without one the
     # policies plan exactly as the offline runs always have (no kv section)
     kv = None if config.admission == "none" else KvSpec(

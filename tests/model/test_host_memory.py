@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import gc
+import os
+from pathlib import Path
 
 import pytest
 import torch
 
 from iterserve.model.config import ModelConfig
-from iterserve.model.host_memory import HUGE_PAGE_BYTES, zeroed_bytes
+from iterserve.model.host_memory import HUGE_PAGE_BYTES, prefault, zeroed_bytes
 from iterserve.model.kv_cache import PagedKVCache
 
 
@@ -45,3 +47,42 @@ def test_cache_pools_are_zero_and_independent() -> None:
     assert all(not pool.any() for pool in pools)
     pools[0][3, 2].fill_(1.0)
     assert all(not pool.any() for pool in pools[1:]) and pools[0].sum().item() == 2 * 16
+
+
+STATM = Path("/proc/self/statm")
+MIB = 1 << 20
+
+
+def _resident_bytes() -> int:
+    return int(STATM.read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not STATM.exists(), reason="needs /proc/self/statm (Linux)")
+def test_prefault_makes_the_leading_bytes_resident_and_leaves_the_rest() -> None:
+    array = zeroed_bytes(64 * MIB)
+    before = _resident_bytes()
+    prefault(array, 24 * MIB)
+    grown = _resident_bytes() - before
+    assert 24 * MIB <= grown < 40 * MIB  # the prefix (in whole pages), not the 64 MiB
+    assert not array.any()
+
+
+def test_prefault_refuses_a_negative_size() -> None:
+    with pytest.raises(ValueError, match="num_bytes must be >= 0"):
+        prefault(zeroed_bytes(10), -1)
+
+
+@pytest.mark.skipif(not STATM.exists(), reason="needs /proc/self/statm (Linux)")
+@pytest.mark.parametrize("prefault_mib", [0, 32])
+def test_a_cache_faults_in_its_prefault_budget_over_all_pools(prefault_mib: int) -> None:
+    config = ModelConfig(architecture="LlamaForCausalLM", vocab_size=32, hidden_size=64,
+                         intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
+                         head_dim=16, rms_norm_eps=1e-5, rope_theta=10000.0,
+                         max_position_embeddings=64, tie_word_embeddings=False,
+                         sliding_windows=(None, None))
+    before = _resident_bytes()
+    cache = PagedKVCache.allocate(config, num_blocks=32768, block_size=16, dtype=torch.bfloat16,
+                                  prefault_bytes=prefault_mib * MIB)
+    grown = _resident_bytes() - before
+    assert cache.num_bytes == 128 * MIB
+    assert prefault_mib * MIB <= grown < (prefault_mib + 16) * MIB

@@ -92,7 +92,7 @@ class TorchExecutor:
         self.host_cache = None  # the host swap pool always lives in CPU memory
         if num_host_blocks:
             self.host_cache = PagedKVCache.allocate(model.config, num_host_blocks, block_size,
-                                                    model.dtype, "cpu")
+                                                    model.dtype, "cpu", prefault_bytes=0)
         config = BlockManagerConfig(num_blocks, block_size, num_host_blocks, enable_prefix_caching)
         self.kv = KvResidency(config, on_swap=self._copy_blocks)
         self.streams: dict[str, RequestStream] = {}

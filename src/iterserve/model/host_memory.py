@@ -10,6 +10,14 @@ advised MADV_HUGEPAGE is backed by 2 MiB pages when the kernel's THP mode is
 `always` or `madvise`; under `never`, or without madvise, it is ordinary
 zeroed memory. Either way its pages come zeroed from the OS on first touch,
 so an unused tail of a pool costs no resident memory and no start-up time.
+
+That first touch is not free, though: the OS zeroes each 2 MiB page as it
+faults in, and under a hypervisor that backs guest memory lazily (a
+Firecracker VM here) the host faults it in too, about 3 ms per huge page. A
+step whose rows first reach a new huge page of every layer's pools (16 on
+the small preset) stalled 90-100 ms in system time on the issue-12
+workload. :func:`prefault` takes that cost at start-up for the part of a
+pool a run is likely to reach (model/kv_cache.py decides how much).
 """
 
 from __future__ import annotations
@@ -37,3 +45,15 @@ def zeroed_bytes(num_bytes: int, huge_pages: bool = True) -> np.ndarray:
     whole = np.frombuffer(mapping, dtype=np.uint8)
     start = -whole.ctypes.data % HUGE_PAGE_BYTES
     return whole[start:start + num_bytes]
+
+
+#: Base page size: one write per page faults a range in (a whole huge page where granted).
+PAGE_BYTES = 4096
+
+
+def prefault(array: np.ndarray, num_bytes: int) -> None:
+    """Fault in the first `num_bytes` of a zeroed uint8 array by writing a
+    zero to each of its pages (the contents stay zero)."""
+    if num_bytes < 0:
+        raise ValueError(f"num_bytes must be >= 0, got {num_bytes}")
+    array[:num_bytes:PAGE_BYTES] = 0
