@@ -31,6 +31,15 @@ cost that grows with the waiting queue, measured in minutes, not hours).
 ``--cli`` measures the whole ``iterserve simulate`` command instead (the run,
 report.json, report.md and the four plots; the decision log on unless
 ``--no-decision-log``): wall seconds and the child's peak RSS.
+
+``--budget N`` splits one size's CPU seconds by layer, each part in a fresh
+process on the same workload: the whole run; the engine alone (no observer:
+no decision log, events, trace or ledger; validation on); the engine with
+validation off. It prints microseconds per iteration beside the 100-second
+target's allowance (100 s over the 100,000-request run's 219,556
+iterations: 455 us):
+
+    .venv/bin/python benchmarks/bench_sim_scale.py --budget 2000
 """
 
 from __future__ import annotations
@@ -49,17 +58,20 @@ from typing import Any
 
 from iterserve.admission.overload import make_gate
 from iterserve.cost import parse_cost_model
+from iterserve.engine.loop import Engine
 from iterserve.engine.observer import EngineObserver
 from iterserve.policies.registry import policy_for
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.state import SchedulerState
+from iterserve.sim.collector import collector_held_back
 from iterserve.sim.generators import generate_workload
-from iterserve.sim.report import RunConfig, run_simulation
+from iterserve.sim.report import RunConfig, costed_executor, run_simulation
 from iterserve.sim.workload_spec import parse_spec
 
 COST_MODEL = "linear:8,0.02,0.1"
 POLICY = "vllm"
+TARGET_US_PER_ITERATION = 100e6 / 219_556  # 100 s over the 100,000-request run's iterations
 RATE_PER_S = 20.0  # the issue's arrival rate; --rate-per-s raises it (a longer waiting queue)
 PROGRESS_EVERY_S = 10.0  # wall seconds between progress lines
 
@@ -136,6 +148,48 @@ def run_one(num_requests: int, decision_log: bool, profile_lines: int,
     }
 
 
+def run_engine_alone(num_requests: int, validate: bool,
+                     rate_per_s: float = RATE_PER_S) -> dict[str, Any]:
+    """The engine loop with no observer at all (``--budget``): its CPU seconds."""
+    manifest = generate_workload(parse_spec(spec(num_requests, rate_per_s)))
+    model = parse_cost_model(COST_MODEL)
+    policy = policy_for(POLICY, manifest.online, cost_model=model)
+    engine = Engine(manifest.online, policy, costed_executor(manifest, model), [],
+                    validate=validate)
+    cpu_started_s = time.process_time()
+    with collector_held_back():
+        engine.run()
+    return {"num_requests": num_requests, "validation": validate, "observers": False,
+            "iterations": engine.num_iterations,
+            "cpu_s": round(time.process_time() - cpu_started_s, 3)}
+
+
+BUDGET_PARTS = {"whole run": [], "engine alone, validation on": ["--engine-alone"],
+                "engine alone, validation off": ["--engine-alone", "--no-validation"]}
+
+
+def print_budget(num_requests: int, rate_per_s: float) -> None:
+    """``--budget``: each part in a fresh process, then the split."""
+    cpu = {}
+    for name, flags in BUDGET_PARTS.items():
+        command = [sys.executable, __file__, "--one", str(num_requests),
+                   "--rate-per-s", str(rate_per_s), *flags]
+        out = json.loads(subprocess.run(command, check=True, stdout=subprocess.PIPE,
+                                        text=True).stdout)
+        cpu[name] = (out["cpu_s"], out["iterations"])
+    whole_s, alone_s, bare_s = (cpu[name][0] for name in BUDGET_PARTS)
+    iterations = cpu["whole run"][1]
+    print(f"{num_requests:,} requests, {iterations:,} iterations; the 100 s target allows "
+          f"{TARGET_US_PER_ITERATION:.0f} us per iteration")
+    print("| part | cpu s | us per iteration |")
+    print("|---|---:|---:|")
+    for name, seconds in (("policy, simulated executor, transition", bare_s),
+                          ("validation", alone_s - bare_s),
+                          ("observers (decision log, events, trace, ledger)", whole_s - alone_s),
+                          ("whole run", whole_s)):
+        print(f"| {name} | {seconds:.2f} | {seconds / iterations * 1e6:.0f} |")
+
+
 def run_cli(num_requests: int, decision_log: bool,
             rate_per_s: float = RATE_PER_S) -> dict[str, Any]:
     """The whole ``iterserve simulate`` command (run, report, plots) in a
@@ -176,8 +230,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cli", action="store_true",
                         help="measure the whole `iterserve simulate` command (report and "
                              "plots included) in a child process")
+    parser.add_argument("--budget", type=int, default=None, metavar="N",
+                        help="split N requests' CPU seconds by layer (fresh process each)")
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--engine-alone", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--no-validation", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.budget is not None:
+        print_budget(args.budget, args.rate_per_s)
+        return 0
+    if args.one is not None and args.engine_alone:
+        print(json.dumps(run_engine_alone(args.one, not args.no_validation, args.rate_per_s)))
+        return 0
     if args.one is not None and args.cli:
         print(json.dumps(run_cli(args.one, not args.no_decision_log, args.rate_per_s)))
         return 0
