@@ -1,5 +1,6 @@
 """load_runtime does its torch set-up on a passing thread, so the engine
-thread's OpenMP pool is the process's only one (model/omp_pools.py)."""
+thread's OpenMP pool is the process's only one (model/omp_pools.py), and
+commits a KV pool the user sized (model/host_memory.py)."""
 
 from __future__ import annotations
 
@@ -51,3 +52,26 @@ def test_a_load_failure_reaches_the_caller_as_raised(tiny_dir, monkeypatch):
     with pytest.raises(CheckpointError) as caught:
         runtime_module.load_runtime(tiny_dir, EngineConfig(kv_blocks=64, token_budget=64))
     assert caught.value is error
+
+
+@pytest.mark.parametrize(("sizing", "committed"), [
+    ({"kv_blocks": 64}, True),
+    ({"kv_cache_memory": 4 << 20}, True),
+    ({}, False),  # sized from free memory: stays lazy
+])
+def test_a_pool_the_user_sized_is_committed_at_start_up(tiny_dir, monkeypatch, sizing,
+                                                         committed):
+    import iterserve.runtime as runtime_module
+    from iterserve.llm import EngineConfig
+
+    seen: list[bool] = []
+    real_executor = runtime_module.TorchExecutor
+
+    def recording_executor(*args, **kwargs):
+        seen.append(kwargs["commit_kv"])
+        return real_executor(*args, **kwargs)
+
+    monkeypatch.setattr(runtime_module, "TorchExecutor", recording_executor)
+    runtime = runtime_module.load_runtime(tiny_dir, EngineConfig(token_budget=64, **sizing))
+    runtime.engine.shutdown(0.0)
+    assert seen == [committed]

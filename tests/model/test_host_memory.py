@@ -86,3 +86,13 @@ def test_a_cache_faults_in_its_prefault_budget_over_all_pools(prefault_mib: int)
     grown = _resident_bytes() - before
     assert cache.num_bytes == 128 * MIB
     assert prefault_mib * MIB <= grown < (prefault_mib + 16) * MIB
+
+
+@pytest.mark.skipif(not STATM.exists(), reason="needs /proc/self/statm (Linux)")
+@pytest.mark.parametrize("commit", [False, True])
+def test_a_models_committed_cache_is_resident_whole(tiny_model, commit: bool) -> None:
+    before = _resident_bytes()
+    cache = tiny_model.allocate_cache(1024, 16, commit=commit)
+    grown = _resident_bytes() - before
+    assert (grown >= cache.num_bytes) is commit
+    assert all(not pool.any() for pool in (*cache.key_pools, *cache.value_pools))

@@ -82,17 +82,21 @@ class TorchExecutor:
         enable_prefix_caching: bool = True,
         time_scale: float = 1000.0,
         timer: Callable[[], float] = time.perf_counter,
+        commit_kv: bool = False,
     ) -> None:
         """``time_scale`` converts the timer's seconds to the run's clock (ms by
         default). ``timer`` is the wall clock; a calibration on a shared machine
-        may pass ``time.process_time`` (CPU time: no other process's share)."""
+        may pass ``time.process_time`` (CPU time: no other process's share).
+        ``commit_kv`` faults the whole device pool in now, so no step stalls on
+        a first touch of its memory (model/host_memory.py); else its pages
+        become resident as rows first reach them."""
         self.model = model
         self.tokenizer = tokenizer
-        self.cache = model.allocate_cache(num_blocks, block_size)
+        self.cache = model.allocate_cache(num_blocks, block_size, commit=commit_kv)
         self.host_cache = None  # the host swap pool always lives in CPU memory
         if num_host_blocks:
             self.host_cache = PagedKVCache.allocate(model.config, num_host_blocks, block_size,
-                                                    model.dtype, "cpu", prefault_bytes=0)
+                                                    model.dtype, "cpu")
         config = BlockManagerConfig(num_blocks, block_size, num_host_blocks, enable_prefix_caching)
         self.kv = KvResidency(config, on_swap=self._copy_blocks)
         self.streams: dict[str, RequestStream] = {}

@@ -13,11 +13,13 @@ so an unused tail of a pool costs no resident memory and no start-up time.
 
 That first touch is not free, though: the OS zeroes each 2 MiB page as it
 faults in, and under a hypervisor that backs guest memory lazily (a
-Firecracker VM here) the host faults it in too, about 3 ms per huge page. A
+Firecracker VM here) the host faults it in too: 1-5 ms per huge page. A
 step whose rows first reach a new huge page of every layer's pools (16 on
 the small preset) stalled 90-100 ms in system time on the issue-12
-workload. :func:`prefault` takes that cost at start-up for the part of a
-pool a run is likely to reach (model/kv_cache.py decides how much).
+workload. :func:`prefault` takes that cost up front; the runtime commits a
+pool the user sized (`--num-kv-blocks`, `--kv-cache-memory`) that way at
+start-up, as vLLM does its KV cache, and leaves a pool sized from free
+memory lazy (runtime.py).
 """
 
 from __future__ import annotations

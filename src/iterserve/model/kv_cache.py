@@ -16,14 +16,6 @@ import torch
 from iterserve.model.config import ModelConfig
 from iterserve.model.host_memory import prefault, zeroed_bytes
 
-#: How much of a host pool is faulted in at allocation, over all its layers:
-#: its leading blocks (the lowest ids, which the kv layer's FIFO free list
-#: hands out first), so a run that stays within them never stalls on a first
-#: touch mid-step (model/host_memory.py), while start-up stays bounded for a
-#: pool sized from free memory: 512 MiB cost 0.1-1.2 s here, depending on
-#: how much of it the hypervisor had backed before.
-PREFAULT_BYTES = 512 << 20
-
 
 @dataclass(frozen=True, slots=True, eq=False)
 class PagedKVCache:
@@ -45,10 +37,11 @@ class PagedKVCache:
         block_size: int = 16,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
-        prefault_bytes: int = PREFAULT_BYTES,
+        prefault_bytes: int = 0,
     ) -> PagedKVCache:
         """Preallocate `num_blocks` blocks per layer, zero-filled (see _zeros),
-        the leading `prefault_bytes` of them (over all layers) faulted in."""
+        the leading `prefault_bytes` of them (over all layers) faulted in: the
+        lowest block ids, which the kv layer's FIFO free list hands out first."""
         if num_blocks < 1 or block_size < 1:
             raise ValueError(
                 f"need num_blocks >= 1 and block_size >= 1, got {num_blocks}, {block_size}"

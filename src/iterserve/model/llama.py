@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from iterserve.model.attention import MAX_DECODE_GROUPS, AttentionMetadata, paged_attention
 from iterserve.model.config import ModelConfig
 from iterserve.model.kernels import resolve_in_place_decode
-from iterserve.model.kv_cache import PagedKVCache
+from iterserve.model.kv_cache import PagedKVCache, bytes_per_block
 from iterserve.model.packing import PackedBatch
 from iterserve.model.projection import (
     bucketed_rows,
@@ -88,9 +88,13 @@ class PackedCausalLM:
         request; returns how many products that ran."""
         return warm(self.weights, warm_row_counts(max_num_seqs, token_budget))
 
-    def allocate_cache(self, num_blocks: int, block_size: int = 16) -> PagedKVCache:
-        """A zeroed cache in this model's dtype and device."""
-        return PagedKVCache.allocate(self.config, num_blocks, block_size, self.dtype, self.device)
+    def allocate_cache(self, num_blocks: int, block_size: int = 16, *,
+                       commit: bool = False) -> PagedKVCache:
+        """A zeroed cache in this model's dtype and device; with `commit`, all
+        of its memory faulted in now (model/host_memory.py)."""
+        cache_bytes = num_blocks * bytes_per_block(self.config, block_size, self.dtype)
+        return PagedKVCache.allocate(self.config, num_blocks, block_size, self.dtype, self.device,
+                                     prefault_bytes=cache_bytes if commit else 0)
 
     def forward(self, batch: PackedBatch, cache: PagedKVCache) -> torch.Tensor:
         """Run all layers over the packed rows; returns logits [S, V] (float32) for
