@@ -33,6 +33,9 @@ class EngineConfig:
     overload: str = "accept-all"  # arrival gate: accept-all | bounded | slo-feasible
     max_live: int | None = None  # the bounded gate's cap on live requests
     cost_model: str | None = None  # the slo-feasible gate's cost model (NAME:params)
+    # fault the KV pool in at start-up (model/host_memory.py); None: when kv_blocks or
+    # kv_cache_memory sized it, not when it is sized from free memory
+    commit_kv: bool | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_NAMES:
@@ -54,6 +57,15 @@ class EngineConfig:
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError("max_model_len must be >= 2")
+        if self.commit_kv is not None and not isinstance(self.commit_kv, bool):
+            raise ValueError(f"commit_kv must be True, False or None, got {self.commit_kv!r}")
+
+    def commits_kv(self) -> bool:
+        """Whether the KV pool is faulted in at start-up (``commit_kv``, else
+        whether the user sized it)."""
+        if self.commit_kv is not None:
+            return self.commit_kv
+        return self.kv_blocks is not None or self.kv_cache_memory is not None
 
     def capacity(self) -> Capacity:
         return Capacity(token_budget=self.token_budget, sequence_budget=self.max_num_seqs)

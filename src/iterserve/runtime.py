@@ -87,12 +87,11 @@ def _load_executor(model_dir: str | Path, config: EngineConfig,
     num_blocks = kv_pool_blocks(config, model, max_model_len)
     model.warm(config.max_num_seqs, config.token_budget)  # no request waits on oneDNN's JIT
     # a pool the user sized is committed now, as vLLM's VLLM_CPU_KVCACHE_SPACE is; one
-    # sized from free memory (GiBs, mostly never reached) stays lazy
-    sized_by_user = config.kv_blocks is not None or config.kv_cache_memory is not None
+    # sized from free memory (GiBs, mostly never reached) stays lazy unless asked
     executor = TorchExecutor(model, num_blocks, config.block_size, tokenizer,
                              num_host_blocks=config.num_host_blocks,
                              enable_prefix_caching=config.enable_prefix_caching,
-                             commit_kv=sized_by_user)
+                             commit_kv=config.commits_kv())
     return executor, max_model_len, num_blocks
 
 

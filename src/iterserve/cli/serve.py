@@ -112,6 +112,9 @@ def build_config(args: argparse.Namespace, model_dir: Path) -> EngineConfig:
             block_size=args.block_size, dtype=dtype, device=args.device,
             max_model_len=args.max_model_len, admission=args.admission, overload=args.overload,
             max_live=args.max_live, cost_model=args.cost_model,
+            # a server runs long: its whole pool is faulted in at start-up, as vLLM's is,
+            # so no request's step stalls on a first touch (model/host_memory.py)
+            commit_kv=True,
             extra_policy_settings=tuple(parse_settings(args.policy_setting).items()))
     except ValueError as exc:
         raise FlagError(str(exc)) from None
