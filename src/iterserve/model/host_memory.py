@@ -16,10 +16,11 @@ faults in, and under a hypervisor that backs guest memory lazily (a
 Firecracker VM here) the host faults it in too: 1-5 ms per huge page. A
 step whose rows first reach a new huge page of every layer's pools (16 on
 the small preset) stalled 90-100 ms in system time on the issue-12
-workload. :func:`prefault` takes that cost up front; the runtime commits a
-pool the user sized (`--num-kv-blocks`, `--kv-cache-memory`) that way at
-start-up, as vLLM does its KV cache, and leaves a pool sized from free
-memory lazy (runtime.py).
+workload. :func:`prefault` takes that cost up front: the runtime commits a
+pool the user sized (`--num-kv-blocks`, `--kv-cache-memory`) and every
+pool of `iterserve serve` that way at start-up, as vLLM does its KV cache,
+and leaves an offline pool sized from free memory lazy
+(`EngineConfig.commit_kv`).
 """
 
 from __future__ import annotations
