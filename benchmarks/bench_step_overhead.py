@@ -41,7 +41,7 @@ import gc
 import random
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -111,8 +111,10 @@ class _TimedChecker:
         self.check = timed(clock, "validate", checker.check)
 
 
-def instrument(llm: Any, clock: PhaseClock) -> list[dict[str, Any]]:
-    """Wrap the engine's phases; returns the list each step's record goes to."""
+def instrument(llm: Any, clock: PhaseClock,
+               profile: ForwardProfile | None = None) -> list[dict[str, Any]]:
+    """Wrap the engine's phases; returns the list each step's record goes to.
+    With ``profile``, every forward also runs under torch.profiler."""
     import iterserve.engine.loop as loop
     import iterserve.model.attention as attention
     import iterserve.model.executor as executor_module
@@ -142,12 +144,45 @@ def instrument(llm: Any, clock: PhaseClock) -> list[dict[str, Any]]:
         clock.forward_process_s += time.process_time() - began
         return out
 
-    executor.model.forward = forward_timed
+    executor.model.forward = forward_timed if profile is None else profile.wrap(forward_timed)
     executor._publish = timed(clock, "publish", executor._publish)
     executor.execute = timed(clock, "execute-other", executor.execute)
     for observer in engine.observers:
         observer.on_step = timed(clock, "observers", observer.on_step)
     return _wrap_step(engine, clock)
+
+
+class ForwardProfile:
+    """torch.profiler around each forward, on the thread that runs it (the
+    engine thread: a profiler started on the caller's thread sees none of its
+    ops), self CPU summed per op over the forwards of each step class."""
+
+    def __init__(self) -> None:
+        self.self_us: dict[str, Counter[str]] = {"decode": Counter(), "mixed": Counter()}
+        self.calls: dict[str, Counter[str]] = {"decode": Counter(), "mixed": Counter()}
+        self.forwards: Counter[str] = Counter()
+
+    def wrap(self, forward: Callable[..., Any]) -> Callable[..., Any]:
+        from torch.profiler import ProfilerActivity, profile
+
+        def profiled(batch: Any, *args: Any, **kwargs: Any) -> Any:
+            kind = "decode" if len(batch.token_ids) == len(batch.sample_rows) else "mixed"
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                out = forward(batch, *args, **kwargs)
+            self.forwards[kind] += 1
+            for event in prof.key_averages():
+                self.self_us[kind][event.key] += event.self_cpu_time_total
+                self.calls[kind][event.key] += event.count
+            return out
+        return profiled
+
+    def print_top(self, num_rows: int) -> None:
+        for kind, totals in self.self_us.items():
+            forwards = max(self.forwards[kind], 1)
+            print(f"torch.profiler, {kind} forwards ({self.forwards[kind]}): self CPU per forward")
+            for name, micros in totals.most_common(num_rows):
+                print(f"  {micros / forwards / 1000:8.3f} ms  {self.calls[kind][name] / forwards:6.1f}"
+                      f" calls  {name}")
 
 
 def _wrap_step(engine: Any, clock: PhaseClock) -> list[dict[str, Any]]:
@@ -230,19 +265,20 @@ def run(args: argparse.Namespace) -> None:
     from iterserve.llm import LLM, SamplingParams
 
     torch.set_num_threads(args.threads)
+    # the pool committed, as bench_vs_vllm's (sized there) and a server's are: a lazy one
+    # puts its first-touch page faults into the steps' write_kv
     llm = LLM(args.model, dtype=args.dtype, policy=args.policy, token_budget=args.token_budget,
-              max_num_seqs=64, enable_prefix_caching=False)
+              max_num_seqs=64, enable_prefix_caching=False, commit_kv=True)
     requests = make_prompts(args.num_requests, llm.executor.model.config.vocab_size, args.seed)
     llm.generate([p for p, _ in requests[:2]], SamplingParams(max_tokens=4, temperature=0.0,
                                                               ignore_eos=True))
     clock = PhaseClock()
     plans = record_plans(llm.engine.engine)
-    records = instrument(llm, clock)
+    profile = ForwardProfile() if args.profile else None
+    records = instrument(llm, clock, profile)
     params = [SamplingParams(max_tokens=m, temperature=0.0, ignore_eos=True) for _, m in requests]
-    profiler = _profiler(args.profile)
     began, began_cpu = time.perf_counter(), time.process_time()
-    with profiler or _nothing():
-        outputs = llm.generate([p for p, _ in requests], params)
+    outputs = llm.generate([p for p, _ in requests], params)
     elapsed_s, process_s = time.perf_counter() - began, time.process_time() - began_cpu
     llm.close()
     num_tokens = sum(len(o.token_ids) for o in outputs)
@@ -255,20 +291,9 @@ def run(args: argparse.Namespace) -> None:
     print(f"process CPU {process_s:.2f} s = engine thread {engine_s:.2f} s + torch helper "
           f"threads in the forward {helpers_s:.2f} s + everything else (the caller's stream "
           f"reading, other threads) {process_s - engine_s - helpers_s:.2f} s")
-    if profiler is not None:
-        print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.profile))
-
-
-def _profiler(row_limit: int) -> Any:
-    if not row_limit:
-        return None
-    from torch.profiler import ProfilerActivity, profile
-    return profile(activities=[ProfilerActivity.CPU])
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
+    if profile is not None:
+        print("(each forward ran under torch.profiler: the phase times above include its cost)")
+        profile.print_top(args.profile)
 
 
 def main() -> None:
@@ -281,7 +306,8 @@ def main() -> None:
     parser.add_argument("--policy", default="vllm")
     parser.add_argument("--token-budget", type=int, default=512)
     parser.add_argument("--profile", type=int, default=0, metavar="ROWS",
-                        help="also run torch.profiler and print its top ROWS ops by self CPU")
+                        help="also run torch.profiler around every forward (on the engine "
+                             "thread) and print its top ROWS ops by self CPU, per step class")
     run(parser.parse_args())
 
 
