@@ -15,15 +15,12 @@ import pytest
 from iterserve.cli.main import main
 from iterserve.engine.decision_log import CHAIN_KEY, STATE_DIGESTS, chain_digest
 from iterserve.engine.log_reader import read_log
-from iterserve.engine.observer import EngineObserver
 from iterserve.records.codec import dumps, state_digest, state_text_digest
-from iterserve.records.plan import IterationPlan
-from iterserve.records.result import IterationResult
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import Lifecycle
 from iterserve.sim.replay import _Replay
 
-from .helpers import random_workload_json, write_json
+from .helpers import Recorder, random_workload_json, write_json
 
 
 @pytest.fixture(scope="module")
@@ -41,21 +38,12 @@ def run(tmp_path_factory) -> tuple[Path, Path]:
     return path, log
 
 
-class _States(EngineObserver):
-    def __init__(self) -> None:
-        self.states: list[SchedulerState] = []
-
-    def on_step(self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
-                successor: SchedulerState) -> None:
-        self.states.append(state)
-
-
 def _replayed_states(log: Path) -> list[SchedulerState]:
     run = _Replay(read_log(log), None)
-    observer = _States()
-    run.engine.observers.append(observer)
+    recorder = Recorder()
+    run.engine.observers.append(recorder)
     run.run()
-    return observer.states
+    return [state for state, _, _, _ in recorder.steps]
 
 
 def _rewritten(log: Path, out: Path, log_format: int, digests: list[str]) -> Path:
