@@ -79,9 +79,9 @@ def _freeze_startup_objects() -> None:
 
 
 def _load_executor(model_dir: str | Path, config: EngineConfig,
-                   tokenizer: TextTokenizer) -> tuple[TorchExecutor, int, int]:
+                   tokenizer: TextTokenizer) -> tuple[TorchExecutor, int]:
     """The checkpoint loaded, its kernels warmed and its KV pool allocated;
-    with the maximum model length and the pool's blocks."""
+    with the maximum model length."""
     model = load_model(model_dir, dtype=config.dtype, device=config.device)
     max_model_len = config.max_model_len or model.config.max_position_embeddings
     num_blocks = kv_pool_blocks(config, model, max_model_len)
@@ -92,7 +92,7 @@ def _load_executor(model_dir: str | Path, config: EngineConfig,
                              num_host_blocks=config.num_host_blocks,
                              enable_prefix_caching=config.enable_prefix_caching,
                              commit_kv=config.commits_kv())
-    return executor, max_model_len, num_blocks
+    return executor, max_model_len
 
 
 def load_runtime(model_dir: str | Path, config: EngineConfig, *,
@@ -105,8 +105,9 @@ def load_runtime(model_dir: str | Path, config: EngineConfig, *,
         raise ValueError(f"device {config.device!r}: this torch build has no usable CUDA device")
     tokenizer = load_tokenizer(model_dir)
     # the engine thread's OpenMP pool must be the process's only one (model/omp_pools.py)
-    executor, max_model_len, num_blocks = on_passing_thread(
+    executor, max_model_len = on_passing_thread(
         lambda: _load_executor(model_dir, config, tokenizer))
+    num_blocks = executor.cache.num_blocks
     # the workload's kv section carries the admission estimate; without one the
     # policies plan exactly as the offline runs always have (no kv section)
     kv = None if config.admission == "none" else KvSpec(

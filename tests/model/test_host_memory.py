@@ -73,8 +73,8 @@ def test_prefault_refuses_a_negative_size() -> None:
 
 
 @pytest.mark.skipif(not STATM.exists(), reason="needs /proc/self/statm (Linux)")
-@pytest.mark.parametrize("prefault_mib", [0, 32])
-def test_a_cache_faults_in_its_prefault_budget_over_all_pools(prefault_mib: int) -> None:
+@pytest.mark.parametrize("commit", [False, True])
+def test_a_committed_cache_is_resident_in_every_pool(commit: bool) -> None:
     config = ModelConfig(architecture="LlamaForCausalLM", vocab_size=32, hidden_size=64,
                          intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
                          head_dim=16, rms_norm_eps=1e-5, rope_theta=10000.0,
@@ -82,10 +82,13 @@ def test_a_cache_faults_in_its_prefault_budget_over_all_pools(prefault_mib: int)
                          sliding_windows=(None, None))
     before = _resident_bytes()
     cache = PagedKVCache.allocate(config, num_blocks=32768, block_size=16, dtype=torch.bfloat16,
-                                  prefault_bytes=prefault_mib * MIB)
+                                  commit=commit)
     grown = _resident_bytes() - before
     assert cache.num_bytes == 128 * MIB
-    assert prefault_mib * MIB <= grown < (prefault_mib + 16) * MIB
+    if commit:
+        assert 128 * MIB <= grown < 144 * MIB
+    else:
+        assert grown < 16 * MIB
 
 
 @pytest.mark.skipif(not STATM.exists(), reason="needs /proc/self/statm (Linux)")

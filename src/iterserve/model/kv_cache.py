@@ -37,19 +37,17 @@ class PagedKVCache:
         block_size: int = 16,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
-        prefault_bytes: int = 0,
+        commit: bool = False,
     ) -> PagedKVCache:
-        """Preallocate `num_blocks` blocks per layer, zero-filled (see _zeros),
-        the leading `prefault_bytes` of them (over all layers) faulted in: the
-        lowest block ids, which the kv layer's FIFO free list hands out first."""
+        """Preallocate `num_blocks` blocks per layer, zero-filled (see _zeros);
+        with `commit`, every pool faulted in now."""
         if num_blocks < 1 or block_size < 1:
             raise ValueError(
                 f"need num_blocks >= 1 and block_size >= 1, got {num_blocks}, {block_size}"
             )
         shape = (num_blocks, block_size, config.num_kv_heads, config.head_dim)
-        per_pool = prefault_bytes // (2 * config.num_layers)
-        keys = tuple(_zeros(shape, dtype, device, per_pool) for _ in range(config.num_layers))
-        values = tuple(_zeros(shape, dtype, device, per_pool) for _ in range(config.num_layers))
+        keys = tuple(_zeros(shape, dtype, device, commit) for _ in range(config.num_layers))
+        values = tuple(_zeros(shape, dtype, device, commit) for _ in range(config.num_layers))
         return cls(key_pools=keys, value_pools=values, block_size=block_size)
 
     @classmethod
@@ -96,17 +94,18 @@ class PagedKVCache:
 
 
 def _zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str,
-           prefault_bytes: int = 0) -> torch.Tensor:
+           commit: bool = False) -> torch.Tensor:
     """A zero tensor. On the host its pages come zeroed from the OS (on huge
-    pages where offered: model/host_memory.py); its first `prefault_bytes` are
-    faulted in now, the rest stays untouched until a row is written, so a
+    pages where offered: model/host_memory.py): with `commit` they are
+    faulted in now, else each stays untouched until a row is written, so a
     pool sized for the worst case costs resident memory only for the rows the
-    run uses (in 2 MiB steps) beyond that prefix."""
+    run uses (in 2 MiB steps), and no start-up time."""
     if torch.device(device).type != "cpu":
         return torch.zeros(shape, dtype=dtype, device=device)
     num_bytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
     raw = zeroed_bytes(num_bytes)
-    prefault(raw, min(prefault_bytes, num_bytes))
+    if commit:
+        prefault(raw, num_bytes)
     return torch.from_numpy(raw).view(dtype).view(shape)
 
 

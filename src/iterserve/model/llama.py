@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from iterserve.model.attention import MAX_DECODE_GROUPS, AttentionMetadata, paged_attention
 from iterserve.model.config import ModelConfig
 from iterserve.model.kernels import resolve_in_place_decode
-from iterserve.model.kv_cache import PagedKVCache, bytes_per_block
+from iterserve.model.kv_cache import PagedKVCache
 from iterserve.model.packing import PackedBatch
 from iterserve.model.projection import (
     bucketed_rows,
@@ -92,9 +92,8 @@ class PackedCausalLM:
                        commit: bool = False) -> PagedKVCache:
         """A zeroed cache in this model's dtype and device; with `commit`, all
         of its memory faulted in now (model/host_memory.py)."""
-        cache_bytes = num_blocks * bytes_per_block(self.config, block_size, self.dtype)
         return PagedKVCache.allocate(self.config, num_blocks, block_size, self.dtype, self.device,
-                                     prefault_bytes=cache_bytes if commit else 0)
+                                     commit=commit)
 
     def forward(self, batch: PackedBatch, cache: PagedKVCache) -> torch.Tensor:
         """Run all layers over the packed rows; returns logits [S, V] (float32) for
