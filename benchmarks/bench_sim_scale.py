@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
+import os
 import pstats
 import resource
 import subprocess
@@ -110,7 +111,7 @@ def spec(num_requests: int, rate_per_s: float = RATE_PER_S) -> dict[str, Any]:
 
 
 def run_one(num_requests: int, decision_log: bool, profile_lines: int,
-            rate_per_s: float = RATE_PER_S) -> dict[str, Any]:
+            rate_per_s: float = RATE_PER_S, log_process: bool = True) -> dict[str, Any]:
     """One run in this process; the figures as a dict."""
     started = time.perf_counter()
     manifest = generate_workload(parse_spec(spec(num_requests, rate_per_s)))
@@ -122,15 +123,16 @@ def run_one(num_requests: int, decision_log: bool, profile_lines: int,
     with tempfile.TemporaryDirectory() as tmp:
         log_path, events_path = Path(tmp) / "decisions.jsonl", Path(tmp) / "events.jsonl"
         with log_path.open("w") as log, events_path.open("w") as events:
-            started, cpu_started_s = time.perf_counter(), time.process_time()
+            started, cpu_started_s = time.perf_counter(), _cpu_s()
             if profiler is not None:
                 profiler.enable()
             run = run_simulation(manifest, config, log if decision_log else None,
-                                 [LineProgress(num_requests)], events=events)
+                                 [LineProgress(num_requests)], events=events,
+                                 log_process=log_process and not profiler)
             if profiler is not None:
                 profiler.disable()
             wall_s = time.perf_counter() - started
-            cpu_s = time.process_time() - cpu_started_s
+            cpu_s = _cpu_s() - cpu_started_s
         sizes = {"decision_log_bytes": log_path.stat().st_size,
                  "events_bytes": events_path.stat().st_size}
     if profiler is not None:
@@ -143,9 +145,18 @@ def run_one(num_requests: int, decision_log: bool, profile_lines: int,
         "generate_s": round(generate_s, 3), "wall_s": round(wall_s, 3),
         "cpu_s": round(cpu_s, 3), "rate_per_s": rate_per_s,
         "requests_per_wall_s": round(num_requests / wall_s, 1),
+        "log_process": log_process and decision_log and not profiler,
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_rss_log_process_mib": round(
+            resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
         **sizes,
     }
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its reaped children (the log process)."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
 
 
 def run_engine_alone(num_requests: int, validate: bool,
@@ -222,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--repeat", type=int, default=1, help="runs per size (best wall kept)")
     parser.add_argument("--no-decision-log", action="store_true")
+    parser.add_argument("--serial-log", action="store_true",
+                        help="write the decision log in the run's process (no log process)")
     parser.add_argument("--profile", type=int, default=0, metavar="LINES",
                         help="cProfile the run, print the top LINES by own time (one size)")
     parser.add_argument("--json", type=Path, default=None)
@@ -247,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.one is not None or args.profile:
         size = args.one if args.one is not None else args.sizes[0]
-        print(json.dumps(run_one(size, not args.no_decision_log, args.profile, args.rate_per_s)))
+        print(json.dumps(run_one(size, not args.no_decision_log, args.profile, args.rate_per_s,
+                                 not args.serial_log)))
         return 0
     rows = [best_of(size, args) for size in args.sizes]
     print("| requests | iterations | wall s | simulated req / wall s | peak RSS MiB |")
@@ -265,6 +279,8 @@ def best_of(size: int, args: argparse.Namespace) -> dict[str, Any]:
     command = [sys.executable, __file__, "--one", str(size), "--rate-per-s", str(args.rate_per_s)]
     if args.no_decision_log:
         command.append("--no-decision-log")
+    if args.serial_log:
+        command.append("--serial-log")
     if args.cli:
         command.append("--cli")
     runs = []

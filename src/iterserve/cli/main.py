@@ -44,6 +44,7 @@ from iterserve.policies.registry import UnknownPolicy
 from iterserve.policies.settings import PolicyConfigError
 from iterserve.records.errors import ContractViolation
 from iterserve.records.workload import WorkloadError
+from iterserve.sim.log_process import LogProcessError
 from iterserve.sim.replay import ReplayDivergence
 from iterserve.sim.traces import TraceError
 from iterserve.sim.workload_spec import WorkloadSpecError
@@ -51,7 +52,7 @@ from iterserve.sim.workload_spec import WorkloadSpecError
 EXPECTED_ERRORS = (CheckpointError, WorkloadError, UnknownPolicy, PolicyConfigError, ReplayDivergence, ContractViolation,
                    EngineStalled, InfeasibleRun, FileNotFoundError, FlagError, OverloadConfigError, CostModelError,
                    WorkloadSpecError, TraceError, CompareError, CoordinateError, KvPoolSizeError,
-                   BenchInputError)
+                   BenchInputError, LogProcessError)
 EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE
 
 

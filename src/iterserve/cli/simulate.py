@@ -96,6 +96,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="output directory (absent or a directory)")
     parser.add_argument("--decision-log", type=output_file,
                         help="write the JSONL decision log here (only once the run succeeds)")
+    parser.add_argument("--log-process", choices=("auto", "off"), default="auto",
+                        help="auto: with two usable CPUs a second process writes the decision "
+                             "log by running the same engine again (the same bytes, fewer wall "
+                             "seconds, more CPU seconds); off: the run's process writes it")
     parser.add_argument("--max-iterations", type=POSITIVE_INT, default=None)
     parser.add_argument("--window", type=finite_float(0.0), nargs=2, metavar=("START_S", "END_S"),
                         help="observation window in seconds (default: first arrival to the "
@@ -206,7 +210,8 @@ def run(args: argparse.Namespace) -> int:
         stack.callback(progress.close)
         # the metric events go to disk as the run goes, not to memory (issue 15)
         with staged_file(args.out.parent, args.out / "events.jsonl") as events:
-            result = run_simulation(setup.manifest, config, stream, [progress], events=events)
+            result = run_simulation(setup.manifest, config, stream, [progress], events=events,
+                                    log_process=args.log_process == "auto")
         bytes_per_row = _bytes_per_row(args, online)
         kv = kv_report(result.executor.kv, result.trace, bytes_per_row)
         outputs = write_metric_outputs(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,11 +49,13 @@ from iterserve.metrics.time_unit import TimeUnit, clock_time_unit
 from iterserve.metrics.timeline import RequestTimeline
 from iterserve.plan import Policy
 from iterserve.policies.settings import settings_of
+from iterserve.records.codec import state_digest
 from iterserve.records.spec import OnlineWorkload, SloTargets, WorkloadManifest
 from iterserve.sim.collector import collector_held_back
 from iterserve.sim.executor import SimulatedExecutor
 from iterserve.sim.factory import make_simulated_executor
 from iterserve.sim.ledger_trace import LedgerTrace
+from iterserve.sim.log_process import LogProcess, RunEnd, can_fork_log
 
 OCCUPANCY_LABEL = ("logical slot occupancy: sequences per iteration / sequence_budget; "
                    "not measured GPU utilization")
@@ -154,35 +157,72 @@ def costed_executor(manifest: WorkloadManifest, model: IterationCostModel) -> Si
 def run_simulation(manifest: WorkloadManifest, config: RunConfig,
                    decision_log: IO[str] | None = None,
                    extra_observers: Sequence[EngineObserver] = (),
-                   events: IO[str] | None = None) -> SimulationRun:
+                   events: IO[str] | None = None, *,
+                   log_process: bool = False) -> SimulationRun:
     """Run to completion (or ``max_iterations``), recording the run trace,
     the metric events and, when a stream is given, the decision log;
     ``extra_observers`` (a progress display) see every step too. With an
     ``events`` stream the metric events are written there as JSONL while the
-    run goes (``events.jsonl``'s bytes) instead of being held in memory."""
+    run goes (``events.jsonl``'s bytes) instead of being held in memory.
+
+    ``log_process``: write the decision log from a second process that runs
+    the same engine again (:mod:`iterserve.sim.log_process`) where the stream
+    and the machine allow it (:func:`can_fork_log`); the same bytes, fewer wall
+    seconds, more CPU seconds. :class:`LogProcessError` if the two runs differ."""
     online = manifest.online
     executor = costed_executor(manifest, config.cost_model)
     trace = RunTrace()
     recorder = EventRecorder(seconds_per_clock_unit(online.clock, config.cost_model), events)
     ledger_trace = LedgerTrace()
     observers: list[EngineObserver] = [trace, recorder, ledger_trace]
-    writer = None
-    if decision_log is not None:
-        gate = config.gate
-        record = None if gate is None else GateRecord(gate.gate_id, gate.params())
-        writer = DecisionLogWriter(decision_log, bind_policy(online, config.policy),
-                                   executor.capacity(), cost_model=config.cost_model.spec,
-                                   gate=record, policy_settings=settings_of(config.policy),
-                                   hidden=manifest.hidden)
+    writer = child = None
+    if decision_log is not None and log_process and can_fork_log(decision_log):
+        for stream in (decision_log, events, sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()  # the child inherits what is still buffered
+        child = LogProcess(lambda: _logged_rerun(manifest, config, decision_log))
+    elif decision_log is not None:
+        writer = _log_writer(manifest, config, executor, decision_log)
         observers.append(writer)
     observers.extend(extra_observers)
-    engine = Engine(online, config.policy, executor, observers, gate=engine_gate(config.gate))
-    with collector_held_back():
-        engine.run(max_iterations=config.max_iterations)
+    try:
+        engine = Engine(online, config.policy, executor, observers, gate=engine_gate(config.gate))
+        with collector_held_back():
+            engine.run(max_iterations=config.max_iterations)
+    except BaseException:
+        if child is not None:
+            child.abandon()
+        raise
     recorder.close()
     if writer is not None:
         writer.close(engine.state, is_done=engine.is_done)
+    if child is not None:
+        child.finish(RunEnd(engine.num_iterations, state_digest(engine.state)))
     return SimulationRun(engine, trace, recorder, executor, ledger_trace)
+
+
+def _log_writer(manifest: WorkloadManifest, config: RunConfig, executor: SimulatedExecutor,
+                stream: IO[str]) -> DecisionLogWriter:
+    gate = config.gate
+    record = None if gate is None else GateRecord(gate.gate_id, gate.params())
+    return DecisionLogWriter(stream, bind_policy(manifest.online, config.policy),
+                             executor.capacity(), cost_model=config.cost_model.spec,
+                             gate=record, policy_settings=settings_of(config.policy),
+                             hidden=manifest.hidden)
+
+
+def _logged_rerun(manifest: WorkloadManifest, config: RunConfig, stream: IO[str]) -> RunEnd:
+    """The log process's run: the same engine with the writer as its only
+    observer and validation off (the parent validates the same decisions)."""
+    executor = costed_executor(manifest, config.cost_model)
+    writer = _log_writer(manifest, config, executor, stream)
+    engine = Engine(manifest.online, config.policy, executor, [writer],
+                    gate=engine_gate(config.gate), validate=False)
+    with collector_held_back():
+        engine.run(max_iterations=config.max_iterations)
+    writer.close(engine.state, is_done=engine.is_done)
+    stream.flush()
+    return RunEnd(engine.num_iterations, state_digest(engine.state))
 
 
 class SloResolutionError(ValueError):
