@@ -11,10 +11,14 @@ near its limit, so requests are preempted). Each size runs in a fresh
 process, so peak RSS (``resource.getrusage``) is that run's.
 
 Measured: wall seconds of the run (engine loop, observers, decision log and
-event stream; generating the workload is timed apart), the process CPU
-seconds of the same span (``cpu_s``: steadier than wall time on a shared
-machine, for A/B runs), simulated requests per wall second and peak
-resident memory of the process. ``--rate-per-s`` raises the arrival rate
+event stream; generating the workload is timed apart), the CPU seconds of the
+same span (``cpu_s``: this process and its log process; steadier than wall
+time on a shared machine, for A/B runs), simulated requests per wall second
+and the peak resident memory of the process (``peak_rss_mib``) and of its log
+process (``peak_rss_log_process_mib``; the two together bound the run's).
+The decision log is written by a second process, as ``iterserve simulate``
+does by default on two CPUs (``sim/log_process.py``); ``--serial-log`` writes
+it in the run's process. ``--rate-per-s`` raises the arrival rate
 above the issue's 20 req/s: the pool serves about the same number of
 requests per second, so the waiting queue grows faster and a few thousand
 requests reach the queue lengths of a 100,000-request run (the per-decision
@@ -23,6 +27,7 @@ cost that grows with the waiting queue, measured in minutes, not hours).
     .venv/bin/python benchmarks/bench_sim_scale.py                    # 10,000 and 100,000
     .venv/bin/python benchmarks/bench_sim_scale.py --sizes 1000 10000 100000
     .venv/bin/python benchmarks/bench_sim_scale.py --sizes 2000 --repeat 3
+    .venv/bin/python benchmarks/bench_sim_scale.py --one 10000 --serial-log   # log in process
     .venv/bin/python benchmarks/bench_sim_scale.py --sizes 2000 --profile 40
     .venv/bin/python benchmarks/bench_sim_scale.py --json out.json
     .venv/bin/python benchmarks/bench_sim_scale.py --one 3000 --rate-per-s 200   # one JSON line
@@ -33,9 +38,10 @@ report.json, report.md and the four plots; the decision log on unless
 ``--no-decision-log``): wall seconds and the child's peak RSS.
 
 ``--budget N`` splits one size's CPU seconds by layer, each part in a fresh
-process on the same workload: the whole run; the engine alone (no observer:
-no decision log, events, trace or ledger; validation on); the engine with
-validation off. It prints microseconds per iteration beside the 100-second
+process on the same workload: the whole run (the decision log in process);
+the engine alone (no observer: no decision log, events, trace or ledger;
+validation on); the engine with validation off; then the whole run's wall
+time with the log process. It prints microseconds per iteration beside the 100-second
 target's allowance (100 s over the 100,000-request run's 219,556
 iterations: 455 us):
 
@@ -175,20 +181,22 @@ def run_engine_alone(num_requests: int, validate: bool,
             "cpu_s": round(time.process_time() - cpu_started_s, 3)}
 
 
-BUDGET_PARTS = {"whole run": [], "engine alone, validation on": ["--engine-alone"],
-                "engine alone, validation off": ["--engine-alone", "--no-validation"]}
+BUDGET_PARTS = {"whole run": ["--serial-log"],
+                "engine alone, validation on": ["--engine-alone"],
+                "engine alone, validation off": ["--engine-alone", "--no-validation"],
+                "whole run, log process": []}
 
 
 def print_budget(num_requests: int, rate_per_s: float) -> None:
     """``--budget``: each part in a fresh process, then the split."""
-    cpu = {}
+    cpu, runs = {}, {}
     for name, flags in BUDGET_PARTS.items():
         command = [sys.executable, __file__, "--one", str(num_requests),
                    "--rate-per-s", str(rate_per_s), *flags]
-        out = json.loads(subprocess.run(command, check=True, stdout=subprocess.PIPE,
-                                        text=True).stdout)
-        cpu[name] = (out["cpu_s"], out["iterations"])
-    whole_s, alone_s, bare_s = (cpu[name][0] for name in BUDGET_PARTS)
+        runs[name] = json.loads(subprocess.run(command, check=True, stdout=subprocess.PIPE,
+                                               text=True).stdout)
+        cpu[name] = (runs[name]["cpu_s"], runs[name]["iterations"])
+    whole_s, alone_s, bare_s, _ = (cpu[name][0] for name in BUDGET_PARTS)
     iterations = cpu["whole run"][1]
     print(f"{num_requests:,} requests, {iterations:,} iterations; the 100 s target allows "
           f"{TARGET_US_PER_ITERATION:.0f} us per iteration")
@@ -199,6 +207,11 @@ def print_budget(num_requests: int, rate_per_s: float) -> None:
                           ("observers (decision log, events, trace, ledger)", whole_s - alone_s),
                           ("whole run", whole_s)):
         print(f"| {name} | {seconds:.2f} | {seconds / iterations * 1e6:.0f} |")
+    forked = runs["whole run, log process"]
+    print(f"With the log process (the decision log from a second process): "
+          f"{forked['wall_s'] / iterations * 1e6:.0f} us per iteration of wall time "
+          f"({forked['wall_s']:.2f} s; both processes' CPU {forked['cpu_s']:.2f} s; the run "
+          f"alone in its process: {runs['whole run']['wall_s']:.2f} s)")
 
 
 def run_cli(num_requests: int, decision_log: bool,
