@@ -52,3 +52,29 @@ def test_an_event_line_the_contract_refuses_names_its_line(tmp_path: Path) -> No
     path.write_bytes(b'\n{"kind": "nonsense", "time_s": 0}\n')
     with pytest.raises(EventLogError, match=f"^{path}:2: unknown event kind 'nonsense'"):
         list(iter_jsonl(path))
+
+
+EDGE_LINES = [
+    b'{"a": 1, "a": 2}',  # the last duplicate wins in both
+    b'{"x": 123456789012345678901234567890}',  # past 64 bits: an int, not orjson's float
+    b'{"x": -9223372036854775809, "y": 18446744073709551616}',
+    b'{"x": 1e400, "y": -1e400}',  # inf, as the stdlib reads it
+    b'{"x": NaN, "y": Infinity}',
+    b'{"x": "\\ud800"}',  # a lone surrogate
+    b'{"t": 0.1, "u": -0.0, "v": 5e-324, "w": 1.7976931348623157e308, "z": 1E2}',
+    b'  {"a" : [1, 2, {"b": null}], "c": "\\u00e9\\n"}  \r',
+    b'{"time_s": 12345.678901234567, "n": 9223372036854775807}',
+]
+
+
+@pytest.mark.parametrize("line", EDGE_LINES)
+def test_a_line_reads_as_the_stdlib_reads_it(tmp_path: Path, line: bytes) -> None:
+    import json
+
+    path = tmp_path / "edge.jsonl"
+    path.write_bytes(line + b"\n")
+    [(number, obj)] = list(json_objects(path, Refused))
+    expected = json.loads(line.decode("utf-8"))
+    assert number == 1
+    assert repr(obj) == repr(expected)  # repr: nan == nan is False, and int vs float shows
+    assert [type(value) for value in obj.values()] == [type(v) for v in expected.values()]

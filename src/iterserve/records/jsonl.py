@@ -12,24 +12,50 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 
 def json_objects(path: str | Path, error: type[Exception]) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line number, object)`` for each non-blank line of ``path``, in file
     order, one at a time (the file is never held whole); a line that is not
     UTF-8, not JSON or not an object raises ``error`` naming path and line."""
+    loads = orjson.loads
     with Path(path).open("rb") as stream:
         for number, raw in enumerate(stream, start=1):
-            if not raw.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                obj = json.loads(raw.decode("utf-8"))
-            except UnicodeDecodeError:
-                raise error(f"{where}: not UTF-8 text") from None
-            except json.JSONDecodeError as exc:
-                raise error(f"{where}: not valid JSON ({exc.msg})") from None
-            except (ValueError, RecursionError) as exc:  # e.g. an integer past int's limit
-                raise error(f"{where}: not valid JSON ({exc})") from None
-            if not isinstance(obj, dict):
-                raise error(f"{where}: must be a JSON object")
+            try:  # orjson first: about 4x the stdlib's speed on a long events file
+                if _LONG_DIGITS in raw.translate(_DIGITS_TO_ZERO):
+                    raise _STDLIB  # an integer orjson would read as a float, maybe
+                obj = loads(raw)
+            except (orjson.JSONDecodeError, _StdlibDecides):  # blank, or the stdlib decides
+                if not raw.strip():
+                    continue
+                obj = _stdlib_object(raw, f"{path}:{number}", error)
+            if type(obj) is not dict:
+                raise error(f"{path}:{number}: must be a JSON object")
             yield number, obj
+
+
+class _StdlibDecides(Exception):  # noqa: N818 - a signal, not an error
+    """This line goes to the stdlib reader."""
+
+
+_STDLIB = _StdlibDecides()
+# orjson reads an integer past 64 bits as a float, the stdlib as an int: a
+# line with 19 digits in a row goes to the stdlib (ours have at most 17);
+# found by mapping every digit to 0 (C speed, unlike a regex class repeat)
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_DIGITS = b"0" * 19
+
+
+def _stdlib_object(raw: bytes, where: str, error: type[Exception]) -> object:
+    """``json.loads`` of a line orjson refused or may misread: the value the
+    stdlib reads (NaN and Infinity, integers past 64 bits, lone surrogates,
+    1e400), else ``error`` naming the line and what is wrong."""
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise error(f"{where}: not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise error(f"{where}: not valid JSON ({exc.msg})") from None
+    except (ValueError, RecursionError) as exc:  # e.g. an integer past int's limit
+        raise error(f"{where}: not valid JSON ({exc})") from None
