@@ -8,6 +8,7 @@ arrays, the Python formulas they replaced, kept here as oracles.
 
 from __future__ import annotations
 
+import math
 from itertools import pairwise
 
 import numpy as np
@@ -30,7 +31,7 @@ from iterserve.metrics.series import (
 )
 from iterserve.metrics.slo import ObservationWindow
 from iterserve.metrics.time_unit import clock_time_unit
-from iterserve.metrics.timeline import build_timelines
+from iterserve.metrics.timeline import build_sorted_timelines, build_timelines
 from iterserve.sim.report import (
     default_window,
     service_weights_of,
@@ -360,3 +361,52 @@ def test_a_scaled_cdf_read_in_chunks_draws_the_vertices_of_the_scaled_copy(monke
     monkeypatch.setattr(plots, "_CDF_CHUNK", chunk)
     assert vertices(samples, scale=scale) == want
     assert vertices(samples[::-1].copy(), scale=scale) == want  # unsorted: the sorted path
+
+
+_HEAD = ('{"kind": "arrival", "time_s": 1.0, "request_id": "a", "client_id": "c", '
+         '"num_prompt_tokens": 4}\n'
+         '{"kind": "admit", "time_s": 1.0, "request_id": "a"}\n'
+         '{"kind": "first_token", "time_s": 2.0, "request_id": "a"}\n')
+_TOKEN_CASES = {
+    "valid": '{"kind": "token", "time_s": 3.0, "request_id": "a", "token_index": 1}',
+    "skips an index": '{"kind": "token", "time_s": 3.0, "request_id": "a", "token_index": 3}',
+    "unknown request": '{"kind": "token", "time_s": 3.0, "request_id": "b", "token_index": 1}',
+    "earlier time": '{"kind": "token", "time_s": 1.5, "request_id": "a", "token_index": 1}',
+    "index 0": '{"kind": "token", "time_s": 3.0, "request_id": "a", "token_index": 0}',
+    "bool index": '{"kind": "token", "time_s": 3.0, "request_id": "a", "token_index": true}',
+    "int time": '{"kind": "token", "time_s": 3, "request_id": "a", "token_index": 1}',
+    "NaN time": '{"kind": "token", "time_s": NaN, "request_id": "a", "token_index": 1}',
+    "negative time": '{"kind": "token", "time_s": -0.5, "request_id": "a", "token_index": 1}',
+    "empty id": '{"kind": "token", "time_s": 3.0, "request_id": "", "token_index": 1}',
+    "extra field": '{"kind": "token", "time_s": 3.0, "request_id": "a", "token_index": 1, '
+                   '"x": 1}',
+    "missing index": '{"kind": "token", "time_s": 3.0, "request_id": "a", "y": 1}',
+    "after finish": '{"kind": "finish", "time_s": 2.5, "request_id": "a", "reason": "length", '
+                    '"num_output_tokens": 1}\n'
+                    '{"kind": "token", "time_s": 3.0, "request_id": "a", "token_index": 1}',
+    "while preempted": '{"kind": "preempt", "time_s": 2.5, "request_id": "a", '
+                       '"mode": "recompute"}\n'
+                       '{"kind": "token", "time_s": 3.0, "request_id": "a", "token_index": 1}',
+    "after the window": '{"kind": "token", "time_s": 9.0, "request_id": "a", "token_index": 7}',
+}
+
+
+def _outcome(read, *args, **kwargs) -> object:
+    try:
+        return read(*args, **kwargs)
+    except EventLogError as error:
+        return f"EventLogError: {error}"
+
+
+@pytest.mark.parametrize("case", sorted(_TOKEN_CASES))
+def test_a_token_line_reads_as_the_event_path_reads_it(tmp_path, case: str) -> None:
+    """The scan's token shortcut (no event object) keeps every rule and
+    error of the event path: the same timelines or the same message."""
+    path = tmp_path / "events.jsonl"
+    path.write_text(_HEAD + _TOKEN_CASES[case] + "\n")
+    for end_s in (math.inf, 5.0):
+        scanned = _outcome(lambda *a, **k: scan_events(*a, **k).timelines, path, end_s=end_s)
+        reference = _outcome(build_sorted_timelines, iter_jsonl(path), end_s=end_s)
+        assert scanned == reference
+    if case == "valid":
+        assert scan_events(path).timelines["a"].emission_s == (2.0, 3.0)

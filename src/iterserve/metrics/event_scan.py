@@ -13,13 +13,14 @@ facts in the same order.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from iterserve.metrics.events import Event, PreemptEvent, ResumeEvent, iter_jsonl
+from iterserve.metrics.events import EventLogError, PreemptEvent, ResumeEvent, event_at, share_time
 from iterserve.metrics.slo import ObservationWindow
-from iterserve.metrics.timeline import RequestTimeline, build_sorted_timelines
+from iterserve.metrics.timeline import RequestTimeline, SortedTimelines
+from iterserve.records.jsonl import json_objects
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,35 +55,45 @@ class EventScan:
         return sum(window.contains(time_s) for time_s in self.resume_s)
 
 
-@dataclass(slots=True)
-class _Tally:
-    num_events: int = 0
-    first_s: float = math.nan
-    last_s: float = math.nan
-
-
 def scan_events(path: Path, *, end_s: float = math.inf, compact: bool = False) -> EventScan:
     """Read ``path`` once: every event is validated; timelines keep the facts
     stamped before ``end_s``; ``compact`` ones hold their emission times in
-    an ``array('d')`` (a long run's report: 8 bytes a token)."""
-    tally = _Tally()
+    an ``array('d')`` (a long run's report: 8 bytes a token). A token line
+    whose fields are plainly valid goes to the timelines without an event
+    object (:meth:`SortedTimelines.add_token`); any other line, or a token
+    that breaks a rule, is read as :func:`iter_jsonl` reads it (the same
+    errors, naming the line)."""
+    num_events, first_s, last_s = 0, math.nan, math.nan
     preempts: list[tuple[float, str]] = []
     resume_s: list[float] = []
-    timelines = build_sorted_timelines(_tallied(iter_jsonl(path), tally, preempts, resume_s),
-                                       end_s=end_s, compact=compact)
-    return EventScan(timelines, end_s, tally.num_events, tally.first_s, tally.last_s,
+    timelines = SortedTimelines(end_s=end_s, compact=compact)
+    add_token, last_time = timelines.add_token, None
+    for number, record in json_objects(path, EventLogError):
+        last_time = share_time(record, last_time)
+        if not (_is_plain_token(record) and add_token(
+                record["time_s"], record["request_id"], record["token_index"])):
+            event = event_at(path, number, record)
+            if isinstance(event, PreemptEvent):
+                preempts.append((event.time_s, event.mode))
+            elif isinstance(event, ResumeEvent):
+                resume_s.append(event.time_s)
+            timelines.add(event)
+        if not num_events:
+            first_s = record["time_s"]
+        num_events += 1
+        last_s = record["time_s"]
+    return EventScan(timelines.finish(), end_s, num_events, first_s, last_s,
                      tuple(preempts), tuple(resume_s))
 
 
-def _tallied(events: Iterator[Event], tally: _Tally, preempts: list[tuple[float, str]],
-             resume_s: list[float]) -> Iterator[Event]:
-    for event in events:
-        if not tally.num_events:
-            tally.first_s = event.time_s
-        tally.num_events += 1
-        tally.last_s = event.time_s
-        if isinstance(event, PreemptEvent):
-            preempts.append((event.time_s, event.mode))
-        elif isinstance(event, ResumeEvent):
-            resume_s.append(event.time_s)
-        yield event
+def _is_plain_token(record: dict[str, Any]) -> bool:
+    """A token line :class:`TokenEvent` accepts as it stands: its four fields
+    only, a finite float time >= 0, a non-empty id, an int index >= 1 (an
+    int time or a bool index takes the general path)."""
+    if len(record) != 4 or record.get("kind") != "token":
+        return False
+    time_s, request_id, index = (record.get("time_s"), record.get("request_id"),
+                                 record.get("token_index"))
+    return (type(time_s) is float and 0.0 <= time_s < math.inf
+            and type(request_id) is str and request_id != ""
+            and type(index) is int and index >= 1)

@@ -357,16 +357,26 @@ def iter_jsonl(path: str | Path) -> Iterator[Event]:
     reader that keeps every token's time keeps one object per cut."""
     last_time: Any = None
     for number, record in json_objects(path, EventLogError):
-        time_s = record.get("time_s")
-        if type(time_s) is type(last_time) and time_s == last_time and time_s:  # not -0.0
-            record["time_s"] = last_time
-        else:
-            last_time = time_s
-        try:
-            event = event_from_dict(record)
-        except EventLogError as error:
-            raise EventLogError(f"{path}:{number}: {error}") from None
-        yield event
+        last_time = share_time(record, last_time)
+        yield event_at(path, number, record)
+
+
+def share_time(record: dict[str, Any], last_time: Any) -> Any:
+    """Give ``record`` the previous line's time object when its time is the
+    same (not -0.0); returns the time object the next line may share."""
+    time_s = record.get("time_s")
+    if type(time_s) is type(last_time) and time_s == last_time and time_s:
+        record["time_s"] = last_time
+        return last_time
+    return time_s
+
+
+def event_at(path: str | Path, number: int, record: Mapping[str, Any]) -> Event:
+    """:func:`event_from_dict` of line ``number`` of ``path``; its error names the line."""
+    try:
+        return event_from_dict(record)
+    except EventLogError as error:
+        raise EventLogError(f"{path}:{number}: {error}") from None
 
 
 def _require_text(kind: str, name: str, value: object) -> None:

@@ -138,26 +138,69 @@ def build_sorted_timelines(
     log or its JSONL file), consumed one at a time: nothing but the
     timelines is held. An event earlier than its predecessor raises.
     ``compact`` timelines keep their emission times in an ``array('d')``."""
-    builders: dict[str, _Builder] = {}
-    last_s = -math.inf
+    timelines = SortedTimelines(end_s=end_s, compact=compact)
     for event in events:
-        if event.time_s < last_s:
+        timelines.add(event)
+    return timelines.finish()
+
+
+class SortedTimelines:
+    """:func:`build_sorted_timelines` one event at a time: :meth:`add` each
+    event in time order, then :meth:`finish`. :meth:`add_token` is
+    :meth:`add` of a valid :class:`TokenEvent` from its fields, for a
+    streaming reader that need not make the event object (most of a long
+    run's facts are output tokens)."""
+
+    __slots__ = ("_builders", "_last_s", "_end_s", "_compact")
+
+    def __init__(self, *, end_s: float = math.inf, compact: bool = False) -> None:
+        self._builders: dict[str, _Builder] = {}
+        self._last_s = -math.inf
+        self._end_s = end_s
+        self._compact = compact
+
+    def add(self, event: Event) -> None:
+        if event.time_s < self._last_s:
             raise EventLogError(f"{event.kind} at {event.time_s} s for request "
-                                f"{event.request_id!r} precedes the previous event at {last_s} s")
-        last_s = event.time_s
-        if event.time_s >= end_s:
-            continue
+                                f"{event.request_id!r} precedes the previous event at "
+                                f"{self._last_s} s")
+        self._last_s = event.time_s
+        if event.time_s >= self._end_s:
+            return
         if isinstance(event, ArrivalEvent):
-            _add_arrival(builders, event, compact)
-            continue
-        builder = builders.get(event.request_id)
+            _add_arrival(self._builders, event, self._compact)
+            return
+        builder = self._builders.get(event.request_id)
         if builder is None:
             raise EventLogError(f"{event.kind} before arrival for request {event.request_id!r}")
         _apply(builder, event)
-    timelines = {}
-    for request_id in list(builders):  # each builder's lists go as its tuples come
-        timelines[request_id] = builders.pop(request_id).freeze()
-    return timelines
+
+    def add_token(self, time_s: float, request_id: str, token_index: int) -> bool:
+        """:meth:`add` of ``TokenEvent(time_s, request_id,
+        token_index=token_index)`` (valid fields) when it breaks no rule;
+        False, changing nothing, when it would raise: the caller then adds
+        the event object, which raises the error :meth:`add` names."""
+        if time_s < self._last_s:
+            return False
+        if time_s >= self._end_s:
+            self._last_s = time_s
+            return True
+        builder = self._builders.get(request_id)
+        if builder is None or builder.timeline.is_terminal:
+            return False
+        emissions = builder.emissions  # _apply_emission's rules
+        if token_index != len(emissions) or len(builder.preempts) > len(builder.resumes):
+            return False
+        emissions.append(time_s)
+        self._last_s = time_s
+        return True
+
+    def finish(self) -> dict[str, RequestTimeline]:
+        """The timelines, by request id in arrival order; the builder is spent."""
+        builders, timelines = self._builders, {}
+        for request_id in list(builders):  # each builder's lists go as its tuples come
+            timelines[request_id] = builders.pop(request_id).freeze()
+        return timelines
 
 
 def _add_arrival(builders: dict[str, _Builder], event: ArrivalEvent, compact: bool) -> None:
