@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from iterserve.metrics.events import EventLogError, PreemptEvent, ResumeEvent, event_at, share_time
 from iterserve.metrics.slo import ObservationWindow
@@ -68,10 +67,21 @@ def scan_events(path: Path, *, end_s: float = math.inf, compact: bool = False) -
     resume_s: list[float] = []
     timelines = SortedTimelines(end_s=end_s, compact=compact)
     add_token, last_time = timelines.add_token, None
+    request_id: str = ""
+    index: int = 0
     for number, record in json_objects(path, EventLogError):
-        last_time = share_time(record, last_time)
-        if not (_is_plain_token(record) and add_token(
-                record["time_s"], record["request_id"], record["token_index"])):
+        last_time = time_s = share_time(record, last_time)
+        # a token line TokenEvent accepts as it stands (its four fields only, a
+        # finite float time >= 0, a non-empty id, an int index >= 1; an int
+        # time or a bool index takes the event path) skips the event object
+        if record.get("kind") == "token" and len(record) == 4:
+            request_id, index = record.get("request_id", ""), record.get("token_index", 0)
+            is_plain = (type(time_s) is float and 0.0 <= time_s < math.inf
+                        and type(request_id) is str and request_id != ""
+                        and type(index) is int and index >= 1)
+        else:
+            is_plain = False
+        if not (is_plain and add_token(time_s, request_id, index)):
             event = event_at(path, number, record)
             if isinstance(event, PreemptEvent):
                 preempts.append((event.time_s, event.mode))
@@ -79,21 +89,8 @@ def scan_events(path: Path, *, end_s: float = math.inf, compact: bool = False) -
                 resume_s.append(event.time_s)
             timelines.add(event)
         if not num_events:
-            first_s = record["time_s"]
+            first_s = time_s
         num_events += 1
-        last_s = record["time_s"]
+        last_s = time_s
     return EventScan(timelines.finish(), end_s, num_events, first_s, last_s,
                      tuple(preempts), tuple(resume_s))
-
-
-def _is_plain_token(record: dict[str, Any]) -> bool:
-    """A token line :class:`TokenEvent` accepts as it stands: its four fields
-    only, a finite float time >= 0, a non-empty id, an int index >= 1 (an
-    int time or a bool index takes the general path)."""
-    if len(record) != 4 or record.get("kind") != "token":
-        return False
-    time_s, request_id, index = (record.get("time_s"), record.get("request_id"),
-                                 record.get("token_index"))
-    return (type(time_s) is float and 0.0 <= time_s < math.inf
-            and type(request_id) is str and request_id != ""
-            and type(index) is int and index >= 1)

@@ -186,7 +186,11 @@ class SortedTimelines:
             self._last_s = time_s
             return True
         builder = self._builders.get(request_id)
-        if builder is None or builder.timeline.is_terminal:
+        if builder is None:
+            return False
+        timeline = builder.timeline  # is_terminal, without its three property calls
+        if (timeline.finish_s is not None or timeline.reject_s is not None
+                or timeline.cancel_s is not None):
             return False
         emissions = builder.emissions  # _apply_emission's rules
         if token_index != len(emissions) or len(builder.preempts) > len(builder.resumes):
