@@ -149,3 +149,20 @@ def test_the_run_ends_are_compared_field_by_field() -> None:
     assert RunEnd(3, "ab") == RunEnd(3, "ab")
     assert RunEnd(3, "ab") != RunEnd(4, "ab")
     assert RunEnd(3, "ab") != RunEnd(3, "ac")
+
+
+def test_the_log_process_exits_once_its_parent_is_gone(monkeypatch) -> None:
+    """A parent killed outright cannot stop its log process: the child checks
+    every few steps that its parent is still there."""
+    exits: list[int] = []
+    monkeypatch.setattr(log_process.os, "_exit", exits.append)
+    watch = log_process.ParentWatch(every=4)
+    for _ in range(8):
+        watch.on_step(None, None, None, None)  # type: ignore[arg-type]
+    assert exits == []  # the parent (this test's parent process) is still there
+    monkeypatch.setattr(log_process.os, "getppid", lambda: 1)  # re-parented to init
+    for _ in range(3):
+        watch.on_step(None, None, None, None)  # type: ignore[arg-type]
+    assert exits == []  # checked every 4th step only
+    watch.on_step(None, None, None, None)  # type: ignore[arg-type]
+    assert exits == [1]

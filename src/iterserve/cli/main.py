@@ -54,6 +54,7 @@ EXPECTED_ERRORS = (CheckpointError, WorkloadError, UnknownPolicy, PolicyConfigEr
                    WorkloadSpecError, TraceError, CompareError, CoordinateError, KvPoolSizeError,
                    BenchInputError, LogProcessError)
 EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE
+EXIT_INTERRUPTED = 128 + 2  # SIGINT
 
 
 def build_parser() -> OneLineParser:
@@ -78,6 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         _silence_stdout()
         return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:  # Ctrl-C: one line and 130, not a traceback
+        print(f"iterserve {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except EXPECTED_ERRORS as exc:
         return _fail(f"{prefix} {exc}")
     except Exception as exc:  # the top-level net: one line, never a traceback

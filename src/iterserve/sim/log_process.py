@@ -32,6 +32,11 @@ from typing import IO
 
 import orjson
 
+from iterserve.engine.observer import EngineObserver
+from iterserve.records.plan import IterationPlan
+from iterserve.records.result import IterationResult
+from iterserve.records.state import SchedulerState
+
 _MAX_ERROR_CHARS = 2000  # of a child's error message sent back to the parent
 
 
@@ -118,6 +123,23 @@ class LogProcess:
         except orjson.JSONDecodeError:
             report = {}
         return (report if isinstance(report, dict) else {}), status
+
+
+class ParentWatch(EngineObserver):
+    """The log process's guard against outliving its parent (killed with no
+    chance to stop it): every ``every`` steps it checks that the process that
+    forked it is still its parent, and exits at once when not."""
+
+    def __init__(self, every: int = 256) -> None:
+        self._parent_pid = os.getppid()
+        self._every = every
+        self._num_steps = 0
+
+    def on_step(self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
+                successor: SchedulerState) -> None:
+        self._num_steps += 1
+        if self._num_steps % self._every == 0 and os.getppid() != self._parent_pid:
+            os._exit(1)  # nobody reads this log any more
 
 
 def _child_main(write_log: Callable[[], RunEnd], write_fd: int) -> None:

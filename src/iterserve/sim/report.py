@@ -55,7 +55,7 @@ from iterserve.sim.collector import collector_held_back
 from iterserve.sim.executor import SimulatedExecutor
 from iterserve.sim.factory import make_simulated_executor
 from iterserve.sim.ledger_trace import LedgerTrace
-from iterserve.sim.log_process import LogProcess, RunEnd, can_fork_log
+from iterserve.sim.log_process import LogProcess, ParentWatch, RunEnd, can_fork_log
 
 OCCUPANCY_LABEL = ("logical slot occupancy: sequences per iteration / sequence_budget; "
                    "not measured GPU utilization")
@@ -216,7 +216,7 @@ def _logged_rerun(manifest: WorkloadManifest, config: RunConfig, stream: IO[str]
     observer and validation off (the parent validates the same decisions)."""
     executor = costed_executor(manifest, config.cost_model)
     writer = _log_writer(manifest, config, executor, stream)
-    engine = Engine(manifest.online, config.policy, executor, [writer],
+    engine = Engine(manifest.online, config.policy, executor, [writer, ParentWatch()],
                     gate=engine_gate(config.gate), validate=False)
     with collector_held_back():
         engine.run(max_iterations=config.max_iterations)
