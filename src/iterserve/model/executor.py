@@ -193,15 +193,23 @@ class TorchExecutor:
     def _publish(self, builder: ResultBuilder, backed: list[tuple[WorkItem, RequestView, bool]],
                  sampled: list[tuple[int, float]]) -> None:
         """Hand every backed interval to the builder, with its sampled token
-        and the stop that token triggers where the interval emits."""
+        and the stop that token triggers where the interval emits: one
+        :meth:`ResultBuilder.complete_rows` call for the step (the same facts
+        as a ``complete`` call per interval, in order)."""
         tokens = iter(sampled)
-        for work, view, sample_here in backed:
+        token_ids: list[int | None] = []
+        stops: list[FinishReason | None] = []
+        streams = self.streams
+        for work, _, sample_here in backed:
             if not sample_here:
-                builder.complete(work, view)
+                token_ids.append(None)
+                stops.append(None)
                 continue
             token_id, logprob = next(tokens)
-            builder.complete(work, view, token_id,
-                             self._emit(self.streams[work.request_id], token_id, logprob))
+            token_ids.append(token_id)
+            stops.append(self._emit(streams[work.request_id], token_id, logprob))
+        builder.complete_rows([work for work, _, _ in backed], [view for _, view, _ in backed],
+                              token_ids, stops)
 
     def _emit(self, stream: RequestStream, token_id: int, logprob: float) -> FinishReason | None:
         stream.token_ids.append(token_id)
