@@ -189,11 +189,11 @@ def run_simulation(manifest: WorkloadManifest, config: RunConfig,
         engine = Engine(online, config.policy, executor, observers, gate=engine_gate(config.gate))
         with collector_held_back():
             engine.run(max_iterations=config.max_iterations)
+        recorder.close()
     except BaseException:
         if child is not None:
             child.abandon()
         raise
-    recorder.close()
     if writer is not None:
         writer.close(engine.state, is_done=engine.is_done)
     if child is not None:
