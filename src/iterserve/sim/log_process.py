@@ -73,8 +73,9 @@ def can_fork_log(stream: IO[str]) -> bool:
 
 class LogProcess:
     """A forked child running ``write_log`` (which writes and flushes the log
-    and returns its run's end). Flush every stream the parent has written
-    before starting one: the child inherits unflushed buffers."""
+    and returns its run's end). Flush the log stream before starting one: the
+    child inherits its buffer. The child leaves by ``os._exit``, so no other
+    buffer it inherits is ever flushed twice."""
 
     def __init__(self, write_log: Callable[[], RunEnd]) -> None:
         read_fd, write_fd = os.pipe()

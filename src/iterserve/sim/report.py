@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,9 +176,9 @@ def run_simulation(manifest: WorkloadManifest, config: RunConfig,
     observers: list[EngineObserver] = [trace, recorder, ledger_trace]
     writer = child = None
     if decision_log is not None and log_process and can_fork_log(decision_log):
-        for stream in (decision_log, events, sys.stdout, sys.stderr):
-            if stream is not None:
-                stream.flush()  # the child inherits what is still buffered
+        # the child writes this stream: nothing of ours may sit in its buffer
+        # (it leaves by os._exit, so the other buffers it inherits are never flushed)
+        decision_log.flush()
         child = LogProcess(lambda: _logged_rerun(manifest, config, decision_log))
     elif decision_log is not None:
         writer = _log_writer(manifest, config, executor, decision_log)
