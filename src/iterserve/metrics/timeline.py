@@ -90,7 +90,8 @@ class RequestTimeline:
 
     @property
     def is_terminal(self) -> bool:
-        return self.is_finished or self.is_rejected or self.is_cancelled
+        # the fields, not is_finished/is_rejected/is_cancelled: asked once per token
+        return self.finish_s is not None or self.reject_s is not None or self.cancel_s is not None
 
     @property
     def num_output_tokens(self) -> int:
@@ -186,16 +187,10 @@ class SortedTimelines:
             self._last_s = time_s
             return True
         builder = self._builders.get(request_id)
-        if builder is None:
+        if (builder is None or builder.timeline.is_terminal
+                or _emission_fault(builder, token_index) is not None):
             return False
-        timeline = builder.timeline  # is_terminal, without its three property calls
-        if (timeline.finish_s is not None or timeline.reject_s is not None
-                or timeline.cancel_s is not None):
-            return False
-        emissions = builder.emissions  # _apply_emission's rules
-        if token_index != len(emissions) or len(builder.preempts) > len(builder.resumes):
-            return False
-        emissions.append(time_s)
+        builder.emissions.append(time_s)
         self._last_s = time_s
         return True
 
@@ -245,13 +240,22 @@ def _apply(builder: _Builder, event: Event) -> None:
 
 
 def _apply_emission(builder: _Builder, event: FirstTokenEvent | TokenEvent) -> None:
-    expected_index = len(builder.emissions)
     index = 0 if isinstance(event, FirstTokenEvent) else event.token_index
-    if index != expected_index:
-        raise _violation(event, f"emits output {index} but output {expected_index} is next")
-    if builder.preempts and len(builder.preempts) > len(builder.resumes):
-        raise _violation(event, "emits while preempted")
+    fault = _emission_fault(builder, index)
+    if fault is not None:
+        raise _violation(event, fault)
     builder.emissions.append(event.time_s)
+
+
+def _emission_fault(builder: _Builder, index: int) -> str | None:
+    """Why output ``index`` may not be emitted now, or None: the next index
+    only, and never while preempted."""
+    expected_index = len(builder.emissions)
+    if index != expected_index:
+        return f"emits output {index} but output {expected_index} is next"
+    if len(builder.preempts) > len(builder.resumes):
+        return "emits while preempted"
+    return None
 
 
 def _apply_finish(builder: _Builder, event: FinishEvent) -> None:
