@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+from types import SimpleNamespace
 
 import pytest
 from lab_helpers import CHAT_MIX
@@ -24,10 +25,15 @@ from iterserve.metrics.events import (
     ScheduleEvent,
     TokenEvent,
     event_line,
+    event_lines,
     event_to_dict,
+    iter_jsonl,
     write_jsonl,
 )
 from iterserve.policies.registry import policy_for
+from iterserve.records.plan import WorkItem
+from iterserve.records.result import CompletedInterval
+from iterserve.records.view import WorkKind
 from iterserve.sim.generators import generate_workload
 from iterserve.sim.report import RunConfig, run_simulation
 from iterserve.sim.traces import trace_lengths
@@ -106,3 +112,58 @@ def _spec(arrival: float):
 
     return RequestSpec(request_id=f"r{arrival}", arrival=arrival, num_prompt_tokens=4,
                        max_output_tokens=4)
+
+
+def test_a_run_of_tokens_at_one_time_is_one_line(tmp_path) -> None:
+    """Consecutive token events with one time text are one ``tokens`` line; a
+    single token keeps its ``token`` line; any other fact, or another time
+    text (4 and 4.0 are two), ends a run. Read back: the same events."""
+    events = [ArrivalEvent(1.0, "a", client_id="c"), ArrivalEvent(1.0, "b\u00e9", client_id="c"),
+              TokenEvent(3.0, "a", token_index=1), TokenEvent(3.0, "b\u00e9", token_index=1),
+              FinishEvent(3.0, "b\u00e9", reason="length", num_output_tokens=2),
+              TokenEvent(3.0, "a", token_index=2), TokenEvent(4.0, "a", token_index=3),
+              TokenEvent(4, "a", token_index=4), TokenEvent(4, "a", token_index=5)]
+    lines = list(event_lines(events))
+    assert [json.loads(line)["kind"] for line in lines] == [
+        "arrival", "arrival", "tokens", "finish", "token", "token", "tokens"]
+    assert lines[2] == ('{"kind": "tokens", "time_s": 3.0, "request_ids": ["a", "b\\u00e9"], '
+                        '"token_indices": [1, 1]}\n')
+    assert lines[4] == event_line(events[5]) + "\n"
+    assert lines[6] == ('{"kind": "tokens", "time_s": 4, "request_ids": ["a", "a"], '
+                        '"token_indices": [4, 5]}\n')
+    (tmp_path / "events.jsonl").write_text("".join(lines))
+    assert list(iter_jsonl(tmp_path / "events.jsonl")) == events
+
+
+def _cut(recorder: EventRecorder, now: float, published: float, emitted: dict[str, int]) -> None:
+    """One on_step whose decode rows emit a plain token for each request."""
+    views = {rid: SimpleNamespace(num_emitted=count) for rid, count in emitted.items()}
+    state = SimpleNamespace(now=now, views=views, waiting=(), suspended=(), running=tuple(views),
+                            capacity=SimpleNamespace(num_blocks_total=None, num_blocks_free=None))
+    work = tuple(WorkItem(rid, 0, 0, 10 + count, 11 + count, WorkKind.DECODE_ROW,
+                          range(10 + count, 11 + count)) for rid, count in emitted.items())
+    completed = tuple(CompletedInterval(item.request_id, 0, item.start, item.end, True)
+                      for item in work)
+    recorder.on_step(state, SimpleNamespace(intents=(), work=work),  # type: ignore[arg-type]
+                     SimpleNamespace(completed=completed), SimpleNamespace(now=published))
+
+
+def test_tokens_of_two_cuts_at_one_time_stream_as_one_line(tmp_path) -> None:
+    """The recorder holds its last run of tokens back until a fact follows
+    it: the next cut's tokens at the same time join it, as they do in the
+    in-memory log written afterwards."""
+    stream, in_memory = io.StringIO(), EventRecorder(1.0)
+    streamed = EventRecorder(1.0, stream)
+    for recorder in (streamed, in_memory):
+        _cut(recorder, 1.0, 2.0, {"a": 1, "b": 1})
+        _cut(recorder, 2.0, 2.0, {"a": 2, "b": 2})
+        _cut(recorder, 2.0, 3.0, {"a": 3})
+        recorder.on_cancel("a", SimpleNamespace(now=3.0), None)  # type: ignore[arg-type]
+        _cut(recorder, 3.0, 4.0, {"b": 3})
+        recorder.close()
+    expected = tmp_path / "expected.jsonl"
+    write_jsonl(in_memory.log(), expected)
+    assert stream.getvalue() == expected.read_text()
+    assert [json.loads(line)["kind"] for line in stream.getvalue().splitlines()] == [
+        "tokens", "token", "cancel", "token"]
+    assert json.loads(stream.getvalue().splitlines()[0])["token_indices"] == [1, 1, 2, 2]

@@ -410,3 +410,66 @@ def test_a_token_line_reads_as_the_event_path_reads_it(tmp_path, case: str) -> N
         assert scanned == reference
     if case == "valid":
         assert scan_events(path).timelines["a"].emission_s == (2.0, 3.0)
+
+
+_RUN_HEAD = "".join(
+    f'{{"kind": "arrival", "time_s": 1.0, "request_id": "{rid}", "client_id": "c", '
+    f'"num_prompt_tokens": 4}}\n{{"kind": "admit", "time_s": 1.0, "request_id": "{rid}"}}\n'
+    for rid in "ab") + "".join(
+    f'{{"kind": "first_token", "time_s": 2.0, "request_id": "{rid}"}}\n' for rid in "ab")
+_RUN = '{"kind": "tokens", "time_s": %s, "request_ids": %s, "token_indices": %s%s}'
+_TOKENS_LINE_CASES = {
+    "valid": _RUN % ("3.0", '["a", "b"]', "[1, 1]", ""),
+    "one request twice": _RUN % ("3.0", '["a", "a", "b"]', "[1, 2, 1]", ""),
+    "a repeated index": _RUN % ("3.0", '["a", "a"]', "[1, 1]", ""),
+    "the second skips an index": _RUN % ("3.0", '["a", "b"]', "[1, 3]", ""),
+    "unknown request first": _RUN % ("3.0", '["c", "b"]', "[1, 1]", ""),
+    "earlier time": _RUN % ("1.5", '["a", "b"]', "[1, 1]", ""),
+    "index 0": _RUN % ("3.0", '["a", "b"]', "[1, 0]", ""),
+    "bool index": _RUN % ("3.0", '["a", "b"]', "[1, true]", ""),
+    "int time": _RUN % ("3", '["a", "b"]', "[1, 1]", ""),
+    "NaN time": _RUN % ("NaN", '["a", "b"]', "[1, 1]", ""),
+    "negative time": _RUN % ("-0.5", '["a", "b"]', "[1, 1]", ""),
+    "empty id": _RUN % ("3.0", '["a", ""]', "[1, 1]", ""),
+    "int id": _RUN % ("3.0", '["a", 7]', "[1, 1]", ""),
+    "extra field": _RUN % ("3.0", '["a", "b"]', "[1, 1]", ', "x": 1'),
+    "missing field": '{"kind": "tokens", "time_s": 3.0, "request_ids": ["a"]}',
+    "ids not a list": _RUN % ("3.0", '"ab"', "[1, 1]", ""),
+    "unequal lengths": _RUN % ("3.0", '["a", "b"]', "[1]", ""),
+    "empty run": _RUN % ("3.0", "[]", "[]", ""),
+    "after finish": '{"kind": "finish", "time_s": 2.5, "request_id": "b", "reason": "length", '
+                    '"num_output_tokens": 1}\n' + _RUN % ("3.0", '["a", "b"]', "[1, 1]", ""),
+    "while preempted": '{"kind": "preempt", "time_s": 2.5, "request_id": "b", '
+                       '"mode": "recompute"}\n' + _RUN % ("3.0", '["a", "b"]', "[1, 1]", ""),
+    "after the window": _RUN % ("9.0", '["a", "b"]', "[1, 7]", ""),
+    "an entry past the window breaks a field": _RUN % ("9.0", '["a", "b"]', "[1, 0]", ""),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_TOKENS_LINE_CASES))
+def test_a_tokens_line_reads_as_its_token_events(tmp_path, case: str) -> None:
+    """A ``tokens`` line (a run of tokens at one time) is its token events
+    in order: the scan's shortcut keeps every rule and error of the event
+    path, and a malformed line or entry is refused naming its line."""
+    path = tmp_path / "events.jsonl"
+    path.write_text(_RUN_HEAD + _TOKENS_LINE_CASES[case] + "\n")
+    for end_s in (math.inf, 5.0):
+        scanned = _outcome(lambda *a, **k: scan_events(*a, **k).timelines, path, end_s=end_s)
+        reference = _outcome(build_sorted_timelines, iter_jsonl(path), end_s=end_s)
+        assert scanned == reference
+    outcome = _outcome(lambda p: scan_events(p).timelines, path)
+    # a bool index and an int time are what TokenEvent accepts (as the token line's cases)
+    if case in ("valid", "one request twice", "bool index", "int time"):
+        assert not isinstance(outcome, str)
+    else:
+        assert isinstance(outcome, str)
+    if case == "valid":
+        assert scan_events(path).timelines["b"].emission_s == (2.0, 3.0)
+        assert scan_events(path).num_events == 8
+    if case == "after the window":  # a rule past the window's end is not checked; a field is
+        assert not isinstance(_outcome(scan_events, path, end_s=5.0), str)
+    if case in ("extra field", "missing field", "ids not a list", "unequal lengths", "empty run",
+                "index 0", "empty id", "NaN time"):
+        assert f"{path}:7: tokens" in outcome
+    if case in ("index 0", "empty id"):
+        assert "tokens entry 1: " in outcome

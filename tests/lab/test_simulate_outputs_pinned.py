@@ -22,6 +22,7 @@ import pytest
 
 from iterserve.cli.main import main
 from iterserve.metrics import counted_sample, plots, service_scan
+from iterserve.metrics.events import event_line, iter_jsonl
 
 OUTPUTS = ("report.json", "report.md", "events.jsonl", "decisions.jsonl", "latency_cdfs.png",
            "batch_composition.png", "queue_and_kv.png", "client_service.png")
@@ -42,6 +43,10 @@ def _spec(num_clients: int) -> dict[str, Any]:
 # masked: log format 4 (issue 15) changed how the digest hashes a state, so
 # this pin is the one taken from main's format-3 log
 MASKED_LOG = "decisions.jsonl (state_digest, chain and format masked)"
+# events.jsonl read back and written one line per event, as every events file
+# was before a run of tokens at one time became one "tokens" line: the pin
+# taken then, so the same facts
+EVENT_LINES = "events.jsonl (one line per event)"
 _MASK = re.compile(rb'"(state_digest|chain)":"[0-9a-f]{64}"|"format":[0-9]+')
 
 PINNED: dict[str, dict[str, str]] = {  # main at 340567d, before the sliced report phase
@@ -50,7 +55,9 @@ PINNED: dict[str, dict[str, str]] = {  # main at 340567d, before the sliced repo
             "3eeb88bc0566b843f9ed8841fe64c63d20cff3384e857094d1115dc4a1501be6",
         "report.md":
             "c007ff844d4006ca72e594d7b530d149a7797b2ccf135b56cf107091950fb725",
-        "events.jsonl":
+        "events.jsonl":  # a run of tokens at one time is one line (issue 15)
+            "df8fcc0c11c85651f0d7a8e0490ddfe2d031e1b98b51715fd7b50dba86d5f949",
+        EVENT_LINES:
             "e990d203d4719e4776f00e5cd6d5841a06797e285820c893958981de38522ae9",
         "decisions.jsonl":  # log format 4 (issue 15: the incremental state digest)
             "dcb32fb4f6026020129439ad07e8fdbb32816f71b2bcfdc19ceb5b4da42e8ef7",
@@ -71,6 +78,8 @@ PINNED: dict[str, dict[str, str]] = {  # main at 340567d, before the sliced repo
         "report.md":
             "1953e363418f66352de68953b2a5d3cc3813c1fac8bbc8edb7df62faabaa1b57",
         "events.jsonl":
+            "acbe0607bb106fdb95a69cd7ff9ce5c3c7153c838431950170eb5482e9f44059",
+        EVENT_LINES:
             "3c331c7acbb9429f635e9aed446306d13a7a1c6bf465e38316785b6ace48c1fc",
         "decisions.jsonl":
             "6cd6653b67c8042fbaa299946343fa15bce4327aab68cba87c2dfe1b20b59c0e",
@@ -107,6 +116,9 @@ def _simulate(tmp: Path, num_clients: int, slo: bool) -> dict[str, str]:
         digests[name] = hashlib.sha256(data).hexdigest()
         if name == "decisions.jsonl":
             digests[MASKED_LOG] = hashlib.sha256(_MASK.sub(b"masked", data)).hexdigest()
+        if name == "events.jsonl":
+            lines = "".join(event_line(event) + "\n" for event in iter_jsonl(tmp / "out" / name))
+            digests[EVENT_LINES] = hashlib.sha256(lines.encode()).hexdigest()
     return digests
 
 

@@ -65,6 +65,8 @@ from iterserve.metrics.events import (
     ResumeEvent,
     TokenEvent,
     event_line,
+    json_text,
+    tokens_line,
 )
 from iterserve.metrics.series import ResourceSample
 from iterserve.records.plan import (
@@ -80,6 +82,21 @@ from iterserve.records.state import SchedulerState
 from iterserve.records.view import FinishReason, Lifecycle, RequestView, WorkKind
 
 
+class _TokenRun:
+    """Token facts at one time, pending: their request ids as JSON strings
+    and their indices, rendered as one line (:func:`tokens_line`)."""
+
+    __slots__ = ("time_text", "ids", "indices")
+
+    def __init__(self, time_text: str) -> None:
+        self.time_text = time_text
+        self.ids: list[str] = []
+        self.indices: list[int] = []
+
+    def line(self) -> str:
+        return tokens_line(self.time_text, self.ids, self.indices)
+
+
 class EventRecorder(EngineObserver):
     """Collects the run's metric facts; read them with :meth:`log`."""
 
@@ -92,7 +109,8 @@ class EventRecorder(EngineObserver):
         self.samples = RecordColumns(ResourceSample, "dqqqqq")
         self._events: list[Event] = []  # without a sink: every fact
         # with a sink: (time, line with its newline) not yet written
-        self._pending: list[tuple[float, str]] = []
+        self._pending: list[tuple[float, str | _TokenRun]] = []
+        self._held_run: _TokenRun | None = None  # written when a fact follows it, or at close
         self._admitted: set[str] = set()
         self._preempted: set[str] = set()
         self._sink = sink
@@ -115,6 +133,9 @@ class EventRecorder(EngineObserver):
         """Write the pending facts to the sink (nothing to do without one)."""
         if self._sink is not None:
             self._write_pending()
+            if self._held_run is not None:
+                self._sink.write(self._held_run.line())
+                self._held_run = None
 
     def _record(self, event: Event) -> None:
         if self._sink is None:
@@ -123,26 +144,60 @@ class EventRecorder(EngineObserver):
             self._pending.append((event.time_s, event_line(event) + "\n"))
 
     def _token(self, time_s: float, rid: str, token_index: int) -> None:
-        """A TokenEvent; streamed, its line is formatted here without the
-        object (one per output token: the hot path). ``event_line`` bytes."""
+        """A TokenEvent; streamed, it joins the pending run of tokens at its
+        time without the object (one per output token: the hot path)."""
         if self._sink is None:
             self._events.append(TokenEvent(time_s, rid, token_index=token_index))
         else:
-            self._pending.append((time_s, f'{{"kind": "token", "time_s": {time_s!r}, "request_id": '
-                                          f'{encode_basestring_ascii(rid)}, "token_index": '
-                                          f'{token_index}}}\n'))
+            run = self._token_run(time_s)
+            run.ids.append(encode_basestring_ascii(rid))
+            run.indices.append(token_index)
+
+    def _token_run(self, time_s: float) -> _TokenRun:
+        """The pending run that tokens at ``time_s`` join: the last pending
+        entry when it is a run at that time, else a new one."""
+        pending, text = self._pending, json_text(time_s)
+        if pending:
+            last = pending[-1][1]
+            if type(last) is _TokenRun and last.time_text == text:
+                return last
+        run = _TokenRun(text)
+        pending.append((time_s, run))
+        return run
 
     def _write_pending(self) -> None:
+        """Write the pending facts in time order (a stable sort). Adjacent
+        runs of tokens at one time are one run (one ``tokens`` line, as
+        :func:`~iterserve.metrics.events.event_lines` writes them); the last
+        run is held back until a fact follows it or :meth:`close`, because
+        the next cut's tokens may be stamped at the same time."""
         assert self._sink is not None
         pending = sorted(self._pending, key=itemgetter(0))
         self._pending = []
         if not pending:
             return
         if pending[0][0] < self._written_s:
-            first_line = pending[0][1].partition("\n")[0]  # an entry may hold several lines
-            raise EventLogError(f"{first_line} precedes a fact already written at "
-                                f"{self._written_s} s")
-        self._sink.write("".join(map(itemgetter(1), pending)))  # one write a cut
+            first = pending[0][1]
+            line = first.line() if isinstance(first, _TokenRun) else first
+            raise EventLogError(f"{line.partition(chr(10))[0]} precedes a fact already written "
+                                f"at {self._written_s} s")  # an entry may hold several lines
+        parts, run = [], self._held_run
+        for _, entry in pending:
+            if isinstance(entry, _TokenRun):
+                if run is not None and run.time_text == entry.time_text:
+                    run.ids += entry.ids
+                    run.indices += entry.indices
+                    continue
+                if run is not None:
+                    parts.append(run.line())
+                run = entry
+            else:
+                if run is not None:
+                    parts.append(run.line())
+                    run = None
+                parts.append(entry)
+        self._held_run = run
+        self._sink.write("".join(parts))  # one write a cut
         self._written_s = pending[-1][0]
 
     def on_arrival(self, spec: RequestSpec, now: float) -> None:
@@ -183,29 +238,26 @@ class EventRecorder(EngineObserver):
         """The cut's completion facts, streamed. A plain decode token (an
         emission after output 1 that stops nothing: a decode row, 0x01A:
         prefill runs only while nothing is emitted and rebuild emits nothing)
-        is :meth:`_token`'s line, formatted here without the object (the hot
-        path: one per decode row); each run of them between the other facts
-        is one pending entry (one time: the stable sort keeps it in place)."""
+        joins the pending run of tokens, as :meth:`_token` would, without
+        the object or the call (the hot path: one per decode row); each run
+        between the other facts is one pending entry (one time: the stable
+        sort keeps it in place)."""
         views = state.views
-        pending = self._pending
         kinds: dict[str, WorkKind] | None = None  # made only for a completion off the hot path
-        lines: list[str] = []  # plain token lines not yet in ``pending``
-        # the token line's head is the same for every token of this cut
-        head = f'{{"kind": "token", "time_s": {time_s!r}, "request_id": '
+        run: _TokenRun | None = None  # the run this cut's plain tokens join
         for completed in result.completed:
             rid, _, _, _, emitted, _, finish_reason = completed  # one unpack (hot path)
             before = views[rid].num_emitted
             if before and emitted and finish_reason is None:
-                lines.append(f'{head}{encode_basestring_ascii(rid)}, "token_index": {before}}}\n')
+                if run is None:
+                    run = self._token_run(time_s)
+                run.ids.append(encode_basestring_ascii(rid))
+                run.indices.append(before)
                 continue
-            if lines:
-                pending.append((time_s, "".join(lines)))
-                lines = []
+            run = None  # the facts below may follow the run
             if kinds is None:
                 kinds = {item.request_id: item.kind for item in plan.work}
             self._completion(completed, kinds[rid], before, time_s)
-        if lines:
-            pending.append((time_s, "".join(lines)))
 
     def _arrival(self, spec: RequestSpec) -> ArrivalEvent:
         return ArrivalEvent(self.to_s(spec.arrival), spec.request_id, client_id=spec.client_id,

@@ -16,7 +16,16 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from iterserve.metrics.events import EventLogError, PreemptEvent, ResumeEvent, event_at, share_time
+from iterserve.metrics.events import (
+    TOKENS_LINE_KIND,
+    EventLogError,
+    PreemptEvent,
+    ResumeEvent,
+    event_at,
+    share_time,
+    token_events_at,
+    token_run_at,
+)
 from iterserve.metrics.slo import ObservationWindow
 from iterserve.metrics.timeline import RequestTimeline, SortedTimelines
 from iterserve.records.jsonl import json_objects
@@ -71,6 +80,13 @@ def scan_events(path: Path, *, end_s: float = math.inf, compact: bool = False) -
     index: int = 0
     for number, record in json_objects(path, EventLogError):
         last_time = time_s = share_time(record, last_time)
+        if record.get("kind") == TOKENS_LINE_KIND:  # a run of tokens at one time
+            count = _scan_tokens(timelines, path, number, record)
+            if not num_events:
+                first_s = time_s
+            num_events += count
+            last_s = time_s
+            continue
         # a token line TokenEvent accepts as it stands (its four fields only, a
         # finite float time >= 0, a non-empty id, an int index >= 1; an int
         # time or a bool index takes the event path) skips the event object
@@ -94,3 +110,25 @@ def scan_events(path: Path, *, end_s: float = math.inf, compact: bool = False) -
         last_s = time_s
     return EventScan(timelines.finish(), end_s, num_events, first_s, last_s,
                      tuple(preempts), tuple(resume_s))
+
+
+def _scan_tokens(timelines: SortedTimelines, path: Path, number: int,
+                 record: dict[str, object]) -> int:
+    """Add the token facts of ``tokens`` line ``number``; returns how many.
+    Plainly valid entries go straight to the timelines
+    (:meth:`SortedTimelines.add_tokens`); an entry that is not, or that
+    breaks a rule, is added as its event object (which raises the error
+    that names the line and the entry, or is added)."""
+    time_s, request_ids, indices = token_run_at(path, number, record)
+    count = len(request_ids)
+    start = 0
+    if type(time_s) is float and 0.0 <= time_s < math.inf:
+        start = timelines.add_tokens(time_s, request_ids, indices)
+    if start < count:  # the event path from here, one entry at a time
+        events = token_events_at(path, number, record)
+        while start < count:
+            timelines.add(events[start])
+            start += 1
+            if type(time_s) is float and 0.0 <= time_s < math.inf:
+                start = timelines.add_tokens(time_s, request_ids, indices, start)
+    return count

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
 from pathlib import Path
@@ -315,7 +315,7 @@ def event_line(event: Event) -> str:
     parts = ['{"kind": ', encode_basestring_ascii(event.kind)]
     for name, prefix in names:
         parts.append(prefix)
-        parts.append(_json_value(getattr(event, name)))
+        parts.append(json_text(getattr(event, name)))
     parts.append("}")
     return "".join(parts)
 
@@ -323,7 +323,8 @@ def event_line(event: Event) -> str:
 _FIELD_NAMES: dict[type, tuple[tuple[str, str], ...]] = {}
 
 
-def _json_value(value: object) -> str:
+def json_text(value: object) -> str:
+    """``json.dumps(value, allow_nan=False)`` of a value an event field holds."""
     if value is None:
         return "null"
     if value is True:
@@ -340,9 +341,57 @@ def _json_value(value: object) -> str:
 
 
 def write_jsonl(events: Iterable[Event], path: str | Path) -> None:
-    """Write one JSON object per line in stable key order."""
+    """Write the events as :func:`event_lines` renders them."""
     with Path(path).open("w", encoding="utf-8") as stream:
-        stream.writelines(event_line(event) + "\n" for event in events)
+        stream.writelines(event_lines(events))
+
+
+def event_lines(events: Iterable[Event]) -> Iterator[str]:
+    """The JSONL lines of ``events`` in order, each with its newline: one
+    object per event, except that a run of two or more consecutive
+    :class:`TokenEvent` s with the same time (the same ``time_s`` text) is
+    one ``tokens`` line (:func:`tokens_line`; most of a long run's facts are
+    output tokens, and one cut emits a token for each decode row)."""
+    time_text = ""
+    request_ids: list[str] = []  # the run of tokens not yet written, as JSON texts
+    indices: list[str] = []
+    for event in events:
+        if type(event) is TokenEvent:
+            text = json_text(event.time_s)
+            if request_ids and text != time_text:
+                yield tokens_line(time_text, request_ids, indices)
+                request_ids, indices = [], []
+            time_text = text
+            request_ids.append(encode_basestring_ascii(event.request_id))
+            indices.append(json_text(event.token_index))
+            continue
+        if request_ids:
+            yield tokens_line(time_text, request_ids, indices)
+            request_ids, indices = [], []
+        yield event_line(event) + "\n"
+    if request_ids:
+        yield tokens_line(time_text, request_ids, indices)
+
+
+#: The kind of a line holding a run of token events (not an event kind).
+TOKENS_LINE_KIND = "tokens"
+_TOKENS_FIELDS = frozenset(("kind", "time_s", "request_ids", "token_indices"))
+
+
+def tokens_line(time_text: str, encoded_ids: Sequence[str],
+                token_indices: Sequence[int] | Sequence[str]) -> str:
+    """The line (with its newline) of a run of token events at one time:
+    ``time_text`` the time as JSON, ``encoded_ids`` the request ids as JSON
+    strings (``encode_basestring_ascii``), the indices as ints or JSON texts.
+    One token is its ``token`` line, as :func:`event_line` writes it; more
+    are ``{"kind": "tokens", "time_s": T, "request_ids": [...],
+    "token_indices": [...]}``, the tokens in order."""
+    if len(encoded_ids) == 1:
+        return (f'{{"kind": "token", "time_s": {time_text}, "request_id": {encoded_ids[0]}, '
+                f'"token_index": {token_indices[0]}}}\n')
+    return (f'{{"kind": "tokens", "time_s": {time_text}, "request_ids": '
+            f'[{", ".join(encoded_ids)}], "token_indices": '
+            f'[{", ".join(map(str, token_indices))}]}}\n')
 
 
 def read_jsonl(path: str | Path) -> list[Event]:
@@ -358,7 +407,10 @@ def iter_jsonl(path: str | Path) -> Iterator[Event]:
     last_time: Any = None
     for number, record in json_objects(path, EventLogError):
         last_time = share_time(record, last_time)
-        yield event_at(path, number, record)
+        if record.get("kind") == TOKENS_LINE_KIND:
+            yield from token_events_at(path, number, record)
+        else:
+            yield event_at(path, number, record)
 
 
 def share_time(record: dict[str, Any], last_time: Any) -> Any:
@@ -377,6 +429,40 @@ def event_at(path: str | Path, number: int, record: Mapping[str, Any]) -> Event:
         return event_from_dict(record)
     except EventLogError as error:
         raise EventLogError(f"{path}:{number}: {error}") from None
+
+
+def token_run_at(path: str | Path, number: int, record: Mapping[str, Any]
+                 ) -> tuple[Any, list[Any], list[Any]]:
+    """The time, request ids and token indices of ``tokens`` line ``number``
+    of ``path``, its shape checked (exactly its four fields, two lists of one
+    length >= 1); the entries are checked by the token events they make."""
+    fields = set(record)
+    if fields != _TOKENS_FIELDS:
+        raise EventLogError(f"{path}:{number}: tokens: bad fields {sorted(fields)}: expected "
+                            f"{sorted(_TOKENS_FIELDS)}")
+    request_ids, indices = record["request_ids"], record["token_indices"]
+    if type(request_ids) is not list or type(indices) is not list:
+        raise EventLogError(f"{path}:{number}: tokens: request_ids and token_indices must be "
+                            f"lists, got {type(request_ids).__name__} and "
+                            f"{type(indices).__name__}")
+    if not request_ids or len(request_ids) != len(indices):
+        raise EventLogError(f"{path}:{number}: tokens: request_ids and token_indices must have "
+                            f"one length >= 1, got {len(request_ids)} and {len(indices)}")
+    return record["time_s"], request_ids, indices
+
+
+def token_events_at(path: str | Path, number: int, record: Mapping[str, Any]
+                    ) -> list[TokenEvent]:
+    """The token events of ``tokens`` line ``number`` of ``path``, in order;
+    an error names the line and the entry (counted from 0)."""
+    time_s, request_ids, indices = token_run_at(path, number, record)
+    events = []
+    for entry, (request_id, token_index) in enumerate(zip(request_ids, indices, strict=True)):
+        try:
+            events.append(TokenEvent(time_s, request_id, token_index=token_index))
+        except EventLogError as error:
+            raise EventLogError(f"{path}:{number}: tokens entry {entry}: {error}") from None
+    return events
 
 
 def _require_text(kind: str, name: str, value: object) -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from iterserve.metrics.events import (
@@ -193,6 +193,33 @@ class SortedTimelines:
         builder.emissions.append(time_s)
         self._last_s = time_s
         return True
+
+    def add_tokens(self, time_s: float, request_ids: Sequence[object],
+                   token_indices: Sequence[object], start: int = 0) -> int:
+        """:meth:`add_token` of each entry from ``start`` on (a ``tokens``
+        line's run: one time, a valid one), while the entry's fields are
+        plainly valid (a non-empty str id, an int index >= 1) and it breaks
+        no rule; returns the index of the first entry not added (the length:
+        all). The caller adds that entry's event object, which raises the
+        error :meth:`add` names or is added, and goes on from the next."""
+        if time_s < self._last_s:
+            return start
+        self._last_s = time_s
+        count = len(request_ids)
+        past_end = time_s >= self._end_s
+        builders = self._builders
+        for entry in range(start, count):
+            request_id, index = request_ids[entry], token_indices[entry]
+            if type(request_id) is not str or type(index) is not int or index < 1:
+                return entry
+            if past_end:
+                continue  # a fact past the window: not kept, as add() keeps none
+            builder = builders.get(request_id)
+            if (builder is None or builder.timeline.is_terminal
+                    or _emission_fault(builder, index) is not None):
+                return entry
+            builder.emissions.append(time_s)
+        return count
 
     def finish(self) -> dict[str, RequestTimeline]:
         """The timelines, by request id in arrival order; the builder is spent."""
