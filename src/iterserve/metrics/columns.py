@@ -52,6 +52,14 @@ class RecordColumns(Sequence[R], Generic[R]):
     def __len__(self) -> int:
         return len(self._columns[0])
 
+    def column(self, name: str) -> array:
+        """Field ``name`` of every record, in order: the array itself (read
+        it, do not change it)."""
+        try:
+            return self._columns[self._names.index(name)]
+        except ValueError:
+            raise KeyError(f"no field {name!r}; fields: {self._names}") from None
+
     @overload
     def __getitem__(self, index: int) -> R: ...
 

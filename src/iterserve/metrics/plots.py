@@ -27,6 +27,7 @@ from iterserve.metrics.capacity import (
     IterationComposition,
     token_budget_utilisation,
 )
+from iterserve.metrics.columns import RecordColumns
 from iterserve.metrics.counted_sample import CountedSample
 from iterserve.metrics.events import Event
 from iterserve.metrics.report import LatencySamples, Report
@@ -40,6 +41,10 @@ _MS_PER_S = 1000.0
 _DPI = 110
 MAX_BAR_ARTISTS = 2000  # iterations drawn as a bar each; beyond, as a line each
 MAX_STEP_VERTICES = 100_000  # step curves drawn point by point; beyond, one per distinct x
+#: Per-iteration series of more points than this are drawn from time bins of
+#: a quarter pixel (:func:`_time_bins`); fewer are drawn point by point.
+MAX_SERIES_POINTS = 20_000
+_BINS_PER_PIXEL = 4
 
 
 def plot_latency_cdfs(reports: Sequence[Report], path: str | Path) -> Path:
@@ -107,13 +112,18 @@ def plot_batch_composition(
     ``max_rows_per_iteration`` is the token budget."""
     figure, axes = _figure(1, 1, width_in=10.0)
     axis = axes[0]
-    times_s = [unit.from_s(item.time_s) for item in iterations]
-    if len(times_s) > MAX_BAR_ARTISTS:
-        _composition_lines(axis, iterations, times_s)
+    times_s = _column(iterations, "time_s") / unit.seconds_per_unit
+    rows = [_column(iterations, name)
+            for name in ("num_prefill_rows", "num_decode_rows", "num_rebuild_rows")]
+    if len(times_s) > MAX_SERIES_POINTS:
+        _composition_envelope(axis, rows, times_s, _num_bins(10.0))
+    elif len(times_s) > MAX_BAR_ARTISTS:
+        _composition_lines(axis, rows, times_s)
     else:
-        _composition_bars(axis, iterations, times_s)
+        _composition_bars(axis, [list(map(int, kind)) for kind in rows], times_s.tolist())
     title = "Batch composition per iteration"
-    tallest = max([item.num_rows for item in iterations] + [max_rows_per_iteration or 0, 1])
+    tallest = max(int((rows[0] + rows[1] + rows[2]).max(initial=0)),
+                  max_rows_per_iteration or 0, 1)
     axis.set_ylim(0.0, 1.2 * tallest)
     if max_rows_per_iteration is not None:
         axis.axhline(max_rows_per_iteration, color="black", linestyle=":", label="token budget")
@@ -131,37 +141,112 @@ _COMPOSITION = (("prefill rows", "tab:blue"), ("decode rows", "tab:orange"),
                 ("rebuild rows", "tab:red"))
 
 
-def _composition_rows(iterations: Sequence[IterationComposition]) -> list[list[int]]:
-    return [[item.num_prefill_rows for item in iterations],
-            [item.num_decode_rows for item in iterations],
-            [item.num_rebuild_rows for item in iterations]]
+def _column(records: Sequence[Any], name: str) -> np.ndarray:
+    """Field ``name`` of every record as an array (a :class:`RecordColumns`'
+    own array, without making the records)."""
+    if isinstance(records, RecordColumns):
+        return np.asarray(records.column(name))
+    return np.asarray([getattr(record, name) for record in records])
 
 
-def _composition_bars(axis: Axes, iterations: Sequence[IterationComposition],
-                      times_s: Sequence[float]) -> None:
+def _composition_bars(axis: Axes, rows_by_kind: Sequence[list[int]],
+                      times_s: list[float]) -> None:
     """One stacked bar per iteration (a patch each)."""
     width_s = _bar_width_s(times_s)
     bottom = [0] * len(times_s)
-    for (label, color), rows in zip(_COMPOSITION, _composition_rows(iterations), strict=True):
+    for (label, color), rows in zip(_COMPOSITION, rows_by_kind, strict=True):
         axis.bar(times_s, rows, width_s, bottom=None if label == "prefill rows" else bottom,
                  align="edge", label=label, color=color)
         bottom = [b + r for b, r in zip(bottom, rows, strict=True)]
 
 
-def _composition_lines(axis: Axes, iterations: Sequence[IterationComposition],
-                       times_s: Sequence[float]) -> None:
+def _composition_lines(axis: Axes, rows_by_kind: Sequence[np.ndarray],
+                       times: np.ndarray) -> None:
     """The same stacked bars as one line collection per kind, a thin
     vertical line per iteration with rows of that kind: a long run has more
     iterations than the axis has pixels (its bars are a pixel wide each), and
     a patch per bar costs kilobytes."""
-    times = np.asarray(times_s, dtype=np.float64)
     bottom = np.zeros(len(times))
-    for (label, color), rows in zip(_COMPOSITION, _composition_rows(iterations), strict=True):
-        top = bottom + np.asarray(rows, dtype=np.float64)
+    for (label, color), rows in zip(_COMPOSITION, rows_by_kind, strict=True):
+        top = bottom + rows.astype(np.float64)
         drawn = top > bottom
         axis.vlines(times[drawn], bottom[drawn], top[drawn], colors=color, linewidth=0.8,
                     label=label)
         bottom = top
+
+
+def _composition_envelope(axis: Axes, rows_by_kind: Sequence[np.ndarray], times: np.ndarray,
+                          num_bins: int) -> None:
+    """:func:`_composition_lines` of a run with more iterations than
+    ``MAX_SERIES_POINTS``, drawn per time bin (a quarter pixel): per kind,
+    the union of that kind's per-iteration lines in the bin, as disjoint
+    lines midway between the bin's first and last such iteration. A pixel
+    column shows what it showed with a line per iteration (the union, kinds
+    drawn in the same order; anti-aliased edges aside: 0.8 % of the pixels
+    differ by more than 0.1 at 220,000 iterations), for a few thousand
+    segments instead of one per iteration and kind."""
+    bins = _time_bins(times, num_bins)
+    bottom = np.zeros(len(times))
+    for (label, color), rows in zip(_COMPOSITION, rows_by_kind, strict=True):
+        top = bottom + rows.astype(np.float64)
+        drawn = np.flatnonzero(top > bottom)
+        if len(drawn):
+            first, last, low, high = _segment_unions(bins[drawn], bottom[drawn], top[drawn])
+            drawn_s = times[drawn]
+            axis.vlines((drawn_s[first] + drawn_s[last]) / 2, low, high, colors=color,
+                        linewidth=0.8, label=label)
+        bottom = top
+
+
+def _segment_unions(bins: np.ndarray, low: np.ndarray, high: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The union of the segments ``[low, high]`` of each bin (``bins``
+    ascending, values >= 0) as disjoint segments: for each, the indices of
+    the bin's first and last segment, its low and its high end."""
+    offset = float(high.max()) + 1.0  # each bin's values shifted past the previous bin's
+    shifted_low, shifted_high = low + bins * offset, high + bins * offset
+    order = np.lexsort((shifted_low, bins))
+    shifted_low, shifted_high = shifted_low[order], shifted_high[order]
+    reach = np.maximum.accumulate(shifted_high)  # the highest end so far (within the bin)
+    starts = np.flatnonzero(np.concatenate(([True], shifted_low[1:] > reach[:-1])))
+    union_high = np.maximum.reduceat(shifted_high, starts)
+    union_bins = bins[order][starts]
+    first = np.searchsorted(bins, union_bins)  # bins ascending: each bin's first segment
+    last = np.searchsorted(bins, union_bins, side="right") - 1
+    return (first, last, shifted_low[starts] - union_bins * offset,
+            union_high - union_bins * offset)
+
+
+def _num_bins(width_in: float) -> int:
+    return int(width_in * _DPI * _BINS_PER_PIXEL)
+
+
+def _time_bins(times: np.ndarray, num_bins: int) -> np.ndarray:
+    """The bin (of ``num_bins`` equal time bins) of each of ``times``
+    (ascending): ascending ints."""
+    span = float(times[-1] - times[0]) or 1.0
+    return np.minimum(((times - times[0]) * (num_bins / span)).astype(np.int64), num_bins - 1)
+
+
+def _m4_indices(times: np.ndarray, series: Sequence[np.ndarray], num_bins: int) -> np.ndarray:
+    """The points of ``series`` (over ascending ``times``) a line drawn
+    ``num_bins`` bins wide needs: per bin, its first and last point and each
+    series' lowest and highest (M4 aggregation, Jugel et al., VLDB 2014),
+    ascending; all of them when there are at most ``MAX_SERIES_POINTS``."""
+    count = len(times)
+    if count <= MAX_SERIES_POINTS:
+        return np.arange(count)
+    bins = _time_bins(times, num_bins)
+    starts = np.flatnonzero(np.concatenate(([True], bins[1:] != bins[:-1])))
+    ends = np.append(starts[1:], count) - 1
+    kept = [starts, ends]
+    lengths = np.diff(np.append(starts, count))
+    bin_of = np.repeat(np.arange(len(starts)), lengths)
+    for values in series:
+        finite = np.where(np.isnan(values), -np.inf, values)
+        order = np.lexsort((finite, bin_of))  # by bin, then value: each bin's min first
+        kept += [order[starts], order[ends]]
+    return np.unique(np.concatenate(kept))
 
 
 def plot_queue_and_kv(
@@ -170,17 +255,24 @@ def plot_queue_and_kv(
     """Queue depth (waiting, suspended after preemption, running) and KV
     block usage over time."""
     figure, axes = _figure(2, 1, width_in=10.0, height_in=6.5, sharex=True)
-    times_s = [unit.from_s(sample.time_s) for sample in samples]
-    axes[0].step(times_s, [s.num_waiting - s.num_suspended for s in samples], where="post",
-                 label="waiting (not yet admitted)")
-    axes[0].step(times_s, [s.num_suspended for s in samples], where="post",
-                 label="suspended (preempted)")
-    axes[0].step(times_s, [s.num_running for s in samples], where="post", label="running")
+    times = _column(samples, "time_s").astype(np.float64) / unit.seconds_per_unit
+    waiting_all, suspended = (_column(samples, name).astype(np.float64)
+                              for name in ("num_waiting", "num_suspended"))
+    waiting = waiting_all - suspended
+    running = _column(samples, "num_running").astype(np.float64)
+    used, total = (_column(samples, name) for name in ("num_kv_blocks_used", "num_kv_blocks_total"))
+    with np.errstate(divide="ignore", invalid="ignore"):  # no blocks: unbounded, drawn as NaN
+        usage = np.where(total == 0, np.nan, used / np.where(total == 0, 1, total))
+    # a long run's series: the points a line a quarter pixel wide needs
+    keep = _m4_indices(times, (waiting, suspended, running, usage), _num_bins(10.0))
+    times_s = times[keep]
+    axes[0].step(times_s, waiting[keep], where="post", label="waiting (not yet admitted)")
+    axes[0].step(times_s, suspended[keep], where="post", label="suspended (preempted)")
+    axes[0].step(times_s, running[keep], where="post", label="running")
     axes[0].set_ylabel("requests")
     axes[0].set_title("Queue depth")
     axes[0].legend(fontsize="small", loc="upper right")
-    usage = [_nan_if_none(sample.kv_usage_fraction) for sample in samples]
-    axes[1].step(times_s, usage, where="post", color="tab:green")
+    axes[1].step(times_s, usage[keep], where="post", color="tab:green")
     axes[1].set_ylim(0.0, 1.02)
     axes[1].set_ylabel("KV blocks used / total")
     axes[1].set_xlabel(unit.axis_label())
