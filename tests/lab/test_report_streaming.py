@@ -441,6 +441,10 @@ _TOKENS_LINE_CASES = {
                     '"num_output_tokens": 1}\n' + _RUN % ("3.0", '["a", "b"]', "[1, 1]", ""),
     "while preempted": '{"kind": "preempt", "time_s": 2.5, "request_id": "b", '
                        '"mode": "recompute"}\n' + _RUN % ("3.0", '["a", "b"]', "[1, 1]", ""),
+    "after a resume": '{"kind": "preempt", "time_s": 2.5, "request_id": "b", '
+                      '"mode": "recompute"}\n{"kind": "resume", "time_s": 2.6, "request_id": "b"}\n'
+                      + _RUN % ("3.0", '["a", "b"]', "[1, 1]", ""),
+    "an index as a float": _RUN % ("3.0", '["a", "b"]', "[1, 1.0]", ""),
     "after the window": _RUN % ("9.0", '["a", "b"]', "[1, 7]", ""),
     "an entry past the window breaks a field": _RUN % ("9.0", '["a", "b"]', "[1, 0]", ""),
 }
@@ -459,7 +463,7 @@ def test_a_tokens_line_reads_as_its_token_events(tmp_path, case: str) -> None:
         assert scanned == reference
     outcome = _outcome(lambda p: scan_events(p).timelines, path)
     # a bool index and an int time are what TokenEvent accepts (as the token line's cases)
-    if case in ("valid", "one request twice", "bool index", "int time"):
+    if case in ("valid", "one request twice", "bool index", "int time", "after a resume"):
         assert not isinstance(outcome, str)
     else:
         assert isinstance(outcome, str)

@@ -85,3 +85,29 @@ def test_end_bound_drops_unobserved_facts() -> None:
     (timeline,) = build_timelines(stream("r", 0.0, [0.1, 0.2]), end_s=0.2).values()
     assert timeline.emission_s == (0.1,)
     assert not timeline.is_finished
+
+
+def test_a_run_of_tokens_goes_in_whole_when_every_entry_is_next() -> None:
+    """SortedTimelines.add_tokens: a run of distinct, live requests each at
+    its next index is added at once (_add_run); a run that is not (a repeated
+    request, a preempted one) is refused by the whole-run path and added
+    entry by entry up to the first entry that breaks a rule."""
+    from iterserve.metrics.events import ArrivalEvent, FirstTokenEvent, PreemptEvent
+    from iterserve.metrics.timeline import SortedTimelines
+
+    timelines = SortedTimelines(compact=True)
+    for rid in "abc":
+        timelines.add(ArrivalEvent(1.0, rid, client_id="x"))
+    for rid in "abc":
+        timelines.add(FirstTokenEvent(2.0, rid))
+    assert timelines._add_run(3.0, ["a", "b"], [1, 1])
+    assert not timelines._add_run(4.0, ["a", "a"], [2, 3])  # one request twice
+    assert timelines.add_tokens(4.0, ["a", "a"], [2, 3]) == 2  # entry by entry
+    assert not timelines._add_run(5.0, ["a", "b"], [4, 3])  # b's next is 2
+    timelines.add(PreemptEvent(5.0, "c", mode="recompute"))
+    assert not timelines._add_run(6.0, ["b", "c"], [2, 1])
+    assert timelines.add_tokens(6.0, ["b", "c"], [2, 1]) == 1  # c may not emit
+    done = timelines.finish()
+    assert list(done["a"].emission_s) == [2.0, 3.0, 4.0, 4.0]
+    assert list(done["b"].emission_s) == [2.0, 3.0, 6.0]
+    assert list(done["c"].emission_s) == [2.0]

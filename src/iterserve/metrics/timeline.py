@@ -28,6 +28,8 @@ import math
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
+from typing import cast
 
 from iterserve.metrics.events import (
     AdmitEvent,
@@ -152,10 +154,12 @@ class SortedTimelines:
     streaming reader that need not make the event object (most of a long
     run's facts are output tokens)."""
 
-    __slots__ = ("_builders", "_last_s", "_end_s", "_compact")
+    __slots__ = ("_builders", "_last_s", "_end_s", "_compact", "_blocked")
 
     def __init__(self, *, end_s: float = math.inf, compact: bool = False) -> None:
         self._builders: dict[str, _Builder] = {}
+        # requests that may emit nothing now: ended, or preempted and not resumed
+        self._blocked: set[str] = set()
         self._last_s = -math.inf
         self._end_s = end_s
         self._compact = compact
@@ -175,6 +179,10 @@ class SortedTimelines:
         if builder is None:
             raise EventLogError(f"{event.kind} before arrival for request {event.request_id!r}")
         _apply(builder, event)
+        if builder.timeline.is_terminal or len(builder.preempts) > len(builder.resumes):
+            self._blocked.add(event.request_id)
+        else:
+            self._blocked.discard(event.request_id)
 
     def add_token(self, time_s: float, request_id: str, token_index: int) -> bool:
         """:meth:`add` of ``TokenEvent(time_s, request_id,
@@ -208,6 +216,8 @@ class SortedTimelines:
         count = len(request_ids)
         past_end = time_s >= self._end_s
         builders = self._builders
+        if not start and not past_end and self._add_run(time_s, request_ids, token_indices):
+            return count
         for entry in range(start, count):
             request_id, index = request_ids[entry], token_indices[entry]
             if type(request_id) is not str or type(index) is not int or index < 1:
@@ -221,12 +231,38 @@ class SortedTimelines:
             builder.emissions.append(time_s)
         return count
 
+    def _add_run(self, time_s: float, request_ids: Sequence[object],
+                 token_indices: Sequence[object]) -> bool:
+        """The whole run at once, in C-level passes, when every entry is
+        plainly valid and its request's next emission (distinct known
+        requests, none ended or preempted, each index the next); False,
+        changing nothing, otherwise (the caller then goes entry by entry)."""
+        if (set(map(type, request_ids)) != _STR_TYPE or set(map(type, token_indices)) != _INT_TYPE
+                or type(token_indices) is not list):
+            return False
+        ids = set(request_ids)
+        builders = self._builders
+        if len(ids) != len(request_ids) or not ids <= builders.keys() or not ids.isdisjoint(
+                self._blocked):
+            return False
+        emissions = list(map(_emissions_of, map(builders.__getitem__,
+                                                cast("Sequence[str]", request_ids))))
+        if list(map(len, emissions)) != token_indices:
+            return False
+        for emitted in emissions:
+            emitted.append(time_s)
+        return True
+
     def finish(self) -> dict[str, RequestTimeline]:
         """The timelines, by request id in arrival order; the builder is spent."""
         builders, timelines = self._builders, {}
         for request_id in list(builders):  # each builder's lists go as its tuples come
             timelines[request_id] = builders.pop(request_id).freeze()
         return timelines
+
+
+_STR_TYPE, _INT_TYPE = {str}, {int}
+_emissions_of = attrgetter("emissions")
 
 
 def _add_arrival(builders: dict[str, _Builder], event: ArrivalEvent, compact: bool) -> None:
