@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from itertools import pairwise
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -398,16 +399,23 @@ def _outcome(read, *args, **kwargs) -> object:
         return f"EventLogError: {error}"
 
 
-@pytest.mark.parametrize("case", sorted(_TOKEN_CASES))
-def test_a_token_line_reads_as_the_event_path_reads_it(tmp_path, case: str) -> None:
-    """The scan's token shortcut (no event object) keeps every rule and
-    error of the event path: the same timelines or the same message."""
+def _scans_as_the_event_path(tmp_path: Path, text: str) -> Path:
+    """Write ``text`` as events.jsonl; its scan must give the event path's
+    timelines or raise its error, with and without a window's end."""
     path = tmp_path / "events.jsonl"
-    path.write_text(_HEAD + _TOKEN_CASES[case] + "\n")
+    path.write_text(text + "\n")
     for end_s in (math.inf, 5.0):
         scanned = _outcome(lambda *a, **k: scan_events(*a, **k).timelines, path, end_s=end_s)
         reference = _outcome(build_sorted_timelines, iter_jsonl(path), end_s=end_s)
         assert scanned == reference
+    return path
+
+
+@pytest.mark.parametrize("case", sorted(_TOKEN_CASES))
+def test_a_token_line_reads_as_the_event_path_reads_it(tmp_path, case: str) -> None:
+    """The scan's token shortcut (no event object) keeps every rule and
+    error of the event path: the same timelines or the same message."""
+    path = _scans_as_the_event_path(tmp_path, _HEAD + _TOKEN_CASES[case])
     if case == "valid":
         assert scan_events(path).timelines["a"].emission_s == (2.0, 3.0)
 
@@ -455,12 +463,7 @@ def test_a_tokens_line_reads_as_its_token_events(tmp_path, case: str) -> None:
     """A ``tokens`` line (a run of tokens at one time) is its token events
     in order: the scan's shortcut keeps every rule and error of the event
     path, and a malformed line or entry is refused naming its line."""
-    path = tmp_path / "events.jsonl"
-    path.write_text(_RUN_HEAD + _TOKENS_LINE_CASES[case] + "\n")
-    for end_s in (math.inf, 5.0):
-        scanned = _outcome(lambda *a, **k: scan_events(*a, **k).timelines, path, end_s=end_s)
-        reference = _outcome(build_sorted_timelines, iter_jsonl(path), end_s=end_s)
-        assert scanned == reference
+    path = _scans_as_the_event_path(tmp_path, _RUN_HEAD + _TOKENS_LINE_CASES[case])
     outcome = _outcome(lambda p: scan_events(p).timelines, path)
     # a bool index and an int time are what TokenEvent accepts (as the token line's cases)
     if case in ("valid", "one request twice", "bool index", "int time", "after a resume"):
