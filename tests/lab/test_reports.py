@@ -166,11 +166,13 @@ def test_progress_bar_appears_only_on_a_terminal_after_the_delay():
     assert not shown.is_shown
     _steps(shown, 256, clock, 0.01)
     assert shown.is_shown
+    shown.phase("writing the report")  # after the run: what the command does now
     shown.close()
-    assert "simulate" in stream.getvalue()
+    assert "simulate" in stream.getvalue() and "writing the report" in stream.getvalue()
     piped = io.StringIO()
     hidden = RunProgress(10, Console(file=piped, force_terminal=False), delay_s=0.0, clock=clock)
     _steps(hidden, 256, clock, 1.0)
+    hidden.phase("writing the report")
     hidden.close()
     assert not hidden.is_shown and piped.getvalue() == ""
 
