@@ -212,8 +212,7 @@ def run(args: argparse.Namespace) -> int:
         with staged_file(args.out.parent, args.out / "events.jsonl") as events:
             result = run_simulation(setup.manifest, config, stream, [progress], events=events,
                                     log_process=args.log_process == "auto")
-        progress.phase(f"{result.engine.num_iterations} iterations; writing the report "
-                       f"(events, summary, fairness{'' if args.no_plots else ', plots'})")
+        progress.phase("report" if args.no_plots else "report and plots")
         bytes_per_row = _bytes_per_row(args, online)
         kv = kv_report(result.executor.kv, result.trace, bytes_per_row)
         outputs = write_metric_outputs(
