@@ -40,7 +40,7 @@ ATTENTION_BACKENDS = ("auto", "torch", "cpp")
 KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 #: The extension's sources: in-place paged attention, fused element-wise ops.
 SOURCES = tuple(Path(__file__).with_name("csrc") / name
-                for name in ("paged_decode.cpp", "fused_ops.cpp"))
+                for name in ("paged_decode.cpp", "fused_ops.cpp", "decoder_layers.cpp"))
 #: Headers the sources include (hashed into the build key with them).
 HEADERS = tuple(Path(__file__).with_name("csrc") / name for name in ("simd.h", "amx_score.h",
                                                                     "amx_chunk.h"))

@@ -21,7 +21,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from iterserve.model.attention import MAX_DECODE_GROUPS, AttentionMetadata, paged_attention
+from iterserve.model.attention import (
+    MAX_DECODE_GROUPS,
+    AttentionMetadata,
+    InPlaceRows,
+    paged_attention,
+)
 from iterserve.model.config import ModelConfig
 from iterserve.model.kernels import resolve_in_place_decode
 from iterserve.model.kv_cache import PagedKVCache
@@ -48,12 +53,14 @@ class PackedCausalLM:
 
     def __init__(self, config: ModelConfig, weights: ModelWeights,
                  max_decode_groups: int = MAX_DECODE_GROUPS, prepack: bool = True,
-                 attention_backend: str = "auto") -> None:
+                 attention_backend: str = "auto", layers_in_one_call: bool = True) -> None:
         """`prepack`: reorder the projection weights for oneDNN where that is
         the faster path (see model.projection); the forward is the same.
         `attention_backend`: one of kernels.ATTENTION_BACKENDS: the native
         kernels (in-place paged attention, fused add + RMSNorm, SiLU-and-mul)
-        or plain torch (gather + SDPA, torch element-wise ops)."""
+        or plain torch (gather + SDPA, torch element-wise ops).
+        `layers_in_one_call`: run the layer loop natively where the model fits
+        it (see _one_call_weights); the same ops on the same tensors."""
         self.config = config
         embed = weights.embed_tokens
         self.weights = pack_weights(weights) if prepack and packing_pays(
@@ -68,6 +75,9 @@ class PackedCausalLM:
         #: Packed projections run decode-sized inputs at bucketed row counts
         #: (model.projection): the forward then carries that many rows end to end.
         self._buckets_rows = bool(self.weights.layers) and self.weights.layers[0].qkv_proj.is_mkldnn
+        #: The layer loop as one native call (csrc/decoder_layers.cpp) where
+        #: the model fits it; a batch attended wholly in place then runs it.
+        self._layer_weights = self._one_call_weights() if layers_in_one_call else None
 
     @property
     def in_place_decode(self) -> bool:
@@ -107,12 +117,19 @@ class PackedCausalLM:
                                    self.config.rope_attention_scaling)
             residual = F.embedding(self._row_padded(batch.token_ids), self.weights.embed_tokens)
             update: torch.Tensor | None = None  # the last sublayer's output, not yet added
-            for index, layer in enumerate(self.weights.layers):
-                normed, residual = self._add_norm(update, residual, layer.input_norm)
-                attended = self._attention(index, layer, normed, batch, cache, metadata, tables)
-                normed, residual = self._add_norm(linear(attended, layer.o_proj, layer.o_bias),
-                                                  residual, layer.post_attention_norm)
-                update = self._mlp(layer, normed)
+            in_place = metadata.in_place
+            if (self._layer_weights is not None and in_place is not None
+                    and in_place.rows is None):
+                update = self._layers_in_one_call(residual, batch, cache, in_place, tables)
+            else:
+                for index, layer in enumerate(self.weights.layers):
+                    normed, residual = self._add_norm(update, residual, layer.input_norm)
+                    attended = self._attention(index, layer, normed, batch, cache, metadata,
+                                               tables)
+                    normed, residual = self._add_norm(linear(attended, layer.o_proj,
+                                                             layer.o_bias),
+                                                      residual, layer.post_attention_norm)
+                    update = self._mlp(layer, normed)
             sampled = residual.index_select(0, batch.sample_rows)
             if update is not None:
                 sampled = sampled + update.index_select(0, batch.sample_rows)
@@ -120,6 +137,42 @@ class PackedCausalLM:
             return linear(sampled, self.weights.lm_head).float()
 
     __call__ = forward
+
+    def _one_call_weights(self) -> list[torch.Tensor] | None:
+        """The flat weight list of csrc/decoder_layers.cpp (per layer: input
+        norm, qkv, o, post-attention norm, gate_up, down), or None where the
+        model does not fit it: it needs the native kernels with that op,
+        oneDNN-packed projections (bucketed rows), no projection bias, no q/k
+        norm and no sliding window."""
+        ops, layers = self.native_ops, self.weights.layers
+        if (ops is None or not self._buckets_rows or not hasattr(ops, "decoder_layers")
+                or any(window is not None for window in self.config.sliding_windows)):
+            return None
+        flat: list[torch.Tensor] = []
+        for layer in layers:
+            if (layer.qkv_bias is not None or layer.o_bias is not None
+                    or layer.q_norm is not None or layer.k_norm is not None
+                    or not all(weight.is_mkldnn for weight in (
+                        layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj))):
+                return None
+            flat += [layer.input_norm, layer.qkv_proj, layer.o_proj, layer.post_attention_norm,
+                     layer.gate_up_proj, layer.down_proj]
+        return flat
+
+    def _layers_in_one_call(self, residual: torch.Tensor, batch: PackedBatch,
+                            cache: PagedKVCache, in_place: InPlaceRows,
+                            tables: RotaryTables) -> torch.Tensor:
+        """The layer loop of :meth:`forward` as one native call: updates
+        ``residual`` in place and returns the last MLP output, as the loop
+        leaves them (the same kernels in the same order)."""
+        assert self.native_ops is not None and self._layer_weights is not None
+        config = self.config
+        return self.native_ops.decoder_layers(
+            residual, batch.num_rows, self._layer_weights, cache.key_pools, cache.value_pools,
+            batch.slot_mapping, tables.cos, tables.signed_sin, in_place.block_tables,
+            in_place.request_offsets, in_place.context_lens, config.num_heads,
+            config.num_kv_heads, config.head_dim, config.rms_norm_eps,
+            config.head_dim ** -0.5)
 
     def _row_padded(self, token_ids: torch.Tensor) -> torch.Tensor:
         """The batch's token ids, padded (with id 0) to the row count its packed

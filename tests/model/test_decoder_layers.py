@@ -1,0 +1,66 @@
+"""The layer loop as one native call (csrc/decoder_layers.cpp) computes the
+Python loop's bits: the same kernels in the same order on the same tensors."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from model_helpers import BlockHandout, random_tokens, run_segments
+
+from iterserve.model.loader import load_model
+from iterserve.model.projection import packing_pays
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not packing_pays(torch.bfloat16, torch.device("cpu")),
+                       reason="this CPU's oneDNN has no native bf16"),
+]
+
+
+def _run(model, segments_by_step, one_call: bool):
+    """Each step's logits and the K/V pools after the last, one path forced."""
+    weights = model._layer_weights
+    if not one_call:
+        model._layer_weights = None
+    calls = []
+    native = model._layers_in_one_call
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return native(*args, **kwargs)
+
+    model._layers_in_one_call = counted
+    try:
+        cache = model.allocate_cache(num_blocks=64, block_size=4)
+        handout = BlockHandout(64, 4, seed=3)
+        logits = [run_segments(model, cache, handout, segments) for segments in segments_by_step]
+    finally:
+        model._layer_weights = weights
+        del model._layers_in_one_call
+    return logits, [pool.clone() for pool in cache.key_pools + cache.value_pools], len(calls)
+
+
+def test_one_call_layers_give_the_loop_s_logits_and_cache(tiny_dir, paged_decode_kernel) -> None:
+    model = load_model(tiny_dir, dtype=torch.bfloat16)
+    assert model._layer_weights is not None  # the tiny Llama fits the native loop
+    rng = random.Random(7)
+    vocab = model.config.vocab_size
+    prompts = {f"r{i}": random_tokens(rng, n, vocab) for i, n in enumerate((5, 11, 3, 17, 9))}
+    steps = [[(rid, tokens, 0, True) for rid, tokens in prompts.items()]]  # prefill chunks
+    for step in range(4):  # decode rows: 5 (a bucket of 8) and fewer as requests leave
+        steps.append([(rid, random_tokens(rng, 1, vocab), len(tokens) + step, True)
+                      for rid, tokens in list(prompts.items())[: 5 - step]])
+    one_call, one_call_pools, num_calls = _run(model, steps, one_call=True)
+    loop, loop_pools, num_loop_calls = _run(model, steps, one_call=False)
+    assert num_loop_calls == 0 and num_calls >= 4  # every decode step went native
+    assert all(torch.equal(a, b) for a, b in zip(one_call, loop, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(one_call_pools, loop_pools, strict=True))
+
+
+def test_models_the_native_loop_does_not_fit_keep_the_python_loop(tiny_dir) -> None:
+    assert load_model(tiny_dir, dtype=torch.float32)._layer_weights is None  # not packed
+    assert load_model(tiny_dir, dtype=torch.bfloat16, prepack=False)._layer_weights is None
+    assert load_model(tiny_dir, dtype=torch.bfloat16,
+                      attention_backend="torch")._layer_weights is None
