@@ -4,7 +4,9 @@
 batch, decode rows and multi-row chunks at any start, reading K/V rows in
 place from the paged pool: no gather, no padding, no mask. `fused_add_rms_norm`,
 `silu_and_mul` and `rotary_in_place` (csrc/fused_ops.cpp) do the layer's
-element-wise steps in one pass per row.
+element-wise steps in one pass per row. `decoder_layers`
+(csrc/decoder_layers.cpp) runs the model's whole layer loop with those ops and
+oneDNN's packed linear in one call (model/llama.py decides where it applies).
 
 Build and load, never at import: `load_paged_decode()` compiles the source
 with torch.utils.cpp_extension (g++ and ninja) into
