@@ -21,9 +21,9 @@ pytestmark = [
 
 def _run(model, segments_by_step, one_call: bool):
     """Each step's logits and the K/V pools after the last, one path forced."""
-    weights = model._layer_weights
+    weights = model._native_layers
     if not one_call:
-        model._layer_weights = None
+        model._native_layers = None
     calls = []
     native = model._layers_in_one_call
 
@@ -37,21 +37,25 @@ def _run(model, segments_by_step, one_call: bool):
         handout = BlockHandout(64, 4, seed=3)
         logits = [run_segments(model, cache, handout, segments) for segments in segments_by_step]
     finally:
-        model._layer_weights = weights
+        model._native_layers = weights
         del model._layers_in_one_call
     return logits, [pool.clone() for pool in cache.key_pools + cache.value_pools], len(calls)
 
 
-def test_one_call_layers_give_the_loop_s_logits_and_cache(tiny_dir, paged_decode_kernel) -> None:
-    model = load_model(tiny_dir, dtype=torch.bfloat16)
-    assert model._layer_weights is not None  # the tiny Llama fits the native loop
-    rng = random.Random(7)
+def _steps(model, seed: int) -> list[list[tuple[str, list[int], int, bool]]]:
+    """A prefill step of five requests, then four decode steps as they leave."""
+    rng = random.Random(seed)
     vocab = model.config.vocab_size
     prompts = {f"r{i}": random_tokens(rng, n, vocab) for i, n in enumerate((5, 11, 3, 17, 9))}
-    steps = [[(rid, tokens, 0, True) for rid, tokens in prompts.items()]]  # prefill chunks
+    steps = [[(rid, tokens, 0, True) for rid, tokens in prompts.items()]]
     for step in range(4):  # decode rows: 5 (a bucket of 8) and fewer as requests leave
         steps.append([(rid, random_tokens(rng, 1, vocab), len(tokens) + step, True)
                       for rid, tokens in list(prompts.items())[: 5 - step]])
+    return steps
+
+
+def _assert_same_bits(model) -> None:
+    steps = _steps(model, 7)
     one_call, one_call_pools, num_calls = _run(model, steps, one_call=True)
     loop, loop_pools, num_loop_calls = _run(model, steps, one_call=False)
     assert num_loop_calls == 0 and num_calls >= 4  # every decode step went native
@@ -59,8 +63,37 @@ def test_one_call_layers_give_the_loop_s_logits_and_cache(tiny_dir, paged_decode
     assert all(torch.equal(a, b) for a, b in zip(one_call_pools, loop_pools, strict=True))
 
 
-def test_models_the_native_loop_does_not_fit_keep_the_python_loop(tiny_dir) -> None:
-    assert load_model(tiny_dir, dtype=torch.float32)._layer_weights is None  # not packed
-    assert load_model(tiny_dir, dtype=torch.bfloat16, prepack=False)._layer_weights is None
+def test_one_call_layers_give_the_loop_s_logits_and_cache(tiny_dir, paged_decode_kernel) -> None:
+    model = load_model(tiny_dir, dtype=torch.bfloat16)
+    assert model._native_layers is not None  # the tiny Llama fits the native loop
+    _assert_same_bits(model)
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "mistral", "llama3"])
+def test_biases_windows_and_scaled_rope_go_native_with_the_same_bits(
+        kind: str, tmp_path, paged_decode_kernel) -> None:
+    """Qwen2's q/k/v biases and per-layer windows, Mistral's window and
+    Llama 3's scaled RoPE (tiny checkpoints of test_architectures)."""
+    from test_architectures import _build
+
+    _build(kind, tmp_path)
+    model = load_model(tmp_path, dtype=torch.bfloat16)
+    native = model._native_layers
+    assert native is not None
+    if kind == "qwen2":
+        assert native.biases[0] is not None and native.biases[1] is None
+        assert sorted(set(native.windows)) == [0, 3]  # a window on some layers only
+    if kind == "mistral":
+        assert set(native.windows) == {4}
+    _assert_same_bits(model)
+
+
+def test_models_the_native_loop_does_not_fit_keep_the_python_loop(tiny_dir, tmp_path) -> None:
+    from test_architectures import _build
+
+    _build("qwen3", tmp_path)  # per-head q/k norm
+    assert load_model(tmp_path, dtype=torch.bfloat16)._native_layers is None
+    assert load_model(tiny_dir, dtype=torch.float32)._native_layers is None  # not packed
+    assert load_model(tiny_dir, dtype=torch.bfloat16, prepack=False)._native_layers is None
     assert load_model(tiny_dir, dtype=torch.bfloat16,
-                      attention_backend="torch")._layer_weights is None
+                      attention_backend="torch")._native_layers is None

@@ -18,6 +18,8 @@ paragraph).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -48,6 +50,17 @@ from iterserve.model.rope import (
 from iterserve.model.weights import LayerWeights, ModelWeights
 
 
+@dataclass(frozen=True, slots=True)
+class _NativeLayers:
+    """csrc/decoder_layers.cpp's per-model arguments: per layer the input
+    norm, qkv, o, post-attention norm, gate_up and down weights, the qkv and
+    o biases, and the sliding window (0: none)."""
+
+    weights: list[torch.Tensor]
+    biases: list[torch.Tensor | None]
+    windows: list[int]
+
+
 class PackedCausalLM:
     """A decoder-only LM whose forward consumes PackedBatch over a PagedKVCache."""
 
@@ -60,7 +73,7 @@ class PackedCausalLM:
         kernels (in-place paged attention, fused add + RMSNorm, SiLU-and-mul)
         or plain torch (gather + SDPA, torch element-wise ops).
         `layers_in_one_call`: run the layer loop natively where the model fits
-        it (see _one_call_weights); the same ops on the same tensors."""
+        it (see _one_call_arguments); the same ops on the same tensors."""
         self.config = config
         embed = weights.embed_tokens
         self.weights = pack_weights(weights) if prepack and packing_pays(
@@ -77,7 +90,7 @@ class PackedCausalLM:
         self._buckets_rows = bool(self.weights.layers) and self.weights.layers[0].qkv_proj.is_mkldnn
         #: The layer loop as one native call (csrc/decoder_layers.cpp) where
         #: the model fits it; a batch attended wholly in place then runs it.
-        self._layer_weights = self._one_call_weights() if layers_in_one_call else None
+        self._native_layers = self._one_call_arguments() if layers_in_one_call else None
 
     @property
     def in_place_decode(self) -> bool:
@@ -118,7 +131,7 @@ class PackedCausalLM:
             residual = F.embedding(self._row_padded(batch.token_ids), self.weights.embed_tokens)
             update: torch.Tensor | None = None  # the last sublayer's output, not yet added
             in_place = metadata.in_place
-            if (self._layer_weights is not None and in_place is not None
+            if (self._native_layers is not None and in_place is not None
                     and in_place.rows is None):
                 update = self._layers_in_one_call(residual, batch, cache, in_place, tables)
             else:
@@ -138,26 +151,25 @@ class PackedCausalLM:
 
     __call__ = forward
 
-    def _one_call_weights(self) -> list[torch.Tensor] | None:
-        """The flat weight list of csrc/decoder_layers.cpp (per layer: input
-        norm, qkv, o, post-attention norm, gate_up, down), or None where the
-        model does not fit it: it needs the native kernels with that op,
-        oneDNN-packed projections (bucketed rows), no projection bias, no q/k
-        norm and no sliding window."""
+    def _one_call_arguments(self) -> _NativeLayers | None:
+        """What csrc/decoder_layers.cpp takes besides the batch, or None where
+        the model does not fit it: it needs the native kernels with that op,
+        oneDNN-packed projections (bucketed rows) and no q/k norm."""
         ops, layers = self.native_ops, self.weights.layers
-        if (ops is None or not self._buckets_rows or not hasattr(ops, "decoder_layers")
-                or any(window is not None for window in self.config.sliding_windows)):
+        if ops is None or not self._buckets_rows or not hasattr(ops, "decoder_layers"):
             return None
-        flat: list[torch.Tensor] = []
+        weights: list[torch.Tensor] = []
+        biases: list[torch.Tensor | None] = []
         for layer in layers:
-            if (layer.qkv_bias is not None or layer.o_bias is not None
-                    or layer.q_norm is not None or layer.k_norm is not None
+            if (layer.q_norm is not None or layer.k_norm is not None
                     or not all(weight.is_mkldnn for weight in (
                         layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj))):
                 return None
-            flat += [layer.input_norm, layer.qkv_proj, layer.o_proj, layer.post_attention_norm,
-                     layer.gate_up_proj, layer.down_proj]
-        return flat
+            weights += [layer.input_norm, layer.qkv_proj, layer.o_proj, layer.post_attention_norm,
+                        layer.gate_up_proj, layer.down_proj]
+            biases += [layer.qkv_bias, layer.o_bias]
+        windows = [window or 0 for window in self.config.sliding_windows]
+        return _NativeLayers(weights, biases, windows)
 
     def _layers_in_one_call(self, residual: torch.Tensor, batch: PackedBatch,
                             cache: PagedKVCache, in_place: InPlaceRows,
@@ -165,14 +177,14 @@ class PackedCausalLM:
         """The layer loop of :meth:`forward` as one native call: updates
         ``residual`` in place and returns the last MLP output, as the loop
         leaves them (the same kernels in the same order)."""
-        assert self.native_ops is not None and self._layer_weights is not None
-        config = self.config
+        assert self.native_ops is not None and self._native_layers is not None
+        config, native = self.config, self._native_layers
         return self.native_ops.decoder_layers(
-            residual, batch.num_rows, self._layer_weights, cache.key_pools, cache.value_pools,
-            batch.slot_mapping, tables.cos, tables.signed_sin, in_place.block_tables,
-            in_place.request_offsets, in_place.context_lens, config.num_heads,
-            config.num_kv_heads, config.head_dim, config.rms_norm_eps,
-            config.head_dim ** -0.5)
+            residual, batch.num_rows, native.weights, native.biases, native.windows,
+            cache.key_pools, cache.value_pools, batch.slot_mapping, tables.cos,
+            tables.signed_sin, in_place.block_tables, in_place.request_offsets,
+            in_place.context_lens, config.num_heads, config.num_kv_heads, config.head_dim,
+            config.rms_norm_eps, config.head_dim ** -0.5)
 
     def _row_padded(self, token_ids: torch.Tensor) -> torch.Tensor:
         """The batch's token ids, padded (with id 0) to the row count its packed

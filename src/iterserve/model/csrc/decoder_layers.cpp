@@ -4,9 +4,10 @@
 // step of the small preset runs about a hundred ops a forward; between them
 // the Python loop held the engine thread while torch's other thread waited.
 //
-// Eligible models only (PackedCausalLM._layers_in_one_call): oneDNN-packed
-// projections without biases, no q/k norm, no sliding window, and every
-// segment attended in place by this extension's paged_attention.
+// Eligible models only (PackedCausalLM._one_call_weights): oneDNN-packed
+// projections (with or without the q/k/v and o biases), no q/k norm, and
+// every segment attended in place by this extension's paged_attention (with
+// each layer's sliding window, 0 for none).
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -62,10 +63,13 @@ const Ops& ops() {
   return found;
 }
 
-// torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "") (model/projection.py)
-at::Tensor linear(const at::Tensor& x, const at::Tensor& weight) {
-  torch::jit::Stack stack{x.contiguous(), weight, c10::IValue(), std::string("none"),
-                          c10::List<std::optional<at::Scalar>>(), std::string("")};
+// torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "") (model/projection.py)
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight,
+                  const std::optional<at::Tensor>& bias = std::nullopt) {
+  torch::jit::Stack stack{x.contiguous(), weight,
+                          bias.has_value() ? c10::IValue(*bias) : c10::IValue(),
+                          std::string("none"), c10::List<std::optional<at::Scalar>>(),
+                          std::string("")};
   ops().linear.callBoxed(&stack);
   return stack[0].toTensor();
 }
@@ -73,7 +77,9 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight) {
 // Returns the last layer's MLP output (not yet added); `residual` [W, hidden]
 // (W >= num_rows: the bucketed rows of model/projection.py) is updated in place.
 at::Tensor decoder_layers(const at::Tensor& residual, int64_t num_rows, at::TensorList weights,
-                          at::TensorList key_pools, at::TensorList value_pools,
+                          const c10::List<std::optional<at::Tensor>>& biases,
+                          at::IntArrayRef windows, at::TensorList key_pools,
+                          at::TensorList value_pools,
                           const at::Tensor& slot_mapping, const at::Tensor& cos,
                           const at::Tensor& signed_sin, const at::Tensor& block_tables,
                           const at::Tensor& offsets, const at::Tensor& context_lens,
@@ -81,8 +87,11 @@ at::Tensor decoder_layers(const at::Tensor& residual, int64_t num_rows, at::Tens
                           double softmax_scale) {
   const int64_t num_layers = static_cast<int64_t>(key_pools.size());
   TORCH_CHECK(num_layers > 0 && static_cast<int64_t>(value_pools.size()) == num_layers &&
-                  static_cast<int64_t>(weights.size()) == kWeightsPerLayer * num_layers,
-              "decoder_layers: ", kWeightsPerLayer, " weights and a key and value pool a layer");
+                  static_cast<int64_t>(weights.size()) == kWeightsPerLayer * num_layers &&
+                  static_cast<int64_t>(biases.size()) == 2 * num_layers &&
+                  static_cast<int64_t>(windows.size()) == num_layers,
+              "decoder_layers: ", kWeightsPerLayer,
+              " weights, two biases (qkv, o), a window and a key and value pool a layer");
   const int64_t width = residual.size(0);
   TORCH_CHECK(residual.dim() == 2 && num_rows > 0 && num_rows <= width,
               "decoder_layers: residual [W, hidden] with 0 < num_rows <= W");
@@ -98,7 +107,8 @@ at::Tensor decoder_layers(const at::Tensor& residual, int64_t num_rows, at::Tens
       normed = update;
     }
     // attention: QKV, RoPE on q and k in place, K/V into the pool, attend in place
-    at::Tensor qkv = linear(normed, w[1]).view({width, num_heads + 2 * num_kv_heads, head_dim});
+    at::Tensor qkv = linear(normed, w[1], biases.get(2 * layer))
+                         .view({width, num_heads + 2 * num_kv_heads, head_dim});
     qkv = qkv.narrow(0, 0, num_rows);
     at::Tensor rotated = qkv.narrow(1, 0, num_heads + num_kv_heads);
     o.rotary.call(rotated, cos, signed_sin);
@@ -109,10 +119,10 @@ at::Tensor decoder_layers(const at::Tensor& residual, int64_t num_rows, at::Tens
     if (query.stride(2) != 1) query = query.contiguous();
     at::Tensor attended = o.attention
                               .call(query, key_pools[layer], value_pools[layer], block_tables,
-                                    offsets, context_lens, 0, softmax_scale)
+                                    offsets, context_lens, windows[layer], softmax_scale)
                               .view({num_rows, -1});
     if (width != num_rows) attended = at::constant_pad_nd(attended, {0, 0, 0, width - num_rows});
-    at::Tensor projected = linear(attended, w[2]);
+    at::Tensor projected = linear(attended, w[2], biases.get(2 * layer + 1));
     o.add_rms_norm.call(projected, residual, w[3], eps);
     // SwiGLU
     update = linear(o.silu_and_mul.call(linear(projected, w[4])), w[5]);
@@ -125,8 +135,9 @@ at::Tensor decoder_layers(const at::Tensor& residual, int64_t num_rows, at::Tens
 // One kernel for every dispatch key: the weights are oneDNN (MkldnnCPU)
 // tensors beside CPU ones, and the ops called inside dispatch on their own.
 TORCH_LIBRARY_FRAGMENT(ITERSERVE_OPS, m) {
-  m.def("decoder_layers(Tensor(a!) residual, int num_rows, Tensor[] weights, Tensor[] key_pools, "
-        "Tensor[] value_pools, Tensor slot_mapping, Tensor cos, Tensor signed_sin, "
+  m.def("decoder_layers(Tensor(a!) residual, int num_rows, Tensor[] weights, Tensor?[] biases, "
+        "int[] windows, Tensor[] key_pools, Tensor[] value_pools, Tensor slot_mapping, "
+        "Tensor cos, Tensor signed_sin, "
         "Tensor block_tables, Tensor offsets, Tensor context_lens, int num_heads, "
         "int num_kv_heads, int head_dim, float eps, float softmax_scale) -> Tensor",
         &decoder_layers);
