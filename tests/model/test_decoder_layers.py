@@ -69,11 +69,12 @@ def test_one_call_layers_give_the_loop_s_logits_and_cache(tiny_dir, paged_decode
     _assert_same_bits(model)
 
 
-@pytest.mark.parametrize("kind", ["qwen2", "mistral", "llama3"])
+@pytest.mark.parametrize("kind", ["qwen2", "qwen3", "mistral", "llama3"])
 def test_biases_windows_and_scaled_rope_go_native_with_the_same_bits(
         kind: str, tmp_path, paged_decode_kernel) -> None:
-    """Qwen2's q/k/v biases and per-layer windows, Mistral's window and
-    Llama 3's scaled RoPE (tiny checkpoints of test_architectures)."""
+    """Qwen2's q/k/v biases and per-layer windows, Qwen3's per-head q/k norm
+    (and biases), Mistral's window and Llama 3's scaled RoPE (the tiny
+    checkpoints of test_architectures)."""
     from test_architectures import _build
 
     _build(kind, tmp_path)
@@ -83,16 +84,14 @@ def test_biases_windows_and_scaled_rope_go_native_with_the_same_bits(
     if kind == "qwen2":
         assert native.biases[0] is not None and native.biases[1] is None
         assert sorted(set(native.windows)) == [0, 3]  # a window on some layers only
+    if kind == "qwen3":
+        assert native.qk_norms[0] is not None and native.qk_norms[1] is not None
     if kind == "mistral":
         assert set(native.windows) == {4}
     _assert_same_bits(model)
 
 
-def test_models_the_native_loop_does_not_fit_keep_the_python_loop(tiny_dir, tmp_path) -> None:
-    from test_architectures import _build
-
-    _build("qwen3", tmp_path)  # per-head q/k norm
-    assert load_model(tmp_path, dtype=torch.bfloat16)._native_layers is None
+def test_models_the_native_loop_does_not_fit_keep_the_python_loop(tiny_dir) -> None:
     assert load_model(tiny_dir, dtype=torch.float32)._native_layers is None  # not packed
     assert load_model(tiny_dir, dtype=torch.bfloat16, prepack=False)._native_layers is None
     assert load_model(tiny_dir, dtype=torch.bfloat16,

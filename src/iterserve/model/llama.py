@@ -54,10 +54,12 @@ from iterserve.model.weights import LayerWeights, ModelWeights
 class _NativeLayers:
     """csrc/decoder_layers.cpp's per-model arguments: per layer the input
     norm, qkv, o, post-attention norm, gate_up and down weights, the qkv and
-    o biases, and the sliding window (0: none)."""
+    o biases, the per-head q and k norms (Qwen3), and the sliding window (0:
+    none)."""
 
     weights: list[torch.Tensor]
     biases: list[torch.Tensor | None]
+    qk_norms: list[torch.Tensor | None]
     windows: list[int]
 
 
@@ -154,22 +156,24 @@ class PackedCausalLM:
     def _one_call_arguments(self) -> _NativeLayers | None:
         """What csrc/decoder_layers.cpp takes besides the batch, or None where
         the model does not fit it: it needs the native kernels with that op,
-        oneDNN-packed projections (bucketed rows) and no q/k norm."""
+        oneDNN-packed projections (bucketed rows)."""
         ops, layers = self.native_ops, self.weights.layers
         if ops is None or not self._buckets_rows or not hasattr(ops, "decoder_layers"):
             return None
         weights: list[torch.Tensor] = []
         biases: list[torch.Tensor | None] = []
+        qk_norms: list[torch.Tensor | None] = []
         for layer in layers:
-            if (layer.q_norm is not None or layer.k_norm is not None
-                    or not all(weight.is_mkldnn for weight in (
-                        layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj))):
+            if not all(weight.is_mkldnn for weight in (
+                    layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj)):
                 return None
             weights += [layer.input_norm, layer.qkv_proj, layer.o_proj, layer.post_attention_norm,
                         layer.gate_up_proj, layer.down_proj]
             biases += [layer.qkv_bias, layer.o_bias]
+            qk_norms += ([layer.q_norm, layer.k_norm] if layer.q_norm is not None
+                         and layer.k_norm is not None else [None, None])
         windows = [window or 0 for window in self.config.sliding_windows]
-        return _NativeLayers(weights, biases, windows)
+        return _NativeLayers(weights, biases, qk_norms, windows)
 
     def _layers_in_one_call(self, residual: torch.Tensor, batch: PackedBatch,
                             cache: PagedKVCache, in_place: InPlaceRows,
@@ -180,7 +184,8 @@ class PackedCausalLM:
         assert self.native_ops is not None and self._native_layers is not None
         config, native = self.config, self._native_layers
         return self.native_ops.decoder_layers(
-            residual, batch.num_rows, native.weights, native.biases, native.windows,
+            residual, batch.num_rows, native.weights, native.biases, native.qk_norms,
+            native.windows,
             cache.key_pools, cache.value_pools, batch.slot_mapping, tables.cos,
             tables.signed_sin, in_place.block_tables, in_place.request_offsets,
             in_place.context_lens, config.num_heads, config.num_kv_heads, config.head_dim,

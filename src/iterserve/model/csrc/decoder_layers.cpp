@@ -4,13 +4,14 @@
 // step of the small preset runs about a hundred ops a forward; between them
 // the Python loop held the engine thread while torch's other thread waited.
 //
-// Eligible models only (PackedCausalLM._one_call_weights): oneDNN-packed
-// projections (with or without the q/k/v and o biases), no q/k norm, and
-// every segment attended in place by this extension's paged_attention (with
-// each layer's sliding window, 0 for none).
+// Eligible models only (PackedCausalLM._one_call_arguments): oneDNN-packed
+// projections (with or without the q/k/v and o biases, with or without the
+// per-head q/k norm), and every segment attended in place by this
+// extension's paged_attention (with each layer's sliding window, 0 for none).
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/constant_pad_nd.h>
 #include <ATen/ops/rms_norm.h>
 #include <torch/library.h>
@@ -78,6 +79,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight,
 // (W >= num_rows: the bucketed rows of model/projection.py) is updated in place.
 at::Tensor decoder_layers(const at::Tensor& residual, int64_t num_rows, at::TensorList weights,
                           const c10::List<std::optional<at::Tensor>>& biases,
+                          const c10::List<std::optional<at::Tensor>>& qk_norms,
                           at::IntArrayRef windows, at::TensorList key_pools,
                           at::TensorList value_pools,
                           const at::Tensor& slot_mapping, const at::Tensor& cos,
@@ -89,9 +91,11 @@ at::Tensor decoder_layers(const at::Tensor& residual, int64_t num_rows, at::Tens
   TORCH_CHECK(num_layers > 0 && static_cast<int64_t>(value_pools.size()) == num_layers &&
                   static_cast<int64_t>(weights.size()) == kWeightsPerLayer * num_layers &&
                   static_cast<int64_t>(biases.size()) == 2 * num_layers &&
+                  static_cast<int64_t>(qk_norms.size()) == 2 * num_layers &&
                   static_cast<int64_t>(windows.size()) == num_layers,
               "decoder_layers: ", kWeightsPerLayer,
-              " weights, two biases (qkv, o), a window and a key and value pool a layer");
+              " weights, two biases (qkv, o), two q/k norms, a window and a key and value pool"
+              " a layer");
   const int64_t width = residual.size(0);
   TORCH_CHECK(residual.dim() == 2 && num_rows > 0 && num_rows <= width,
               "decoder_layers: residual [W, hidden] with 0 < num_rows <= W");
@@ -111,6 +115,14 @@ at::Tensor decoder_layers(const at::Tensor& residual, int64_t num_rows, at::Tens
                          .view({width, num_heads + 2 * num_kv_heads, head_dim});
     qkv = qkv.narrow(0, 0, num_rows);
     at::Tensor rotated = qkv.narrow(1, 0, num_heads + num_kv_heads);
+    const std::optional<at::Tensor> q_norm = qk_norms.get(2 * layer);
+    const std::optional<at::Tensor> k_norm = qk_norms.get(2 * layer + 1);
+    if (q_norm.has_value() && k_norm.has_value()) {  // Qwen3: each head RMS-normalised first
+      rotated = at::cat({at::rms_norm(rotated.narrow(1, 0, num_heads), {head_dim}, *q_norm, eps),
+                         at::rms_norm(rotated.narrow(1, num_heads, num_kv_heads), {head_dim},
+                                      *k_norm, eps)},
+                        1);
+    }
     o.rotary.call(rotated, cos, signed_sin);
     at::Tensor query = rotated.narrow(1, 0, num_heads);
     o.write_kv.call(key_pools[layer], value_pools[layer], slot_mapping,
@@ -136,7 +148,8 @@ at::Tensor decoder_layers(const at::Tensor& residual, int64_t num_rows, at::Tens
 // tensors beside CPU ones, and the ops called inside dispatch on their own.
 TORCH_LIBRARY_FRAGMENT(ITERSERVE_OPS, m) {
   m.def("decoder_layers(Tensor(a!) residual, int num_rows, Tensor[] weights, Tensor?[] biases, "
-        "int[] windows, Tensor[] key_pools, Tensor[] value_pools, Tensor slot_mapping, "
+        "Tensor?[] qk_norms, int[] windows, Tensor[] key_pools, Tensor[] value_pools, "
+        "Tensor slot_mapping, "
         "Tensor cos, Tensor signed_sin, "
         "Tensor block_tables, Tensor offsets, Tensor context_lens, int num_heads, "
         "int num_kv_heads, int head_dim, float eps, float softmax_scale) -> Tensor",
