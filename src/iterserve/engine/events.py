@@ -108,7 +108,7 @@ class EventRecorder(EngineObserver):
         self.iterations = RecordColumns(IterationComposition, "dqqqq")
         self.samples = RecordColumns(ResourceSample, "dqqqqq")
         self._events: list[Event] = []  # without a sink: every fact
-        # with a sink: (time, line with its newline) not yet written
+        # with a sink: (time, lines with their newlines, or a run of tokens) not yet written
         self._pending: list[tuple[float, str | _TokenRun]] = []
         self._held_run: _TokenRun | None = None  # written when a fact follows it, or at close
         self._admitted: set[str] = set()

@@ -92,7 +92,7 @@ def scan_events(path: Path, *, end_s: float = math.inf, compact: bool = False) -
         # time or a bool index takes the event path) skips the event object
         if record.get("kind") == "token" and len(record) == 4:
             request_id, index = record.get("request_id", ""), record.get("token_index", 0)
-            is_plain = (type(time_s) is float and 0.0 <= time_s < math.inf
+            is_plain = (_is_plain_time(time_s)
                         and type(request_id) is str and request_id != ""
                         and type(index) is int and index >= 1)
         else:
@@ -121,14 +121,19 @@ def _scan_tokens(timelines: SortedTimelines, path: Path, number: int,
     that names the line and the entry, or is added)."""
     time_s, request_ids, indices = token_run_at(path, number, record)
     count = len(request_ids)
-    start = 0
-    if type(time_s) is float and 0.0 <= time_s < math.inf:
-        start = timelines.add_tokens(time_s, request_ids, indices)
+    plain_time = _is_plain_time(time_s)
+    start = timelines.add_tokens(time_s, request_ids, indices) if plain_time else 0
     if start < count:  # the event path from here, one entry at a time
         events = token_events_at(path, number, record)
         while start < count:
             timelines.add(events[start])
             start += 1
-            if type(time_s) is float and 0.0 <= time_s < math.inf:
+            if plain_time:
                 start = timelines.add_tokens(time_s, request_ids, indices, start)
     return count
+
+
+def _is_plain_time(time_s: object) -> bool:
+    """A time TokenEvent takes as it stands: a finite float >= 0 (an int
+    time takes the event path, which keeps its type)."""
+    return type(time_s) is float and 0.0 <= time_s < math.inf

@@ -120,7 +120,7 @@ def plot_batch_composition(
     elif len(times_s) > MAX_BAR_ARTISTS:
         _composition_lines(axis, rows, times_s)
     else:
-        _composition_bars(axis, [list(map(int, kind)) for kind in rows], times_s.tolist())
+        _composition_bars(axis, [kind.tolist() for kind in rows], times_s.tolist())
     title = "Batch composition per iteration"
     tallest = max(int((rows[0] + rows[1] + rows[2]).max(initial=0)),
                   max_rows_per_iteration or 0, 1)
@@ -255,14 +255,14 @@ def plot_queue_and_kv(
     """Queue depth (waiting, suspended after preemption, running) and KV
     block usage over time."""
     figure, axes = _figure(2, 1, width_in=10.0, height_in=6.5, sharex=True)
-    times = _column(samples, "time_s").astype(np.float64) / unit.seconds_per_unit
+    times = _column(samples, "time_s") / unit.seconds_per_unit
     waiting_all, suspended = (_column(samples, name).astype(np.float64)
                               for name in ("num_waiting", "num_suspended"))
     waiting = waiting_all - suspended
     running = _column(samples, "num_running").astype(np.float64)
     used, total = (_column(samples, name) for name in ("num_kv_blocks_used", "num_kv_blocks_total"))
-    with np.errstate(divide="ignore", invalid="ignore"):  # no blocks: unbounded, drawn as NaN
-        usage = np.where(total == 0, np.nan, used / np.where(total == 0, 1, total))
+    # no blocks: unbounded (ResourceSample.kv_usage_fraction None), drawn as NaN
+    usage = np.where(total == 0, np.nan, used / np.where(total == 0, 1, total))
     # a long run's series: the points a line a quarter pixel wide needs
     keep = _m4_indices(times, (waiting, suspended, running, usage), _num_bins(10.0))
     times_s = times[keep]

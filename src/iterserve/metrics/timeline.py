@@ -212,23 +212,16 @@ class SortedTimelines:
         error :meth:`add` names or is added, and goes on from the next."""
         if time_s < self._last_s:
             return start
-        self._last_s = time_s
         count = len(request_ids)
-        past_end = time_s >= self._end_s
-        builders = self._builders
-        if not start and not past_end and self._add_run(time_s, request_ids, token_indices):
+        if (not start and time_s < self._end_s
+                and self._add_run(time_s, request_ids, token_indices)):
+            self._last_s = time_s
             return count
         for entry in range(start, count):
             request_id, index = request_ids[entry], token_indices[entry]
-            if type(request_id) is not str or type(index) is not int or index < 1:
+            if (type(request_id) is not str or type(index) is not int or index < 1
+                    or not self.add_token(time_s, request_id, index)):
                 return entry
-            if past_end:
-                continue  # a fact past the window: not kept, as add() keeps none
-            builder = builders.get(request_id)
-            if (builder is None or builder.timeline.is_terminal
-                    or _emission_fault(builder, index) is not None):
-                return entry
-            builder.emissions.append(time_s)
         return count
 
     def _add_run(self, time_s: float, request_ids: Sequence[object],

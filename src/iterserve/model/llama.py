@@ -131,20 +131,13 @@ class PackedCausalLM:
             tables = rotary_tables(batch.positions, self._inv_freq, self.dtype,
                                    self.config.rope_attention_scaling)
             residual = F.embedding(self._row_padded(batch.token_ids), self.weights.embed_tokens)
-            update: torch.Tensor | None = None  # the last sublayer's output, not yet added
             in_place = metadata.in_place
+            update: torch.Tensor | None  # the last sublayer's output, not yet added
             if (self._native_layers is not None and in_place is not None
                     and in_place.rows is None):
                 update = self._layers_in_one_call(residual, batch, cache, in_place, tables)
             else:
-                for index, layer in enumerate(self.weights.layers):
-                    normed, residual = self._add_norm(update, residual, layer.input_norm)
-                    attended = self._attention(index, layer, normed, batch, cache, metadata,
-                                               tables)
-                    normed, residual = self._add_norm(linear(attended, layer.o_proj,
-                                                             layer.o_bias),
-                                                      residual, layer.post_attention_norm)
-                    update = self._mlp(layer, normed)
+                residual, update = self._layers(residual, batch, cache, metadata, tables)
             sampled = residual.index_select(0, batch.sample_rows)
             if update is not None:
                 sampled = sampled + update.index_select(0, batch.sample_rows)
@@ -152,6 +145,20 @@ class PackedCausalLM:
             return linear(sampled, self.weights.lm_head).float()
 
     __call__ = forward
+
+    def _layers(self, residual: torch.Tensor, batch: PackedBatch, cache: PagedKVCache,
+                metadata: AttentionMetadata, tables: RotaryTables
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The layer loop, op by op: the residual stream and the last MLP
+        output, not yet added (None without layers)."""
+        update: torch.Tensor | None = None  # the last sublayer's output, not yet added
+        for index, layer in enumerate(self.weights.layers):
+            normed, residual = self._add_norm(update, residual, layer.input_norm)
+            attended = self._attention(index, layer, normed, batch, cache, metadata, tables)
+            normed, residual = self._add_norm(linear(attended, layer.o_proj, layer.o_bias),
+                                              residual, layer.post_attention_norm)
+            update = self._mlp(layer, normed)
+        return residual, update
 
     def _one_call_arguments(self) -> _NativeLayers | None:
         """What csrc/decoder_layers.cpp takes besides the batch, or None where
