@@ -12,13 +12,13 @@ process, so peak RSS (``resource.getrusage``) is that run's.
 
 Measured: wall seconds of the run (engine loop, observers, decision log and
 event stream; generating the workload is timed apart), the CPU seconds of the
-same span (``cpu_s``: this process and its log process; steadier than wall
+same span (``cpu_s``: this process and its follower; steadier than wall
 time on a shared machine, for A/B runs), simulated requests per wall second
-and the peak resident memory of the process (``peak_rss_mib``) and of its log
-process (``peak_rss_log_process_mib``; the two together bound the run's).
-The decision log is written by a second process, as ``iterserve simulate``
-does by default on two CPUs (``sim/log_process.py``); ``--serial-log`` writes
-it in the run's process. ``--rate-per-s`` raises the arrival rate
+and the peak resident memory of the process (``peak_rss_mib``) and of its
+follower (``peak_rss_log_process_mib``; the two together bound the run's).
+The decision log and the events are written by a second process that follows
+the run's decisions, as ``iterserve simulate`` does by default on two CPUs
+(``sim/follower.py``); ``--serial-log`` writes them in the run's process. ``--rate-per-s`` raises the arrival rate
 above the issue's 20 req/s: the pool serves about the same number of
 requests per second, so the waiting queue grows faster and a few thousand
 requests reach the queue lengths of a 100,000-request run (the per-decision
@@ -41,7 +41,7 @@ report.json, report.md and the four plots; the decision log on unless
 process on the same workload: the whole run (the decision log in process);
 the engine alone (no observer: no decision log, events, trace or ledger;
 validation on); the engine with validation off; then the whole run's wall
-time with the log process. It prints microseconds per iteration beside the 100-second
+time with the follower. It prints microseconds per iteration beside the 100-second
 target's allowance (100 s over the 100,000-request run's 219,556
 iterations: 455 us):
 
@@ -160,7 +160,7 @@ def run_one(num_requests: int, decision_log: bool, profile_lines: int,
 
 
 def _cpu_s() -> float:
-    """CPU seconds of this process and of its reaped children (the log process)."""
+    """CPU seconds of this process and of its reaped children (the follower)."""
     times = os.times()
     return times.user + times.system + times.children_user + times.children_system
 
@@ -184,7 +184,7 @@ def run_engine_alone(num_requests: int, validate: bool,
 BUDGET_PARTS = {"whole run": ["--serial-log"],
                 "engine alone, validation on": ["--engine-alone"],
                 "engine alone, validation off": ["--engine-alone", "--no-validation"],
-                "whole run, log process": []}
+                "whole run, follower": []}
 
 
 def print_budget(num_requests: int, rate_per_s: float) -> None:
@@ -207,8 +207,8 @@ def print_budget(num_requests: int, rate_per_s: float) -> None:
                           ("observers (decision log, events, trace, ledger)", whole_s - alone_s),
                           ("whole run", whole_s)):
         print(f"| {name} | {seconds:.2f} | {seconds / iterations * 1e6:.0f} |")
-    forked = runs["whole run, log process"]
-    print(f"With the log process (the decision log from a second process): "
+    forked = runs["whole run, follower"]
+    print(f"With the follower (the decision log and the events from a second process): "
           f"{forked['wall_s'] / iterations * 1e6:.0f} us per iteration of wall time "
           f"({forked['wall_s']:.2f} s; both processes' CPU {forked['cpu_s']:.2f} s; the run "
           f"alone in its process: {runs['whole run']['wall_s']:.2f} s)")
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="runs per size (best wall kept)")
     parser.add_argument("--no-decision-log", action="store_true")
     parser.add_argument("--serial-log", action="store_true",
-                        help="write the decision log in the run's process (no log process)")
+                        help="write the decision log and the events in the run's process (no follower)")
     parser.add_argument("--profile", type=int, default=0, metavar="LINES",
                         help="cProfile the run, print the top LINES by own time (one size)")
     parser.add_argument("--json", type=Path, default=None)

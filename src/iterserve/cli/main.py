@@ -44,7 +44,7 @@ from iterserve.policies.registry import UnknownPolicy
 from iterserve.policies.settings import PolicyConfigError
 from iterserve.records.errors import ContractViolation
 from iterserve.records.workload import WorkloadError
-from iterserve.sim.log_process import LogProcessError
+from iterserve.sim.follower import FollowerError
 from iterserve.sim.replay import ReplayDivergence
 from iterserve.sim.traces import TraceError
 from iterserve.sim.workload_spec import WorkloadSpecError
@@ -52,7 +52,7 @@ from iterserve.sim.workload_spec import WorkloadSpecError
 EXPECTED_ERRORS = (CheckpointError, WorkloadError, UnknownPolicy, PolicyConfigError, ReplayDivergence, ContractViolation,
                    EngineStalled, InfeasibleRun, FileNotFoundError, FlagError, OverloadConfigError, CostModelError,
                    WorkloadSpecError, TraceError, CompareError, CoordinateError, KvPoolSizeError,
-                   BenchInputError, LogProcessError)
+                   BenchInputError, FollowerError)
 EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE
 EXIT_INTERRUPTED = 128 + 2  # SIGINT
 

@@ -114,6 +114,7 @@ class EventRecorder(EngineObserver):
         self._admitted: set[str] = set()
         self._preempted: set[str] = set()
         self._sink = sink
+        self._streamed = sink is not None  # the facts went to a sink (kept once detached)
         self._written_s = -math.inf  # time of the last fact written to the sink
 
     def to_s(self, clock_value: float) -> float:
@@ -121,11 +122,19 @@ class EventRecorder(EngineObserver):
 
     @property
     def is_streaming(self) -> bool:
-        return self._sink is not None
+        return self._streamed
+
+    def detached(self) -> EventRecorder:
+        """This recorder, closed, without its sink: what another process
+        reads of it (the iteration records and samples; the facts are in the
+        sink's file). Pickles; ``is_streaming`` stays true."""
+        self.close()
+        self._sink = None
+        return self
 
     def log(self) -> EventLog:
         """The facts in time order (stable: equal times keep causal order)."""
-        if self._sink is not None:
+        if self._streamed:
             raise ValueError("the events were streamed to the sink; read them back from there")
         return EventLog(sorted(self._events, key=lambda event: event.time_s))
 

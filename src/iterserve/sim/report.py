@@ -53,8 +53,19 @@ from iterserve.records.spec import OnlineWorkload, SloTargets, WorkloadManifest
 from iterserve.sim.collector import collector_held_back
 from iterserve.sim.executor import SimulatedExecutor
 from iterserve.sim.factory import make_simulated_executor
+from iterserve.sim.follower import (
+    FeedReader,
+    FollowerGone,
+    FollowerProcess,
+    FollowingExecutor,
+    FollowingPolicy,
+    RunEnd,
+    TappedExecutor,
+    TappedPolicy,
+    can_fork,
+    can_share,
+)
 from iterserve.sim.ledger_trace import LedgerTrace
-from iterserve.sim.log_process import LogProcess, ParentWatch, RunEnd, can_fork_log
 
 OCCUPANCY_LABEL = ("logical slot occupancy: sequences per iteration / sequence_budget; "
                    "not measured GPU utilization")
@@ -164,39 +175,77 @@ def run_simulation(manifest: WorkloadManifest, config: RunConfig,
     ``events`` stream the metric events are written there as JSONL while the
     run goes (``events.jsonl``'s bytes) instead of being held in memory.
 
-    ``log_process``: write the decision log from a second process that runs
-    the same engine again (:mod:`iterserve.sim.log_process`) where the stream
-    and the machine allow it (:func:`can_fork_log`); the same bytes, fewer wall
-    seconds, more CPU seconds. :class:`LogProcessError` if the two runs differ."""
+    ``log_process``: write the decision log and the events stream from a
+    second process that follows the run's decisions
+    (:mod:`iterserve.sim.follower`) where the machine allows it and at least
+    one of the two streams is a file (:func:`can_share`; the other is then
+    written here); the same bytes, fewer wall seconds. :class:`FollowerError`
+    if the follower fails or ends elsewhere."""
     online = manifest.online
     executor = costed_executor(manifest, config.cost_model)
-    trace = RunTrace()
-    recorder = EventRecorder(seconds_per_clock_unit(online.clock, config.cost_model), events)
-    ledger_trace = LedgerTrace()
+    unit_s = seconds_per_clock_unit(online.clock, config.cost_model)
+    shared_log = decision_log if log_process and can_share(decision_log) else None
+    shared_events = events if log_process and can_share(events) else None
+    if (shared_log is not None or shared_events is not None) and can_fork():
+        return _followed_run(manifest, config, executor, extra_observers, decision_log, events,
+                             shared_log is not None, shared_events is not None)
+    trace, ledger_trace = RunTrace(), LedgerTrace()
+    recorder = EventRecorder(unit_s, events)
     observers: list[EngineObserver] = [trace, recorder, ledger_trace]
-    writer = child = None
-    if decision_log is not None and log_process and can_fork_log(decision_log):
-        # the child writes this stream: nothing of ours may sit in its buffer
-        # (it leaves by os._exit, so the other buffers it inherits are never flushed)
-        decision_log.flush()
-        child = LogProcess(lambda: _logged_rerun(manifest, config, decision_log))
-    elif decision_log is not None:
+    writer = None
+    if decision_log is not None:
         writer = _log_writer(manifest, config, executor, decision_log)
         observers.append(writer)
     observers.extend(extra_observers)
+    engine = Engine(online, config.policy, executor, observers, gate=engine_gate(config.gate))
+    with collector_held_back():
+        engine.run(max_iterations=config.max_iterations)
+    recorder.close()
+    if writer is not None:
+        writer.close(engine.state, is_done=engine.is_done)
+    return SimulationRun(engine, trace, recorder, executor, ledger_trace)
+
+
+def _followed_run(manifest: WorkloadManifest, config: RunConfig, executor: SimulatedExecutor,
+                  extra_observers: Sequence[EngineObserver], decision_log: IO[str] | None,
+                  events: IO[str] | None, log_followed: bool,
+                  events_followed: bool) -> SimulationRun:
+    """:func:`run_simulation` with a follower writing the decision log
+    (``log_followed``) and the events (``events_followed``); what is not
+    followed is recorded here."""
+    unit_s = seconds_per_clock_unit(manifest.online.clock, config.cost_model)
+    for stream, followed in ((decision_log, log_followed), (events, events_followed)):
+        if followed:  # the child writes it: nothing of ours may sit in its buffer
+            assert stream is not None
+            stream.flush()
+    follower = FollowerProcess(lambda feed: _follow(
+        feed, manifest, config, executor, decision_log if log_followed else None,
+        events if events_followed else None))
+    trace, ledger_trace = RunTrace(), LedgerTrace()
+    recorder = None if events_followed else EventRecorder(unit_s, events)
+    writer = None if log_followed or decision_log is None else _log_writer(
+        manifest, config, executor, decision_log)
+    observers = [trace, *(o for o in (recorder, writer) if o is not None), ledger_trace,
+                 *extra_observers]
     try:
-        engine = Engine(online, config.policy, executor, observers, gate=engine_gate(config.gate))
+        engine = Engine(manifest.online, TappedPolicy(config.policy, follower.feed),
+                        TappedExecutor(executor, follower.feed), observers,
+                        gate=engine_gate(config.gate))
         with collector_held_back():
             engine.run(max_iterations=config.max_iterations)
-        recorder.close()
+        if recorder is not None:
+            recorder.close()
+    except FollowerGone:
+        follower.fail()  # raises the follower's reason
+        raise
     except BaseException:
-        if child is not None:
-            child.abandon()
+        follower.abandon()
         raise
     if writer is not None:
         writer.close(engine.state, is_done=engine.is_done)
-    if child is not None:
-        child.finish(RunEnd(engine.num_iterations, state_digest(engine.state)))
+    followed = follower.finish(RunEnd(engine.num_iterations, state_digest(engine.state)))
+    if recorder is None:
+        recorder = followed
     return SimulationRun(engine, trace, recorder, executor, ledger_trace)
 
 
@@ -210,18 +259,39 @@ def _log_writer(manifest: WorkloadManifest, config: RunConfig, executor: Simulat
                              hidden=manifest.hidden)
 
 
-def _logged_rerun(manifest: WorkloadManifest, config: RunConfig, stream: IO[str]) -> RunEnd:
-    """The log process's run: the same engine with the writer as its only
-    observer and validation off (the parent validates the same decisions)."""
-    executor = costed_executor(manifest, config.cost_model)
-    writer = _log_writer(manifest, config, executor, stream)
-    engine = Engine(manifest.online, config.policy, executor, [writer, ParentWatch()],
-                    gate=engine_gate(config.gate), validate=False)
+def _follow(feed: FeedReader, manifest: WorkloadManifest, config: RunConfig,
+            executor: SimulatedExecutor, decision_log: IO[str] | None,
+            events: IO[str] | None) -> tuple[RunEnd, EventRecorder | None]:
+    """The follower's run: the same engine answered from the feed, validation
+    off (the run validated every plan), the recorder and the writer of the
+    streams it was given as its observers. Returns its end and its recorder,
+    detached (the run's report reads its iteration records)."""
+    observers: list[EngineObserver] = []
+    recorder = None
+    if events is not None:
+        recorder = EventRecorder(seconds_per_clock_unit(manifest.online.clock,
+                                                        config.cost_model), events)
+        observers.append(recorder)
+    writer = None
+    if decision_log is not None:  # the header's capacity: the executor as it was at the fork
+        writer = _log_writer(manifest, config, executor, decision_log)
+        observers.append(writer)
+    engine = Engine(manifest.online, FollowingPolicy(config.policy, feed),
+                    FollowingExecutor(feed), observers, gate=engine_gate(config.gate),
+                    validate=False)
     with collector_held_back():
         engine.run(max_iterations=config.max_iterations)
-    writer.close(engine.state, is_done=engine.is_done)
-    stream.flush()
-    return RunEnd(engine.num_iterations, state_digest(engine.state))
+    feed.expect_end()
+    if writer is not None:
+        assert decision_log is not None
+        writer.close(engine.state, is_done=engine.is_done)
+        decision_log.flush()
+    if recorder is not None:
+        assert events is not None
+        recorder.close()
+        events.flush()
+    end = RunEnd(engine.num_iterations, state_digest(engine.state))
+    return end, None if recorder is None else recorder.detached()
 
 
 class SloResolutionError(ValueError):
