@@ -160,15 +160,24 @@ def test_without_a_shareable_stream_no_follower_starts(forks) -> None:
     assert followed.getvalue() == serial.getvalue()
 
 
-def test_the_events_alone_are_followed_without_a_decision_log(tmp_path, forks) -> None:
+def test_without_a_decision_log_the_follower_keeps_the_events_and_the_traces(
+        tmp_path, forks) -> None:
+    """It records the events, the run trace and the ledger trace, and sends
+    back what the report reads of them."""
     manifest = _manifest(60, 40)
     paths = [tmp_path / "serial.jsonl", tmp_path / "followed.jsonl"]
+    runs = []
     for path, log_process in zip(paths, (False, True), strict=True):
         with path.open("w") as events:
-            run_simulation(manifest, _config(manifest), None, events=events,
-                           log_process=log_process)
+            runs.append(run_simulation(manifest, _config(manifest, "sarathi-serve", "bounded"),
+                                       None, events=events, log_process=log_process))
     assert forks == [1]
     assert paths[0].read_bytes() == paths[1].read_bytes()
+    serial, followed = runs
+    assert followed.trace == serial.trace and followed.trace.iterations
+    assert followed.ledger_trace.entries == serial.ledger_trace.entries
+    assert followed.ledger_trace.num_decisions == serial.ledger_trace.num_decisions
+    assert list(followed.recorder.iterations) == list(serial.recorder.iterations)
 
 
 def test_a_failed_follower_is_an_error(tmp_path) -> None:

@@ -188,7 +188,7 @@ def run_simulation(manifest: WorkloadManifest, config: RunConfig,
     shared_events = events if log_process and can_share(events) else None
     if (shared_log is not None or shared_events is not None) and can_fork():
         return _followed_run(manifest, config, executor, extra_observers, decision_log, events,
-                             shared_log is not None, shared_events is not None)
+                             _Followed(shared_log, shared_events))
     trace, ledger_trace = RunTrace(), LedgerTrace()
     recorder = EventRecorder(unit_s, events)
     observers: list[EngineObserver] = [trace, recorder, ledger_trace]
@@ -206,30 +206,40 @@ def run_simulation(manifest: WorkloadManifest, config: RunConfig,
     return SimulationRun(engine, trace, recorder, executor, ledger_trace)
 
 
+@dataclass(frozen=True, slots=True)
+class _Followed:
+    """What the follower records: the decision log, the events, and the
+    run trace with the ledger trace (``traces``). Each stream it writes is
+    one the run does not; the traces go with it only when the decision log
+    does not (it would then hold the longer half of the run's work)."""
+
+    log: IO[str] | None
+    events: IO[str] | None
+
+    @property
+    def traces(self) -> bool:
+        return self.log is None
+
+
 def _followed_run(manifest: WorkloadManifest, config: RunConfig, executor: SimulatedExecutor,
                   extra_observers: Sequence[EngineObserver], decision_log: IO[str] | None,
-                  events: IO[str] | None, log_followed: bool,
-                  events_followed: bool) -> SimulationRun:
-    """:func:`run_simulation` with a follower writing the decision log
-    (``log_followed``) and the events (``events_followed``); what is not
-    followed is recorded here."""
+                  events: IO[str] | None, followed: _Followed) -> SimulationRun:
+    """:func:`run_simulation` with a follower recording what ``followed``
+    names; the rest is recorded here."""
     unit_s = seconds_per_clock_unit(manifest.online.clock, config.cost_model)
-    for stream, followed in ((decision_log, log_followed), (events, events_followed)):
-        if followed:  # the child writes it: nothing of ours may sit in its buffer
-            assert stream is not None
+    for stream in (followed.log, followed.events):
+        if stream is not None:  # the child writes it: nothing of ours may sit in its buffer
             stream.flush()
-    follower = FollowerProcess(lambda feed: _follow(
-        feed, manifest, config, executor, decision_log if log_followed else None,
-        events if events_followed else None))
+    follower = FollowerProcess(lambda feed: _follow(feed, manifest, config, executor, followed))
     trace, ledger_trace = RunTrace(), LedgerTrace()
-    recorder = None if events_followed else EventRecorder(unit_s, events)
-    writer = None if log_followed or decision_log is None else _log_writer(
+    recorder = None if followed.events is not None else EventRecorder(unit_s, events)
+    writer = None if followed.log is not None or decision_log is None else _log_writer(
         manifest, config, executor, decision_log)
-    observers = [trace, *(o for o in (recorder, writer) if o is not None), ledger_trace,
-                 *extra_observers]
+    observers = [o for o in (None if followed.traces else trace, recorder, writer,
+                             None if followed.traces else ledger_trace) if o is not None]
     try:
         engine = Engine(manifest.online, TappedPolicy(config.policy, follower.feed),
-                        TappedExecutor(executor, follower.feed), observers,
+                        TappedExecutor(executor, follower.feed), [*observers, *extra_observers],
                         gate=engine_gate(config.gate))
         with collector_held_back():
             engine.run(max_iterations=config.max_iterations)
@@ -243,10 +253,10 @@ def _followed_run(manifest: WorkloadManifest, config: RunConfig, executor: Simul
         raise
     if writer is not None:
         writer.close(engine.state, is_done=engine.is_done)
-    followed = follower.finish(RunEnd(engine.num_iterations, state_digest(engine.state)))
-    if recorder is None:
-        recorder = followed
-    return SimulationRun(engine, trace, recorder, executor, ledger_trace)
+    sent = follower.finish(RunEnd(engine.num_iterations, state_digest(engine.state)))
+    if followed.traces:
+        trace, ledger_trace = sent["trace"], sent["ledger_trace"]
+    return SimulationRun(engine, trace, recorder or sent["recorder"], executor, ledger_trace)
 
 
 def _log_writer(manifest: WorkloadManifest, config: RunConfig, executor: SimulatedExecutor,
@@ -260,21 +270,22 @@ def _log_writer(manifest: WorkloadManifest, config: RunConfig, executor: Simulat
 
 
 def _follow(feed: FeedReader, manifest: WorkloadManifest, config: RunConfig,
-            executor: SimulatedExecutor, decision_log: IO[str] | None,
-            events: IO[str] | None) -> tuple[RunEnd, EventRecorder | None]:
+            executor: SimulatedExecutor, followed: _Followed) -> tuple[RunEnd, dict[str, Any]]:
     """The follower's run: the same engine answered from the feed, validation
-    off (the run validated every plan), the recorder and the writer of the
-    streams it was given as its observers. Returns its end and its recorder,
-    detached (the run's report reads its iteration records)."""
+    off (the run validated every plan), with the observers ``followed``
+    names. Returns its end and what the run's report reads of them: the
+    recorder (detached: its iteration records and samples) and the traces."""
     observers: list[EngineObserver] = []
-    recorder = None
-    if events is not None:
-        recorder = EventRecorder(seconds_per_clock_unit(manifest.online.clock,
-                                                        config.cost_model), events)
-        observers.append(recorder)
+    sent: dict[str, Any] = {}
+    if followed.events is not None:
+        sent["recorder"] = EventRecorder(seconds_per_clock_unit(
+            manifest.online.clock, config.cost_model), followed.events)
+    if followed.traces:
+        sent["trace"], sent["ledger_trace"] = RunTrace(), LedgerTrace()
+    observers.extend(sent.values())
     writer = None
-    if decision_log is not None:  # the header's capacity: the executor as it was at the fork
-        writer = _log_writer(manifest, config, executor, decision_log)
+    if followed.log is not None:  # the header's capacity: the executor as it was at the fork
+        writer = _log_writer(manifest, config, executor, followed.log)
         observers.append(writer)
     engine = Engine(manifest.online, FollowingPolicy(config.policy, feed),
                     FollowingExecutor(feed), observers, gate=engine_gate(config.gate),
@@ -283,15 +294,13 @@ def _follow(feed: FeedReader, manifest: WorkloadManifest, config: RunConfig,
         engine.run(max_iterations=config.max_iterations)
     feed.expect_end()
     if writer is not None:
-        assert decision_log is not None
+        assert followed.log is not None
         writer.close(engine.state, is_done=engine.is_done)
-        decision_log.flush()
-    if recorder is not None:
-        assert events is not None
-        recorder.close()
-        events.flush()
-    end = RunEnd(engine.num_iterations, state_digest(engine.state))
-    return end, None if recorder is None else recorder.detached()
+        followed.log.flush()
+    if followed.events is not None:
+        sent["recorder"] = sent["recorder"].detached()
+        followed.events.flush()
+    return RunEnd(engine.num_iterations, state_digest(engine.state)), sent
 
 
 class SloResolutionError(ValueError):
