@@ -1,5 +1,5 @@
-"""The format-3 digest of every state a format-4 log's decisions were made
-from, by replaying the log (which checks its own format-4 digests): the
+"""The format-3 digest of every state a format-4 or format-5 log's decisions
+were made from, by replaying the log (which checks its own digests): the
 golden tests compare these with the committed format-3 ``state_digest``
 values, so a log-format change cannot hide a changed state."""
 
@@ -26,10 +26,10 @@ class _TextDigests(EngineObserver):
 
 
 def replayed_text_digests(path: Path) -> list[str]:
-    """Replay the format-4 log at ``path`` and list each replayed state's
-    format-3 digest, in decision order."""
+    """Replay the format-4 or format-5 log at ``path`` and list each replayed
+    state's format-3 digest, in decision order."""
     log = read_log(path)
-    assert log.format == 4
+    assert log.format in (4, 5)
     run = _Replay(log, None)
     observer = _TextDigests()
     run.engine.observers.append(observer)

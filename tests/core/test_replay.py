@@ -18,6 +18,7 @@ from iterserve.engine.loop import Engine, bind_policy
 from iterserve.policies.registry import make_policy, policy_names
 from iterserve.records.workload import load_workload
 from iterserve.sim.factory import make_simulated_executor
+from log_rows import as_columns, row_lines
 
 from .helpers import REPO_ROOT, random_workload_json, write_json
 
@@ -45,11 +46,14 @@ def logs(workload_path, tmp_path_factory) -> dict[str, Path]:
 
 
 def _lines(log: Path) -> list[dict]:
-    return [json.loads(line) for line in log.read_text().splitlines()]
+    """The log's lines, iteration lines with one object per work item and
+    completion (:func:`log_rows.as_rows`), for a test to read or edit."""
+    return row_lines(log)
 
 
 def _write_lines(path: Path, lines: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
+    path.write_text("".join(json.dumps(as_columns(line), sort_keys=True) + "\n"
+                            for line in lines))
     return path
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from iterserve.cli.main import main
+from log_rows import as_columns, row_lines
 
 from .helpers import random_workload_json, write_json
 
@@ -42,11 +43,11 @@ def log_path(workload_path, tmp_path_factory) -> Path:
 
 
 def _lines(path: Path) -> list[Line]:
-    return [json.loads(text) for text in path.read_text().splitlines()]
+    return row_lines(path)  # one object per work item and completion, to edit
 
 
 def _write(path: Path, lines: list[Line]) -> Path:
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    path.write_text("".join(json.dumps(as_columns(line)) + "\n" for line in lines))
     return path
 
 
@@ -63,7 +64,7 @@ def _replay(path: Path, workload: Path | None, capsys) -> tuple[int, str]:
 
 def test_the_untouched_log_replays_in_both_modes(log_path, workload_path, capsys):
     lines = _lines(log_path)
-    assert lines[0]["format"] == 4 and lines[0]["executor"] == "simulated"
+    assert lines[0]["format"] == 5 and lines[0]["executor"] == "simulated"
     assert any(line["result"]["capacity"]["num_blocks_free"] < 12 for line in lines[1:])
     assert len({line["result"]["duration"] for line in lines[1:]}) > 1
     assert "realized_output_tokens" not in log_path.read_text()

@@ -12,6 +12,7 @@ from engine_model_helpers import GREEDY, make_prompts
 
 from iterserve.cli.main import main
 from iterserve.llm import LLM
+from log_rows import as_columns, row_lines
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,7 @@ def torch_log(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _lines(path: Path) -> list[dict]:
-    return [json.loads(text) for text in path.read_text().splitlines()]
+    return row_lines(path)  # one object per work item and completion, to read or edit
 
 
 @pytest.mark.slow
@@ -55,7 +56,7 @@ def test_an_edited_torch_result_breaks_the_chain_at_its_line(torch_log, field, p
     else:
         result["capacity"]["num_blocks_free"] -= 1
     edited = tmp_path / "edited.jsonl"
-    edited.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    edited.write_text("".join(json.dumps(as_columns(line)) + "\n" for line in lines))
     capsys.readouterr()
     assert main(["replay", str(edited)]) == 2
     err = capsys.readouterr().err

@@ -8,6 +8,7 @@ import pytest
 from engine_model_helpers import GREEDY, assert_same_outputs, make_prompts
 
 from iterserve.llm import LLM
+from log_rows import as_rows
 
 BLOCK_SIZE = 4
 NUM_DECODE_ROWS = GREEDY.max_tokens - 1  # the last token is emitted, never computed
@@ -106,7 +107,7 @@ def test_a_waiting_requests_hit_is_planned_and_outputs_match_a_cold_run(
     log = io.StringIO()
     warm = llm.generate([first, second], GREEDY, decision_log=log)
     prefills = [(w["start"], w["end"]) for line in log.getvalue().splitlines()
-                if (doc := json.loads(line))["type"] == "iteration"
+                if (doc := as_rows(json.loads(line)))["type"] == "iteration"
                 for w in doc["plan"]["work"] if w["kind"] == "PREFILL_CHUNK"]
     assert prefills == [(0, 16), (12, 17)]
     assert '"claimed_prefix_rows":{' in log.getvalue()

@@ -3,7 +3,9 @@
 log format 4 computes differently (issue 15): ``state_digest`` and so
 ``chain`` are masked in both lines, and every replayed state's format-3
 digest (``state_text_digest``) is checked against the committed
-``state_digest`` instead: the same states."""
+``state_digest`` instead: the same states. Format 5 writes the work and the
+completions as columns; each new line is compared in row form
+(``log_rows.row_form_bytes``)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 from fair_golden import POLICIES, fixture_path, run_case, workload_paths
 
+from log_rows import row_form_bytes
 from replayed_digests import replayed_text_digests
 
 # values log format 4 computes differently on purpose (issue 15), masked
@@ -38,6 +41,7 @@ def test_decision_lines_are_byte_identical(paths, name, policy, tmp_path) -> Non
     assert json.loads(actual[0])["policy"] == json.loads(expected[0])["policy"]
     assert len(actual) == len(expected), "number of decision lines changed"
     for number, (got, want) in enumerate(zip(actual[1:], expected[1:], strict=True), start=2):
+        got = row_form_bytes(got)  # format 5: work and completions as columns
         assert _CHANGED.sub(b"masked", got) == _CHANGED.sub(b"masked", want), \
             f"{name} under {policy}: line {number} differs"
     (tmp_path / "new.jsonl").write_bytes(data)

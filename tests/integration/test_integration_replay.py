@@ -23,6 +23,7 @@ from iterserve.policies.registry import make_policy
 from iterserve.records.spec import HiddenTruth, WorkloadManifest
 from iterserve.sim.replay import ReplayDivergence, replay
 from iterserve.sim.report import costed_executor
+from log_rows import as_columns, row_lines
 
 COST = FixedIterationCost(10.0)
 
@@ -58,11 +59,11 @@ def _run_logged(path: Path, policy_name: str = "least-slack", max_live: int = 3)
 
 
 def _lines(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return row_lines(path)  # one object per work item and completion, to read or edit
 
 
 def _write(path: Path, lines: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    path.write_text("".join(json.dumps(as_columns(line)) + "\n" for line in lines))
     return path
 
 

@@ -23,6 +23,7 @@ import pytest
 from iterserve.cli.main import main
 from iterserve.metrics import counted_sample, plots, service_scan
 from iterserve.metrics.events import event_line, iter_jsonl
+from log_rows import as_format_4
 
 OUTPUTS = ("report.json", "report.md", "events.jsonl", "decisions.jsonl", "latency_cdfs.png",
            "batch_composition.png", "queue_and_kv.png", "client_service.png")
@@ -39,9 +40,13 @@ def _spec(num_clients: int) -> dict[str, Any]:
             "arrival": {"process": "poisson", "rate_per_s": 20.0}, "clients": clients}
 
 
-# the decision log with every state_digest, chain and the header's format
-# masked: log format 4 (issue 15) changed how the digest hashes a state, so
-# this pin is the one taken from main's format-3 log
+# the decision log written as format 4 (log_rows.as_format_4: one object per
+# work item and completion, the chain computed again): the pin taken from the
+# format-4 writer, so the format-5 log holds the same facts line for line
+FORMAT_4_LOG = "decisions.jsonl (as format 4)"
+# that log with every state_digest, chain and the header's format masked: log
+# format 4 (issue 15) changed how the digest hashes a state, so this pin is
+# the one taken from main's format-3 log
 MASKED_LOG = "decisions.jsonl (state_digest, chain and format masked)"
 # events.jsonl read back and written one line per event, as every events file
 # was before a run of tokens at one time became one "tokens" line: the pin
@@ -59,7 +64,9 @@ PINNED: dict[str, dict[str, str]] = {  # main at 340567d, before the sliced repo
             "df8fcc0c11c85651f0d7a8e0490ddfe2d031e1b98b51715fd7b50dba86d5f949",
         EVENT_LINES:
             "e990d203d4719e4776f00e5cd6d5841a06797e285820c893958981de38522ae9",
-        "decisions.jsonl":  # log format 4 (issue 15: the incremental state digest)
+        "decisions.jsonl":  # log format 5 (issue 15: work and completions as columns)
+            "65d310ccd80068933401f90add1fb2584702ccfc8846b769a423d6f22199d5fe",
+        FORMAT_4_LOG:  # log format 4 (issue 15: the incremental state digest)
             "dcb32fb4f6026020129439ad07e8fdbb32816f71b2bcfdc19ceb5b4da42e8ef7",
         MASKED_LOG:  # main's format-3 log, masked alike: the same decisions
             "c4adf5b3e4e0d0bbee67db02d59d98d3468bfcc39627ac2ed499ab6fcb87f05d",
@@ -82,6 +89,8 @@ PINNED: dict[str, dict[str, str]] = {  # main at 340567d, before the sliced repo
         EVENT_LINES:
             "3c331c7acbb9429f635e9aed446306d13a7a1c6bf465e38316785b6ace48c1fc",
         "decisions.jsonl":
+            "a4b97187a32ae2a1c9f2770613cffb409e2ab5ce79647e96fdd4643fc07ca7e7",
+        FORMAT_4_LOG:
             "6cd6653b67c8042fbaa299946343fa15bce4327aab68cba87c2dfe1b20b59c0e",
         MASKED_LOG:
             "a94f955cd835a2fa98edb8fe9f2d01a515b7ffd0ec2e0a81ff7881e191b6f275",
@@ -115,7 +124,9 @@ def _simulate(tmp: Path, num_clients: int, slo: bool) -> dict[str, str]:
                             if b'"source_version"' not in line)
         digests[name] = hashlib.sha256(data).hexdigest()
         if name == "decisions.jsonl":
-            digests[MASKED_LOG] = hashlib.sha256(_MASK.sub(b"masked", data)).hexdigest()
+            rows = as_format_4(data)
+            digests[FORMAT_4_LOG] = hashlib.sha256(rows).hexdigest()
+            digests[MASKED_LOG] = hashlib.sha256(_MASK.sub(b"masked", rows)).hexdigest()
         if name == "events.jsonl":
             lines = "".join(event_line(event) + "\n" for event in iter_jsonl(tmp / "out" / name))
             digests[EVENT_LINES] = hashlib.sha256(lines.encode()).hexdigest()

@@ -10,6 +10,7 @@ from policy_helpers import FIXTURES, write_workload
 
 from iterserve.cli.main import main
 from iterserve.metrics.chunk_ledger import chunk_pairs, ledger_from_sizes
+from log_rows import as_rows
 
 BYTES_PER_ROW = 131072  # M5.1 m5-1-gqa-fp16-logical-row-v1 (0x05)
 
@@ -29,7 +30,7 @@ def executed_prefill_chunks(decision_log, request_id: str,
     """The (start, end) prefill intervals the engine actually executed, from the log."""
     chunks = []
     for line in decision_log.read_text().splitlines()[1:]:
-        record = json.loads(line)
+        record = as_rows(json.loads(line))
         for item in (record.get("result") or {}).get("completed", []):
             if item["request_id"] == request_id and item["start"] < num_prompt_tokens:
                 chunks.append((item["start"], item["end"]))

@@ -9,12 +9,12 @@ chunked to min(remaining, tau - decode rows).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from policy_helpers import write_workload
 
 from iterserve.cli.main import main
+from log_rows import row_lines
 
 TAU = 24
 DECODE_REALIZED = {"d0": 6, "d1": 9, "d2": 40, "d3": 40}
@@ -83,7 +83,7 @@ def run_logged(tmp_path) -> list[dict]:
     code = main(["simulate", "--workload", str(workload), "--policy", "sarathi-serve",
                  "--out", str(tmp_path / "out"), "--decision-log", str(log)])
     assert code == 0
-    return [json.loads(line) for line in log.read_text().splitlines()]
+    return row_lines(log)
 
 
 def test_running_decodes_get_a_row_every_iteration_and_the_prompt_gets_the_rest(

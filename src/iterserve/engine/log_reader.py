@@ -18,7 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from iterserve.engine.decision_log import CHAIN_KEY, EXECUTORS, READABLE_FORMATS
+from iterserve.engine.decision_log import (
+    CHAIN_KEY,
+    COLUMNAR_FORMATS,
+    EXECUTORS,
+    READABLE_FORMATS,
+)
+from iterserve.records.codec import COMPLETED_COLUMNS, WORK_COLUMNS, rows_of_columns
 from iterserve.records.receipts import ForeignStatus
 from iterserve.records.view import FinishReason
 
@@ -35,10 +41,19 @@ class MalformedLog(ReplayDivergence):
 
 @dataclass(frozen=True, slots=True)
 class LogLine:
-    """One parsed line and its 1-based line number in the file."""
+    """One parsed line and its 1-based line number in the file. ``fields``:
+    as written (the chain covers them); ``rows``: the same line with an
+    iteration's work and completions as one object per item, as format 4
+    wrote them (None: ``fields`` already are; see :attr:`record`)."""
 
     number: int
     fields: Mapping[str, Any]
+    rows: Mapping[str, Any] | None = None
+
+    @property
+    def record(self) -> Mapping[str, Any]:
+        """The line with the work and the completions as row objects."""
+        return self.fields if self.rows is None else self.rows
 
     @property
     def kind(self) -> str:
@@ -74,9 +89,30 @@ def read_log(path: Path) -> DecisionLogFile:
     header = lines[0]
     _check_header(header)
     chained = header.fields["format"] >= 3
+    if header.fields["format"] in COLUMNAR_FORMATS:
+        lines[1:] = [_with_rows(line) for line in lines[1:]]
     for line in lines[1:]:
         _check_body_line(line, chained)
     return DecisionLogFile(header, tuple(lines[1:]))
+
+
+def _with_rows(line: LogLine) -> LogLine:
+    """An iteration line of a columnar format with its :attr:`LogLine.rows`
+    (its other lines need none)."""
+    obj = line.fields
+    if obj.get("type") != "iteration":
+        return line
+    where = f"line {line.number} (iteration)"
+    rows = dict(obj)
+    for part, key, names in (("plan", "work", WORK_COLUMNS),
+                             ("result", "completed", COMPLETED_COLUMNS)):
+        doc = _require(obj, part, "object", where)
+        try:
+            rows[part] = {**doc, key: rows_of_columns(_require(doc, key, "object",
+                                                               f"{where}: {part}"), names)}
+        except ValueError as exc:
+            raise MalformedLog(f"{where}: {part}.{key}: {exc}") from None
+    return LogLine(line.number, obj, rows)
 
 
 def _parsed_lines(path: Path) -> list[LogLine | None]:
@@ -242,7 +278,7 @@ def _check_body_line(line: LogLine, chained: bool) -> None:
         _require(obj, "state_digest", "sha256", where)
         _check_policy(_require(obj, "policy", "object", where), f"{where}: policy")
         _require(obj, "plan", "object", where)
-        _check_result(_require(obj, "result", "object", where), f"{where}: result")
+        _check_result(_require(line.record, "result", "object", where), f"{where}: result")
         claimed = "claimed_prefix_rows"
         hits = _require(obj, claimed, "object", where) if claimed in obj else {}
         for rid in hits:

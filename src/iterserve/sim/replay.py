@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from iterserve.engine.decision_log import CHAIN_KEY, LOG_FORMAT, STATE_DIGESTS, chain_digest
+from iterserve.engine.decision_log import CHAIN_KEY, STATE_DIGESTS, chain_digest
 from iterserve.engine.log_reader import (
     DecisionLogFile,
     LogLine,
@@ -43,6 +43,7 @@ from iterserve.records.codec import (
     plan_to_json,
     result_from_json,
     result_to_json,
+    state_digest,
 )
 from iterserve.records.errors import ContractViolation
 from iterserve.records.plan import IterationPlan
@@ -169,9 +170,9 @@ class _ReplayExecutor:
     def _result(self, line: LogLine, plan: IterationPlan,
                 state: SchedulerState) -> IterationResult:
         if self._simulated is None:
-            return result_from_json(line.fields["result"], plan, state)
+            return result_from_json(line.record["result"], plan, state)
         derived = self._simulated.execute(plan, state)
-        _compare_json(line, "result", line.fields["result"],
+        _compare_json(line, "result", line.record["result"],
                       result_to_json(derived, plan, state))
         return derived
 
@@ -197,7 +198,8 @@ def _state_digest(log_format: int) -> Callable[[SchedulerState], str]:
     """The log format's state digest for one replay: the current format's
     incremental digester (it follows the replayed states in order; the same
     value as the reference), an older format's reference function."""
-    return StateDigester().digest if log_format == LOG_FORMAT else STATE_DIGESTS[log_format]
+    digest = STATE_DIGESTS[log_format]
+    return StateDigester().digest if digest is state_digest else digest
 
 
 def _compare(line: LogLine, state: SchedulerState, plan: IterationPlan,
@@ -210,7 +212,7 @@ def _compare(line: LogLine, state: SchedulerState, plan: IterationPlan,
                                f"replayed {state.state_version}")
     if fields["state_digest"] != digest(state):
         raise ReplayDivergence(f"{line.where}: state_digest differs from the replayed state")
-    _compare_json(line, "plan", fields["plan"], plan_to_json(plan))
+    _compare_json(line, "plan", line.record["plan"], plan_to_json(plan))
     _compare_json(line, "policy", fields["policy"],
                   {"id": plan.policy_id, "version": plan.policy_version})
 

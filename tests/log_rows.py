@@ -1,0 +1,77 @@
+"""Decision-log lines in row form for the tests that read or edit them.
+
+Log format 5 writes an iteration's ``plan.work`` and ``result.completed`` as
+columns (one array per field). A test that looks at, or forges, one work
+item or completion reads the line with :func:`as_rows` (one object per
+item, format 4's shape), edits it, and writes it back with
+:func:`as_columns`: the bytes a format-5 writer would have put there.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from iterserve.engine.decision_log import chain_digest
+from iterserve.records.codec import COMPLETED_COLUMNS, WORK_COLUMNS, dumps, rows_of_columns
+
+_PARTS = (("plan", "work", WORK_COLUMNS), ("result", "completed", COMPLETED_COLUMNS))
+
+
+def as_rows(line: dict[str, Any]) -> dict[str, Any]:
+    """An iteration line with its work and completions as row objects
+    (changed in place; other lines and row-form lines as they are)."""
+    if line.get("type") == "iteration":
+        for part, key, names in _PARTS:
+            if isinstance(line[part][key], dict):
+                line[part][key] = rows_of_columns(line[part][key], names)
+    return line
+
+
+def as_columns(line: dict[str, Any]) -> dict[str, Any]:
+    """:func:`as_rows` undone: the work and completions as columns again."""
+    if line.get("type") == "iteration":
+        for part, key, names in _PARTS:
+            rows = line[part][key]
+            if isinstance(rows, list):
+                line[part][key] = {name: [row[name] for row in rows] for name in names}
+    return line
+
+
+def row_lines(path: Path) -> list[dict[str, Any]]:
+    """Every line of the log at ``path``, iteration lines in row form."""
+    return [as_rows(json.loads(text)) for text in Path(path).read_text().splitlines()]
+
+
+def row_form_bytes(line: bytes) -> bytes:
+    """A format-5 line's bytes as format 4 wrote the same facts: its work and
+    completions as row objects, the canonical text, ``chain`` appended last.
+    The golden tests compare decisions against logs committed before
+    format 5 with it (the chain is then no longer this text's; they mask it)."""
+    obj = json.loads(line)
+    if obj.get("type") != "iteration":
+        return line
+    chain = obj.pop("chain", None)
+    text = dumps(as_rows(obj))
+    if chain is None:
+        return text.encode()
+    return f'{text[:-1]},"chain":"{chain}"}}'.encode()
+
+
+def as_format_4(data: bytes) -> bytes:
+    """A format-5 log written as format 4 would have written the same run:
+    the header's ``format`` 4, every iteration in row form, every line's
+    chain computed again over its text. Equal bytes to a pinned format-4
+    log mean the same facts, line for line."""
+    out, chain = [], ""
+    for text in data.decode().splitlines():
+        obj = json.loads(text)
+        obj.pop("chain")
+        if obj["type"] == "header":
+            assert obj["format"] == 5, obj["format"]
+            obj["format"] = 4
+        canonical = dumps(as_rows(obj))
+        chain = chain_digest(chain, canonical)
+        out.append(f'{canonical[:-1]},"chain":"{chain}"}}\n')
+    return "".join(out).encode()
