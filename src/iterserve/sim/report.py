@@ -208,17 +208,11 @@ def run_simulation(manifest: WorkloadManifest, config: RunConfig,
 
 @dataclass(frozen=True, slots=True)
 class _Followed:
-    """What the follower records: the decision log, the events, and the
-    run trace with the ledger trace (``traces``). Each stream it writes is
-    one the run does not; the traces go with it only when the decision log
-    does not (it would then hold the longer half of the run's work)."""
+    """The streams the follower writes (the run writes the others); it
+    always keeps the run trace and the ledger trace too, and sends them back."""
 
     log: IO[str] | None
     events: IO[str] | None
-
-    @property
-    def traces(self) -> bool:
-        return self.log is None
 
 
 def _followed_run(manifest: WorkloadManifest, config: RunConfig, executor: SimulatedExecutor,
@@ -231,12 +225,10 @@ def _followed_run(manifest: WorkloadManifest, config: RunConfig, executor: Simul
         if stream is not None:  # the child writes it: nothing of ours may sit in its buffer
             stream.flush()
     follower = FollowerProcess(lambda feed: _follow(feed, manifest, config, executor, followed))
-    trace, ledger_trace = RunTrace(), LedgerTrace()
     recorder = None if followed.events is not None else EventRecorder(unit_s, events)
     writer = None if followed.log is not None or decision_log is None else _log_writer(
         manifest, config, executor, decision_log)
-    observers = [o for o in (None if followed.traces else trace, recorder, writer,
-                             None if followed.traces else ledger_trace) if o is not None]
+    observers = [o for o in (recorder, writer) if o is not None]
     try:
         engine = Engine(manifest.online, TappedPolicy(config.policy, follower.feed),
                         TappedExecutor(executor, follower.feed), [*observers, *extra_observers],
@@ -254,9 +246,8 @@ def _followed_run(manifest: WorkloadManifest, config: RunConfig, executor: Simul
     if writer is not None:
         writer.close(engine.state, is_done=engine.is_done)
     sent = follower.finish(RunEnd(engine.num_iterations, state_digest(engine.state)))
-    if followed.traces:
-        trace, ledger_trace = sent["trace"], sent["ledger_trace"]
-    return SimulationRun(engine, trace, recorder or sent["recorder"], executor, ledger_trace)
+    return SimulationRun(engine, sent["trace"], recorder or sent["recorder"], executor,
+                         sent["ledger_trace"])
 
 
 def _log_writer(manifest: WorkloadManifest, config: RunConfig, executor: SimulatedExecutor,
@@ -273,15 +264,15 @@ def _follow(feed: FeedReader, manifest: WorkloadManifest, config: RunConfig,
             executor: SimulatedExecutor, followed: _Followed) -> tuple[RunEnd, dict[str, Any]]:
     """The follower's run: the same engine answered from the feed, validation
     off (the run validated every plan), with the observers ``followed``
-    names. Returns its end and what the run's report reads of them: the
-    recorder (detached: its iteration records and samples) and the traces."""
+    names and the two traces. Returns its end and what the run's report
+    reads of them: the recorder (detached: its iteration records and
+    samples) and the traces."""
     observers: list[EngineObserver] = []
     sent: dict[str, Any] = {}
     if followed.events is not None:
         sent["recorder"] = EventRecorder(seconds_per_clock_unit(
             manifest.online.clock, config.cost_model), followed.events)
-    if followed.traces:
-        sent["trace"], sent["ledger_trace"] = RunTrace(), LedgerTrace()
+    sent["trace"], sent["ledger_trace"] = RunTrace(), LedgerTrace()
     observers.extend(sent.values())
     writer = None
     if followed.log is not None:  # the header's capacity: the executor as it was at the fork
