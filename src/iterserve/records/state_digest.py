@@ -9,18 +9,19 @@ requests whose view objects the transitions keep from one state to the
 next, and the running ones (at most the sequence budget) change at every
 decision.
 
-:class:`StateDigester` keeps each view's text (RUNNING) or element (the
-others) while its view object lives. Per decision it takes the ids the
-transitions wrote or deleted since the state it digested last (the state's
-:class:`~iterserve.records.view_delta.ViewDelta` links; where they do not
-reach back, such as at a run's first state, it encodes every view again),
-encodes those views in one orjson call, adds and subtracts the changed
-elements, and joins and hashes only the RUNNING texts: the same text, so
-the same sha256, as ``state_digest`` (the tests pin the two equal over
-whole runs). The waiting queue's pair sum follows the runs of ids the
-queue kept in order (:func:`common_runs`: slice compares and searches at C
-speed); only the pairs at their ends are hashed. Nothing is hashed or
-encoded per unchanged view or waiting id.
+:class:`StateDigester` keeps each non-RUNNING view's element while its
+view object lives, and the sorted ids of the RUNNING views. Per decision it
+takes the ids the transitions wrote or deleted since the state it digested
+last (the state's :class:`~iterserve.records.view_delta.ViewDelta` links;
+where they do not reach back, such as at a run's first state, it encodes
+every view again), adds and subtracts the changed elements, and encodes the
+RUNNING views (at most the sequence budget, and nearly all of them changed)
+in one orjson call, which is their joined text: the same text, so the same
+sha256, as ``state_digest`` (the tests pin the two equal over whole runs).
+The waiting queue's pair sum follows the runs of ids the queue kept in
+order (:func:`common_runs`: slice compares and searches at C speed); only
+the pairs at their ends are hashed. Nothing is hashed or encoded per
+unchanged non-RUNNING view or waiting id.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Mapping
 from itertools import compress, repeat
-from operator import is_, is_not, not_
+from operator import is_, not_
 
 import orjson
 
@@ -63,7 +64,7 @@ class StateDigester:
     """``digest(state) == state_digest(state)``, one instance per run (it
     holds the encoded views of the last state it saw)."""
 
-    __slots__ = ("_seen", "_texts", "_elements", "_others", "_running_ids",
+    __slots__ = ("_seen", "_running", "_elements", "_others", "_running_ids",
                  "_claim_ids", "_waiting", "_pairs")
 
     def __init__(self) -> None:
@@ -71,10 +72,10 @@ class StateDigester:
 
     def _forget(self) -> None:
         self._seen: Mapping[str, RequestView] | None = None  # the mapping digested last
-        self._texts: dict[str, bytes] = {}  # RUNNING views: canonical text without brackets
+        self._running: set[str] = set()  # the ids of the RUNNING views
         self._elements: dict[str, int] = {}  # every other view: its multiset element
         self._others = 0  # the sum of _elements (not reduced)
-        self._running_ids: list[str] = []  # the keys of _texts, sorted
+        self._running_ids: list[str] = []  # _running, sorted
         self._claim_ids: set[str] = set()  # ids whose view may hold a claimed prefix hit
         self._waiting: tuple[str, ...] = ()  # the waiting queue digested last
         self._pairs = pair_element(None, None)  # the sum of its pairs' elements
@@ -110,12 +111,8 @@ class StateDigester:
         if not marker:  # cannot happen for a canonical state
             raise ValueError("state text has no views marker")
         others = multiset_hex(self._others).encode()
-        if self._running_ids:
-            running = [b"[[", b"],[".join(map(self._texts.__getitem__, self._running_ids)),
-                       b"]]"]
-        else:
-            running = [b"[]"]
-        return [head, b',"views":{"others":"', others, b'","running":', *running, b"}", tail]
+        running = encode_view_list(list(map(state.views.__getitem__, self._running_ids)))
+        return [head, b',"views":{"others":"', others, b'","running":', running, b"}", tail]
 
     def _follow_waiting(self, waiting: tuple[str, ...]) -> None:
         """Take in the waiting queue: the pairs outside the runs of ids it
@@ -153,19 +150,20 @@ class StateDigester:
     def _update(self, ids: list[str], changed: list[RequestView], removed: list[str]) -> None:
         """Replace the contributions of ``ids`` by their ``changed`` views'
         and drop those of ``removed``; every step runs over all of them at
-        C speed (``map``, ``compress``) but the hash of each new element."""
-        texts, elements = self._texts, self._elements
+        C speed (``map``, ``compress``) but the hash of each new element. A
+        RUNNING view contributes its text, which :meth:`_pieces` encodes
+        for every RUNNING view at once (each changes at nearly every
+        decision); here only its membership is kept."""
+        elements = self._elements
         gone = [*ids, *removed]
-        old_texts = list(map(texts.pop, gone, repeat(None)))
         self._others -= sum(map(elements.pop, gone, repeat(0)))
         is_running = list(map(is_, map(view_lifecycle, changed), repeat(_RUNNING)))
-        encoded = encode_views(changed)
-        texts.update(zip(compress(ids, is_running), compress(encoded, is_running), strict=True))
-        is_other = list(map(not_, is_running))
-        new = list(map(_element, compress(encoded, is_other)))
-        elements.update(zip(compress(ids, is_other), new, strict=True))
-        self._others += sum(new)
-        was_running = list(map(is_not, old_texts, repeat(None)))
+        if not all(is_running):  # the RUNNING views are encoded by _pieces, all at once
+            is_other = list(map(not_, is_running))
+            new = list(map(_element, encode_views(list(compress(changed, is_other)))))
+            elements.update(zip(compress(ids, is_other), new, strict=True))
+            self._others += sum(new)
+        was_running = list(map(self._running.__contains__, gone))
         if was_running[:len(ids)] != is_running or any(was_running[len(ids):]):
             self._move_running(gone, was_running, is_running)
         claim_ids = self._claim_ids
@@ -180,15 +178,18 @@ class StateDigester:
 
     def _move_running(self, gone: list[str], was_running: list[bool],
                       is_running: list[bool]) -> None:
-        """Keep ``_running_ids`` sorted: the ids that stopped running leave
-        it, those that started join it (each a binary search)."""
-        running_ids = self._running_ids
+        """Keep ``_running`` and ``_running_ids`` (sorted): the ids that
+        stopped running leave them, those that started join them (each a
+        binary search)."""
+        running, running_ids = self._running, self._running_ids
         now = is_running + [False] * (len(gone) - len(is_running))  # removed: not running
         moved = list(map(operator.ne, was_running, now))
         for rid, is_now in zip(compress(gone, moved), compress(now, moved), strict=True):
             if is_now:
+                running.add(rid)
                 insort(running_ids, rid)
             else:
+                running.discard(rid)
                 del running_ids[bisect_left(running_ids, rid)]
 
 
@@ -270,6 +271,18 @@ def _matching_run(a: tuple[str, ...], i: int, b: tuple[str, ...], j: int) -> int
 # view_to_json's fields are the view's first 18, in order; orjson writes the
 # two enums (Lifecycle, FinishReason) as their values, as view_to_json does
 _FIELDS = operator.itemgetter(slice(0, 18))
+
+
+def encode_view_list(views: list[RequestView]) -> bytes:
+    """``canonical_json([view_to_json(view) for view in views])`` as ASCII
+    bytes: one orjson call where its text is the stdlib's, else the joined
+    :func:`encode_views` texts."""
+    if not views:
+        return b"[]"
+    data = orjson.dumps(list(map(_FIELDS, views)))
+    if is_plain_ascii(data):
+        return data
+    return b"[[" + b"],[".join(encode_views(views)) + b"]]"
 
 
 def encode_views(views: list[RequestView]) -> list[bytes]:

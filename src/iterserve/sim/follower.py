@@ -392,33 +392,37 @@ class FollowerProcess:
             self._collect()
 
     def _collect(self) -> tuple[dict[str, Any], int]:
-        """The child's report (read to the end of the pipe) and its wait status."""
+        """The child's report (unpickled as it streams in, then the pipe read
+        to its end) and its wait status."""
         if self._pid is None:
             raise FollowerError("the follower process was already collected")
-        with os.fdopen(self._report_fd, "rb") as pipe:
-            data = pipe.read()
+        report: Any = {}
+        with os.fdopen(self._report_fd, "rb", buffering=_PIPE_BYTES) as pipe:
+            try:
+                report = pickle.load(pipe)
+            except Exception:  # noqa: BLE001 - no report, or a truncated one (the child was killed)
+                report = {}
+            while pipe.read(_PIPE_BYTES):  # whatever follows: the child never blocks on it
+                pass
         _, status = os.waitpid(self._pid, 0)
         self._pid = None
-        try:
-            report = pickle.loads(data) if data else {}
-        except Exception:  # noqa: BLE001 - a truncated report (the child was killed)
-            report = {}
         return (report if isinstance(report, dict) else {}), status
 
 
 def _child_main(follow: Callable[[], tuple[RunEnd, Any]], write_fd: int) -> None:
     code = 1
+    report: dict[str, Any]
     try:
         end, payload = follow()
-        data = pickle.dumps({"end": end, "payload": payload}, pickle.HIGHEST_PROTOCOL)
+        report = {"end": end, "payload": payload}
         code = 0
     except BaseException as exc:  # noqa: BLE001 - every failure goes back to the run
-        data = pickle.dumps({"error": f"{type(exc).__name__}: {exc}"[:_MAX_ERROR_CHARS]})
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(write_fd, view):]
-        os.close(write_fd)
+        report = {"error": f"{type(exc).__name__}: {exc}"[:_MAX_ERROR_CHARS]}
+    try:  # streamed (pickle frames): the traces of a long run are never one buffer here
+        with os.fdopen(write_fd, "wb", buffering=_PIPE_BYTES) as pipe:
+            pickle.dump(report, pipe, pickle.HIGHEST_PROTOCOL)
+    except BaseException:  # noqa: BLE001 - the run reads a truncated report as none
+        code = 1
     finally:
         os._exit(code)  # no atexit handlers, no flush of the buffers copied from the parent
 
