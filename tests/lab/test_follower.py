@@ -4,6 +4,7 @@ is an error, and a failed run leaves no child behind."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -17,8 +18,10 @@ from iterserve.cost import default_cost_model, parse_cost_model
 from iterserve.engine.observer import EngineObserver
 from iterserve.policies.registry import make_policy, policy_for
 from iterserve.records import Capacity, RequestSpec
+from iterserve.records.errors import ServiceDebitMismatch
 from iterserve.records.spec import HiddenTruth, KvSpec, OnlineWorkload, WorkloadManifest
 from iterserve.sim import follower, report
+from iterserve.sim.executor import SimulatedExecutor
 from iterserve.sim.follower import (
     FeedReader,
     FeedWriter,
@@ -309,3 +312,29 @@ def test_a_broken_feed_names_the_followers_reason(tmp_path, monkeypatch) -> None
     with (tmp_path / "log.jsonl").open("w") as stream, \
             pytest.raises(FollowerError, match="ValueError: the follower could not start"):
         run_simulation(manifest, _config(manifest), stream, log_process=True)
+
+
+@pytest.mark.parametrize("log_process", [False, True], ids=["in-process", "follower"])
+def test_a_forged_result_fails_the_run_with_or_without_a_follower(tmp_path, monkeypatch, forks,
+                                                                  log_process) -> None:
+    """Validation stays in the run's process: a result debiting more service
+    than its completed rows fails the run, naming the rule, and a follower
+    is stopped and reaped."""
+    manifest = _manifest(4000, 40)
+    real = SimulatedExecutor.execute
+
+    def forged(self, plan, state):  # type: ignore[no-untyped-def]
+        result = real(self, plan, state)
+        if plan.decision_id != 7 or not result.service:
+            return result
+        client = next(iter(result.service))
+        return dataclasses.replace(result, service={**result.service,
+                                                    client: result.service[client] + 5})
+
+    monkeypatch.setattr(SimulatedExecutor, "execute", forged)
+    with (tmp_path / "log.jsonl").open("w") as stream, \
+            pytest.raises(ServiceDebitMismatch, match="result debits .* completed rows give"):
+        run_simulation(manifest, _config(manifest), stream, log_process=log_process)
+    assert forks == ([1] if log_process else [])
+    with pytest.raises(ChildProcessError):  # no child left behind
+        os.waitpid(-1, os.WNOHANG)
