@@ -37,8 +37,7 @@ from iterserve.cost import parse_cost_model
 from iterserve.engine.decision_log import iteration_line
 from iterserve.engine.loop import Engine
 from iterserve.engine.observer import EngineObserver
-from iterserve.policies.edf import bind_cost_model
-from iterserve.policies.registry import make_policy
+from iterserve.policies.registry import policy_for
 from iterserve.records.canonical_json import canonical_json
 from iterserve.records.codec import state_to_json
 from iterserve.records.plan import IterationPlan
@@ -72,7 +71,7 @@ def make_manifest(num_requests: int, seed: int = 0) -> WorkloadManifest:
     config = RandomWorkloadConfig(num_requests=num_requests, min_prompt_tokens=32,
                                   max_prompt_tokens=1024, min_output_tokens=16,
                                   max_output_tokens=400, mean_interarrival=50.0)
-    capacity = Capacity(token_budget=2048, sequence_budget=256, max_num_seqs=256)
+    capacity = Capacity(token_budget=2048, sequence_budget=256)
     manifest = random_workload(config, capacity, seed, clock="ms")
     online = dataclasses.replace(manifest.online, kv=KvSpec(num_blocks=4000, block_size=16))
     return WorkloadManifest(online, manifest.hidden)
@@ -136,7 +135,7 @@ def end_to_end(manifest: WorkloadManifest, repeats: int) -> None:
     from iterserve.sim.report import RunConfig, run_simulation
 
     model = parse_cost_model(COST_MODEL)
-    config = RunConfig(bind_cost_model(make_policy("vllm"), model), model)
+    config = RunConfig(policy_for("vllm", manifest.online, cost_model=model), model)
     best: dict[str, float] = {}
     logs: dict[str, bytes] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -160,7 +159,7 @@ def end_to_end(manifest: WorkloadManifest, repeats: int) -> None:
 def encoders(manifest: WorkloadManifest, num_requests: int, repeats: int) -> None:
     model = parse_cost_model(COST_MODEL)
     timer = EncoderTimer(repeats)
-    engine = Engine(manifest.online, bind_cost_model(make_policy("vllm"), model),
+    engine = Engine(manifest.online, policy_for("vllm", manifest.online, cost_model=model),
                     costed_executor(manifest, model), [timer])
     engine.run()
     print(f"{num_requests} requests, vllm, {engine.num_iterations} iterations: "
