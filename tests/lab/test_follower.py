@@ -264,9 +264,18 @@ def test_the_feed_records_give_back_equal_plans_and_results() -> None:
     run_simulation(manifest, _config(manifest, "vllm"), None, [steps])
     assert any(plan.intents for plan, _ in steps.steps)  # preemptions were recorded
     assert any(not plan.work for plan, _ in steps.steps) or steps.steps
+    as_planned = 0
     for plan, result in steps.steps:
-        assert plan_from_record(plan_record(plan)) == plan
+        record = plan_record(plan)
+        assert plan_from_record(record) == plan
         assert result_from_record(result_record(result)) == result
+        with_plan = result_record(result, record)
+        as_planned += with_plan[3]
+        assert result_from_record(with_plan, record) == result
+    assert as_planned  # completions sent without the ids and intervals the plan holds
+    with pytest.raises(FollowerError, match="refers to a plan the follower does not hold"):
+        plan, result = next(step for step in steps.steps if step[1].completed)
+        result_from_record(result_record(result, plan_record(plan)))
 
 
 def test_the_feed_hands_records_over_in_order_and_names_a_mismatch() -> None:

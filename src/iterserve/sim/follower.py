@@ -23,9 +23,10 @@ run's: a difference, or a follower that failed, raises
 in-process observers write (the tests pin them equal).
 
 The feed carries a plan's work and a result's completed intervals as field
-columns, pickled in batches of steps. A plan's ``positions`` are not sent:
-the run validates every plan first, and the validator accepts no positions
-but ``range(start, end)``. A follower whose parent dies sees its feed end
+columns (a completion's ids and intervals only where they are not the
+plan's own), pickled in batches of steps. A plan's ``positions`` are not
+sent: the run validates every plan first, and the validator accepts no
+positions but ``range(start, end)``. A follower whose parent dies sees its feed end
 and exits.
 
 Only a stream backed by a file descriptor can be shared with a child
@@ -104,11 +105,14 @@ def can_share(stream: IO[str] | None) -> bool:
 # --- the feed: records in call order, pickled in frames -----------------------------------
 def plan_record(plan: IterationPlan) -> tuple[Any, ...]:
     """A validated plan as a feed record: its work as field columns, the
-    positions left out (``range(start, end)`` in every validated plan)."""
+    keys as one column per key field, the positions left out. A validated
+    plan's positions are ``range(start, end)`` and its keys are all of one
+    arity (the validator derives every key with one key function and
+    accepts no other)."""
     columns: tuple[tuple[Any, ...], ...] = ()
     if plan.work:
         rids, generations, versions, starts, ends, kinds, _, keys = zip(*plan.work, strict=True)
-        columns = (rids, generations, versions, starts, ends, kinds, keys)
+        columns = (rids, generations, versions, starts, ends, kinds, tuple(zip(*keys, strict=True)))
     return (_PLAN, plan.decision_id, plan.input_state_version, plan.policy_id,
             plan.policy_version, columns, plan.tokens_used, plan.sequences_used,
             plan.tie_break_key, plan.intents)
@@ -120,7 +124,8 @@ def plan_from_record(record: tuple[Any, ...]) -> IterationPlan:
      sequences_used, tie_break_key, intents) = record
     work: tuple[WorkItem, ...] = ()
     if columns:
-        rids, generations, versions, starts, ends, kinds, keys = columns
+        rids, generations, versions, starts, ends, kinds, key_columns = columns
+        keys = zip(*key_columns, strict=True) if key_columns else ((),) * len(rids)
         work = tuple(map(_new_tuple, repeat(WorkItem), zip(
             rids, generations, versions, starts, ends, kinds, map(range, starts, ends), keys,
             strict=True)))
@@ -128,20 +133,48 @@ def plan_from_record(record: tuple[Any, ...]) -> IterationPlan:
                          tokens_used, sequences_used, tie_break_key, intents)
 
 
-def result_record(result: IterationResult) -> tuple[Any, ...]:
-    """A result as a feed record: its completed intervals as field columns."""
-    columns = tuple(zip(*result.completed, strict=True)) if result.completed else ()
-    return (_RESULT, result.decision_id, result.input_state_version, columns, result.failures,
-            result.service, result.duration, result.capacity, result.receipts)
+def result_record(result: IterationResult,
+                  plan: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
+    """A result as a feed record: its completed intervals as field columns.
+    Where they are the work items of ``plan`` (its record), one for one in
+    order (every interval ran), their ids, generations and intervals are
+    not sent again."""
+    columns: tuple[tuple[Any, ...], ...] = ()
+    as_planned = False
+    if result.completed:
+        rids, generations, starts, ends, emitted, tokens, reasons = zip(*result.completed,
+                                                                        strict=True)
+        work: tuple[tuple[Any, ...], ...] = (
+            plan[5] if plan is not None and plan[1] == result.decision_id else ())
+        as_planned = bool(work) and (rids == work[0] and ends == work[4] and starts == work[3]
+                                     and generations == work[1])
+        columns = ((emitted, tokens, reasons) if as_planned
+                   else (rids, generations, starts, ends, emitted, tokens, reasons))
+    capacity = result.capacity
+    facts = None if capacity is None else (capacity.block_size, capacity.num_blocks_total,
+                                           capacity.num_blocks_free)
+    return (_RESULT, result.decision_id, result.input_state_version, as_planned, columns,
+            result.failures, result.service, result.duration, facts, result.receipts)
 
 
-def result_from_record(record: tuple[Any, ...]) -> IterationResult:
-    """:func:`result_record`'s result, the same value."""
-    (_, decision_id, state_version, columns, failures, service, duration, capacity,
+def result_from_record(record: tuple[Any, ...],
+                       plan: tuple[Any, ...] | None = None) -> IterationResult:
+    """:func:`result_record`'s result, the same value (``plan``: the plan
+    record it was made with)."""
+    (_, decision_id, state_version, as_planned, columns, failures, service, duration, facts,
      receipts) = record
     completed: tuple[CompletedInterval, ...] = ()
-    if columns:
+    if as_planned:
+        if plan is None or plan[1] != decision_id:
+            raise FollowerError(f"the run's result for decision {decision_id} refers to a plan "
+                                f"the follower does not hold")
+        rids, generations, _, starts, ends = plan[5][:5]
+        emitted, tokens, reasons = columns
+        completed = tuple(map(_new_tuple, repeat(CompletedInterval), zip(
+            rids, generations, starts, ends, emitted, tokens, reasons, strict=True)))
+    elif columns:
         completed = tuple(map(_new_tuple, repeat(CompletedInterval), zip(*columns, strict=True)))
+    capacity = None if facts is None else CapacityFacts(*facts)
     return IterationResult(decision_id, state_version, completed, failures, service, duration,
                            capacity, receipts)
 
@@ -153,6 +186,7 @@ class FeedWriter:
     def __init__(self, fd: int) -> None:
         self._fd: int | None = fd
         self._records: list[tuple[Any, ...]] = []
+        self.last_plan: tuple[Any, ...] | None = None  # the record of the last plan put
 
     def put(self, record: tuple[Any, ...]) -> None:
         self._records.append(record)
@@ -195,6 +229,7 @@ class FeedReader:
     def __init__(self, fd: int) -> None:
         self._file = os.fdopen(fd, "rb", buffering=_PIPE_BYTES)
         self._records: deque[tuple[Any, ...]] = deque()
+        self.last_plan: tuple[Any, ...] | None = None  # the record of the last plan taken
 
     def take(self, tag: str) -> tuple[Any, ...]:
         """The next record, which must answer ``tag``'s call."""
@@ -236,7 +271,9 @@ class TappedPolicy:
 
     def choose(self, state: SchedulerState) -> IterationPlan:
         plan = self._policy.choose(state)
-        self._feed.put(plan_record(plan))
+        record = plan_record(plan)
+        self._feed.put(record)
+        self._feed.last_plan = record
         return plan
 
     def __getattr__(self, name: str) -> Any:  # identity, key, declared traits
@@ -253,7 +290,9 @@ class FollowingPolicy:
         self._feed = feed
 
     def choose(self, state: SchedulerState) -> IterationPlan:
-        plan = plan_from_record(self._feed.take(_PLAN))
+        record = self._feed.take(_PLAN)
+        self._feed.last_plan = record
+        plan = plan_from_record(record)
         if plan.decision_id != state.decision_id:
             raise FollowerError(f"the follower is at decision {state.decision_id}, the run's "
                                 f"next plan is for decision {plan.decision_id}")
@@ -280,7 +319,7 @@ class TappedExecutor:
 
     def execute(self, plan: IterationPlan, state: SchedulerState) -> IterationResult:
         result = self._executor.execute(plan, state)
-        self._feed.put(result_record(result))
+        self._feed.put(result_record(result, self._feed.last_plan))
         return result
 
     def release(self, request_ids: Iterable[str]) -> None:
@@ -311,7 +350,7 @@ class FollowingExecutor:
         return facts
 
     def execute(self, plan: IterationPlan, state: SchedulerState) -> IterationResult:
-        result = result_from_record(self._feed.take(_RESULT))
+        result = result_from_record(self._feed.take(_RESULT), self._feed.last_plan)
         if result.decision_id != plan.decision_id:
             raise FollowerError(f"the follower executes decision {plan.decision_id}, the run's "
                                 f"next result is for decision {result.decision_id}")
