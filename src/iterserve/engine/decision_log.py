@@ -19,7 +19,7 @@ Later lines, in the order the facts happened:
   object of one array per field (:data:`~iterserve.records.codec.WORK_COLUMNS`,
   :data:`~iterserve.records.codec.COMPLETED_COLUMNS`), row ``i`` of each
   array being item ``i``'s (format 4 wrote one object per item: the same
-  values, 2.8 times the bytes);
+  values, about 2.5 times the bytes);
 - ``cancel``: a client cancellation between iterations, with the decision id
   and state version it was applied at and the capacity facts after it (and
   ``rejected`` likewise);

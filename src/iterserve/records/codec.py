@@ -243,7 +243,9 @@ def rows_of_columns(columns: Mapping[str, Any], names: tuple[str, ...]) -> list[
         if not isinstance(array, list):
             raise ValueError(f"{name} must be an array")
     if len({len(array) for array in arrays}) > 1:
-        raise ValueError(f"the arrays differ in length ({', '.join(f'{name} {len(array)}' for name, array in zip(names, arrays, strict=True))})")
+        lengths = ", ".join(f"{name} {len(array)}" for name, array in zip(names, arrays,
+                                                                          strict=True))
+        raise ValueError(f"the arrays differ in length ({lengths})")
     return [dict(zip(names, row, strict=True)) for row in zip(*arrays, strict=True)]
 
 

@@ -275,14 +275,14 @@ _FIELDS = operator.itemgetter(slice(0, 18))
 
 def encode_view_list(views: list[RequestView]) -> bytes:
     """``canonical_json([view_to_json(view) for view in views])`` as ASCII
-    bytes: one orjson call where its text is the stdlib's, else the joined
-    :func:`encode_views` texts."""
+    bytes: one orjson call where its text is the stdlib's, else that
+    reference encoding (:func:`canonical_json_bytes`)."""
     if not views:
         return b"[]"
     data = orjson.dumps(list(map(_FIELDS, views)))
     if is_plain_ascii(data):
         return data
-    return b"[[" + b"],[".join(encode_views(views)) + b"]]"
+    return canonical_json_bytes(list(map(view_to_json, views)))
 
 
 def encode_views(views: list[RequestView]) -> list[bytes]:

@@ -45,7 +45,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import repeat
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 from iterserve.plan import Policy
 from iterserve.records.plan import IterationPlan, WorkItem
@@ -189,6 +189,8 @@ class FeedWriter:
         self.last_plan: tuple[Any, ...] | None = None  # the record of the last plan put
 
     def put(self, record: tuple[Any, ...]) -> None:
+        if record[0] == _PLAN:
+            self.last_plan = record
         self._records.append(record)
         if len(self._records) >= _BATCH:
             self.flush()
@@ -239,6 +241,8 @@ class FeedReader:
         if record[0] != tag:
             raise FollowerError(f"the follower asked for a {tag} where the run answered "
                                 f"a {record[0]}")
+        if tag == _PLAN:
+            self.last_plan = record
         return record
 
     def expect_end(self) -> None:
@@ -271,9 +275,7 @@ class TappedPolicy:
 
     def choose(self, state: SchedulerState) -> IterationPlan:
         plan = self._policy.choose(state)
-        record = plan_record(plan)
-        self._feed.put(record)
-        self._feed.last_plan = record
+        self._feed.put(plan_record(plan))
         return plan
 
     def __getattr__(self, name: str) -> Any:  # identity, key, declared traits
@@ -290,9 +292,7 @@ class FollowingPolicy:
         self._feed = feed
 
     def choose(self, state: SchedulerState) -> IterationPlan:
-        record = self._feed.take(_PLAN)
-        self._feed.last_plan = record
-        plan = plan_from_record(record)
+        plan = plan_from_record(self._feed.take(_PLAN))
         if plan.decision_id != state.decision_id:
             raise FollowerError(f"the follower is at decision {state.decision_id}, the run's "
                                 f"next plan is for decision {plan.decision_id}")
@@ -415,7 +415,7 @@ class FollowerProcess:
                 f"{parent.state_digest[:12]}")
         return report.get("payload")
 
-    def fail(self) -> None:
+    def fail(self) -> NoReturn:
         """The feed broke (the child ended early): raise its reason."""
         self.feed.discard()
         report, status = self._collect()

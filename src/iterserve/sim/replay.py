@@ -195,9 +195,10 @@ class _ReplayExecutor:
 
 
 def _state_digest(log_format: int) -> Callable[[SchedulerState], str]:
-    """The log format's state digest for one replay: the current format's
-    incremental digester (it follows the replayed states in order; the same
-    value as the reference), an older format's reference function."""
+    """The log format's state digest for one replay: where it is
+    :func:`state_digest` (formats 4 and 5), an incremental digester (it
+    follows the replayed states in order; the same value as the reference),
+    else the format's reference function."""
     digest = STATE_DIGESTS[log_format]
     return StateDigester().digest if digest is state_digest else digest
 

@@ -188,7 +188,7 @@ def run_simulation(manifest: WorkloadManifest, config: RunConfig,
     shared_events = events if log_process and can_share(events) else None
     if (shared_log is not None or shared_events is not None) and can_fork():
         return _followed_run(manifest, config, executor, extra_observers, decision_log, events,
-                             _Followed(shared_log, shared_events))
+                             _Followed(shared_log, shared_events, unit_s))
     trace, ledger_trace = RunTrace(), LedgerTrace()
     recorder = EventRecorder(unit_s, events)
     observers: list[EngineObserver] = [trace, recorder, ledger_trace]
@@ -209,10 +209,12 @@ def run_simulation(manifest: WorkloadManifest, config: RunConfig,
 @dataclass(frozen=True, slots=True)
 class _Followed:
     """The streams the follower writes (the run writes the others); it
-    always keeps the run trace and the ledger trace too, and sends them back."""
+    always keeps the run trace and the ledger trace too, and sends them back.
+    ``unit_s``: seconds in one unit of the run's clock (both recorders')."""
 
     log: IO[str] | None
     events: IO[str] | None
+    unit_s: float
 
 
 def _followed_run(manifest: WorkloadManifest, config: RunConfig, executor: SimulatedExecutor,
@@ -220,12 +222,11 @@ def _followed_run(manifest: WorkloadManifest, config: RunConfig, executor: Simul
                   events: IO[str] | None, followed: _Followed) -> SimulationRun:
     """:func:`run_simulation` with a follower recording what ``followed``
     names; the rest is recorded here."""
-    unit_s = seconds_per_clock_unit(manifest.online.clock, config.cost_model)
     for stream in (followed.log, followed.events):
         if stream is not None:  # the child writes it: nothing of ours may sit in its buffer
             stream.flush()
     follower = FollowerProcess(lambda feed: _follow(feed, manifest, config, executor, followed))
-    recorder = None if followed.events is not None else EventRecorder(unit_s, events)
+    recorder = None if followed.events is not None else EventRecorder(followed.unit_s, events)
     writer = None if followed.log is not None or decision_log is None else _log_writer(
         manifest, config, executor, decision_log)
     observers = [o for o in (recorder, writer) if o is not None]
@@ -239,7 +240,6 @@ def _followed_run(manifest: WorkloadManifest, config: RunConfig, executor: Simul
             recorder.close()
     except FollowerGone:
         follower.fail()  # raises the follower's reason
-        raise
     except BaseException:
         follower.abandon()
         raise
@@ -270,8 +270,7 @@ def _follow(feed: FeedReader, manifest: WorkloadManifest, config: RunConfig,
     observers: list[EngineObserver] = []
     sent: dict[str, Any] = {}
     if followed.events is not None:
-        sent["recorder"] = EventRecorder(seconds_per_clock_unit(
-            manifest.online.clock, config.cost_model), followed.events)
+        sent["recorder"] = EventRecorder(followed.unit_s, followed.events)
     sent["trace"], sent["ledger_trace"] = RunTrace(), LedgerTrace()
     observers.extend(sent.values())
     writer = None
