@@ -15,10 +15,11 @@ from lab_helpers import CHAT_MIX
 
 from iterserve.admission.overload import make_gate
 from iterserve.cost import default_cost_model, parse_cost_model
+from iterserve.engine import loop
 from iterserve.engine.observer import EngineObserver
 from iterserve.policies.registry import make_policy, policy_for
 from iterserve.records import Capacity, RequestSpec
-from iterserve.records.errors import ServiceDebitMismatch
+from iterserve.records.errors import ServiceDebitMismatch, UnknownRequest
 from iterserve.records.spec import HiddenTruth, KvSpec, OnlineWorkload, WorkloadManifest
 from iterserve.sim import follower, report
 from iterserve.sim.executor import SimulatedExecutor
@@ -346,4 +347,43 @@ def test_a_forged_result_fails_the_run_with_or_without_a_follower(tmp_path, monk
         run_simulation(manifest, _config(manifest), stream, log_process=log_process)
     assert forks == ([1] if log_process else [])
     with pytest.raises(ChildProcessError):  # no child left behind
+        os.waitpid(-1, os.WNOHANG)
+
+
+def _breaks_a_state_in(monkeypatch, where: str) -> None:
+    """From decision 7 the transition drops a running id from its queue
+    (its view then belongs to no queue), in the run's process or in the
+    follower only."""
+    real, parent = loop.advance, os.getpid()
+
+    def broken(state, plan, result):  # type: ignore[no-untyped-def]
+        successor = real(state, plan, result)
+        in_follower = os.getpid() != parent
+        if successor.decision_id < 7 or not successor.running or (where == "follower") != in_follower:
+            return successor
+        return dataclasses.replace(successor, running=successor.running[1:])
+
+    monkeypatch.setattr(loop, "advance", broken)
+
+
+def test_a_broken_state_fails_the_run_in_process(tmp_path, monkeypatch, forks) -> None:
+    manifest = _manifest(4000, 40)
+    _breaks_a_state_in(monkeypatch, "run")
+    with (tmp_path / "log.jsonl").open("w") as stream, \
+            pytest.raises(UnknownRequest, match="a view belongs to no queue"):
+        run_simulation(manifest, _config(manifest), stream, log_process=False)
+    assert forks == []
+
+
+def test_a_followed_run_checks_its_states_in_the_follower(tmp_path, monkeypatch, forks) -> None:
+    """The follower holds the run's states and checks each (the run's process
+    checks plans and results only): a state it refuses fails the run with
+    the check's own message, and no child is left behind."""
+    manifest = _manifest(4000, 40)
+    _breaks_a_state_in(monkeypatch, "follower")
+    with (tmp_path / "log.jsonl").open("w") as stream, \
+            pytest.raises(FollowerError, match="UnknownRequest: a view belongs to no queue"):
+        run_simulation(manifest, _config(manifest), stream, log_process=True)
+    assert forks == [1]
+    with pytest.raises(ChildProcessError):
         os.waitpid(-1, os.WNOHANG)

@@ -84,13 +84,20 @@ class Engine:
         *,
         gate: ArrivalGate | None = None,
         validate: bool = True,
+        check_states: bool | None = None,
     ) -> None:
+        """``validate``: check every plan before it runs and every result
+        before it advances the state. ``check_states`` (default: as
+        ``validate``): check every decision's state too (``validate_state``);
+        a followed simulation checks its states in the follower, which holds
+        the same states (:mod:`iterserve.sim.follower`)."""
         self.workload = bind_policy(workload, policy)
         self.policy = policy
         self.executor = executor
         self.observers = list(observers)
         self.validate = validate
-        self._state_check = StateChecker()
+        self._state_check = StateChecker() if (
+            validate if check_states is None else check_states) else None
         self.gate = gate
         self.readiness = ReadinessBoard()
         # checked once: a runtime protocol check is too slow for every step
@@ -224,8 +231,9 @@ class Engine:
             self.state = with_prefix_hits(self.state, self._prefix_hits(self.state))
         state = self.state
         plan = self.policy.choose(state)
-        if self.validate:
+        if self._state_check is not None:
             self._state_check.check(state)  # validate_state, unchanged views not re-read
+        if self.validate:
             validate_plan(self.workload, state, plan)
         if plan.is_empty and not _has_pending_preservation(state):
             if self._jump_to_next_arrival():

@@ -8,17 +8,20 @@ and finished, on the run's clock. Reports are computed from it afterwards.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import is_not
 
 from iterserve.engine.observer import EngineObserver
 from iterserve.records.plan import IterationPlan, rows_by_kind
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import RequestSpec
 from iterserve.records.state import SchedulerState
-from iterserve.records.view import TERMINAL_LIFECYCLES, WorkKind
+from iterserve.records.view import TERMINAL_LIFECYCLES, RequestView, WorkKind
 
 _REQUEST_ID = operator.itemgetter(0)  # CompletedInterval.request_id
+_FINISH_REASON = operator.itemgetter(6)  # CompletedInterval.finish_reason
 _TERMINAL_VALUES = frozenset(lifecycle._value_ for lifecycle in TERMINAL_LIFECYCLES)
 
 
@@ -47,19 +50,63 @@ class RequestRecord:
     finish_reason: str | None = None
 
 
-@dataclass(slots=True)
 class RunTrace(EngineObserver):
-    iterations: list[IterationRecord] = field(default_factory=list)
-    requests: dict[str, RequestRecord] = field(default_factory=dict)
-    #: completed prefill chunk starts per request (a restart from 0 after a
-    #: preemption replaces the earlier pass), for the 0x09 chunk ledger
-    prefill_chunk_starts: dict[str, list[int]] = field(default_factory=dict)
-    num_finished: int = 0  # requests with a finish time (terminal), kept as they end
+    """The run's per-iteration records and per-request clocks.
+
+    A request's record takes its frontier facts when they change in a way
+    no later view undoes: its first token (a prefill row's completion), its
+    end, an intent (preemption, rejection). A decode row changes only the
+    emitted count, so a cut of decode rows touches no record but those that
+    finished; every other record's count is read from the last views seen
+    when :attr:`requests` is read (the same values as a copy at every cut).
+    """
+
+    __slots__ = ("iterations", "_records", "prefill_chunk_starts", "num_finished", "_views")
+
+    def __init__(self) -> None:
+        self.iterations: list[IterationRecord] = []
+        self._records: dict[str, RequestRecord] = {}
+        #: completed prefill chunk starts per request (a restart from 0 after a
+        #: preemption replaces the earlier pass), for the 0x09 chunk ledger
+        self.prefill_chunk_starts: dict[str, list[int]] = {}
+        self.num_finished = 0  # requests with a finish time (terminal), kept as they end
+        # the views of the last state seen whose emitted counts are not copied yet
+        self._views: Mapping[str, RequestView] | None = None
+
+    @property
+    def requests(self) -> dict[str, RequestRecord]:
+        """A record per admitted arrival, its facts as of the last state seen."""
+        views, self._views = self._views, None
+        if views is not None:
+            for rid, record in self._records.items():
+                if record.finish_time is None:
+                    view = views.get(rid)
+                    if view is not None:
+                        record.num_emitted = view.num_emitted
+        return self._records
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RunTrace):
+            return NotImplemented
+        return self.__getstate__() == other.__getstate__()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled with its records settled, without the views."""
+        return {"iterations": self.iterations, "_records": self.requests,
+                "prefill_chunk_starts": self.prefill_chunk_starts,
+                "num_finished": self.num_finished}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
+        self._views = None
 
     def on_arrival(self, spec: RequestSpec, now: float) -> None:
         """A record per admitted arrival (a request the gate rejects gets
         none), made when it arrives: no per-step scan of the waiting queue."""
-        self.requests[spec.request_id] = RequestRecord(spec.request_id, spec.client_id,
+        self._records[spec.request_id] = RequestRecord(spec.request_id, spec.client_id,
                                                        spec.arrival, spec.num_prompt_tokens)
 
     def on_step(
@@ -72,11 +119,18 @@ class RunTrace(EngineObserver):
                 state.decision_id, state.now, result.duration, num_prefill, num_decode,
                 num_rebuild, len(plan.work), len(state.waiting), len(state.running),
             ))
-        if num_prefill:  # most cuts decode only: no per-item kind lookup
+        completed = result.completed
+        if num_prefill:  # a first token may be among them: every completion's facts
             self._chunk_starts(plan, result)
-        self._update(map(_REQUEST_ID, result.completed), successor)
+            self._update(map(_REQUEST_ID, completed), successor)
+        elif completed:  # decode and rebuild rows: only an end changes more than a count
+            reasons = list(map(_FINISH_REASON, completed))
+            if reasons.count(None) != len(reasons):
+                self._update(compress(map(_REQUEST_ID, completed),
+                                      map(is_not, reasons, repeat(None))), successor)
         if plan.intents:
             self._update([intent.request_id for intent in plan.intents], successor)
+        self._views = successor.views
 
     def _chunk_starts(self, plan: IterationPlan, result: IterationResult) -> None:
         """Record where each completed prefill chunk started (a restart from
@@ -93,7 +147,7 @@ class RunTrace(EngineObserver):
     def _update(self, request_ids: Iterable[str], successor: SchedulerState) -> None:
         """Copy each request's frontier facts from ``successor`` (one loop
         over a cut's completions: a call per cut, not per row)."""
-        view_of, record_of, now = successor.views.get, self.requests.get, successor.now
+        view_of, record_of, now = successor.views.get, self._records.get, successor.now
         for rid in request_ids:
             after = view_of(rid)
             record = record_of(rid)

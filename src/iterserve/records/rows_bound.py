@@ -54,16 +54,21 @@ def bound_of(views: Mapping[str, RequestView], bound: RowsBound | None) -> int:
 
 def carried(old_views: Mapping[str, RequestView], old: RowsBound | None,
             views: Mapping[str, RequestView], changed: Sequence[RequestView],
-            max_rows_total: int | None) -> RowsBound:
+            max_rows_total: int | None, *, rise: int | None = None) -> RowsBound:
     """The bound for ``views``, made from ``old_views`` by replacing or
     adding the ``changed`` views (every view whose ``p + e`` may differ) and
     by changes that keep ``p + e``. ``max_rows_total``: the pool's rows
-    (None: unbounded); above it the bound is recomputed exactly."""
+    (None: unbounded); above it the bound is recomputed exactly. ``rise``:
+    how much ``p + e`` can have risen from a changed view's old view at most
+    (every changed view replaces one of ``old_views``: a completed interval
+    emits once at most), so the changed views are not read; the bound then
+    drifts up by ``rise`` a cut until it passes the pool and is recomputed."""
     if old is None or old.views is not old_views:
         return RowsBound(views, max_rows_through_next_emission(views))
     bound = old.max_rows
-    if changed:  # about one view per running request: at C speed
-        bound = max(bound, max_rows_through_next_emission(changed))
+    if changed:  # about one view per running request
+        bound = (bound + rise if rise is not None
+                 else max(bound, max_rows_through_next_emission(changed)))
     if max_rows_total is not None and bound > max_rows_total:
         bound = max_rows_through_next_emission(views)  # tight again once it retired
     return RowsBound(views, bound)

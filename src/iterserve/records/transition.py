@@ -92,7 +92,7 @@ def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult)
     successor = _successor(
         state, views, tuple(queues.waiting), tuple(queues.running), tuple(queues.suspended),
         tuple(queues.finished), now=now, decision_id=state.decision_id + 1, service=service,
-        capacity=result.capacity, changed=completed, removed=state.finished,
+        capacity=result.capacity, changed=completed, removed=state.finished, rise=1,
         touched=[*(intent.request_id for intent in plan.intents),
                  *(receipt.binding.request_id for receipt in result.receipts)],
     )
@@ -325,10 +325,13 @@ def _successor(
     changed: Sequence[RequestView] = (),
     touched: Iterable[str] = (),
     removed: Iterable[str] = (),
+    rise: int | None = None,
 ) -> SchedulerState:
     """The next state. ``changed``: every view whose ``p + e`` may differ
     from ``state``'s (arrivals, completions); ``touched``: the ids of every
-    other view written; ``removed``: the ids deleted (the view delta)."""
+    other view written; ``removed``: the ids deleted (the view delta).
+    ``rise``: how far ``p + e`` of a changed view can have risen at most,
+    each replacing one of ``state``'s views (completions: one emission)."""
     facts = state.capacity if capacity is None else capacity
     delta = next_delta(state.view_delta, state.views, views,
                        chain(map(_REQUEST_ID, changed), touched), removed)
@@ -347,7 +350,8 @@ def _successor(
         service=state.service if service is None else service,
         rules=state.rules,
         ledger=state.ledger if ledger is None else ledger,
-        rows_bound=carried(state.views, state.rows_bound, views, changed, _pool_rows(facts)),
+        rows_bound=carried(state.views, state.rows_bound, views, changed, _pool_rows(facts),
+                           rise=rise),
         view_delta=delta,
     )  # prefix_hits: facts of one cut, never carried to a successor
 

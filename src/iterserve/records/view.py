@@ -23,6 +23,10 @@ __all__ = ["FinishReason", "IllegalTransition", "Lifecycle", "RequestView", "TRA
 class Lifecycle(enum.Enum):
     """Request lifecycle (0x0C); transitions are checked against TRANSITIONS."""
 
+    # ``value`` read in C (orjson reads it for every RUNNING view it encodes;
+    # Enum's own is a Python-level property)
+    value = property(operator.attrgetter("_value_"))
+
     WAITING = "waiting"
     RUNNING = "running"
     PREEMPT_PENDING = "preempt_pending"

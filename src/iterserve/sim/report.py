@@ -233,7 +233,7 @@ def _followed_run(manifest: WorkloadManifest, config: RunConfig, executor: Simul
     try:
         engine = Engine(manifest.online, TappedPolicy(config.policy, follower.feed),
                         TappedExecutor(executor, follower.feed), [*observers, *extra_observers],
-                        gate=engine_gate(config.gate))
+                        gate=engine_gate(config.gate), check_states=False)  # the follower's
         with collector_held_back():
             engine.run(max_iterations=config.max_iterations)
         if recorder is not None:
@@ -279,7 +279,7 @@ def _follow(feed: FeedReader, manifest: WorkloadManifest, config: RunConfig,
         observers.append(writer)
     engine = Engine(manifest.online, FollowingPolicy(config.policy, feed),
                     FollowingExecutor(feed), observers, gate=engine_gate(config.gate),
-                    validate=False)
+                    validate=False, check_states=True)
     with collector_held_back():
         engine.run(max_iterations=config.max_iterations)
     feed.expect_end()
