@@ -98,9 +98,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="write the JSONL decision log here (only once the run succeeds)")
     parser.add_argument("--log-process", choices=("auto", "off"), default="auto",
                         help="auto: with two usable CPUs a second process writes the decision "
-                             "log and events.jsonl, following the run's decisions from a pipe "
-                             "(the same bytes, fewer wall seconds); off: the run's process "
-                             "writes them")
+                             "log and events.jsonl and checks each decision's state, "
+                             "following the run's decisions from a pipe (the same bytes, "
+                             "fewer wall seconds); off: the run's process does it all")
     parser.add_argument("--max-iterations", type=POSITIVE_INT, default=None)
     parser.add_argument("--window", type=finite_float(0.0), nargs=2, metavar=("START_S", "END_S"),
                         help="observation window in seconds (default: first arrival to the "

@@ -12,7 +12,11 @@ that answer from the feed (:class:`FollowingPolicy`,
 :class:`FollowingExecutor`), so it passes through the run's states without
 deciding or executing anything, and its observers (the decision-log writer,
 the events recorder) write their files there. The engine itself runs once
-where it matters: the follower does only the state transitions.
+where it matters: the follower does only the state transitions. The run's
+engine checks every plan before it runs and every result before it
+advances the state; each decision's state is checked in the follower
+(``Engine(check_states=...)``), which holds the same states: a state it
+refuses ends it, and the run fails with that check's message.
 
 The follower's states are the run's only if the engine is a function of
 those answers, so the follower ends by reporting its :class:`RunEnd`

@@ -262,11 +262,12 @@ def _log_writer(manifest: WorkloadManifest, config: RunConfig, executor: Simulat
 
 def _follow(feed: FeedReader, manifest: WorkloadManifest, config: RunConfig,
             executor: SimulatedExecutor, followed: _Followed) -> tuple[RunEnd, dict[str, Any]]:
-    """The follower's run: the same engine answered from the feed, validation
-    off (the run validated every plan), with the observers ``followed``
-    names and the two traces. Returns its end and what the run's report
-    reads of them: the recorder (detached: its iteration records and
-    samples) and the traces."""
+    """The follower's run: the same engine answered from the feed, plan and
+    result validation off (the run checked every plan and result), each
+    decision's state checked here (the run leaves that to its follower), with
+    the observers ``followed`` names and the two traces. Returns its end and
+    what the run's report reads of them: the recorder (detached: its
+    iteration records and samples) and the traces."""
     observers: list[EngineObserver] = []
     sent: dict[str, Any] = {}
     if followed.events is not None:
