@@ -64,10 +64,21 @@ def test_complete_rows_equals_complete_per_row(rows, now):
     for view in expected:
         expected_views[view.request_id] = view
     got_views = dict(views)
-    got, finished = _complete_rows(got_views, items, now)
-    assert got == expected and got_views == expected_views
+    got, finished, once = _complete_rows(got_views, items, now)
+    assert got == expected and got_views == expected_views and once
     assert all(type(v) is RequestView for v in got)
     assert finished == [v.request_id for v in expected if v.lifecycle is Lifecycle.FINISHED]
+
+
+def test_a_request_completed_twice_is_told_apart():
+    """Validation refuses it; unvalidated, the rows bound must not assume
+    one emission per request (``advance`` reads ``once``)."""
+    view = _view(0, "c", 4, 1, 4, 1.0, 9)
+    first = CompletedInterval(view.request_id, 0, 4, 5, True, 7, None)
+    second = CompletedInterval(view.request_id, 0, 5, 6, True, 8, None)
+    views = {view.request_id: view}
+    got, _, once = _complete_rows(views, [first, second], 2.0)
+    assert not once and views["r0"].num_emitted == 3 and got[-1] is views["r0"]
 
 
 @settings(max_examples=200, deadline=None)

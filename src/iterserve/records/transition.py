@@ -81,7 +81,7 @@ def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult)
                       receipts.pop(intent.request_id, None))
     for receipt in receipts.values():  # preservations started in an earlier iteration
         _settle_preservation(views, queues, receipt)
-    completed, newly_finished = _complete_rows(views, result.completed, now)
+    completed, newly_finished, once = _complete_rows(views, result.completed, now)
     service = dict(state.service)
     for client, rows in result.service.items():
         service[client] = service.get(client, 0) + rows
@@ -92,7 +92,8 @@ def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult)
     successor = _successor(
         state, views, tuple(queues.waiting), tuple(queues.running), tuple(queues.suspended),
         tuple(queues.finished), now=now, decision_id=state.decision_id + 1, service=service,
-        capacity=result.capacity, changed=completed, removed=state.finished, rise=1,
+        capacity=result.capacity, changed=completed, removed=state.finished,
+        rise=1 if once else None,  # one emission at most per request (validated results)
         touched=[*(intent.request_id for intent in plan.intents),
                  *(receipt.binding.request_id for receipt in result.receipts)],
     )
@@ -241,20 +242,21 @@ def _complete(view: RequestView, item: CompletedInterval, now: float) -> Request
 
 
 def _complete_rows(views: dict[str, RequestView], items: Sequence[CompletedInterval],
-                   now: float) -> tuple[list[RequestView], list[str]]:
+                   now: float) -> tuple[list[RequestView], list[str], bool]:
     """:func:`_complete` of each completed interval's view, replaced in
-    ``views``: the new views and the ids that finished, in result order.
+    ``views``: the new views and the ids that finished, in result order, and
+    whether each request completed once at most (validation refuses more).
     Built a field column at a time (the views transposed, the changed
     columns replaced, transposed back), with no Python-level call per row."""
     if not items:
-        return [], []
+        return [], [], True
     rids = list(map(_ITEM_REQUEST_ID, items))
     if len(set(rids)) != len(rids):  # a request twice (validation refuses it): in order
         completed = []
         for rid, item in zip(rids, items, strict=True):
             completed.append(_complete(views[rid], item, now))
             views[rid] = completed[-1]
-        return completed, [v.request_id for v in completed if v.lifecycle is _FINISHED]
+        return completed, [v.request_id for v in completed if v.lifecycle is _FINISHED], False
     columns: list[Iterable[object]] = list(zip(*map(views.__getitem__, rids), strict=True))
     _, _, _, ends, emitted, _, reasons = zip(*items, strict=True)
     columns[_AT_SNAPSHOT] = map(add, columns[_AT_SNAPSHOT], repeat(1))
@@ -284,7 +286,7 @@ def _complete_rows(views: dict[str, RequestView], items: Sequence[CompletedInter
         columns[_AT_LIFECYCLE] = lifecycles
     completed = list(map(_new_tuple, repeat(RequestView), zip(*columns, strict=False)))
     views.update(zip(rids, completed, strict=True))
-    return completed, [rids[i] for i in finished]
+    return completed, [rids[i] for i in finished], True
 
 
 _FINISHED = Lifecycle.FINISHED
