@@ -50,17 +50,22 @@ def small_spec(**changes: Any) -> dict[str, Any]:
     return spec
 
 
-def chat_mix_run(num_blocks: int, num_requests: int, events: IO[str] | None = None
-                 ) -> tuple[WorkloadManifest, SimulationRun]:
+def chat_mix_manifest(num_blocks: int, num_requests: int) -> WorkloadManifest:
     """``examples/specs/chat_mix.json`` cut to ``num_requests`` requests on a
-    ``num_blocks`` pool (small pools preempt: rebuilds, resumes), simulated
-    under ``vllm`` with ``linear:8,0.02,0.1``; ``events`` streams the metric
-    events there. Returns the generated manifest and the run."""
+    ``num_blocks`` pool (small pools preempt: rebuilds, resumes), generated."""
     raw = json.loads(CHAT_MIX.read_text())
     raw["kv"]["num_blocks"] = num_blocks
     raw["num_requests"] = num_requests
-    manifest = generate_workload(parse_spec(raw, lambda path, fmt, column: trace_lengths(
+    return generate_workload(parse_spec(raw, lambda path, fmt, column: trace_lengths(
         CHAT_MIX.parent / path, fmt, column)))
+
+
+def chat_mix_run(num_blocks: int, num_requests: int, events: IO[str] | None = None
+                 ) -> tuple[WorkloadManifest, SimulationRun]:
+    """:func:`chat_mix_manifest` simulated under ``vllm`` with
+    ``linear:8,0.02,0.1``; ``events`` streams the metric events there.
+    Returns the generated manifest and the run."""
+    manifest = chat_mix_manifest(num_blocks, num_requests)
     model = parse_cost_model("linear:8,0.02,0.1")
     config = RunConfig(policy_for("vllm", manifest.online, cost_model=model), model,
                        make_gate("accept-all", {}))

@@ -8,7 +8,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from lab_helpers import CHAT_MIX
+from lab_helpers import chat_mix_manifest
 
 from iterserve.admission.overload import make_gate
 from iterserve.cost import parse_cost_model
@@ -34,10 +34,7 @@ from iterserve.policies.registry import policy_for
 from iterserve.records.plan import WorkItem
 from iterserve.records.result import CompletedInterval
 from iterserve.records.view import WorkKind
-from iterserve.sim.generators import generate_workload
 from iterserve.sim.report import RunConfig, run_simulation
-from iterserve.sim.traces import trace_lengths
-from iterserve.sim.workload_spec import parse_spec
 
 SAMPLES = [
     ArrivalEvent(0, "r\u00e9q \"1\"", client_id="c\n", num_prompt_tokens=None),
@@ -63,11 +60,7 @@ def test_event_line_is_json_dumps_byte_for_byte(event) -> None:
 
 
 def _chat_mix(num_blocks: int):
-    raw = json.loads(CHAT_MIX.read_text())
-    raw["kv"]["num_blocks"] = num_blocks
-    raw["num_requests"] = 120
-    return generate_workload(parse_spec(raw, lambda path, fmt, column: trace_lengths(
-        CHAT_MIX.parent / path, fmt, column)))
+    return chat_mix_manifest(num_blocks, 120)
 
 
 @pytest.mark.parametrize(("policy", "num_blocks", "gate"), [

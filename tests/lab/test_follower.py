@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import json
 import os
 from pathlib import Path
 
 import pytest
-from lab_helpers import CHAT_MIX
+from lab_helpers import chat_mix_manifest
 
 from iterserve.admission.overload import make_gate
 from iterserve.cost import default_cost_model, parse_cost_model
@@ -33,10 +32,7 @@ from iterserve.sim.follower import (
     result_from_record,
     result_record,
 )
-from iterserve.sim.generators import generate_workload
 from iterserve.sim.report import RunConfig, run_simulation
-from iterserve.sim.traces import trace_lengths
-from iterserve.sim.workload_spec import parse_spec
 
 MODEL = parse_cost_model("linear:8,0.02,0.1")
 
@@ -63,11 +59,7 @@ def forks(monkeypatch) -> list[int]:
 
 
 def _manifest(num_blocks: int, num_requests: int = 80) -> WorkloadManifest:
-    raw = json.loads(CHAT_MIX.read_text())
-    raw["kv"]["num_blocks"] = num_blocks
-    raw["num_requests"] = num_requests
-    return generate_workload(parse_spec(raw, lambda path, fmt, column: trace_lengths(
-        CHAT_MIX.parent / path, fmt, column)))
+    return chat_mix_manifest(num_blocks, num_requests)
 
 
 def _config(manifest: WorkloadManifest, policy: str = "vllm", gate: str = "accept-all",

@@ -5,11 +5,10 @@ every cut, read mid-run or at the end, pickled or not."""
 
 from __future__ import annotations
 
-import json
 import pickle
 
 import pytest
-from lab_helpers import CHAT_MIX
+from lab_helpers import chat_mix_manifest
 
 from iterserve.engine.loop import Engine
 from iterserve.engine.observer import EngineObserver
@@ -17,9 +16,6 @@ from iterserve.engine.trace import RequestRecord, RunTrace
 from iterserve.policies.registry import policy_for
 from iterserve.records.view import TERMINAL_LIFECYCLES
 from iterserve.sim.factory import make_simulated_executor
-from iterserve.sim.generators import generate_workload
-from iterserve.sim.traces import trace_lengths
-from iterserve.sim.workload_spec import parse_spec
 
 
 class _EveryCut(EngineObserver):
@@ -52,18 +48,10 @@ class _EveryCut(EngineObserver):
         self.num_compared += 1
 
 
-def _manifest(num_blocks: int):
-    raw = json.loads(CHAT_MIX.read_text())
-    raw["kv"]["num_blocks"] = num_blocks
-    raw["num_requests"] = 60
-    return generate_workload(parse_spec(raw, lambda path, fmt, column: trace_lengths(
-        CHAT_MIX.parent / path, fmt, column)))
-
-
 @pytest.mark.parametrize("num_blocks", [4000, 60])  # 60: preemptions and resumes
 @pytest.mark.parametrize("max_iterations", [None, 150])
 def test_the_records_equal_a_copy_at_every_cut(num_blocks, max_iterations) -> None:
-    manifest = _manifest(num_blocks)
+    manifest = chat_mix_manifest(num_blocks, 60)
     trace = RunTrace()
     reference = _EveryCut(trace)
     engine = Engine(manifest.online, policy_for("vllm", manifest.online),
