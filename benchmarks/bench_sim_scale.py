@@ -13,7 +13,8 @@ process, so peak RSS (``resource.getrusage``) is that run's.
 Measured: wall seconds of the run (engine loop, observers, decision log and
 event stream; generating the workload is timed apart), the CPU seconds of the
 same span (``cpu_s``: this process and its follower; steadier than wall
-time on a shared machine, for A/B runs), simulated requests per wall second
+time on a shared machine, for A/B runs; ``cpu_run_s`` and ``cpu_follower_s``
+split it, so the slower of the two processes shows), simulated requests per wall second
 and the peak resident memory of the process (``peak_rss_mib``) and of its
 follower (``peak_rss_log_process_mib``; the two together bound the run's).
 The decision log and the events are written by a second process that follows
@@ -129,7 +130,7 @@ def run_one(num_requests: int, decision_log: bool, profile_lines: int,
     with tempfile.TemporaryDirectory() as tmp:
         log_path, events_path = Path(tmp) / "decisions.jsonl", Path(tmp) / "events.jsonl"
         with log_path.open("w") as log, events_path.open("w") as events:
-            started, cpu_started_s = time.perf_counter(), _cpu_s()
+            started, cpu_started = time.perf_counter(), _cpu_s()
             if profiler is not None:
                 profiler.enable()
             run = run_simulation(manifest, config, log if decision_log else None,
@@ -138,7 +139,8 @@ def run_one(num_requests: int, decision_log: bool, profile_lines: int,
             if profiler is not None:
                 profiler.disable()
             wall_s = time.perf_counter() - started
-            cpu_s = _cpu_s() - cpu_started_s
+            cpu_run_s, cpu_follower_s = (after - before for after, before in zip(
+                _cpu_s(), cpu_started, strict=True))
         sizes = {"decision_log_bytes": log_path.stat().st_size,
                  "events_bytes": events_path.stat().st_size}
     if profiler is not None:
@@ -149,7 +151,8 @@ def run_one(num_requests: int, decision_log: bool, profile_lines: int,
         "decision_log": decision_log, "validation": run.engine.validate,
         "iterations": run.engine.num_iterations, "num_live_at_end": final.num_live,
         "generate_s": round(generate_s, 3), "wall_s": round(wall_s, 3),
-        "cpu_s": round(cpu_s, 3), "rate_per_s": rate_per_s,
+        "cpu_s": round(cpu_run_s + cpu_follower_s, 3), "cpu_run_s": round(cpu_run_s, 3),
+        "cpu_follower_s": round(cpu_follower_s, 3), "rate_per_s": rate_per_s,
         "requests_per_wall_s": round(num_requests / wall_s, 1),
         "log_process": log_process and decision_log and not profiler,
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
@@ -159,10 +162,10 @@ def run_one(num_requests: int, decision_log: bool, profile_lines: int,
     }
 
 
-def _cpu_s() -> float:
-    """CPU seconds of this process and of its reaped children (the follower)."""
+def _cpu_s() -> tuple[float, float]:
+    """CPU seconds of this process, and of its reaped children (the follower)."""
     times = os.times()
-    return times.user + times.system + times.children_user + times.children_system
+    return times.user + times.system, times.children_user + times.children_system
 
 
 def run_engine_alone(num_requests: int, validate: bool,
