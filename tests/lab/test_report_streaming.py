@@ -440,6 +440,9 @@ _TOKENS_LINE_CASES = {
     "negative time": _RUN % ("-0.5", '["a", "b"]', "[1, 1]", ""),
     "empty id": _RUN % ("3.0", '["a", ""]', "[1, 1]", ""),
     "int id": _RUN % ("3.0", '["a", 7]', "[1, 1]", ""),
+    "a list as an id": _RUN % ("3.0", '["a", ["b"]]', "[1, 1]", ""),
+    "after a cancel": '{"kind": "cancel", "time_s": 2.5, "request_id": "b", "reason": "client"}\n'
+                      + _RUN % ("3.0", '["a", "b"]', "[1, 1]", ""),
     "extra field": _RUN % ("3.0", '["a", "b"]', "[1, 1]", ', "x": 1'),
     "missing field": '{"kind": "tokens", "time_s": 3.0, "request_ids": ["a"]}',
     "ids not a list": _RUN % ("3.0", '"ab"', "[1, 1]", ""),

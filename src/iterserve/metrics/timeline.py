@@ -28,8 +28,7 @@ import math
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from operator import attrgetter
-from typing import cast
+from itertools import repeat
 
 from iterserve.metrics.events import (
     AdmitEvent,
@@ -154,15 +153,17 @@ class SortedTimelines:
     streaming reader that need not make the event object (most of a long
     run's facts are output tokens)."""
 
-    __slots__ = ("_builders", "_last_s", "_end_s", "_compact", "_blocked")
+    __slots__ = ("_builders", "_last_s", "_end_s", "_compact", "_live", "_append")
 
     def __init__(self, *, end_s: float = math.inf, compact: bool = False) -> None:
         self._builders: dict[str, _Builder] = {}
-        # requests that may emit nothing now: ended, or preempted and not resumed
-        self._blocked: set[str] = set()
+        # the emission times of the requests that may emit now: neither ended
+        # nor preempted and not resumed (a long run's few live ones)
+        self._live: dict[str, list[float] | array[float]] = {}
         self._last_s = -math.inf
         self._end_s = end_s
         self._compact = compact
+        self._append = array.append if compact else list.append
 
     def add(self, event: Event) -> None:
         if event.time_s < self._last_s:
@@ -173,16 +174,17 @@ class SortedTimelines:
         if event.time_s >= self._end_s:
             return
         if isinstance(event, ArrivalEvent):
-            _add_arrival(self._builders, event, self._compact)
+            builder = _add_arrival(self._builders, event, self._compact)
+            self._live[event.request_id] = builder.emissions
             return
         builder = self._builders.get(event.request_id)
         if builder is None:
             raise EventLogError(f"{event.kind} before arrival for request {event.request_id!r}")
         _apply(builder, event)
         if builder.timeline.is_terminal or len(builder.preempts) > len(builder.resumes):
-            self._blocked.add(event.request_id)
+            self._live.pop(event.request_id, None)
         else:
-            self._blocked.discard(event.request_id)
+            self._live[event.request_id] = builder.emissions
 
     def add_token(self, time_s: float, request_id: str, token_index: int) -> bool:
         """:meth:`add` of ``TokenEvent(time_s, request_id,
@@ -227,38 +229,37 @@ class SortedTimelines:
     def _add_run(self, time_s: float, request_ids: Sequence[object],
                  token_indices: Sequence[object]) -> bool:
         """The whole run at once, in C-level passes, when every entry is
-        plainly valid and its request's next emission (distinct known
-        requests, none ended or preempted, each index the next); False,
-        changing nothing, otherwise (the caller then goes entry by entry)."""
-        if (set(map(type, request_ids)) != _STR_TYPE or set(map(type, token_indices)) != _INT_TYPE
-                or type(token_indices) is not list):
+        plainly valid and its request's next emission (distinct live
+        requests: known, none ended or preempted; each index an int, the
+        next); False, changing nothing, otherwise (the caller then goes
+        entry by entry). A live request's id is a str key: any other id
+        is not found."""
+        if type(token_indices) is not list or set(map(type, token_indices)) != _INT_TYPE:
             return False
-        ids = set(request_ids)
-        builders = self._builders
-        if len(ids) != len(request_ids) or not ids <= builders.keys() or not ids.isdisjoint(
-                self._blocked):
+        try:
+            emissions = list(map(self._live.__getitem__, request_ids))
+        except (KeyError, TypeError):  # not live, or not even hashable
             return False
-        emissions = list(map(_emissions_of, map(builders.__getitem__,
-                                                cast("Sequence[str]", request_ids))))
-        if list(map(len, emissions)) != token_indices:
+        if (list(map(len, emissions)) != token_indices
+                or len(set(request_ids)) != len(request_ids)):
             return False
-        for emitted in emissions:
-            emitted.append(time_s)
+        any(map(self._append, emissions, repeat(time_s)))  # appends (None each), at C speed
         return True
 
     def finish(self) -> dict[str, RequestTimeline]:
         """The timelines, by request id in arrival order; the builder is spent."""
         builders, timelines = self._builders, {}
+        self._live.clear()
         for request_id in list(builders):  # each builder's lists go as its tuples come
             timelines[request_id] = builders.pop(request_id).freeze()
         return timelines
 
 
-_STR_TYPE, _INT_TYPE = {str}, {int}
-_emissions_of = attrgetter("emissions")
+_INT_TYPE = {int}
 
 
-def _add_arrival(builders: dict[str, _Builder], event: ArrivalEvent, compact: bool) -> None:
+def _add_arrival(builders: dict[str, _Builder], event: ArrivalEvent,
+                 compact: bool) -> _Builder:
     if event.request_id in builders:
         raise EventLogError(f"duplicate arrival for request {event.request_id!r}")
     timeline = RequestTimeline(
@@ -267,7 +268,8 @@ def _add_arrival(builders: dict[str, _Builder], event: ArrivalEvent, compact: bo
         arrival_s=event.time_s,
         num_prompt_tokens=event.num_prompt_tokens,
     )
-    builders[event.request_id] = _Builder(timeline, array("d") if compact else [])
+    builder = builders[event.request_id] = _Builder(timeline, array("d") if compact else [])
+    return builder
 
 
 def _apply(builder: _Builder, event: Event) -> None:
