@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import repeat
+from typing import Any, cast
 
 from iterserve.metrics.events import (
     AdmitEvent,
@@ -163,7 +164,8 @@ class SortedTimelines:
         self._last_s = -math.inf
         self._end_s = end_s
         self._compact = compact
-        self._append = array.append if compact else list.append
+        # appends one time to an emissions list or array, unbound (list.append, array.append)
+        self._append: Callable[[Any, float], None] = array.append if compact else list.append
 
     def add(self, event: Event) -> None:
         if event.time_s < self._last_s:
@@ -174,8 +176,8 @@ class SortedTimelines:
         if event.time_s >= self._end_s:
             return
         if isinstance(event, ArrivalEvent):
-            builder = _add_arrival(self._builders, event, self._compact)
-            self._live[event.request_id] = builder.emissions
+            arrived = _add_arrival(self._builders, event, self._compact)
+            self._live[event.request_id] = arrived.emissions
             return
         builder = self._builders.get(event.request_id)
         if builder is None:
@@ -237,7 +239,7 @@ class SortedTimelines:
         if type(token_indices) is not list or set(map(type, token_indices)) != _INT_TYPE:
             return False
         try:
-            emissions = list(map(self._live.__getitem__, request_ids))
+            emissions = list(map(self._live.__getitem__, cast("Sequence[str]", request_ids)))
         except (KeyError, TypeError):  # not live, or not even hashable
             return False
         if (list(map(len, emissions)) != token_indices
