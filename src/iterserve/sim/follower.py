@@ -43,7 +43,6 @@ import contextlib
 import fcntl
 import os
 import pickle
-import signal
 import struct
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -56,8 +55,8 @@ from iterserve.records.plan import IterationPlan, WorkItem
 from iterserve.records.result import CompletedInterval, IterationResult
 from iterserve.records.state import CapacityFacts, SchedulerState
 from iterserve.sim.executor import SimulatedExecutor
+from iterserve.sim.forked import ForkedCall, ForkedError, describe
 
-_MAX_ERROR_CHARS = 2000  # of a follower's error message sent back to the run
 _BATCH = 96  # feed records per pickled frame (about 32 steps: a step is 2 or 3 records)
 _FRAME = struct.Struct("<Q")  # a frame: its pickle's length, then the pickle
 _PIPE_BYTES = 1 << 20  # the feed pipe's buffer, where the OS lets it grow
@@ -374,27 +373,19 @@ class FollowingExecutor:
 
 # --- the process -----------------------------------------------------------------------------
 class FollowerProcess:
-    """A forked child running ``follow`` on the feed's reading end; ``follow``
-    runs its engine to the end, writes and flushes its streams and returns
-    its :class:`RunEnd` and what the run reads back from it (pickled). Flush
+    """A forked child running ``follow`` on the feed's reading end
+    (:class:`~iterserve.sim.forked.ForkedCall`); ``follow`` runs its engine
+    to the end, writes and flushes its streams and returns its
+    :class:`RunEnd` and what the run reads back from it (pickled). Flush
     the streams the child writes before starting one: it inherits their
-    buffers. The child leaves by ``os._exit``, so no other buffer it
-    inherits is ever flushed twice."""
+    buffers."""
 
     def __init__(self, follow: Callable[[FeedReader], tuple[RunEnd, Any]]) -> None:
         feed_read, feed_write = os.pipe()
-        report_read, report_write = os.pipe()
         with contextlib.suppress(AttributeError, OSError):  # Linux: a wider pipe, fewer stalls
             fcntl.fcntl(feed_write, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
-        pid = os.fork()
-        if pid == 0:  # the child: never returns
-            os.close(feed_write)
-            os.close(report_read)
-            _child_main(lambda: follow(FeedReader(feed_read)), report_write)
+        self._child = ForkedCall(lambda: follow(FeedReader(feed_read)), close_in_child=(feed_write,))
         os.close(feed_read)
-        os.close(report_write)
-        self._pid: int | None = pid
-        self._report_fd = report_read
         self.feed = FeedWriter(feed_write)
 
     def finish(self, parent: RunEnd) -> Any:
@@ -408,69 +399,31 @@ class FollowerProcess:
         report, status = self._collect()
         if "error" in report:
             raise FollowerError(f"the follower process failed: {report['error']}")
-        end = report.get("end")
+        end, payload = report.get("value", (None, None))
         if not isinstance(end, RunEnd):
             raise FollowerError(f"the follower process ended without a report "
-                                f"({_describe(status)})")
+                                f"({describe(status)})")
         if end != parent:
             raise FollowerError(
                 f"the follower process ended elsewhere: after {end.iterations} iterations at "
                 f"state digest {end.state_digest[:12]}, the run after {parent.iterations} at "
                 f"{parent.state_digest[:12]}")
-        return report.get("payload")
+        return payload
 
     def fail(self) -> NoReturn:
         """The feed broke (the child ended early): raise its reason."""
         self.feed.discard()
         report, status = self._collect()
-        reason = report.get("error") or f"it ended early ({_describe(status)})"
+        reason = report.get("error") or f"it ended early ({describe(status)})"
         raise FollowerError(f"the follower process failed: {reason}")
 
     def abandon(self) -> None:
         """Stop the child (the run failed); its streams are incomplete."""
         self.feed.discard()
-        if self._pid is not None:
-            with contextlib.suppress(ProcessLookupError):  # it had ended
-                os.kill(self._pid, signal.SIGKILL)
-            self._collect()
+        self._child.kill()
 
     def _collect(self) -> tuple[dict[str, Any], int]:
-        """The child's report (unpickled as it streams in, then the pipe read
-        to its end) and its wait status."""
-        if self._pid is None:
-            raise FollowerError("the follower process was already collected")
-        report: Any = {}
-        with os.fdopen(self._report_fd, "rb", buffering=_PIPE_BYTES) as pipe:
-            try:
-                report = pickle.load(pipe)
-            except Exception:  # noqa: BLE001 - no report, or a truncated one (the child was killed)
-                report = {}
-            while pipe.read(_PIPE_BYTES):  # whatever follows: the child never blocks on it
-                pass
-        _, status = os.waitpid(self._pid, 0)
-        self._pid = None
-        return (report if isinstance(report, dict) else {}), status
-
-
-def _child_main(follow: Callable[[], tuple[RunEnd, Any]], write_fd: int) -> None:
-    code = 1
-    report: dict[str, Any]
-    try:
-        end, payload = follow()
-        report = {"end": end, "payload": payload}
-        code = 0
-    except BaseException as exc:  # noqa: BLE001 - every failure goes back to the run
-        report = {"error": f"{type(exc).__name__}: {exc}"[:_MAX_ERROR_CHARS]}
-    try:  # streamed (pickle frames): the traces of a long run are never one buffer here
-        with os.fdopen(write_fd, "wb", buffering=_PIPE_BYTES) as pipe:
-            pickle.dump(report, pipe, pickle.HIGHEST_PROTOCOL)
-    except BaseException:  # noqa: BLE001 - the run reads a truncated report as none
-        code = 1
-    finally:
-        os._exit(code)  # no atexit handlers, no flush of the buffers copied from the parent
-
-
-def _describe(status: int) -> str:
-    if os.WIFSIGNALED(status):
-        return f"killed by signal {os.WTERMSIG(status)}"
-    return f"exit status {os.waitstatus_to_exitcode(status)}"
+        try:
+            return self._child.collect()
+        except ForkedError as error:  # collected already
+            raise FollowerError(f"the follower process: {error}") from None

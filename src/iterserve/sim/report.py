@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
@@ -65,6 +66,7 @@ from iterserve.sim.follower import (
     can_fork,
     can_share,
 )
+from iterserve.sim.forked import ForkedCall, ForkedError
 from iterserve.sim.ledger_trace import LedgerTrace
 
 OCCUPANCY_LABEL = ("logical slot occupancy: sequences per iteration / sequence_budget; "
@@ -395,14 +397,23 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
         resources=recorder.samples, token_budget=workload.capacity.token_budget,
         sequence_budget=workload.capacity.sequence_budget)
     weights, _ = service_weights_of(workload)
-    report = None if slo is None else evaluate_timelines(observed, slo, window, label=label,
-                                                         service_weights=weights)
-    fairness = run_fairness(observed.values(), workload, window, horizon_s)
+    plotter = None  # a child drawing the plots beside the figures below
+    if plots and len(recorder.iterations) >= PLOTS_BESIDE_ITERATIONS and can_fork():
+        plotter = ForkedCall(partial(_plot_all, out_dir, observed, recorder, summary, slo,
+                                     workload.capacity.token_budget, unit, weights))
+    try:
+        report = None if slo is None else evaluate_timelines(observed, slo, window, label=label,
+                                                             service_weights=weights)
+        fairness = run_fairness(observed.values(), workload, window, horizon_s)
+    except BaseException:
+        if plotter is not None:
+            plotter.kill()
+        raise
     bound = None if bound_of is None else bound_of(fairness)
     horizon = None if workload.fairness is None else workload.fairness.starvation_horizon
     guard = None if horizon is None else run.ledger_trace.guard_dict(horizon)
-    if plots:  # the last reader of the timelines: the plots below need the run's series only
-        _plot_service(out_dir, observed.values(), summary, unit, weights)
+    if plots and plotter is None:  # the last reader of the timelines: the other plots need
+        _plot_service(out_dir, observed.values(), summary, unit, weights)  # the series only
     del scan, observed  # (8 bytes a token) before the figures of the other plots are made
     lines = [f"# {title}", "", *render_summary(summary), ""]
     if report is None:
@@ -414,9 +425,27 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
     outcomes = None if report is None else counts_by_client(report.request_outcomes)
     text += "\n" + render_fairness(fairness, outcomes, bound, guard, unit)
     (out_dir / "report.md").write_text(text)
-    if plots:
+    if plotter is not None:
+        try:
+            plotter.value()
+        except ForkedError as error:
+            raise ForkedError(f"drawing the plots: {error}") from None
+    elif plots:
         _plot_run(out_dir, recorder, summary, slo, workload.capacity.token_budget, unit)
     return MetricOutputs(summary, report, fairness, bound, guard)
+
+
+#: a run of at least this many iterations draws its plots in a forked child
+#: (two usable CPUs) while this process makes the report's other figures
+PLOTS_BESIDE_ITERATIONS = 20_000
+
+
+def _plot_all(out_dir: Path, timelines: Mapping[str, RequestTimeline], recorder: EventRecorder,
+              summary: RunSummary, slo: SloConfig | None, token_budget: int, unit: TimeUnit,
+              weights: ServiceWeights) -> None:
+    """The four plots (what a report's child draws)."""
+    _plot_service(out_dir, timelines.values(), summary, unit, weights)
+    _plot_run(out_dir, recorder, summary, slo, token_budget, unit)
 
 
 def _plot_service(out_dir: Path, timelines: Iterable[RequestTimeline], summary: RunSummary,

@@ -1,0 +1,84 @@
+"""A long run's report draws its plots in a forked child beside its other
+figures (``write_metric_outputs``): the same files as drawing them in
+process, and a child that fails fails the report with its reason.
+``ForkedCall`` is the mechanism under it and under the run's follower."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from lab_helpers import chat_mix_run
+
+from iterserve.metrics import SloConfig
+from iterserve.sim import report as report_module
+from iterserve.sim.follower import can_fork
+from iterserve.sim.forked import ForkedCall, ForkedError
+from iterserve.sim.report import write_metric_outputs
+
+OUTPUTS = ("report.md", "client_service.png", "latency_cdfs.png", "batch_composition.png",
+           "queue_and_kv.png")
+needs_fork = pytest.mark.skipif(not can_fork(), reason="needs os.fork and two usable CPUs")
+
+
+def _report(out_dir: Path, *, beside: bool, monkeypatch: pytest.MonkeyPatch) -> dict[str, bytes]:
+    """The report of one seeded preempting run, its plots drawn beside
+    (in a child) or not; the bytes of its files."""
+    monkeypatch.setattr(report_module, "PLOTS_BESIDE_ITERATIONS", 0 if beside else 10**9)
+    out_dir.mkdir()
+    with (out_dir / "events.jsonl").open("w", encoding="utf-8") as events:
+        manifest, run = chat_mix_run(60, 80, events)
+    write_metric_outputs(out_dir, run, manifest.online, SloConfig(ttft_ms=500, tbt_ms=100),
+                         None, "L")
+    return {name: (out_dir / name).read_bytes() for name in OUTPUTS}
+
+
+@needs_fork
+def test_plots_drawn_beside_are_the_plots_drawn_in_process(tmp_path, monkeypatch) -> None:
+    beside = _report(tmp_path / "beside", beside=True, monkeypatch=monkeypatch)
+    in_process = _report(tmp_path / "in_process", beside=False, monkeypatch=monkeypatch)
+    assert beside == in_process
+    assert all(beside[name] for name in OUTPUTS)
+
+
+@needs_fork
+def test_a_child_that_fails_to_draw_fails_the_report(tmp_path, monkeypatch) -> None:
+    def broken(*args: object) -> None:
+        raise ValueError("no canvas")
+
+    children: list[ForkedCall] = []
+
+    class Recorded(ForkedCall):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)
+            children.append(self)
+
+    monkeypatch.setattr(report_module, "_plot_run", broken)
+    monkeypatch.setattr(report_module, "ForkedCall", Recorded)
+    with pytest.raises(ForkedError, match="drawing the plots: ValueError: no canvas"):
+        _report(tmp_path / "out", beside=True, monkeypatch=monkeypatch)
+    assert len(children) == 1 and children[0]._pid is None  # collected
+
+
+def test_a_forked_call_returns_its_value_or_its_error() -> None:
+    assert ForkedCall(lambda: {"rows": [1, 2, 3]}).value() == {"rows": [1, 2, 3]}
+
+    def fails() -> None:
+        raise KeyError("gone")
+
+    with pytest.raises(ForkedError, match="KeyError: 'gone'"):
+        ForkedCall(fails).value()
+
+
+def test_a_killed_child_is_named_by_its_signal() -> None:
+    child = ForkedCall(lambda: time.sleep(60))
+    child.kill()
+    with pytest.raises(ForkedError, match="already collected"):
+        child.value()
+    sleeper = ForkedCall(lambda: time.sleep(60))
+    os.kill(sleeper._pid, signal.SIGTERM)
+    with pytest.raises(ForkedError, match=f"killed by signal {int(signal.SIGTERM)}"):
+        sleeper.value()
