@@ -102,7 +102,9 @@ class RequestTimeline:
 
 @dataclass(slots=True)
 class _Builder:
-    """Mutable accumulator private to :func:`build_timelines`."""
+    """Mutable accumulator private to :func:`build_timelines`: the arrival's
+    facts in ``timeline``, every later fact here until :meth:`freeze` (one
+    frozen timeline a request, not one a fact)."""
 
     timeline: RequestTimeline
     emissions: list[float] | array[float] = field(default_factory=list)
@@ -110,12 +112,27 @@ class _Builder:
     resumes: list[float] = field(default_factory=list)
     computes: list[tuple[float, int]] = field(default_factory=list)
     num_rebuild_rows: int = 0
+    admit_s: float | None = None
+    reject_s: float | None = None
+    reject_reason: str | None = None
+    finish_s: float | None = None
+    finish_reason: str | None = None
+    cancel_s: float | None = None
+    cancel_reason: str | None = None
+    is_terminal: bool = False  # finished, rejected or cancelled
 
     def freeze(self) -> RequestTimeline:
         emissions = self.emissions
         return replace(
             self.timeline,
+            admit_s=self.admit_s,
+            reject_s=self.reject_s,
+            reject_reason=self.reject_reason,
             emission_s=emissions if isinstance(emissions, array) else tuple(emissions),
+            finish_s=self.finish_s,
+            finish_reason=self.finish_reason,
+            cancel_s=self.cancel_s,
+            cancel_reason=self.cancel_reason,
             preempt_s=tuple(self.preempts),
             resume_s=tuple(self.resumes),
             compute_s=tuple(self.computes),
@@ -183,7 +200,7 @@ class SortedTimelines:
         if builder is None:
             raise EventLogError(f"{event.kind} before arrival for request {event.request_id!r}")
         _apply(builder, event)
-        if builder.timeline.is_terminal or len(builder.preempts) > len(builder.resumes):
+        if builder.is_terminal or len(builder.preempts) > len(builder.resumes):
             self._live.pop(event.request_id, None)
         else:
             self._live[event.request_id] = builder.emissions
@@ -199,7 +216,7 @@ class SortedTimelines:
             self._last_s = time_s
             return True
         builder = self._builders.get(request_id)
-        if (builder is None or builder.timeline.is_terminal
+        if (builder is None or builder.is_terminal
                 or _emission_fault(builder, token_index) is not None):
             return False
         builder.emissions.append(time_s)
@@ -275,20 +292,21 @@ def _add_arrival(builders: dict[str, _Builder], event: ArrivalEvent,
 
 
 def _apply(builder: _Builder, event: Event) -> None:
-    state = builder.timeline
-    if state.is_terminal:
+    if builder.is_terminal:
         raise _violation(event, "arrives after the request's terminal event")
-    is_live = state.admit_s is not None or bool(builder.emissions)
+    is_live = builder.admit_s is not None or bool(builder.emissions)
     if isinstance(event, AdmitEvent):
         if is_live:
             raise _violation(event, "admits a request twice")
-        builder.timeline = replace(state, admit_s=event.time_s)
+        builder.admit_s = event.time_s
     elif isinstance(event, RejectEvent):
         if is_live:
             raise _violation(event, "rejects a request that was already admitted")
-        builder.timeline = replace(state, reject_s=event.time_s, reject_reason=event.reason)
+        builder.reject_s, builder.reject_reason = event.time_s, event.reason
+        builder.is_terminal = True
     elif isinstance(event, CancelEvent):
-        builder.timeline = replace(state, cancel_s=event.time_s, cancel_reason=event.reason)
+        builder.cancel_s, builder.cancel_reason = event.time_s, event.reason
+        builder.is_terminal = True
     elif isinstance(event, FinishEvent):
         _apply_finish(builder, event)
     elif isinstance(event, FirstTokenEvent | TokenEvent):
@@ -326,7 +344,8 @@ def _apply_finish(builder: _Builder, event: FinishEvent) -> None:
         )
     if not builder.emissions:
         raise _violation(event, "finishes without emitting any output (0x01A: prefill emits one)")
-    builder.timeline = replace(builder.timeline, finish_s=event.time_s, finish_reason=event.reason)
+    builder.finish_s, builder.finish_reason = event.time_s, event.reason
+    builder.is_terminal = True
 
 
 def _apply_service_fact(
