@@ -44,23 +44,46 @@ def test_plots_drawn_beside_are_the_plots_drawn_in_process(tmp_path, monkeypatch
     assert all(beside[name] for name in OUTPUTS)
 
 
-@needs_fork
-def test_a_child_that_fails_to_draw_fails_the_report(tmp_path, monkeypatch) -> None:
-    def broken(*args: object) -> None:
-        raise ValueError("no canvas")
-
-    children: list[ForkedCall] = []
+@pytest.fixture
+def children(monkeypatch) -> list[ForkedCall]:
+    """Every child the report forks, kept to be looked at."""
+    made: list[ForkedCall] = []
 
     class Recorded(ForkedCall):
         def __init__(self, *args: object, **kwargs: object) -> None:
             super().__init__(*args, **kwargs)
-            children.append(self)
+            made.append(self)
+
+    monkeypatch.setattr(report_module, "ForkedCall", Recorded)
+    return made
+
+
+@needs_fork
+def test_a_child_that_fails_to_draw_fails_the_report(tmp_path, monkeypatch, children) -> None:
+    def broken(*args: object) -> None:
+        raise ValueError("no canvas")
 
     monkeypatch.setattr(report_module, "_plot_run", broken)
-    monkeypatch.setattr(report_module, "ForkedCall", Recorded)
     with pytest.raises(ForkedError, match="drawing the plots: ValueError: no canvas"):
         _report(tmp_path / "out", beside=True, monkeypatch=monkeypatch)
     assert len(children) == 1 and children[0]._pid is None  # collected
+
+
+@needs_fork
+def test_a_report_that_fails_stops_its_child(tmp_path, monkeypatch, children) -> None:
+    def slow(*args: object) -> None:
+        time.sleep(60)
+
+    def broken(*args: object) -> None:
+        raise ValueError("no fairness")
+
+    monkeypatch.setattr(report_module, "_plot_all", slow)
+    monkeypatch.setattr(report_module, "run_fairness", broken)
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="no fairness"):
+        _report(tmp_path / "out", beside=True, monkeypatch=monkeypatch)
+    assert len(children) == 1 and children[0]._pid is None  # killed and reaped
+    assert time.monotonic() - started < 30
 
 
 def test_a_forked_call_returns_its_value_or_its_error() -> None:

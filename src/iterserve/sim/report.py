@@ -401,30 +401,22 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
     if plots and len(recorder.iterations) >= PLOTS_BESIDE_ITERATIONS and can_fork():
         plotter = ForkedCall(partial(_plot_all, out_dir, observed, recorder, summary, slo,
                                      workload.capacity.token_budget, unit, weights))
-    try:
+    try:  # a failure here stops the child: its plots would belong to no report
         report = None if slo is None else evaluate_timelines(observed, slo, window, label=label,
                                                              service_weights=weights)
         fairness = run_fairness(observed.values(), workload, window, horizon_s)
+        bound = None if bound_of is None else bound_of(fairness)
+        horizon = None if workload.fairness is None else workload.fairness.starvation_horizon
+        guard = None if horizon is None else run.ledger_trace.guard_dict(horizon)
+        if plots and plotter is None:  # the last reader of the timelines: the other plots
+            _plot_service(out_dir, observed.values(), summary, unit, weights)  # need series
+        del scan, observed  # (8 bytes a token) before the figures of the other plots are made
+        (out_dir / "report.md").write_text(
+            _report_text(title, label, summary, report, fairness, bound, guard, unit))
     except BaseException:
         if plotter is not None:
             plotter.kill()
         raise
-    bound = None if bound_of is None else bound_of(fairness)
-    horizon = None if workload.fairness is None else workload.fairness.starvation_horizon
-    guard = None if horizon is None else run.ledger_trace.guard_dict(horizon)
-    if plots and plotter is None:  # the last reader of the timelines: the other plots need
-        _plot_service(out_dir, observed.values(), summary, unit, weights)  # the series only
-    del scan, observed  # (8 bytes a token) before the figures of the other plots are made
-    lines = [f"# {title}", "", *render_summary(summary), ""]
-    if report is None:
-        lines += ["## SLO", "", "No SLO declared (workload `slo`, or --slo-ttft-ms/--slo-tbt-ms): "
-                  "no outcome ledger, no attainment.", ""]
-        text = "\n".join(lines)
-    else:
-        text = "\n".join(lines) + "\n" + render_markdown([report], title=f"SLO evaluation: {label}")
-    outcomes = None if report is None else counts_by_client(report.request_outcomes)
-    text += "\n" + render_fairness(fairness, outcomes, bound, guard, unit)
-    (out_dir / "report.md").write_text(text)
     if plotter is not None:
         try:
             plotter.value()
@@ -433,6 +425,22 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
     elif plots:
         _plot_run(out_dir, recorder, summary, slo, workload.capacity.token_budget, unit)
     return MetricOutputs(summary, report, fairness, bound, guard)
+
+
+def _report_text(title: str, label: str, summary: RunSummary, report: Report | None,
+                 fairness: FairnessReport, bound: dict[str, Any] | None,
+                 guard: dict[str, Any] | None, unit: TimeUnit) -> str:
+    """report.md: the run summary, the SLO evaluation (or why there is
+    none) and the fairness section."""
+    lines = [f"# {title}", "", *render_summary(summary), ""]
+    if report is None:
+        lines += ["## SLO", "", "No SLO declared (workload `slo`, or --slo-ttft-ms/--slo-tbt-ms): "
+                  "no outcome ledger, no attainment.", ""]
+        text = "\n".join(lines)
+    else:
+        text = "\n".join(lines) + "\n" + render_markdown([report], title=f"SLO evaluation: {label}")
+    outcomes = None if report is None else counts_by_client(report.request_outcomes)
+    return text + "\n" + render_fairness(fairness, outcomes, bound, guard, unit)
 
 
 #: a run of at least this many iterations draws its plots in a forked child
