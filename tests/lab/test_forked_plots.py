@@ -1,6 +1,7 @@
-"""A long run's report draws its plots in a forked child beside its other
+"""A long run's report draws its plots in forked children beside its other
 figures (``write_metric_outputs``): the same files as drawing them in
-process, and a child that fails fails the report with its reason.
+process; a child that fails fails the report with its reason, and a report
+that fails stops its children.
 ``ForkedCall`` is the mechanism under it and under the run's follower."""
 
 from __future__ import annotations
@@ -63,26 +64,27 @@ def test_a_child_that_fails_to_draw_fails_the_report(tmp_path, monkeypatch, chil
     def broken(*args: object) -> None:
         raise ValueError("no canvas")
 
-    monkeypatch.setattr(report_module, "_plot_run", broken)
+    monkeypatch.setattr(report_module, "_plot_latency", broken)
     with pytest.raises(ForkedError, match="drawing the plots: ValueError: no canvas"):
         _report(tmp_path / "out", beside=True, monkeypatch=monkeypatch)
-    assert len(children) == 1 and children[0]._pid is None  # collected
+    assert len(children) == 2 and all(child._pid is None for child in children)  # collected
 
 
 @needs_fork
-def test_a_report_that_fails_stops_its_child(tmp_path, monkeypatch, children) -> None:
+def test_a_report_that_fails_stops_its_children(tmp_path, monkeypatch, children) -> None:
     def slow(*args: object) -> None:
         time.sleep(60)
 
     def broken(*args: object) -> None:
         raise ValueError("no fairness")
 
-    monkeypatch.setattr(report_module, "_plot_all", slow)
+    monkeypatch.setattr(report_module, "_plot_series", slow)
+    monkeypatch.setattr(report_module, "_plot_timed", slow)
     monkeypatch.setattr(report_module, "run_fairness", broken)
     started = time.monotonic()
     with pytest.raises(ValueError, match="no fairness"):
         _report(tmp_path / "out", beside=True, monkeypatch=monkeypatch)
-    assert len(children) == 1 and children[0]._pid is None  # killed and reaped
+    assert len(children) == 2 and all(child._pid is None for child in children)  # reaped
     assert time.monotonic() - started < 30
 
 

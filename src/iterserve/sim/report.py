@@ -14,6 +14,7 @@ SLO outcome ledger when an SLO is declared.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -37,7 +38,7 @@ from iterserve.metrics import (
     render_markdown,
 )
 from iterserve.metrics.chunk_ledger import PROXY_LABEL, ledger_from_starts
-from iterserve.metrics.event_scan import scan_events
+from iterserve.metrics.event_scan import EventScan, scan_events
 from iterserve.metrics.fairness import FairnessReport, evaluate_fairness
 from iterserve.metrics.fairness_md import render_fairness
 from iterserve.metrics.outcomes import counts_by_client
@@ -375,56 +376,87 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
     must have streamed them to ``out_dir/events.jsonl``; one that held them
     writes them there now. Either way the report reads that file in one
     streaming pass (:mod:`iterserve.metrics.event_scan`): the report phase
-    holds compact timelines (8 bytes a token), never the event objects."""
+    holds compact timelines (8 bytes a token), never the event objects.
+
+    A long run (:data:`PLOTS_BESIDE_ITERATIONS`, two usable CPUs) draws its
+    plots in forked children while this process reads and measures: the
+    batch composition and the queue and KV series (the recorder's) beside
+    the scan, the service and latency plots (the timelines' and the
+    summary's) beside the evaluation and fairness. A failure stops them."""
     recorder = run.recorder
     events_path = out_dir / "events.jsonl"
     if not recorder.is_streaming:
         recorder.log().write_jsonl(events_path)
     unit = clock_time_unit(workload.clock, recorder.seconds_per_clock_unit)
-    title = f"{workload.workload_id}: {label}"
-    scan = scan_events(events_path, compact=True)
-    if not scan.num_events:
-        (out_dir / "report.md").write_text(f"# {title}\n\nNothing arrived: no events.\n")
-        return MetricOutputs(None, None)
-    window = window or scan.default_window()
-    if not scan.covers(window):  # facts past the window's end: rebuild up to it
-        del scan
-        scan = scan_events(events_path, end_s=window.end_s, compact=True)
-    observed = scan.timelines
-    summary = summarize_timelines(
-        observed, window, unit, label=label, preempt_modes=scan.preempt_modes(window),
-        num_resumes=scan.num_resumes(window), iterations=recorder.iterations,
-        resources=recorder.samples, token_budget=workload.capacity.token_budget,
-        sequence_budget=workload.capacity.sequence_budget)
-    weights, _ = service_weights_of(workload)
-    plotter = None  # a child drawing the plots beside the figures below
-    if plots and len(recorder.iterations) >= PLOTS_BESIDE_ITERATIONS and can_fork():
-        plotter = ForkedCall(partial(_plot_all, out_dir, observed, recorder, summary, slo,
-                                     workload.capacity.token_budget, unit, weights))
-    try:  # a failure here stops the child: its plots would belong to no report
+    beside = plots and len(recorder.iterations) >= PLOTS_BESIDE_ITERATIONS and can_fork()
+    with contextlib.ExitStack() as children:  # each child is stopped unless it was waited for
+        def draw_beside(call: Callable[[], None]) -> ForkedCall:
+            child = ForkedCall(call)
+            children.callback(child.kill)  # nothing once its value was read
+            return child
+
+        series = None
+        if beside:
+            series = draw_beside(partial(_plot_series, out_dir, recorder,
+                                         workload.capacity.token_budget, unit))
+        scanned = _scan_window(events_path, window)
+        if scanned is None:
+            (out_dir / "report.md").write_text(
+                f"# {workload.workload_id}: {label}\n\nNothing arrived: no events.\n")
+            return MetricOutputs(None, None)
+        scan, window = scanned
+        del scanned
+        observed = scan.timelines
+        summary = summarize_timelines(
+            observed, window, unit, label=label, preempt_modes=scan.preempt_modes(window),
+            num_resumes=scan.num_resumes(window), iterations=recorder.iterations,
+            resources=recorder.samples, token_budget=workload.capacity.token_budget,
+            sequence_budget=workload.capacity.sequence_budget)
+        weights, _ = service_weights_of(workload)
+        timed = None
+        if beside:
+            timed = draw_beside(partial(_plot_timed, out_dir, observed, summary, slo, unit,
+                                        weights))
         report = None if slo is None else evaluate_timelines(observed, slo, window, label=label,
                                                              service_weights=weights)
         fairness = run_fairness(observed.values(), workload, window, horizon_s)
         bound = None if bound_of is None else bound_of(fairness)
         horizon = None if workload.fairness is None else workload.fairness.starvation_horizon
         guard = None if horizon is None else run.ledger_trace.guard_dict(horizon)
-        if plots and plotter is None:  # the last reader of the timelines: the other plots
-            _plot_service(out_dir, observed.values(), summary, unit, weights)  # need series
+        if plots and not beside:  # the last reader of the timelines: the other plots need
+            _plot_service(out_dir, observed.values(), summary, unit, weights)  # the series
         del scan, observed  # (8 bytes a token) before the figures of the other plots are made
         (out_dir / "report.md").write_text(
-            _report_text(title, label, summary, report, fairness, bound, guard, unit))
-    except BaseException:
-        if plotter is not None:
-            plotter.kill()
-        raise
-    if plotter is not None:
-        try:
-            plotter.value()
-        except ForkedError as error:
-            raise ForkedError(f"drawing the plots: {error}") from None
-    elif plots:
-        _plot_run(out_dir, recorder, summary, slo, workload.capacity.token_budget, unit)
+            _report_text(f"{workload.workload_id}: {label}", label, summary, report, fairness,
+                         bound, guard, unit))
+        if plots and not beside:
+            _plot_latency(out_dir, summary, slo, unit)
+            _plot_series(out_dir, recorder, workload.capacity.token_budget, unit)
+        for child in (series, timed):
+            if child is not None:
+                _wait_for_plots(child)
     return MetricOutputs(summary, report, fairness, bound, guard)
+
+
+def _scan_window(events_path: Path, window: ObservationWindow | None
+                 ) -> tuple[EventScan, ObservationWindow] | None:
+    """The file's scan holding the facts ``window`` (by default: from the
+    first fact to the last) observes, and that window; None without a fact."""
+    scan = scan_events(events_path, compact=True)
+    if not scan.num_events:
+        return None
+    window = window or scan.default_window()
+    if not scan.covers(window):  # facts past the window's end: rebuild up to it
+        del scan
+        scan = scan_events(events_path, end_s=window.end_s, compact=True)
+    return scan, window
+
+
+def _wait_for_plots(child: ForkedCall) -> None:
+    try:
+        child.value()
+    except ForkedError as error:
+        raise ForkedError(f"drawing the plots: {error}") from None
 
 
 def _report_text(title: str, label: str, summary: RunSummary, report: Report | None,
@@ -443,17 +475,16 @@ def _report_text(title: str, label: str, summary: RunSummary, report: Report | N
     return text + "\n" + render_fairness(fairness, outcomes, bound, guard, unit)
 
 
-#: a run of at least this many iterations draws its plots in a forked child
+#: a run of at least this many iterations draws its plots in forked children
 #: (two usable CPUs) while this process makes the report's other figures
 PLOTS_BESIDE_ITERATIONS = 20_000
 
 
-def _plot_all(out_dir: Path, timelines: Mapping[str, RequestTimeline], recorder: EventRecorder,
-              summary: RunSummary, slo: SloConfig | None, token_budget: int, unit: TimeUnit,
-              weights: ServiceWeights) -> None:
-    """The four plots (what a report's child draws)."""
+def _plot_timed(out_dir: Path, timelines: Mapping[str, RequestTimeline], summary: RunSummary,
+                slo: SloConfig | None, unit: TimeUnit, weights: ServiceWeights) -> None:
+    """The plots of the timelines and the summary (what one child draws)."""
     _plot_service(out_dir, timelines.values(), summary, unit, weights)
-    _plot_run(out_dir, recorder, summary, slo, token_budget, unit)
+    _plot_latency(out_dir, summary, slo, unit)
 
 
 def _plot_service(out_dir: Path, timelines: Iterable[RequestTimeline], summary: RunSummary,
@@ -465,18 +496,22 @@ def _plot_service(out_dir: Path, timelines: Iterable[RequestTimeline], summary: 
                            unit=unit, weights=weights)
 
 
-def _plot_run(out_dir: Path, recorder: EventRecorder, summary: RunSummary,
-              slo: SloConfig | None, token_budget: int, unit: TimeUnit) -> None:
-    from iterserve.metrics.plots import (
-        plot_batch_composition,
-        plot_latency_distributions,
-        plot_queue_and_kv,
-    )
+def _plot_latency(out_dir: Path, summary: RunSummary, slo: SloConfig | None,
+                  unit: TimeUnit) -> None:
+    from iterserve.metrics.plots import plot_latency_distributions
 
     plot_latency_distributions(summary.samples, out_dir / "latency_cdfs.png", label=summary.label,
                                unit=unit, ttft_limit_ms=None if slo is None else slo.ttft_ms,
                                tbt_limit_ms=None if slo is None else slo.tbt_ms)
-    if recorder.iterations:
-        plot_batch_composition(recorder.iterations, out_dir / "batch_composition.png",
-                               max_rows_per_iteration=token_budget, unit=unit)
-        plot_queue_and_kv(recorder.samples, out_dir / "queue_and_kv.png", unit=unit)
+
+
+def _plot_series(out_dir: Path, recorder: EventRecorder, token_budget: int,
+                 unit: TimeUnit) -> None:
+    """The plots of the recorder's per-iteration series (what the other child draws)."""
+    if not recorder.iterations:
+        return
+    from iterserve.metrics.plots import plot_batch_composition, plot_queue_and_kv
+
+    plot_batch_composition(recorder.iterations, out_dir / "batch_composition.png",
+                           max_rows_per_iteration=token_budget, unit=unit)
+    plot_queue_and_kv(recorder.samples, out_dir / "queue_and_kv.png", unit=unit)
