@@ -119,7 +119,11 @@ class _Builder:
     finish_reason: str | None = None
     cancel_s: float | None = None
     cancel_reason: str | None = None
-    is_terminal: bool = False  # finished, rejected or cancelled
+
+    @property
+    def is_terminal(self) -> bool:
+        """Finished, rejected or cancelled (:attr:`RequestTimeline.is_terminal`)."""
+        return self.finish_s is not None or self.reject_s is not None or self.cancel_s is not None
 
     def freeze(self) -> RequestTimeline:
         emissions = self.emissions
@@ -303,10 +307,8 @@ def _apply(builder: _Builder, event: Event) -> None:
         if is_live:
             raise _violation(event, "rejects a request that was already admitted")
         builder.reject_s, builder.reject_reason = event.time_s, event.reason
-        builder.is_terminal = True
     elif isinstance(event, CancelEvent):
         builder.cancel_s, builder.cancel_reason = event.time_s, event.reason
-        builder.is_terminal = True
     elif isinstance(event, FinishEvent):
         _apply_finish(builder, event)
     elif isinstance(event, FirstTokenEvent | TokenEvent):
@@ -345,7 +347,6 @@ def _apply_finish(builder: _Builder, event: FinishEvent) -> None:
     if not builder.emissions:
         raise _violation(event, "finishes without emitting any output (0x01A: prefill emits one)")
     builder.finish_s, builder.finish_reason = event.time_s, event.reason
-    builder.is_terminal = True
 
 
 def _apply_service_fact(
