@@ -18,7 +18,10 @@ from iterserve.engine import loop
 from iterserve.engine.observer import EngineObserver
 from iterserve.policies.registry import make_policy, policy_for
 from iterserve.records import Capacity, RequestSpec
+from iterserve.records.columns import field_columns
 from iterserve.records.errors import ServiceDebitMismatch, UnknownRequest
+from iterserve.records.plan import Work
+from iterserve.records.result import Completed
 from iterserve.records.spec import HiddenTruth, KvSpec, OnlineWorkload, WorkloadManifest
 from iterserve.sim import follower, report
 from iterserve.sim.executor import SimulatedExecutor
@@ -259,8 +262,15 @@ def test_the_feed_records_give_back_equal_plans_and_results() -> None:
     assert any(not plan.work for plan, _ in steps.steps) or steps.steps
     as_planned = 0
     for plan, result in steps.steps:
+        # the run's plans and results are Work and Completed, their kept columns exact
+        assert type(plan.work) is Work and type(result.completed) is Completed
+        assert field_columns(result.completed) == tuple(zip(*result.completed, strict=True))
         record = plan_record(plan)
         assert plan_from_record(record) == plan
+        for decoded in (plan_from_record(record).work,
+                        result_from_record(result_record(result, record), record).completed,
+                        result_from_record(result_record(result)).completed):
+            assert field_columns(decoded) == tuple(zip(*decoded, strict=True))
         assert result_from_record(result_record(result)) == result
         with_plan = result_record(result, record)
         as_planned += with_plan[3]

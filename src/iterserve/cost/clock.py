@@ -15,7 +15,8 @@ from operator import is_, mul, sub
 
 from iterserve.cost.models import FixedIterationCost
 from iterserve.cost.protocol import MS_PER_S, BatchShape, CostModelError, IterationCostModel
-from iterserve.records.plan import IterationPlan, work_end, work_kind, work_start
+from iterserve.records.columns import field_columns
+from iterserve.records.plan import IterationPlan
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import WorkKind
 
@@ -51,9 +52,11 @@ def batch_shape(plan: IterationPlan) -> BatchShape:
     rows' part) and sequences. Summed in C (``map`` over the items' fields:
     the executor asks it of every plan)."""
     work = plan.work
-    ends = list(map(work_end, work))
-    attended = list(map(mul, map(sub, ends, map(work_start, work)), ends))
-    is_decode = list(map(is_, map(work_kind, work), repeat(WorkKind.DECODE_ROW)))
+    if not work:
+        return BatchShape(plan.tokens_used, 0, 0, 0, 0)
+    _, _, _, starts, ends, kinds, _, _ = field_columns(work)
+    attended = list(map(mul, map(sub, ends, starts), ends))
+    is_decode = list(map(is_, kinds, repeat(WorkKind.DECODE_ROW)))
     num_decode_rows = is_decode.count(True)
     return BatchShape(plan.tokens_used - num_decode_rows, num_decode_rows, sum(attended),
                       len(work), sum(compress(attended, is_decode)))

@@ -69,12 +69,12 @@ from iterserve.metrics.events import (
     tokens_line,
 )
 from iterserve.metrics.series import ResourceSample
+from iterserve.records.columns import field_columns
 from iterserve.records.plan import (
     IntentKind,
     IterationPlan,
     QueueIntent,
     rows_by_kind,
-    work_request_id,
 )
 from iterserve.records.result import CompletedInterval, IterationResult
 from iterserve.records.spec import RequestSpec
@@ -323,7 +323,7 @@ class EventRecorder(EngineObserver):
         num_prefill, num_decode, num_rebuild = rows_by_kind(plan.work)
         self.iterations.append(IterationComposition(
             time_s, num_prefill, num_decode, num_rebuild,
-            num_sequences=len(set(map(work_request_id, plan.work)))))
+            num_sequences=len(set(field_columns(plan.work)[0]))))
         facts = state.capacity
         total = facts.num_blocks_total or 0
         used = 0 if facts.num_blocks_free is None else total - facts.num_blocks_free

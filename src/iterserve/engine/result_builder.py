@@ -17,6 +17,7 @@ from itertools import compress, repeat
 from operator import add, and_, getitem, is_not, ne, sub
 
 from iterserve.engine.kv_residency import KvResidency
+from iterserve.records.columns import Columns, field_columns
 from iterserve.records.frontier import (
     WorkKind,
     all_decode_kinds,
@@ -26,7 +27,7 @@ from iterserve.records.frontier import (
 )
 from iterserve.records.plan import IterationPlan, WorkItem
 from iterserve.records.receipts import PreservationResult
-from iterserve.records.result import CompletedInterval, IterationResult, WorkFailure
+from iterserve.records.result import Completed, CompletedInterval, IterationResult, WorkFailure
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import (
     FinishReason,
@@ -52,7 +53,7 @@ class ResultBuilder:
     """
 
     __slots__ = ("_plan", "_views", "_kv", "_commit_kv", "_length_first", "completed",
-                 "failures", "_failed_ids", "_service", "finished", "_receipts")
+                 "_columns", "failures", "_failed_ids", "_service", "finished", "_receipts")
 
     def __init__(self, plan: IterationPlan, state: SchedulerState, kv: KvResidency | None,
                  *, length_first: bool = False, commits_rows: bool = True) -> None:
@@ -65,6 +66,7 @@ class ResultBuilder:
         self._commit_kv = kv if commits_rows else None
         self._length_first = length_first
         self.completed: list[CompletedInterval] = []
+        self._columns: Columns | None = None  # of completed, made by its one complete_rows
         self.failures: list[WorkFailure] = []
         self._failed_ids: set[str] = set()
         self._service: Counter[str] = Counter()
@@ -107,7 +109,7 @@ class ResultBuilder:
             raise ValueError("complete_rows needs one view, token id and stop per work item")
         if not works:
             return
-        rids, generations, _, starts, ends, kinds, _, _ = zip(*works, strict=True)
+        rids, generations, _, starts, ends, kinds, _, _ = field_columns(works)
         if self._commit_kv is not None:  # in plan order: a commit may cache prefix blocks
             for rid, end in zip(rids, ends, strict=True):
                 self._commit_kv.commit(rid, end)
@@ -123,8 +125,12 @@ class ResultBuilder:
             token_ids = list(map(getitem, zip(repeat(None), token_ids, strict=False), emitted))
             reasons = list(map(getitem, zip(repeat(None), reasons, strict=False), emitted))
         self.finished.extend(compress(rids, map(is_not, reasons, repeat(None))))
+        columns = (rids, generations, starts, ends, tuple(emitted), tuple(token_ids),
+                   tuple(reasons))
+        # the columns stand for the result's completions if these rows are all of them
+        self._columns = None if self.completed else columns
         self.completed.extend(map(_new_tuple, repeat(CompletedInterval), zip(
-            rids, generations, starts, ends, emitted, token_ids, reasons, strict=True)))
+            *columns, strict=True)))
 
     def _debit(self, views: Sequence[RequestView], kinds: Sequence[WorkKind],
                widths: list[int]) -> None:
@@ -165,7 +171,8 @@ class ResultBuilder:
         return IterationResult(
             decision_id=plan.decision_id,
             input_state_version=plan.input_state_version,
-            completed=tuple(self.completed),
+            completed=(Completed(self.completed) if self._columns is None
+                       else Completed.with_columns(self.completed, self._columns)),
             failures=tuple(self.failures),
             service=dict(self._service),
             duration=duration,

@@ -15,6 +15,7 @@ from typing import Any
 
 from iterserve.records import errors as E
 from iterserve.records.canonical_json import canonical_json
+from iterserve.records.columns import field_columns
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent, WorkItem
 from iterserve.records.receipts import (
     ForeignBinding,
@@ -210,7 +211,7 @@ def work_columns(work: Sequence[WorkItem]) -> dict[str, Any]:
     speed. :func:`rows_of_columns` gives the rows back."""
     if not work:
         return {name: [] for name in WORK_COLUMNS}
-    rids, generations, snapshots, starts, ends, kinds, _, keys = zip(*work, strict=True)
+    rids, generations, snapshots, starts, ends, kinds, _, keys = field_columns(work)
     return {"request_id": rids, "generation": generations, "snapshot_version": snapshots,
             "start": starts, "end": ends, "kind": list(map(_ENUM_VALUE, kinds)),
             "tie_break": keys}
@@ -220,7 +221,7 @@ def completed_columns(completed: Sequence[CompletedInterval]) -> dict[str, Any]:
     """``result_to_json(result)["completed"]`` transposed, as :func:`work_columns`."""
     if not completed:
         return {name: [] for name in COMPLETED_COLUMNS}
-    rids, generations, starts, ends, emitted, tokens, reasons = zip(*completed, strict=True)
+    rids, generations, starts, ends, emitted, tokens, reasons = field_columns(completed)
     if reasons.count(None) != len(reasons):
         reasons = tuple(None if reason is None else reason._value_ for reason in reasons)
     return {"request_id": rids, "generation": generations, "start": starts, "end": ends,

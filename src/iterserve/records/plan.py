@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import enum
 import operator
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from iterserve.records.columns import FieldColumns, field_columns
 from iterserve.records.preemption import PreemptionMode
 from iterserve.records.view import WorkKind
 
@@ -40,6 +41,11 @@ class WorkItem(NamedTuple):
         return self.end - self.start
 
 
+class Work(FieldColumns[WorkItem]):
+    """A plan's work items, transposed into field columns once for every
+    layer that reads them a column at a time (:mod:`~iterserve.records.columns`)."""
+
+
 # Readers of WorkItem fields in C, for loops over a plan's work: a NamedTuple
 # field read is a Python-level descriptor lookup, several times an itemgetter's
 #: ``(kind, start, end)`` of a work item
@@ -57,10 +63,17 @@ work_end = operator.itemgetter(WorkItem._fields.index("end"))
 _PREFILL_CHUNK, _DECODE_ROW, _REBUILD = WorkKind.PREFILL_CHUNK, WorkKind.DECODE_ROW, WorkKind.REBUILD
 
 
-def rows_by_kind(work: Iterable[WorkItem]) -> tuple[int, int, int]:
-    """``(prefill, decode, rebuild)`` rows of a plan's work. Kinds are told
-    apart by identity: an Enum hashes in Python (``Enum.__hash__``), so a
-    dict keyed by kind cost a Python call per lookup, two per item."""
+def rows_by_kind(work: Sequence[WorkItem]) -> tuple[int, int, int]:
+    """``(prefill, decode, rebuild)`` rows of a plan's work: from its
+    columns where every item is a decode row (the common plan), else item
+    by item. Kinds are told apart by identity: an Enum hashes in Python
+    (``Enum.__hash__``), so a dict keyed by kind cost a Python call per
+    lookup, two per item."""
+    if not work:
+        return 0, 0, 0
+    _, _, _, starts, ends, kinds, _, _ = field_columns(work)
+    if kinds.count(_DECODE_ROW) == len(kinds):  # count compares by identity first
+        return 0, sum(ends) - sum(starts), 0
     num_prefill = num_decode = num_rebuild = 0
     for kind, start, end in map(work_kind_span, work):
         if kind is _DECODE_ROW:

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from iterserve.records.columns import FieldColumns
 from iterserve.records.receipts import PreservationResult
 from iterserve.records.state import CapacityFacts
 from iterserve.records.view import FinishReason
@@ -31,6 +32,11 @@ class CompletedInterval(NamedTuple):
     emitted: bool
     token_id: int | None = None
     finish_reason: FinishReason | None = None
+
+
+class Completed(FieldColumns[CompletedInterval]):
+    """A result's completed intervals, transposed into field columns once
+    (:mod:`~iterserve.records.columns`)."""
 
 
 @dataclass(frozen=True, slots=True)

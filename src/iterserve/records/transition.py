@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from itertools import chain, compress, repeat
 from operator import add, is_not
 
+from iterserve.records.columns import field_columns
 from iterserve.records.ledger import Charge, ClientLedger, charge, lift
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent
 from iterserve.records.receipts import ForeignStatus, PreservationResult, binding_of, is_stale
@@ -258,7 +259,7 @@ def _complete_rows(views: dict[str, RequestView], items: Sequence[CompletedInter
             views[rid] = completed[-1]
         return completed, [v.request_id for v in completed if v.lifecycle is _FINISHED], False
     columns: list[Iterable[object]] = list(zip(*map(views.__getitem__, rids), strict=True))
-    _, _, _, ends, emitted, _, reasons = zip(*items, strict=True)
+    _, _, _, ends, emitted, _, reasons = field_columns(items)
     columns[_AT_SNAPSHOT] = map(add, columns[_AT_SNAPSHOT], repeat(1))
     columns[_AT_COMPUTED] = columns[_AT_COMMITTED] = ends
     columns[_AT_NUM_EMITTED] = map(add, columns[_AT_NUM_EMITTED], emitted)  # True counts one

@@ -27,6 +27,7 @@ from itertools import compress, repeat
 from operator import and_, getitem, is_, is_not, not_, sub
 from typing import Any, NamedTuple
 
+from iterserve.records.columns import field_columns
 from iterserve.records.frontier import (
     DECODE,
     are_decode_rows,
@@ -69,7 +70,7 @@ def work_columns(work: Sequence[WorkItem], views: Mapping[str, RequestView]) -> 
     """The columns of work whose every item names a view."""
     if not work:
         return _NO_WORK
-    ids, _, _, starts, ends, _, _, tie_breaks = zip(*work, strict=True)
+    ids, _, _, starts, ends, _, _, tie_breaks = field_columns(work)
     return WorkColumns(list(map(views.__getitem__, ids)), starts, ends,
                        tuple(map(sub, ends, starts)), tie_breaks)
 
@@ -90,8 +91,7 @@ def accepted_work(work: Sequence[WorkItem], views: Mapping[str, RequestView],
 
 def _accepted_work(work: Sequence[WorkItem], views: Mapping[str, RequestView],
                    admitted: set[str], leaving: set[str]) -> WorkColumns | None:
-    ids, generations, snapshots, starts, ends, kinds, positions, tie_breaks = zip(*work,
-                                                                                 strict=True)
+    ids, generations, snapshots, starts, ends, kinds, positions, tie_breaks = field_columns(work)
     item_views = list(map(views.get, ids))
     view_columns: list[tuple[Any, ...]] = list(zip(*item_views, strict=True))  # TypeError: a None
     computed = view_columns[_COMPUTED]
@@ -144,9 +144,9 @@ def accepted_service(work: Sequence[WorkItem], completed: Sequence[CompletedInte
 
 def _accepted_service(work: Sequence[WorkItem], completed: Sequence[CompletedInterval],
                       views: Mapping[str, RequestView]) -> Counter[str] | None:
-    ids, generations, _, starts, ends, kinds, _, _ = zip(*work, strict=True)
+    ids, generations, _, starts, ends, kinds, _, _ = field_columns(work)
     (completed_ids, completed_generations, completed_starts, completed_ends, emitted, _,
-     finishes) = zip(*completed, strict=True)
+     finishes) = field_columns(completed)
     num_items = len(ids)
     widths = tuple(map(sub, ends, starts))
     if not (

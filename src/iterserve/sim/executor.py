@@ -18,7 +18,8 @@ from operator import add, ge
 from iterserve.cost import ClockedCost
 from iterserve.engine.kv_residency import KvResidency
 from iterserve.engine.result_builder import ResultBuilder
-from iterserve.records.plan import IterationPlan, WorkItem, work_request_id
+from iterserve.records.columns import field_columns
+from iterserve.records.plan import IterationPlan, WorkItem
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import HiddenTruth, OnlineWorkload
 from iterserve.records.state import CapacityFacts, SchedulerState
@@ -97,7 +98,7 @@ class SimulatedExecutor:
             for item, ok in zip(work, backed, strict=True):
                 if not ok:
                     builder.fail(item)
-        rids = list(map(work_request_id, ran))
+        rids = field_columns(ran)[0] if ran else ()
         views = list(map(state.views.__getitem__, rids))
         # output k has the synthetic id k; STOP once the hidden realized length is reached
         tokens = list(map(add, map(view_num_emitted, views), repeat(1)))

@@ -51,8 +51,9 @@ from itertools import repeat
 from typing import IO, Any, NoReturn
 
 from iterserve.plan import Policy
-from iterserve.records.plan import IterationPlan, WorkItem
-from iterserve.records.result import CompletedInterval, IterationResult
+from iterserve.records.columns import field_columns
+from iterserve.records.plan import IterationPlan, Work, WorkItem
+from iterserve.records.result import Completed, CompletedInterval, IterationResult
 from iterserve.records.state import CapacityFacts, SchedulerState
 from iterserve.sim.executor import SimulatedExecutor
 from iterserve.sim.forked import ForkedCall, ForkedError, describe
@@ -114,7 +115,7 @@ def plan_record(plan: IterationPlan) -> tuple[Any, ...]:
     accepts no other)."""
     columns: tuple[tuple[Any, ...], ...] = ()
     if plan.work:
-        rids, generations, versions, starts, ends, kinds, _, keys = zip(*plan.work, strict=True)
+        rids, generations, versions, starts, ends, kinds, _, keys = field_columns(plan.work)
         columns = (rids, generations, versions, starts, ends, kinds, tuple(zip(*keys, strict=True)))
     return (_PLAN, plan.decision_id, plan.input_state_version, plan.policy_id,
             plan.policy_version, columns, plan.tokens_used, plan.sequences_used,
@@ -128,10 +129,11 @@ def plan_from_record(record: tuple[Any, ...]) -> IterationPlan:
     work: tuple[WorkItem, ...] = ()
     if columns:
         rids, generations, versions, starts, ends, kinds, key_columns = columns
-        keys = zip(*key_columns, strict=True) if key_columns else ((),) * len(rids)
-        work = tuple(map(_new_tuple, repeat(WorkItem), zip(
-            rids, generations, versions, starts, ends, kinds, map(range, starts, ends), keys,
-            strict=True)))
+        keys = tuple(zip(*key_columns, strict=True)) if key_columns else ((),) * len(rids)
+        fields = (rids, generations, versions, starts, ends, kinds,
+                  tuple(map(range, starts, ends)), keys)
+        work = Work.with_columns(map(_new_tuple, repeat(WorkItem), zip(*fields, strict=True)),
+                                 fields)
     return IterationPlan(decision_id, state_version, policy_id, policy_version, work,
                          tokens_used, sequences_used, tie_break_key, intents)
 
@@ -145,8 +147,8 @@ def result_record(result: IterationResult,
     columns: tuple[tuple[Any, ...], ...] = ()
     as_planned = False
     if result.completed:
-        rids, generations, starts, ends, emitted, tokens, reasons = zip(*result.completed,
-                                                                        strict=True)
+        rids, generations, starts, ends, emitted, tokens, reasons = field_columns(
+            result.completed)
         work: tuple[tuple[Any, ...], ...] = (
             plan[5] if plan is not None and plan[1] == result.decision_id else ())
         as_planned = bool(work) and (rids == work[0] and ends == work[4] and starts == work[3]
@@ -172,11 +174,10 @@ def result_from_record(record: tuple[Any, ...],
             raise FollowerError(f"the run's result for decision {decision_id} refers to a plan "
                                 f"the follower does not hold")
         rids, generations, _, starts, ends = plan[5][:5]
-        emitted, tokens, reasons = columns
-        completed = tuple(map(_new_tuple, repeat(CompletedInterval), zip(
-            rids, generations, starts, ends, emitted, tokens, reasons, strict=True)))
-    elif columns:
-        completed = tuple(map(_new_tuple, repeat(CompletedInterval), zip(*columns, strict=True)))
+        columns = (rids, generations, starts, ends, *columns)
+    if columns:
+        completed = Completed.with_columns(
+            map(_new_tuple, repeat(CompletedInterval), zip(*columns, strict=True)), columns)
     capacity = None if facts is None else CapacityFacts(*facts)
     return IterationResult(decision_id, state_version, completed, failures, service, duration,
                            capacity, receipts)
