@@ -211,13 +211,21 @@ def run_simulation(manifest: WorkloadManifest, config: RunConfig,
 
 @dataclass(frozen=True, slots=True)
 class _Followed:
-    """The streams the follower writes (the run writes the others); it
-    always keeps the run trace and the ledger trace too, and sends them back.
-    ``unit_s``: seconds in one unit of the run's clock (both recorders')."""
+    """The streams the follower writes (the run writes the others).
+    ``unit_s``: seconds in one unit of the run's clock (both recorders').
+
+    The run trace and the ledger trace go where there is room: a follower
+    that writes the decision log (its state digests are the larger half of
+    the two processes' work) leaves them to the run; one that writes only
+    the events keeps them and sends them back."""
 
     log: IO[str] | None
     events: IO[str] | None
     unit_s: float
+
+    @property
+    def keeps_traces(self) -> bool:
+        return self.log is None
 
 
 def _followed_run(manifest: WorkloadManifest, config: RunConfig, executor: SimulatedExecutor,
@@ -232,7 +240,10 @@ def _followed_run(manifest: WorkloadManifest, config: RunConfig, executor: Simul
     recorder = None if followed.events is not None else EventRecorder(followed.unit_s, events)
     writer = None if followed.log is not None or decision_log is None else _log_writer(
         manifest, config, executor, decision_log)
-    observers = [o for o in (recorder, writer) if o is not None]
+    observers: list[EngineObserver] = [o for o in (recorder, writer) if o is not None]
+    traces = None if followed.keeps_traces else (RunTrace(), LedgerTrace())
+    if traces is not None:
+        observers.extend(traces)
     try:
         engine = Engine(manifest.online, TappedPolicy(config.policy, follower.feed),
                         TappedExecutor(executor, follower.feed), [*observers, *extra_observers],
@@ -249,8 +260,8 @@ def _followed_run(manifest: WorkloadManifest, config: RunConfig, executor: Simul
     if writer is not None:
         writer.close(engine.state, is_done=engine.is_done)
     sent = follower.finish(RunEnd(engine.num_iterations, state_digest(engine.state)))
-    return SimulationRun(engine, sent["trace"], recorder or sent["recorder"], executor,
-                         sent["ledger_trace"])
+    trace, ledger_trace = traces or (sent["trace"], sent["ledger_trace"])
+    return SimulationRun(engine, trace, recorder or sent["recorder"], executor, ledger_trace)
 
 
 def _log_writer(manifest: WorkloadManifest, config: RunConfig, executor: SimulatedExecutor,
@@ -268,14 +279,15 @@ def _follow(feed: FeedReader, manifest: WorkloadManifest, config: RunConfig,
     """The follower's run: the same engine answered from the feed, plan and
     result validation off (the run checked every plan and result), each
     decision's state checked here (the run leaves that to its follower), with
-    the observers ``followed`` names and the two traces. Returns its end and
-    what the run's report reads of them: the recorder (detached: its
-    iteration records and samples) and the traces."""
+    the observers ``followed`` names and, where it keeps them, the two
+    traces. Returns its end and what the run's report reads of them: the
+    recorder (detached: its iteration records and samples) and the traces."""
     observers: list[EngineObserver] = []
     sent: dict[str, Any] = {}
     if followed.events is not None:
         sent["recorder"] = EventRecorder(followed.unit_s, followed.events)
-    sent["trace"], sent["ledger_trace"] = RunTrace(), LedgerTrace()
+    if followed.keeps_traces:
+        sent["trace"], sent["ledger_trace"] = RunTrace(), LedgerTrace()
     observers.extend(sent.values())
     writer = None
     if followed.log is not None:  # the header's capacity: the executor as it was at the fork
