@@ -33,7 +33,7 @@ from iterserve.metrics.events import (
 from iterserve.policies.registry import policy_for
 from iterserve.records.plan import WorkItem
 from iterserve.records.result import CompletedInterval
-from iterserve.records.view import WorkKind
+from iterserve.records.view import Lifecycle, RequestView, WorkKind
 from iterserve.sim.report import RunConfig, run_simulation
 
 SAMPLES = [
@@ -130,7 +130,10 @@ def test_a_run_of_tokens_at_one_time_is_one_line(tmp_path) -> None:
 
 def _cut(recorder: EventRecorder, now: float, published: float, emitted: dict[str, int]) -> None:
     """One on_step whose decode rows emit a plain token for each request."""
-    views = {rid: SimpleNamespace(num_emitted=count) for rid, count in emitted.items()}
+    views = {rid: RequestView(rid, 0, 0, "c", 0, 0.0, 0, 10, 100, num_emitted=count,
+                              num_computed=9 + count, num_committed=9 + count,
+                              lifecycle=Lifecycle.RUNNING)
+             for rid, count in emitted.items()}
     state = SimpleNamespace(now=now, views=views, waiting=(), suspended=(), running=tuple(views),
                             capacity=SimpleNamespace(num_blocks_total=None, num_blocks_free=None))
     work = tuple(WorkItem(rid, 0, 0, 10 + count, 11 + count, WorkKind.DECODE_ROW,

@@ -43,8 +43,10 @@ written raises. :meth:`EventRecorder.close` writes the rest.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from itertools import compress, repeat
 from json.encoder import encode_basestring_ascii
-from operator import itemgetter
+from operator import and_, is_, itemgetter, not_, truth
 from typing import IO
 
 from iterserve.engine.observer import EngineObserver
@@ -79,7 +81,7 @@ from iterserve.records.plan import (
 from iterserve.records.result import CompletedInterval, IterationResult
 from iterserve.records.spec import RequestSpec
 from iterserve.records.state import SchedulerState
-from iterserve.records.view import FinishReason, Lifecycle, RequestView, WorkKind
+from iterserve.records.view import FinishReason, Lifecycle, RequestView, WorkKind, view_num_emitted
 
 
 class _TokenRun:
@@ -250,23 +252,33 @@ class EventRecorder(EngineObserver):
         joins the pending run of tokens, as :meth:`_token` would, without
         the object or the call (the hot path: one per decode row); each run
         between the other facts is one pending entry (one time: the stable
-        sort keeps it in place)."""
-        views = state.views
+        sort keeps it in place). The plain ones are found a column at a
+        time, and each stretch of them between the other facts joins its
+        run at once."""
+        completed = result.completed
+        rids, _, _, _, emitted, _, reasons = field_columns(completed)
+        befores = list(map(view_num_emitted, map(state.views.__getitem__, rids)))
+        is_plain = map(and_, map(and_, map(truth, befores), emitted),
+                       map(is_, reasons, repeat(None)))
         kinds: dict[str, WorkKind] | None = None  # made only for a completion off the hot path
-        run: _TokenRun | None = None  # the run this cut's plain tokens join
-        for completed in result.completed:
-            rid, _, _, _, emitted, _, finish_reason = completed  # one unpack (hot path)
-            before = views[rid].num_emitted
-            if before and emitted and finish_reason is None:
-                if run is None:
-                    run = self._token_run(time_s)
-                run.ids.append(encode_basestring_ascii(rid))
-                run.indices.append(before)
-                continue
-            run = None  # the facts below may follow the run
+        plain_from = 0  # the plain tokens since the last other fact
+        for index in compress(range(len(rids)), map(not_, is_plain)):
+            if plain_from < index:
+                self._plain_tokens(time_s, rids[plain_from:index], befores[plain_from:index])
             if kinds is None:
-                kinds = {item.request_id: item.kind for item in plan.work}
-            self._completion(completed, kinds[rid], before, time_s)
+                work = field_columns(plan.work)
+                kinds = dict(zip(work[0], work[5], strict=True))
+            self._completion(completed[index], kinds[rids[index]], befores[index], time_s)
+            plain_from = index + 1
+        if plain_from < len(rids):
+            self._plain_tokens(time_s, rids[plain_from:], befores[plain_from:])
+
+    def _plain_tokens(self, time_s: float, rids: Sequence[str], befores: list[int]) -> None:
+        """Plain decode tokens, in order, join the pending run at ``time_s``
+        (:meth:`_token` for each, at C speed)."""
+        run = self._token_run(time_s)
+        run.ids += map(encode_basestring_ascii, rids)
+        run.indices += befores
 
     def _arrival(self, spec: RequestSpec) -> ArrivalEvent:
         return ArrivalEvent(self.to_s(spec.arrival), spec.request_id, client_id=spec.client_id,

@@ -30,8 +30,11 @@ The feed carries a plan's work and a result's completed intervals as field
 columns (a completion's ids and intervals only where they are not the
 plan's own), pickled in batches of steps. A plan's ``positions`` are not
 sent: the run validates every plan first, and the validator accepts no
-positions but ``range(start, end)``. A follower whose parent dies sees its feed end
-and exits.
+positions but ``range(start, end)``. The plans and results the follower
+rebuilds keep those columns (:class:`~iterserve.records.plan.Work`,
+:class:`~iterserve.records.result.Completed`), so its log and its
+transitions read them without transposing the items again. A follower whose
+parent dies sees its feed end and exits.
 
 Only a stream backed by a file descriptor can be shared with a child
 (:func:`can_share`); anything else is written in process.
