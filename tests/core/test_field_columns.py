@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 
 from iterserve.engine.result_builder import ResultBuilder
 from iterserve.records.columns import FieldColumns, field_columns
-from iterserve.records.plan import Work, make_work, rows_by_kind, work_kind_span
+from iterserve.records.plan import IterationPlan, Work, make_work, rows_by_kind, work_kind_span
 from iterserve.records.result import Completed, CompletedInterval
-from iterserve.records.view import FinishReason, WorkKind
+from iterserve.records.state import SchedulerState
+from iterserve.records.view import FinishReason, Lifecycle, RequestView, WorkKind
 
 ITEMS = (make_work("a", 0, 1, 0, 4, WorkKind.PREFILL_CHUNK, (0, "a")),
          make_work("b", 1, 2, 7, 8, WorkKind.DECODE_ROW, (1, "b")))
@@ -66,13 +67,18 @@ def test_rows_by_kind_from_columns_equals_the_item_sums(rows, as_work) -> None:
 def test_a_built_result_keeps_the_columns_of_its_completions() -> None:
     """One ``complete_rows`` call hands its columns to the result; more calls
     (the executor's row-by-row path) leave the result to transpose its own."""
-    from tests.core.test_result_builder import PLAN, STATE, VIEWS, WORK
-
-    whole = ResultBuilder(PLAN, STATE, None)
-    whole.complete_rows(WORK, [VIEWS[w.request_id] for w in WORK], [41] * 4, [None] * 4)
-    by_row = ResultBuilder(PLAN, STATE, None)
-    for work in WORK:
-        by_row.complete(work, VIEWS[work.request_id], 41, FinishReason.STOP)
+    views = {rid: RequestView(rid, 0, 1, "a", 0, 0.0, 0, 3, 8, num_emitted=e, num_computed=2 + e,
+                              num_committed=2 + e, lifecycle=Lifecycle.RUNNING)
+             for rid, e in (("r1", 1), ("r2", 2), ("r3", 3), ("r4", 4))}
+    work = tuple(make_work(rid, 0, 1, view.num_computed, view.num_computed + 1,
+                           WorkKind.DECODE_ROW) for rid, view in views.items())
+    state = SchedulerState(2, 5, 2.0, (), tuple(views), (), (), views, 100, 8)
+    plan = IterationPlan(2, 5, "test", "1", Work(work), 4, 4)
+    whole = ResultBuilder(plan, state, None)
+    whole.complete_rows(work, list(views.values()), [41] * 4, [None] * 4)
+    by_row = ResultBuilder(plan, state, None)
+    for item in work:
+        by_row.complete(item, views[item.request_id], 41, FinishReason.STOP)
     for builder, kept in ((whole, True), (by_row, False)):
         completed = builder.build(1.0).completed
         assert type(completed) is Completed and len(completed) == 4
