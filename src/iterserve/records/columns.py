@@ -3,9 +3,9 @@
 A plan's work items and a result's completed intervals are NamedTuples, and
 nearly every layer reads them a field column at a time: the validator, the
 simulated executor and its cost model, the transition, the follower's feed
-and the decision log. Each ``zip(*items)`` of a plan's work costs about as
-much as the validator's whole check of one column, and a decision made
-five of them on the same tuple.
+and the decision log. Each ``zip(*items)`` of a plan's work costs about 9 us
+at 94 rows, and a decision made four of them on the same tuple (and three
+of its result's completions).
 
 A :class:`FieldColumns` is a tuple of such records (equal to, and hashing
 as, the plain tuple) that keeps its transposition once one is asked for;
@@ -13,6 +13,11 @@ as, the plain tuple) that keeps its transposition once one is asked for;
 plain tuple. The records are immutable, so the columns cannot go stale.
 A maker that already holds the columns (the result builder, the follower
 decoding its feed) hands them over with :meth:`FieldColumns.with_columns`.
+Handed-over columns are trusted, not checked against the items: the
+validator, the executor and the log all read the same columns, so what is
+checked is what runs and is logged, but only a maker that built the items
+from those very columns may hand them over (a policy never does: the plan
+builder's ``Work`` transposes its own items).
 """
 
 from __future__ import annotations
