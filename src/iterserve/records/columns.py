@@ -13,11 +13,10 @@ as, the plain tuple) that keeps its transposition once one is asked for;
 plain tuple. The records are immutable, so the columns cannot go stale.
 A maker that already holds the columns (the result builder, the follower
 decoding its feed) hands them over with :meth:`FieldColumns.with_columns`.
-Handed-over columns are trusted, not checked against the items: the
-validator, the executor and the log all read the same columns, so what is
-checked is what runs and is logged, but only a maker that built the items
-from those very columns may hand them over (a policy never does: the plan
-builder's ``Work`` transposes its own items).
+Handed-over columns are trusted, not checked against the items (the
+validator reads the columns, the KV residency the items), so only a maker
+that built the items from those very columns may hand them over; a policy
+never does (the plan builder's ``Work`` transposes its own items).
 """
 
 from __future__ import annotations
