@@ -303,6 +303,12 @@ def _summary_line(policy_id: str, report: dict[str, Any], out: Path) -> str:
     return f"{text} -> {out / 'report.json'}"
 
 
+#: The write buffer of a run's output streams. A decision log line is about 10 KB, more than
+#: the default 8 KiB, so each line was a write call of its own: at 100,000 requests the
+#: follower spent about 20 us a decision more in the kernel than with a MiB at a time.
+STREAM_BUFFER_BYTES = 1 << 20
+
+
 @contextlib.contextmanager
 def staged_file(staging_dir: Path, path: Path) -> Iterator[TextIO]:
     """A text stream written in ``staging_dir`` that becomes ``path`` (its
@@ -310,7 +316,7 @@ def staged_file(staging_dir: Path, path: Path) -> Iterator[TextIO]:
     staging_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=staging_dir)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as stream:
+        with os.fdopen(fd, "w", encoding="utf-8", buffering=STREAM_BUFFER_BYTES) as stream:
             yield stream
         os.chmod(tmp_name, 0o644)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -327,7 +333,7 @@ def pending_file(path: Path) -> Iterator[TextIO]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as stream:
+        with os.fdopen(fd, "w", buffering=STREAM_BUFFER_BYTES) as stream:
             yield stream
         os.chmod(tmp_name, 0o644)
         os.replace(tmp_name, path)
