@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from iterserve.admission.overload import make_gate
+from iterserve.cli.simulate import STREAM_BUFFER_BYTES
 from iterserve.cost import parse_cost_model
 from iterserve.engine.loop import Engine
 from iterserve.engine.observer import EngineObserver
@@ -129,7 +130,8 @@ def run_one(num_requests: int, decision_log: bool, profile_lines: int,
     profiler = cProfile.Profile() if profile_lines else None
     with tempfile.TemporaryDirectory() as tmp:
         log_path, events_path = Path(tmp) / "decisions.jsonl", Path(tmp) / "events.jsonl"
-        with log_path.open("w") as log, events_path.open("w") as events:
+        with (log_path.open("w", buffering=STREAM_BUFFER_BYTES) as log,  # as the command's
+              events_path.open("w", buffering=STREAM_BUFFER_BYTES) as events):
             started, cpu_started = time.perf_counter(), _cpu_s()
             if profiler is not None:
                 profiler.enable()
