@@ -84,6 +84,12 @@ from iterserve.records.state import SchedulerState
 from iterserve.records.view import FinishReason, Lifecycle, RequestView, WorkKind, view_num_emitted
 
 
+def _kinds(plan: IterationPlan) -> dict[str, WorkKind]:
+    """Each planned request's work kind, from the plan's columns."""
+    work = field_columns(plan.work)
+    return dict(zip(work[0], work[5], strict=True)) if work else {}
+
+
 class _TokenRun:
     """Token facts at one time, pending: their request ids as JSON strings
     and their indices, rendered as one line (:func:`tokens_line`)."""
@@ -236,7 +242,7 @@ class EventRecorder(EngineObserver):
             return
         published_s = self.to_s(successor.now)
         if self._sink is None:
-            kinds = {item.request_id: item.kind for item in plan.work}
+            kinds = _kinds(plan)
             views = state.views
             for completed in result.completed:
                 rid = completed.request_id
@@ -266,8 +272,7 @@ class EventRecorder(EngineObserver):
             if plain_from < index:
                 self._plain_tokens(time_s, rids[plain_from:index], befores[plain_from:index])
             if kinds is None:
-                work = field_columns(plan.work)
-                kinds = dict(zip(work[0], work[5], strict=True))
+                kinds = _kinds(plan)
             self._completion(completed[index], kinds[rids[index]], befores[index], time_s)
             plain_from = index + 1
         if plain_from < len(rids):

@@ -251,7 +251,7 @@ def _complete_rows(views: dict[str, RequestView], items: Sequence[CompletedInter
     columns replaced, transposed back), with no Python-level call per row."""
     if not items:
         return [], [], True
-    rids = list(map(_ITEM_REQUEST_ID, items))
+    rids, _, _, ends, emitted, _, reasons = field_columns(items)
     if len(set(rids)) != len(rids):  # a request twice (validation refuses it): in order
         completed = []
         for rid, item in zip(rids, items, strict=True):
@@ -259,7 +259,6 @@ def _complete_rows(views: dict[str, RequestView], items: Sequence[CompletedInter
             views[rid] = completed[-1]
         return completed, [v.request_id for v in completed if v.lifecycle is _FINISHED], False
     columns: list[Iterable[object]] = list(zip(*map(views.__getitem__, rids), strict=True))
-    _, _, _, ends, emitted, _, reasons = field_columns(items)
     columns[_AT_SNAPSHOT] = map(add, columns[_AT_SNAPSHOT], repeat(1))
     columns[_AT_COMPUTED] = columns[_AT_COMMITTED] = ends
     columns[_AT_NUM_EMITTED] = map(add, columns[_AT_NUM_EMITTED], emitted)  # True counts one
@@ -292,7 +291,6 @@ def _complete_rows(views: dict[str, RequestView], items: Sequence[CompletedInter
 
 _FINISHED = Lifecycle.FINISHED
 _new_tuple = tuple.__new__
-_ITEM_REQUEST_ID = operator.itemgetter(CompletedInterval._fields.index("request_id"))
 (_AT_SNAPSHOT, _AT_NUM_EMITTED, _AT_COMPUTED, _AT_COMMITTED, _AT_LIFECYCLE, _AT_FIRST, _AT_LAST,
  _AT_REASON) = map(RequestView._fields.index, (
     "snapshot_version", "num_emitted", "num_computed", "num_committed", "lifecycle",
