@@ -1,8 +1,9 @@
-"""A long run's report draws its plots in forked children beside its other
-figures (``write_metric_outputs``): the same files as drawing them in
-process; a child that fails fails the report with its reason, and a report
-that fails stops its children.
-``ForkedCall`` is the mechanism under it and under the run's follower."""
+"""A long run's report draws its plots and measures its fairness in forked
+children beside its other figures (``write_metric_outputs``): the same files
+as in process; a child that fails fails the report with its reason, and a
+report that fails stops its children.
+``ForkedCall`` is the mechanism under it and under the run's follower;
+``BesideCall`` runs a call in such a child or, for a short run, in process."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ import pytest
 from lab_helpers import chat_mix_run
 
 from iterserve.metrics import SloConfig
+from iterserve.sim import forked as forked_module
 from iterserve.sim import report as report_module
 from iterserve.sim.follower import can_fork
-from iterserve.sim.forked import ForkedCall, ForkedError
+from iterserve.sim.forked import BesideCall, ForkedCall, ForkedError
 from iterserve.sim.report import write_metric_outputs
 
 OUTPUTS = ("report.md", "client_service.png", "latency_cdfs.png", "batch_composition.png",
@@ -56,6 +58,7 @@ def children(monkeypatch) -> list[ForkedCall]:
             made.append(self)
 
     monkeypatch.setattr(report_module, "ForkedCall", Recorded)
+    monkeypatch.setattr(forked_module, "ForkedCall", Recorded)  # BesideCall's children
     return made
 
 
@@ -67,7 +70,20 @@ def test_a_child_that_fails_to_draw_fails_the_report(tmp_path, monkeypatch, chil
     monkeypatch.setattr(report_module, "_plot_latency", broken)
     with pytest.raises(ForkedError, match="drawing the plots: ValueError: no canvas"):
         _report(tmp_path / "out", beside=True, monkeypatch=monkeypatch)
-    assert len(children) == 2 and all(child._pid is None for child in children)  # collected
+    # the series and the timed plots, and the fairness measures
+    assert len(children) == 3 and all(child._pid is None for child in children)  # collected
+
+
+@needs_fork
+def test_a_child_that_fails_to_measure_fairness_fails_the_report(tmp_path, monkeypatch,
+                                                                  children) -> None:
+    def broken(*args: object) -> None:
+        raise ValueError("no fairness")
+
+    monkeypatch.setattr(report_module, "run_fairness", broken)
+    with pytest.raises(ForkedError, match="measuring fairness: ValueError: no fairness"):
+        _report(tmp_path / "out", beside=True, monkeypatch=monkeypatch)
+    assert len(children) == 3 and all(child._pid is None for child in children)
 
 
 @needs_fork
@@ -75,16 +91,17 @@ def test_a_report_that_fails_stops_its_children(tmp_path, monkeypatch, children)
     def slow(*args: object) -> None:
         time.sleep(60)
 
-    def broken(*args: object) -> None:
-        raise ValueError("no fairness")
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ValueError("no evaluation")
 
     monkeypatch.setattr(report_module, "_plot_series", slow)
     monkeypatch.setattr(report_module, "_plot_timed", slow)
-    monkeypatch.setattr(report_module, "run_fairness", broken)
+    monkeypatch.setattr(report_module, "run_fairness", slow)
+    monkeypatch.setattr(report_module, "evaluate_timelines", broken)  # in process
     started = time.monotonic()
-    with pytest.raises(ValueError, match="no fairness"):
+    with pytest.raises(ValueError, match="no evaluation"):
         _report(tmp_path / "out", beside=True, monkeypatch=monkeypatch)
-    assert len(children) == 2 and all(child._pid is None for child in children)  # reaped
+    assert len(children) == 3 and all(child._pid is None for child in children)  # reaped
     assert time.monotonic() - started < 30
 
 
@@ -96,6 +113,23 @@ def test_a_forked_call_returns_its_value_or_its_error() -> None:
 
     with pytest.raises(ForkedError, match="KeyError: 'gone'"):
         ForkedCall(fails).value()
+
+
+def test_a_beside_call_forks_only_when_asked() -> None:
+    parent = os.getpid()
+    forked = BesideCall(os.getpid, fork=True)
+    here = BesideCall(os.getpid, fork=False)
+    assert forked.is_forked and not here.is_forked
+    assert forked.value() != parent and here.value() == parent
+    forked.kill()  # nothing once its value was read
+
+    def fails() -> None:
+        raise KeyError("gone")
+
+    with pytest.raises(ForkedError, match="KeyError: 'gone'"):
+        BesideCall(fails, fork=True).value()
+    with pytest.raises(KeyError, match="gone"):
+        BesideCall(fails, fork=False).value()
 
 
 def test_a_killed_child_is_named_by_its_signal() -> None:

@@ -20,9 +20,11 @@ from typing import Any
 
 import pytest
 
+from iterserve.cli import simulate
 from iterserve.cli.main import main
 from iterserve.metrics import counted_sample, plots, service_scan
 from iterserve.metrics.events import event_line, iter_jsonl
+from iterserve.sim import report as sim_report
 from log_rows import as_format_4
 
 OUTPUTS = ("report.json", "report.md", "events.jsonl", "decisions.jsonl", "latency_cdfs.png",
@@ -138,12 +140,15 @@ CASES = {"one-client": (1, False), "two-clients-slo": (2, True)}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("sliced", [False, True], ids=["default", "tiny-slices"])
-def test_simulate_writes_the_pinned_bytes(tmp_path, monkeypatch, case, sliced) -> None:
+@pytest.mark.parametrize("mode", ["default", "tiny-slices", "beside"])
+def test_simulate_writes_the_pinned_bytes(tmp_path, monkeypatch, case, mode) -> None:
     # a long run's merged curves (one vertex per distinct x) for this short run's samples
     monkeypatch.setattr(plots, "MAX_STEP_VERTICES", MAX_STEP_VERTICES)
-    if sliced:
+    if mode == "tiny-slices":
         monkeypatch.setattr(service_scan, "MAX_FACTS_PER_SLICE", 3)
         monkeypatch.setattr(counted_sample, "MAX_PENDING_VALUES", 5)
         monkeypatch.setattr(plots, "_CDF_CHUNK", 4)
+    if mode == "beside":  # a long run's report phase (two CPUs): its forked children
+        monkeypatch.setattr(simulate, "SECTIONS_BESIDE_ITERATIONS", 0)
+        monkeypatch.setattr(sim_report, "PLOTS_BESIDE_ITERATIONS", 0)
     assert _simulate(tmp_path, *CASES[case]) == PINNED[case]

@@ -15,8 +15,9 @@ import os
 import pickle
 import signal
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
+_T = TypeVar("_T")
 _MAX_ERROR_CHARS = 2000  # of a child's error message sent back
 _PIPE_BYTES = 1 << 20  # the buffer that reads and writes the report
 
@@ -77,6 +78,30 @@ class ForkedCall:
         _, status = os.waitpid(self._pid, 0)
         self._pid = None
         return (report if isinstance(report, dict) else {}), status
+
+
+class BesideCall(Generic[_T]):
+    """``call``'s value, computed beside the caller: in a forked child started
+    at once when ``fork`` is true, else here when :meth:`value` is asked
+    (a short run, one CPU: a child would cost more than it saves)."""
+
+    def __init__(self, call: Callable[[], _T], *, fork: bool) -> None:
+        self._call = call
+        self._child = ForkedCall(call) if fork else None
+
+    @property
+    def is_forked(self) -> bool:
+        return self._child is not None
+
+    def value(self) -> _T:
+        """The call's value (:class:`ForkedError` for a child's failure); once."""
+        value: _T = self._call() if self._child is None else self._child.value()
+        return value
+
+    def kill(self) -> None:
+        """Stop a child whose value is not wanted (nothing once it was read)."""
+        if self._child is not None:
+            self._child.kill()
 
 
 def _child_main(call: Callable[[], Any], write_fd: int) -> None:

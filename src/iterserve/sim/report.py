@@ -67,7 +67,7 @@ from iterserve.sim.follower import (
     can_fork,
     can_share,
 )
-from iterserve.sim.forked import ForkedCall, ForkedError
+from iterserve.sim.forked import BesideCall, ForkedCall, ForkedError
 from iterserve.sim.ledger_trace import LedgerTrace
 
 OCCUPANCY_LABEL = ("logical slot occupancy: sequences per iteration / sequence_budget; "
@@ -394,13 +394,16 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
     plots in forked children while this process reads and measures: the
     batch composition and the queue and KV series (the recorder's) beside
     the scan, the service and latency plots (the timelines' and the
-    summary's) beside the evaluation and fairness. A failure stops them."""
+    summary's) beside the evaluation and fairness. Its fairness measures
+    are taken in a forked child too, beside the run summary (at 100,000
+    requests each took about 3 s after the other). A failure stops them."""
     recorder = run.recorder
     events_path = out_dir / "events.jsonl"
     if not recorder.is_streaming:
         recorder.log().write_jsonl(events_path)
     unit = clock_time_unit(workload.clock, recorder.seconds_per_clock_unit)
-    beside = plots and len(recorder.iterations) >= PLOTS_BESIDE_ITERATIONS and can_fork()
+    long_run = len(recorder.iterations) >= PLOTS_BESIDE_ITERATIONS and can_fork()
+    beside = plots and long_run
     with contextlib.ExitStack() as children:  # each child is stopped unless it was waited for
         def draw_beside(call: Callable[[], None]) -> ForkedCall:
             child = ForkedCall(call)
@@ -419,6 +422,9 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
         scan, window = scanned
         del scanned
         observed = scan.timelines
+        fairness_beside = BesideCall(partial(run_fairness, observed.values(), workload, window,
+                                             horizon_s), fork=long_run)
+        children.callback(fairness_beside.kill)
         summary = summarize_timelines(
             observed, window, unit, label=label, preempt_modes=scan.preempt_modes(window),
             num_resumes=scan.num_resumes(window), iterations=recorder.iterations,
@@ -431,7 +437,7 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
                                         weights))
         report = None if slo is None else evaluate_timelines(observed, slo, window, label=label,
                                                              service_weights=weights)
-        fairness = run_fairness(observed.values(), workload, window, horizon_s)
+        fairness = _measured_fairness(fairness_beside)
         bound = None if bound_of is None else bound_of(fairness)
         horizon = None if workload.fairness is None else workload.fairness.starvation_horizon
         guard = None if horizon is None else run.ledger_trace.guard_dict(horizon)
@@ -462,6 +468,13 @@ def _scan_window(events_path: Path, window: ObservationWindow | None
         del scan
         scan = scan_events(events_path, end_s=window.end_s, compact=True)
     return scan, window
+
+
+def _measured_fairness(call: BesideCall[FairnessReport]) -> FairnessReport:
+    try:
+        return call.value()
+    except ForkedError as error:
+        raise ForkedError(f"measuring fairness: {error}") from None
 
 
 def _wait_for_plots(child: ForkedCall) -> None:
