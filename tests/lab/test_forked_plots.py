@@ -70,8 +70,8 @@ def test_a_child_that_fails_to_draw_fails_the_report(tmp_path, monkeypatch, chil
     monkeypatch.setattr(report_module, "_plot_latency", broken)
     with pytest.raises(ForkedError, match="drawing the plots: ValueError: no canvas"):
         _report(tmp_path / "out", beside=True, monkeypatch=monkeypatch)
-    # the series and the timed plots, and the fairness measures
-    assert len(children) == 3 and all(child._pid is None for child in children)  # collected
+    # the series, service and latency plots, and the fairness measures
+    assert len(children) == 4 and all(child._pid is None for child in children)  # collected
 
 
 @needs_fork
@@ -83,7 +83,7 @@ def test_a_child_that_fails_to_measure_fairness_fails_the_report(tmp_path, monke
     monkeypatch.setattr(report_module, "run_fairness", broken)
     with pytest.raises(ForkedError, match="measuring fairness: ValueError: no fairness"):
         _report(tmp_path / "out", beside=True, monkeypatch=monkeypatch)
-    assert len(children) == 3 and all(child._pid is None for child in children)
+    assert len(children) == 4 and all(child._pid is None for child in children)
 
 
 @needs_fork
@@ -95,13 +95,14 @@ def test_a_report_that_fails_stops_its_children(tmp_path, monkeypatch, children)
         raise ValueError("no evaluation")
 
     monkeypatch.setattr(report_module, "_plot_series", slow)
-    monkeypatch.setattr(report_module, "_plot_timed", slow)
+    monkeypatch.setattr(report_module, "_plot_service", slow)
+    monkeypatch.setattr(report_module, "_plot_latency", slow)
     monkeypatch.setattr(report_module, "run_fairness", slow)
     monkeypatch.setattr(report_module, "evaluate_timelines", broken)  # in process
     started = time.monotonic()
     with pytest.raises(ValueError, match="no evaluation"):
         _report(tmp_path / "out", beside=True, monkeypatch=monkeypatch)
-    assert len(children) == 3 and all(child._pid is None for child in children)  # reaped
+    assert len(children) == 4 and all(child._pid is None for child in children)  # reaped
     assert time.monotonic() - started < 30
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -393,10 +393,10 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
     A long run (:data:`PLOTS_BESIDE_ITERATIONS`, two usable CPUs) draws its
     plots in forked children while this process reads and measures: the
     batch composition and the queue and KV series (the recorder's) beside
-    the scan, the service and latency plots (the timelines' and the
-    summary's) beside the evaluation and fairness. Its fairness measures
-    are taken in a forked child too, beside the run summary (at 100,000
-    requests each took about 3 s after the other). A failure stops them."""
+    the scan, the service plot (the timelines') and the fairness measures
+    beside the run summary, the latency plot (the summary's) beside the
+    evaluation. At 100,000 requests the summary, the fairness measures and
+    the service plot take 3-4 s each. A failure stops them."""
     recorder = run.recorder
     events_path = out_dir / "events.jsonl"
     if not recorder.is_streaming:
@@ -422,6 +422,11 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
         scan, window = scanned
         del scanned
         observed = scan.timelines
+        weights, _ = service_weights_of(workload)
+        service = None
+        if beside:
+            service = draw_beside(partial(_plot_service, out_dir, observed.values(), window,
+                                          unit, weights))
         fairness_beside = BesideCall(partial(run_fairness, observed.values(), workload, window,
                                              horizon_s), fork=long_run)
         children.callback(fairness_beside.kill)
@@ -430,11 +435,9 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
             num_resumes=scan.num_resumes(window), iterations=recorder.iterations,
             resources=recorder.samples, token_budget=workload.capacity.token_budget,
             sequence_budget=workload.capacity.sequence_budget)
-        weights, _ = service_weights_of(workload)
-        timed = None
+        latency = None
         if beside:
-            timed = draw_beside(partial(_plot_timed, out_dir, observed, summary, slo, unit,
-                                        weights))
+            latency = draw_beside(partial(_plot_latency, out_dir, summary, slo, unit))
         report = None if slo is None else evaluate_timelines(observed, slo, window, label=label,
                                                              service_weights=weights)
         fairness = _measured_fairness(fairness_beside)
@@ -442,7 +445,7 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
         horizon = None if workload.fairness is None else workload.fairness.starvation_horizon
         guard = None if horizon is None else run.ledger_trace.guard_dict(horizon)
         if plots and not beside:  # the last reader of the timelines: the other plots need
-            _plot_service(out_dir, observed.values(), summary, unit, weights)  # the series
+            _plot_service(out_dir, observed.values(), window, unit, weights)  # the series
         del scan, observed  # (8 bytes a token) before the figures of the other plots are made
         (out_dir / "report.md").write_text(
             _report_text(f"{workload.workload_id}: {label}", label, summary, report, fairness,
@@ -450,7 +453,7 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
         if plots and not beside:
             _plot_latency(out_dir, summary, slo, unit)
             _plot_series(out_dir, recorder, workload.capacity.token_budget, unit)
-        for child in (series, timed):
+        for child in (series, service, latency):
             if child is not None:
                 _wait_for_plots(child)
     return MetricOutputs(summary, report, fairness, bound, guard)
@@ -505,19 +508,12 @@ def _report_text(title: str, label: str, summary: RunSummary, report: Report | N
 PLOTS_BESIDE_ITERATIONS = 20_000
 
 
-def _plot_timed(out_dir: Path, timelines: Mapping[str, RequestTimeline], summary: RunSummary,
-                slo: SloConfig | None, unit: TimeUnit, weights: ServiceWeights) -> None:
-    """The plots of the timelines and the summary (what one child draws)."""
-    _plot_service(out_dir, timelines.values(), summary, unit, weights)
-    _plot_latency(out_dir, summary, slo, unit)
-
-
-def _plot_service(out_dir: Path, timelines: Iterable[RequestTimeline], summary: RunSummary,
-                  unit: TimeUnit, weights: ServiceWeights) -> None:
+def _plot_service(out_dir: Path, timelines: Iterable[RequestTimeline],
+                  window: ObservationWindow, unit: TimeUnit, weights: ServiceWeights) -> None:
     # imported here: matplotlib costs ~2 s of start-up that other commands should not pay
     from iterserve.metrics.plots import plot_timelines_service
 
-    plot_timelines_service(timelines, out_dir / "client_service.png", window=summary.window,
+    plot_timelines_service(timelines, out_dir / "client_service.png", window=window,
                            unit=unit, weights=weights)
 
 
