@@ -5,13 +5,22 @@ size, clients with and without facts, bounds and client weights."""
 
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from lab_helpers import chat_mix_run
 
 from iterserve.metrics import service_scan
 from iterserve.metrics.plots import _last_per_x
-from iterserve.metrics.series import ServiceWeights, client_increment_arrays, client_service_arrays
+from iterserve.metrics.series import (
+    ServiceWeights,
+    client_increment_arrays,
+    client_service_arrays,
+    emissions_inside,
+)
 from iterserve.metrics.service_scan import (
     FactBounds,
     client_fact_counts,
@@ -84,3 +93,20 @@ def test_curves_and_totals_equal_the_whole_arrays(timelines, monkeypatch, max_fa
             assert got_cumulative.tolist() == want_cumulative.tolist()
             assert totals[client] == (float(cumulative[-1]) if len(cumulative) else 0.0)
     assert totals["idle"] == 0.0
+
+
+ASCENDING = st.lists(st.floats(min_value=-5.0, max_value=5.0, width=32), max_size=12).map(sorted)
+BOUND = st.sampled_from([-np.inf, np.inf, 0.0, -0.0, 1.5]) | st.floats(-6.0, 6.0, width=32)
+
+
+@settings(max_examples=400, deadline=None)
+@given(ASCENDING, BOUND, BOUND, st.booleans())
+def test_emissions_inside_is_the_searchsorted_slice(times, start_s, end_s, compact) -> None:
+    """The bisect search on the held emissions finds numpy's left insertion
+    points of both bounds (``high`` at least ``low``), repeated times and
+    bounds equal to a time included, compact (``array('d')``) or not."""
+    emissions = array("d", times) if compact else tuple(times)
+    timeline = RequestTimeline("r", "c", arrival_s=-10.0, emission_s=emissions)
+    low, high = np.searchsorted(np.asarray(times, dtype=np.float64), (start_s, end_s),
+                                side="left")
+    assert emissions_inside(timeline, start_s, end_s) == (int(low), int(max(low, high)))

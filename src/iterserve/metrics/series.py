@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -114,7 +115,7 @@ def client_increment_arrays(
     sizes: dict[str, int] = {}
     for timeline in timelines:
         num_computes = sum(start_s <= time_s < end_s for time_s, _ in timeline.compute_s)
-        low, high = inside(emission_array(timeline), start_s, end_s)
+        low, high = emissions_inside(timeline, start_s, end_s)
         sizes[timeline.client_id] = sizes.get(timeline.client_id, 0) + num_computes + high - low
     # one complex128 per fact, (time + amount j): numpy sorts complex numbers
     # by real part, then imaginary part, so an in-place sort is the
@@ -131,9 +132,8 @@ def client_increment_arrays(
                 amount = weights.prompt_weight * float(rows)
                 times[at], amounts[at] = time_s, amount if client_weights is None else amount / phi
                 at += 1
-        emissions = emission_array(timeline)
-        low, high = inside(emissions, start_s, end_s)
-        times[at:at + high - low] = emissions[low:high]
+        low, high = emissions_inside(timeline, start_s, end_s)
+        times[at:at + high - low] = emission_array(timeline)[low:high]
         output = weights.output_weight
         amounts[at:at + high - low] = output if client_weights is None else output / phi
         filled[client] = at + high - low
@@ -152,10 +152,18 @@ def emission_array(timeline: RequestTimeline) -> np.ndarray:
     return np.asarray(emissions, dtype=np.float64)
 
 
-def inside(ascending: np.ndarray, start_s: float, end_s: float) -> tuple[int, int]:
-    """The slice of an ascending array that lies in [start_s, end_s)."""
-    low, high = np.searchsorted(ascending, (start_s, end_s), side="left")
-    return int(low), int(max(low, high))
+def emissions_inside(timeline: RequestTimeline, start_s: float, end_s: float) -> tuple[int, int]:
+    """The slice ``[low, high)`` of the timeline's ascending emission times
+    that lies in [start_s, end_s) (``np.searchsorted(..., side="left")`` of
+    both bounds, ``high`` at least ``low``), searched as they are held (a
+    compact timeline's ``array('d')``, else a tuple): no numpy array is made,
+    and a request whose emissions all lie inside (most of a long run's) takes
+    two compares. A report reads every request's several times."""
+    emissions = timeline.emission_s
+    size = len(emissions)
+    low = 0 if not size or emissions[0] >= start_s else bisect_left(emissions, start_s)
+    high = size if not size or emissions[-1] < end_s else bisect_left(emissions, end_s, low)
+    return low, max(low, high)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from iterserve.metrics.series import ServiceWeights, emission_array, inside
+from iterserve.metrics.series import ServiceWeights, emission_array, emissions_inside
 from iterserve.metrics.timeline import RequestTimeline
 
 MAX_FACTS_PER_SLICE = 1 << 16  # 1 MiB of (time, amount) pairs at a time
@@ -112,9 +112,8 @@ def _slice(timelines: list[RequestTimeline], low_s: float, high_s: float,
                 times[at] = time_s
                 amounts[at] = amount if bounds.client_weights is None else amount / phi
                 at += 1
-        emissions = emission_array(timeline)
-        low, high = inside(emissions, low_s, high_s)
-        times[at:at + high - low] = emissions[low:high]
+        low, high = emissions_inside(timeline, low_s, high_s)
+        times[at:at + high - low] = emission_array(timeline)[low:high]
         output = weights.output_weight
         amounts[at:at + high - low] = output if bounds.client_weights is None else output / phi
         at += high - low
@@ -124,8 +123,8 @@ def _slice(timelines: list[RequestTimeline], low_s: float, high_s: float,
 
 def _span(timeline: RequestTimeline, low_s: float, high_s: float) -> _Span:
     computes = [time_s for time_s, _ in timeline.compute_s if low_s <= time_s < high_s]
-    emissions = emission_array(timeline)
-    low, high = inside(emissions, low_s, high_s)
+    emissions = timeline.emission_s
+    low, high = emissions_inside(timeline, low_s, high_s)
     firsts = computes[:1] + ([float(emissions[low])] if high > low else [])
     lasts = computes[-1:] + ([float(emissions[high - 1])] if high > low else [])
     if not firsts:
