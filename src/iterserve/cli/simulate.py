@@ -241,9 +241,9 @@ def run(args: argparse.Namespace) -> int:
             report["fairness"] = _fairness_section(outputs, result)
         _add_coordinates(report, coordinates, f"{policy.policy_id} + {setup.gate.gate_id}",
                          settings_of(policy))
-        with (args.out / "report.json").open("w") as stream:  # a section at a time
+        with (args.out / "report.json").open("wb") as stream:  # a section at a time
             write_sorted_json(stream, report, encoded)
-            stream.write("\n")
+            stream.write(b"\n")
     print(_summary_line(policy.policy_id, report, args.out))
     return 0
 
@@ -263,7 +263,7 @@ SECTIONS_BESIDE_ITERATIONS = 20_000
 
 
 def _run_sections(setup: RunSetup, policy_id: str, result: SimulationRun,
-                  bytes_per_row: int | None) -> tuple[dict[str, Any], dict[str, str]]:
+                  bytes_per_row: int | None) -> tuple[dict[str, Any], dict[str, bytes]]:
     """:func:`_report`, its :data:`PER_REQUEST_SECTIONS` encoded
     (:func:`~iterserve.records.pretty_json.encode_section`)."""
     report = _report(setup, policy_id, result, bytes_per_row)
