@@ -123,6 +123,8 @@ def test_a_beside_call_forks_only_when_asked() -> None:
     assert forked.is_forked and not here.is_forked
     assert forked.value() != parent and here.value() == parent
     forked.kill()  # nothing once its value was read
+    with pytest.raises(ForkedError, match="already taken"):
+        here.value()
 
     def fails() -> None:
         raise KeyError("gone")

@@ -86,7 +86,7 @@ class BesideCall(Generic[_T]):
     (a short run, one CPU: a child would cost more than it saves)."""
 
     def __init__(self, call: Callable[[], _T], *, fork: bool) -> None:
-        self._call = call
+        self._call: Callable[[], _T] | None = call
         self._child = ForkedCall(call) if fork else None
 
     @property
@@ -94,8 +94,12 @@ class BesideCall(Generic[_T]):
         return self._child is not None
 
     def value(self) -> _T:
-        """The call's value (:class:`ForkedError` for a child's failure); once."""
-        value: _T = self._call() if self._child is None else self._child.value()
+        """The call's value (:class:`ForkedError` for a child's failure), once:
+        the call and what it holds are let go here, whatever its outcome."""
+        call, self._call = self._call, None
+        if call is None:
+            raise ForkedError("the value was already taken")
+        value: _T = call() if self._child is None else self._child.value()
         return value
 
     def kill(self) -> None:
