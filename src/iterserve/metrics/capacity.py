@@ -12,6 +12,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from iterserve.metrics.columns import field_values
+
 SLOT_OCCUPANCY_LABEL = "logical slot occupancy (not measured GPU utilization)"
 SEQUENCE_SLOT_OCCUPANCY_LABEL = (
     "logical slot occupancy: sequences per iteration / sequence_budget "
@@ -21,6 +23,7 @@ TOKEN_BUDGET_UTILISATION_LABEL = (
     "token-budget utilisation: token rows per iteration / token_budget "
     "(not measured GPU utilization)"
 )
+_ROW_FIELDS = ("num_prefill_rows", "num_decode_rows", "num_rebuild_rows")  # num_rows' terms
 _TICK_ROUNDING = 1e-9  # 1.3 / 0.01 is 129.99999999999997 in floats; a tick count is exact
 
 
@@ -118,8 +121,8 @@ def token_budget_utilisation(
     """Token rows carried / (token_budget x iterations)."""
     if token_budget < 1:
         raise ValueError("token_budget must be >= 1")
-    return BudgetUse(TOKEN_BUDGET_UTILISATION_LABEL, sum(item.num_rows for item in iterations),
-                     token_budget * len(iterations))
+    num_rows = sum(sum(field_values(iterations, name)) for name in _ROW_FIELDS)
+    return BudgetUse(TOKEN_BUDGET_UTILISATION_LABEL, num_rows, token_budget * len(iterations))
 
 
 def sequence_slot_occupancy(
@@ -129,11 +132,10 @@ def sequence_slot_occupancy(
     iterations do not record their sequence counts."""
     if sequence_budget < 1:
         raise ValueError("sequence_budget must be >= 1")
-    counts = [item.num_sequences for item in iterations]
+    counts = field_values(iterations, "num_sequences")
     if any(count is None for count in counts):
         return None
-    return BudgetUse(SEQUENCE_SLOT_OCCUPANCY_LABEL, sum(c for c in counts if c is not None),
-                     sequence_budget * len(iterations))
+    return BudgetUse(SEQUENCE_SLOT_OCCUPANCY_LABEL, sum(counts), sequence_budget * len(iterations))
 
 
 def num_window_iterations(window_s: float, iteration_s: float) -> int:

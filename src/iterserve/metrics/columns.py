@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from typing import Generic, TypeVar, overload
+from typing import Any, Generic, TypeVar, overload
 
 R = TypeVar("R")
 
@@ -89,3 +89,12 @@ class RecordColumns(Sequence[R], Generic[R]):
     def __repr__(self) -> str:
         return f"RecordColumns({getattr(self._make, '__name__', self._make)!r}, {len(self)} records)"
 
+
+
+def field_values(records: Sequence[Any], name: str) -> Sequence[Any]:
+    """Field ``name`` of every record, in order: a :class:`RecordColumns`'
+    column itself (no record is made: a long run's report reads several
+    fields of its 200,000 iterations), else the field read from each record."""
+    if isinstance(records, RecordColumns):
+        return records.column(name)
+    return [getattr(record, name) for record in records]

@@ -28,6 +28,7 @@ from iterserve.metrics.capacity import (
     token_budget_utilisation,
 )
 from iterserve.metrics.clocks import request_clocks
+from iterserve.metrics.columns import field_values
 from iterserve.metrics.events import Event, PreemptEvent, ResumeEvent
 from iterserve.metrics.percentiles import summarize
 from iterserve.metrics.report import LatencySamples, counted_latency_samples
@@ -178,11 +179,13 @@ def summarize_timelines(
 
 
 def _kv_use(resources: Sequence[ResourceSample]) -> KvUse | None:
-    bounded = [s for s in resources if s.num_kv_blocks_total > 0]
+    totals = field_values(resources, "num_kv_blocks_total")
+    used = field_values(resources, "num_kv_blocks_used")
+    bounded = [(u, t) for u, t in zip(used, totals, strict=True) if t > 0]
     if not bounded:
         return None
     return KvUse(
-        num_blocks_total=max(s.num_kv_blocks_total for s in bounded),
-        peak_num_blocks_used=max(s.num_kv_blocks_used for s in bounded),
-        mean_usage_fraction=fmean(s.num_kv_blocks_used / s.num_kv_blocks_total for s in bounded),
+        num_blocks_total=max(t for _, t in bounded),
+        peak_num_blocks_used=max(u for u, _ in bounded),
+        mean_usage_fraction=fmean(u / t for u, t in bounded),
     )
