@@ -30,7 +30,7 @@ needs_fork = pytest.mark.skipif(not can_fork(), reason="needs os.fork and two us
 def _report(out_dir: Path, *, beside: bool, monkeypatch: pytest.MonkeyPatch) -> dict[str, bytes]:
     """The report of one seeded preempting run, its plots drawn beside
     (in a child) or not; the bytes of its files."""
-    monkeypatch.setattr(report_module, "PLOTS_BESIDE_ITERATIONS", 0 if beside else 10**9)
+    monkeypatch.setattr(report_module, "BESIDE_ITERATIONS", 0 if beside else 10**9)
     out_dir.mkdir()
     with (out_dir / "events.jsonl").open("w", encoding="utf-8") as events:
         manifest, run = chat_mix_run(60, 80, events)

@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from iterserve.cli import simulate
 from iterserve.cli.main import main
 from iterserve.metrics import counted_sample, plots, service_scan
 from iterserve.metrics.events import event_line, iter_jsonl
@@ -149,6 +148,5 @@ def test_simulate_writes_the_pinned_bytes(tmp_path, monkeypatch, case, mode) -> 
         monkeypatch.setattr(counted_sample, "MAX_PENDING_VALUES", 5)
         monkeypatch.setattr(plots, "_CDF_CHUNK", 4)
     if mode == "beside":  # a long run's report phase (two CPUs): its forked children
-        monkeypatch.setattr(simulate, "SECTIONS_BESIDE_ITERATIONS", 0)
-        monkeypatch.setattr(sim_report, "PLOTS_BESIDE_ITERATIONS", 0)
+        monkeypatch.setattr(sim_report, "BESIDE_ITERATIONS", 0)
     assert _simulate(tmp_path, *CASES[case]) == PINNED[case]

@@ -53,13 +53,13 @@ from iterserve.records.spec import OnlineWorkload, WorkloadManifest
 from iterserve.records.workload import load_workload
 from iterserve.sim.admission_report import admission_report
 from iterserve.sim.factory import make_simulated_executor
-from iterserve.sim.follower import can_fork
 from iterserve.sim.forked import BesideCall
 from iterserve.sim.kv_report import kv_report
 from iterserve.sim.report import (
     MetricOutputs,
     RunConfig,
     SimulationRun,
+    is_long_run,
     resolve_slo,
     run_simulation,
     simulate_report,
@@ -221,8 +221,7 @@ def run(args: argparse.Namespace) -> int:
         # the per-request sections (a long run's: tens of MB of text) beside the scan
         sections = BesideCall(partial(_run_sections, setup, policy.policy_id, result,
                                       bytes_per_row),
-                              fork=result.engine.num_iterations >= SECTIONS_BESIDE_ITERATIONS
-                              and can_fork())
+                              fork=is_long_run(result))
         stack.callback(sections.kill)
         kv = kv_report(result.executor.kv, result.trace, bytes_per_row)
         outputs = write_metric_outputs(
@@ -256,10 +255,9 @@ def _bytes_per_row(args: argparse.Namespace, online: OnlineWorkload) -> int | No
 
 
 #: report.json's per-request sections: encoded in a forked child beside the report phase's
-#: scan from this many iterations on (two usable CPUs); at 100,000 requests building and
-#: encoding them took 3.5 s after the rest of the report phase.
+#: scan in a long run (``is_long_run``); at 100,000 requests building and encoding them took
+#: 3.5 s after the rest of the report phase.
 PER_REQUEST_SECTIONS = ("requests", "chunk_ledger")
-SECTIONS_BESIDE_ITERATIONS = 20_000
 
 
 def _run_sections(setup: RunSetup, policy_id: str, result: SimulationRun,

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from iterserve.admission.overload import OverloadGate, engine_gate
 from iterserve.cost import ClockedCost, IterationCostModel, seconds_per_clock_unit
@@ -70,6 +70,7 @@ from iterserve.sim.follower import (
 from iterserve.sim.forked import BesideCall, ForkedCall, ForkedError
 from iterserve.sim.ledger_trace import LedgerTrace
 
+_T = TypeVar("_T")
 OCCUPANCY_LABEL = ("logical slot occupancy: sequences per iteration / sequence_budget; "
                    "not measured GPU utilization")
 
@@ -390,7 +391,7 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
     streaming pass (:mod:`iterserve.metrics.event_scan`): the report phase
     holds compact timelines (8 bytes a token), never the event objects.
 
-    A long run (:data:`PLOTS_BESIDE_ITERATIONS`, two usable CPUs) draws its
+    A long run (:func:`is_long_run`) draws its
     plots in forked children while this process reads and measures: the
     batch composition and the queue and KV series (the recorder's) beside
     the scan, the service plot (the timelines') and the fairness measures
@@ -402,7 +403,7 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
     if not recorder.is_streaming:
         recorder.log().write_jsonl(events_path)
     unit = clock_time_unit(workload.clock, recorder.seconds_per_clock_unit)
-    long_run = len(recorder.iterations) >= PLOTS_BESIDE_ITERATIONS and can_fork()
+    long_run = is_long_run(run)
     beside = plots and long_run
     with contextlib.ExitStack() as children:  # each child is stopped unless it was waited for
         def draw_beside(call: Callable[[], None]) -> ForkedCall:
@@ -440,7 +441,7 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
             latency = draw_beside(partial(_plot_latency, out_dir, summary, slo, unit))
         report = None if slo is None else evaluate_timelines(observed, slo, window, label=label,
                                                              service_weights=weights)
-        fairness = _measured_fairness(fairness_beside)
+        fairness = _child_value(fairness_beside.value, "measuring fairness")
         bound = None if bound_of is None else bound_of(fairness)
         horizon = None if workload.fairness is None else workload.fairness.starvation_horizon
         guard = None if horizon is None else run.ledger_trace.guard_dict(horizon)
@@ -455,7 +456,7 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
             _plot_series(out_dir, recorder, workload.capacity.token_budget, unit)
         for child in (series, service, latency):
             if child is not None:
-                _wait_for_plots(child)
+                _child_value(child.value, "drawing the plots")
     return MetricOutputs(summary, report, fairness, bound, guard)
 
 
@@ -473,18 +474,13 @@ def _scan_window(events_path: Path, window: ObservationWindow | None
     return scan, window
 
 
-def _measured_fairness(call: BesideCall[FairnessReport]) -> FairnessReport:
+def _child_value(value: Callable[[], _T], doing: str) -> _T:
+    """A child's value (``value``: its ``value`` method); its failure named
+    by what it was ``doing``."""
     try:
-        return call.value()
+        return value()
     except ForkedError as error:
-        raise ForkedError(f"measuring fairness: {error}") from None
-
-
-def _wait_for_plots(child: ForkedCall) -> None:
-    try:
-        child.value()
-    except ForkedError as error:
-        raise ForkedError(f"drawing the plots: {error}") from None
+        raise ForkedError(f"{doing}: {error}") from None
 
 
 def _report_text(title: str, label: str, summary: RunSummary, report: Report | None,
@@ -503,9 +499,15 @@ def _report_text(title: str, label: str, summary: RunSummary, report: Report | N
     return text + "\n" + render_fairness(fairness, outcomes, bound, guard, unit)
 
 
-#: a run of at least this many iterations draws its plots in forked children
-#: (two usable CPUs) while this process makes the report's other figures
-PLOTS_BESIDE_ITERATIONS = 20_000
+#: a run of at least this many iterations (two usable CPUs) makes its report's slower parts
+#: in forked children while this process makes the others: the plots, the fairness
+#: measures, report.json's per-request sections (``iterserve simulate``)
+BESIDE_ITERATIONS = 20_000
+
+
+def is_long_run(run: SimulationRun) -> bool:
+    """``run``'s report is worth forked children (:data:`BESIDE_ITERATIONS`)."""
+    return len(run.recorder.iterations) >= BESIDE_ITERATIONS and can_fork()
 
 
 def _plot_service(out_dir: Path, timelines: Iterable[RequestTimeline],
