@@ -52,6 +52,7 @@ from iterserve.records.pretty_json import encode_section, write_sorted_json
 from iterserve.records.spec import OnlineWorkload, WorkloadManifest
 from iterserve.records.workload import load_workload
 from iterserve.sim.admission_report import admission_report
+from iterserve.sim.collector import collector_held_back
 from iterserve.sim.factory import make_simulated_executor
 from iterserve.sim.forked import BesideCall
 from iterserve.sim.kv_report import kv_report
@@ -196,6 +197,13 @@ def window_from_flags(args: argparse.Namespace) -> ObservationWindow | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # the whole command, its report phase and forked children too, makes no reference cycles
+    # worth a collector pass: the passes would only walk the growing set of live objects
+    with collector_held_back():
+        return _simulate(args)
+
+
+def _simulate(args: argparse.Namespace) -> int:
     setup = setup_from_flags(RunFlags.from_args(args))
     window = window_from_flags(args)
     online = setup.manifest.online
