@@ -11,10 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from iterserve.cost import BatchShape, batch_shape, parse_cost_model
+from iterserve.cost import (
+    BatchShape,
+    ClockedCost,
+    ProfiledIterationCost,
+    batch_shape,
+    parse_cost_model,
+)
 from iterserve.cost.fit import CARRIED, MeasuredIteration, fit_profile, speed_factor
 from iterserve.cost.profiled import FEATURES, feature_values
 from iterserve.records.plan import IterationPlan, WorkItem
+from iterserve.records.state import SchedulerState
 from iterserve.records.view import WorkKind
 
 COORDS = (("config_hash", "cd" * 32), ("dtype", "float32"), ("num_threads", "1"),
@@ -123,9 +130,7 @@ def _shape_row_by_row(plan: IterationPlan) -> BatchShape:
                       len(plan.work), num_decode_context)
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_the_batch_shape_equals_its_row_by_row_definition(seed: int) -> None:
-    rng = random.Random(seed)
+def _random_plan(rng: random.Random) -> IterationPlan:
     work = []
     for index in range(rng.randint(0, 40)):
         kind = rng.choice([WorkKind.DECODE_ROW, WorkKind.DECODE_ROW, WorkKind.PREFILL_CHUNK,
@@ -137,4 +142,48 @@ def test_the_batch_shape_equals_its_row_by_row_definition(seed: int) -> None:
                          policy_version="1", work=tuple(work),
                          tokens_used=sum(item.end - item.start for item in work),
                          sequences_used=len(work))
+    return plan
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_batch_shape_equals_its_row_by_row_definition(seed: int) -> None:
+    plan = _random_plan(random.Random(seed))
     assert batch_shape(plan) == _shape_row_by_row(plan)
+    full = _shape_row_by_row(plan)
+    assert batch_shape(plan, attention=False) == BatchShape(
+        full.num_prefill_rows, full.num_decode_rows, 0, full.num_sequences, 0)
+
+
+class _ShapeSeen:
+    """A cost model of one's own that does not say what it reads: it is
+    given every field (and keeps the shapes it was given)."""
+
+    model_id = spec = "seen"
+
+    def __init__(self) -> None:
+        self.shapes: list[BatchShape] = []
+
+    def predict_batch_ms(self, shape: BatchShape) -> float:
+        self.shapes.append(shape)
+        return 1.0
+
+    def predict_iteration_s(self, num_prefill_rows: int, num_decode_rows: int) -> float:
+        return 0.001
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_clock_skips_the_attention_sums_only_for_a_model_that_prices_rows_only(
+        seed: int) -> None:
+    plan = _random_plan(random.Random(seed))
+    state = SchedulerState(decision_id=0, state_version=0, now=0.0, waiting=(), running=(),
+                           suspended=(), finished=(), views={}, token_budget=4096,
+                           sequence_budget=64)
+    for model in (parse_cost_model("linear:8,0.02,0.1"), parse_cost_model("fixed:10")):
+        assert model.prices_rows_only
+        clocked = ClockedCost(model, "ms").iteration_duration(plan, state)
+        assert clocked == model.predict_batch_ms(batch_shape(plan))
+    seen = _ShapeSeen()
+    ClockedCost(seen, "ms").iteration_duration(plan, state)
+    assert seen.shapes == [batch_shape(plan)]
+    profiled = fit_profile(_runs(40), COORDS)
+    assert not ProfiledIterationCost("p.json", profiled).prices_rows_only

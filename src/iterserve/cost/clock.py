@@ -46,15 +46,20 @@ def seconds_per_clock_unit(clock: str, model: IterationCostModel | None) -> floa
     raise CostModelError(f"unknown clock {clock!r}")
 
 
-def batch_shape(plan: IterationPlan) -> BatchShape:
+def batch_shape(plan: IterationPlan, *, attention: bool = True) -> BatchShape:
     """The shape of a planned iteration: decode rows, the other computed
     rows (prefill and rebuild), attention work (all of it, and the decode
     rows' part) and sequences. Summed in C (``map`` over the items' fields:
-    the executor asks it of every plan)."""
+    the executor asks it of every plan). ``attention`` False leaves the
+    attention work 0 (for a model that prices rows only: one count over the
+    items instead of six passes)."""
     work = plan.work
     if not work:
         return BatchShape(plan.tokens_used, 0, 0, 0, 0)
     _, _, _, starts, ends, kinds, _, _ = field_columns(work)
+    if not attention:
+        num_decode_rows = kinds.count(WorkKind.DECODE_ROW)  # an Enum: == is identity
+        return BatchShape(plan.tokens_used - num_decode_rows, num_decode_rows, 0, len(work), 0)
     attended = list(map(mul, map(sub, ends, starts), ends))
     is_decode = list(map(is_, kinds, repeat(WorkKind.DECODE_ROW)))
     num_decode_rows = is_decode.count(True)
@@ -66,13 +71,15 @@ class ClockedCost:
     """What the simulated executor asks: a model's prediction as a duration
     on the workload's clock (always 1 on the ``iteration`` clock)."""
 
-    __slots__ = ("model", "clock", "name")
+    __slots__ = ("model", "clock", "name", "_attention")
 
     def __init__(self, model: IterationCostModel, clock: str) -> None:
         seconds_per_clock_unit(clock, model)  # refuses a misfit early
         self.model = model
         self.clock = clock
         self.name = model.model_id
+        # a model that does not say it prices rows only is given every field
+        self._attention = not getattr(model, "prices_rows_only", False)
 
     @classmethod
     def unit(cls) -> ClockedCost:
@@ -82,4 +89,4 @@ class ClockedCost:
     def iteration_duration(self, plan: IterationPlan, state: SchedulerState) -> float:
         if self.clock == "iteration":
             return 1.0
-        return self.model.predict_batch_ms(batch_shape(plan))
+        return self.model.predict_batch_ms(batch_shape(plan, attention=self._attention))

@@ -24,6 +24,7 @@ class FixedIterationCost(RowQueries):
 
     iteration_ms: float
     name: ClassVar[str] = "fixed"
+    prices_rows_only: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_ms("fixed.iteration_ms", self.iteration_ms, positive=True)
@@ -54,6 +55,7 @@ class LinearIterationCost(RowQueries):
     per_prefill_row_ms: float
     per_decode_row_ms: float
     name: ClassVar[str] = "linear"
+    prices_rows_only: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_ms("linear.base_ms", self.base_ms, positive=False)

@@ -10,7 +10,7 @@ question slack asks), the decision log and the CLI (``spec``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 MS_PER_S = 1000.0
 
@@ -61,9 +61,13 @@ class IterationCostModel(Protocol):
 
 
 class RowQueries:
-    """Mixin: the row-mix questions answered from ``predict_batch_ms``."""
+    """Mixin: the row-mix questions answered from ``predict_batch_ms``.
+    ``prices_rows_only``: the model reads a shape's rows and sequences, not
+    its attention work, so the simulated executor need not sum it (a model
+    that prices attention, or one that does not say, gets every field)."""
 
     __slots__ = ()
+    prices_rows_only: ClassVar[bool] = False
 
     def predict_batch_ms(self, shape: BatchShape) -> float:
         raise NotImplementedError
