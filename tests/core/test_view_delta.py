@@ -7,14 +7,27 @@ under its delta, or a reader further behind than the links kept, gets None."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
+
+import pytest
 
 from iterserve.cost import parse_cost_model
 from iterserve.engine.observer import EngineObserver
 from iterserve.policies.registry import policy_for
+from iterserve.records.codec import state_digest
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.state import SchedulerState
-from iterserve.records.view_delta import MAX_LINKS, ViewDelta, changes_since, next_delta
+from iterserve.records.state_check import StateChecker
+from iterserve.records.state_digest import StateDigester
+from iterserve.records.view_delta import (
+    MAX_LINKS,
+    UNTRACKED,
+    ViewDelta,
+    changes_since,
+    next_delta,
+)
+from iterserve.sim.follower import can_fork
 from iterserve.sim.generators import generate_workload
 from iterserve.sim.report import RunConfig, run_simulation
 from iterserve.sim.workload_spec import parse_spec
@@ -112,3 +125,43 @@ def test_the_same_question_gets_the_same_answer_and_another_a_new_one() -> None:
         further = changes_since(delta.previous.base, state.views, delta)
         assert further is not None and further is not first
         assert set(first[0]) <= set(further[0]) | set(further[1])
+
+
+def test_an_untracked_state_hands_on_no_links_and_its_readers_reread_every_view() -> None:
+    views = {"a": None}
+    assert next_delta(UNTRACKED, {}, views, ["a"]) is UNTRACKED
+    assert changes_since({}, views, UNTRACKED) is None
+    assert changes_since(views, views, UNTRACKED) == ([], [])
+
+
+@dataclasses.dataclass
+class _UntrackedReader(EngineObserver):
+    """In the run's process of a followed run: every state is untracked, and
+    a digester and a state checker that read it anyway get the reference
+    answers (every view re-read)."""
+
+    digester: StateDigester = dataclasses.field(default_factory=StateDigester)
+    checker: StateChecker = dataclasses.field(default_factory=StateChecker)
+    num_steps: int = 0
+
+    def on_step(self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
+                successor: SchedulerState) -> None:
+        assert state.view_delta is UNTRACKED and successor.view_delta is UNTRACKED
+        assert self.digester.digest(successor) == state_digest(successor)
+        self.checker.check(successor)
+        self.num_steps += 1
+
+
+@pytest.mark.skipif(not can_fork(), reason="a followed run needs fork and two CPUs")
+def test_the_run_of_a_followed_simulation_records_no_view_deltas(tmp_path: Path) -> None:
+    manifest = generate_workload(parse_spec(SPEC))
+    model = parse_cost_model("linear:8,0.02,0.1")
+    config = RunConfig(policy_for("vllm", manifest.online, cost_model=model), model)
+    reader = _UntrackedReader()
+    with (tmp_path / "log.jsonl").open("w") as log:
+        followed = run_simulation(manifest, config, log, [reader], log_process=True)
+    assert reader.num_steps > 200 and followed.engine.is_done
+    in_process = tmp_path / "in_process.jsonl"
+    with in_process.open("w") as log:
+        run_simulation(manifest, config, log)  # tracked: its digests read the deltas
+    assert (tmp_path / "log.jsonl").read_bytes() == in_process.read_bytes()

@@ -33,6 +33,7 @@ from iterserve.records.transition import (
 )
 from iterserve.records.validate import validate_plan, validate_result
 from iterserve.records.view import Lifecycle
+from iterserve.records.view_delta import UNTRACKED
 
 
 class EngineStalled(RuntimeError):
@@ -85,12 +86,17 @@ class Engine:
         gate: ArrivalGate | None = None,
         validate: bool = True,
         check_states: bool | None = None,
+        view_deltas: bool = True,
     ) -> None:
         """``validate``: check every plan before it runs and every result
         before it advances the state. ``check_states`` (default: as
         ``validate``): check every decision's state too (``validate_state``);
         a followed simulation checks its states in the follower, which holds
-        the same states (:mod:`iterserve.sim.follower`)."""
+        the same states (:mod:`iterserve.sim.follower`). ``view_deltas``
+        False: the transitions record no view deltas
+        (:data:`~iterserve.records.view_delta.UNTRACKED`), for a run where no
+        state check and no observer digests the states (a decision-log
+        writer would re-read every view)."""
         self.workload = bind_policy(workload, policy)
         self.policy = policy
         self.executor = executor
@@ -110,6 +116,8 @@ class Engine:
         ]
         self._next_arrival = 0
         self.state = initial_state(self.workload, executor.capacity(), policy_ledger(policy))
+        if not view_deltas:
+            self.state = dataclasses.replace(self.state, view_delta=UNTRACKED)
         check_run(policy, self.workload, self.state.capacity)  # InfeasibleRun, before decision 0
         # prefix-hit facts are published only for a policy that reads them
         self._prefix_hits = (getattr(executor, "prefix_hits", None)

@@ -46,10 +46,18 @@ class ViewDelta:
     answered: list[object] = field(default_factory=list, repr=False, compare=False)
 
 
+#: the delta of every state in a run whose views no reader follows (the run's process of a
+#: followed simulation: its follower digests and checks the states): a transition from such a
+#: state records nothing and hands it on; a reader given it re-reads every view
+UNTRACKED = ViewDelta({}, {}, (), (), None, 0)
+
+
 def next_delta(base_delta: ViewDelta | None, base: _Views, views: _Views,
                touched: Iterable[str], removed: Iterable[str] = ()) -> ViewDelta:
     """The delta of a transition from ``base`` (whose state carried
-    ``base_delta``) to ``views``."""
+    ``base_delta``) to ``views``; :data:`UNTRACKED` from an untracked state."""
+    if base_delta is UNTRACKED:
+        return UNTRACKED
     previous = base_delta if base_delta is not None and base_delta.views is base else None
     if previous is not None and previous.num_links >= MAX_LINKS:
         previous = _cut(previous, MAX_LINKS // 2)

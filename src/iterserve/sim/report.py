@@ -248,7 +248,8 @@ def _followed_run(manifest: WorkloadManifest, config: RunConfig, executor: Simul
     try:
         engine = Engine(manifest.online, TappedPolicy(config.policy, follower.feed),
                         TappedExecutor(executor, follower.feed), [*observers, *extra_observers],
-                        gate=engine_gate(config.gate), check_states=False)  # the follower's
+                        gate=engine_gate(config.gate), check_states=False,  # the follower's
+                        view_deltas=writer is not None)  # read by a log written here only
         with collector_held_back():
             engine.run(max_iterations=config.max_iterations)
         if recorder is not None:
