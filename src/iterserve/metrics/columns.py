@@ -90,7 +90,6 @@ class RecordColumns(Sequence[R], Generic[R]):
         return f"RecordColumns({getattr(self._make, '__name__', self._make)!r}, {len(self)} records)"
 
 
-
 def field_values(records: Sequence[Any], name: str) -> Sequence[Any]:
     """Field ``name`` of every record, in order: a :class:`RecordColumns`'
     column itself (no record is made: a long run's report reads several
