@@ -32,6 +32,7 @@ cost that grows with the waiting queue, measured in minutes, not hours).
     .venv/bin/python benchmarks/bench_sim_scale.py --sizes 2000 --profile 40
     .venv/bin/python benchmarks/bench_sim_scale.py --json out.json
     .venv/bin/python benchmarks/bench_sim_scale.py --one 3000 --rate-per-s 200   # one JSON line
+    .venv/bin/python benchmarks/bench_sim_scale.py --sizes 100000 --timeline 20000  # us per step as the queue grows
     .venv/bin/python benchmarks/bench_sim_scale.py --cli --sizes 1000 3000 10000
 
 ``--cli`` measures the whole ``iterserve simulate`` command instead (the run,
@@ -106,6 +107,56 @@ class LineProgress(EngineObserver):
                   file=sys.stderr, flush=True)
 
 
+class StepTimeline(EngineObserver):
+    """``--timeline STEPS``: one stderr line per ``STEPS`` engine steps with
+    the microseconds a step took over them (wall, this process's CPU and,
+    on Linux, the follower's, read from ``/proc``) and the queue lengths at
+    the end: where the cost per step grows with the waiting queue."""
+
+    def __init__(self, every: int) -> None:
+        self._every = every
+        self._num_steps = 0
+        self._last = self._clocks()
+
+    def on_step(self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
+                successor: SchedulerState) -> None:
+        self._num_steps += 1
+        if self._num_steps % self._every:
+            return
+        clocks = self._clocks()
+        wall, run, follower = (1e6 * (now - then) / self._every
+                               for now, then in zip(clocks, self._last, strict=True))
+        self._last = clocks
+        follower_text = f"{follower:4.0f}" if clocks[2] >= 0 else " n/a"
+        print(f"  step {self._num_steps:>8,}: us per step wall {wall:4.0f}, run {run:4.0f}, "
+              f"follower {follower_text}; waiting {len(successor.waiting):,}, "
+              f"running {len(successor.running)}", file=sys.stderr, flush=True)
+
+    @staticmethod
+    def _clocks() -> tuple[float, float, float]:
+        return time.perf_counter(), time.process_time(), _children_cpu_s()
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds of this process's live children (the follower), from
+    ``/proc`` (-1 where there is none to read)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return -1.0
+    parent, ticks = os.getpid(), os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone, or not ours to read
+        if int(fields[1]) == parent:  # ppid; then utime and stime at 11 and 12
+            total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
 def spec(num_requests: int, rate_per_s: float = RATE_PER_S) -> dict[str, Any]:
     return {
         "workload_id": f"scale-{num_requests}", "seed": 15, "num_requests": num_requests,
@@ -119,7 +170,8 @@ def spec(num_requests: int, rate_per_s: float = RATE_PER_S) -> dict[str, Any]:
 
 
 def run_one(num_requests: int, decision_log: bool, profile_lines: int,
-            rate_per_s: float = RATE_PER_S, log_process: bool = True) -> dict[str, Any]:
+            rate_per_s: float = RATE_PER_S, log_process: bool = True,
+            timeline_every: int = 0) -> dict[str, Any]:
     """One run in this process; the figures as a dict."""
     started = time.perf_counter()
     manifest = generate_workload(parse_spec(spec(num_requests, rate_per_s)))
@@ -135,8 +187,11 @@ def run_one(num_requests: int, decision_log: bool, profile_lines: int,
             started, cpu_started = time.perf_counter(), _cpu_s()
             if profiler is not None:
                 profiler.enable()
+            observers: list[EngineObserver] = [LineProgress(num_requests)]
+            if timeline_every:
+                observers.append(StepTimeline(timeline_every))
             run = run_simulation(manifest, config, log if decision_log else None,
-                                 [LineProgress(num_requests)], events=events,
+                                 observers, events=events,
                                  log_process=log_process and not profiler)
             if profiler is not None:
                 profiler.disable()
@@ -263,6 +318,9 @@ def main(argv: list[str] | None = None) -> int:
                              "plots included) in a child process")
     parser.add_argument("--budget", type=int, default=None, metavar="N",
                         help="split N requests' CPU seconds by layer (fresh process each)")
+    parser.add_argument("--timeline", type=int, default=0, metavar="STEPS",
+                        help="with one size: a line per STEPS engine steps, the us a step "
+                             "took in each process and the queue lengths")
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--engine-alone", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-validation", action="store_true", help=argparse.SUPPRESS)
@@ -276,10 +334,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.one is not None and args.cli:
         print(json.dumps(run_cli(args.one, not args.no_decision_log, args.rate_per_s)))
         return 0
-    if args.one is not None or args.profile:
+    if args.one is not None or args.profile or args.timeline:
         size = args.one if args.one is not None else args.sizes[0]
         print(json.dumps(run_one(size, not args.no_decision_log, args.profile, args.rate_per_s,
-                                 not args.serial_log)))
+                                 not args.serial_log, args.timeline)))
         return 0
     rows = [best_of(size, args) for size in args.sizes]
     print("| requests | iterations | wall s | simulated req / wall s | peak RSS MiB |")
