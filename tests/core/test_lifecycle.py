@@ -135,6 +135,21 @@ def test_admit_moves_waiting_to_running():
     assert after.views["x"].lifecycle is L.RUNNING and after.running == ("x",)
 
 
+def test_queues_no_intent_edits_are_handed_on_as_they_were():
+    """A decision that edits neither the waiting nor the suspended queue
+    hands both on as the same tuples (a long waiting queue is not copied);
+    one that edits a queue gets a new tuple with the edit."""
+    state = _state(_view("w1", L.WAITING), _view("w2", L.WAITING, order=1),
+                   _view("s", L.SUSPENDED_RECOMPUTE, order=2), _view("r", L.RUNNING, order=3))
+    kept = _apply(state, _intent_plan(state, (IntentKind.GUARD, "r", 0)))
+    assert kept.waiting is state.waiting and kept.suspended is state.suspended
+    admitted = _apply(kept, _intent_plan(kept, (IntentKind.ADMIT, "w1", 0)))
+    assert admitted.waiting == ("w2",) and admitted.suspended is kept.suspended
+    assert admitted.running == ("r", "w1")
+    resumed = _apply(admitted, _intent_plan(admitted, (IntentKind.RESUME, "s", 0)))
+    assert resumed.suspended == () and resumed.waiting is admitted.waiting
+
+
 def test_reject_is_terminal():
     state = _state(_view("x", L.WAITING))
     after = _apply(state, _intent_plan(state, (IntentKind.REJECT, "x", 0)))

@@ -33,7 +33,6 @@ def with_arrivals(
     """Publish newly arrived requests (spec, arrival_order) at the back of
     waiting, optionally moving the clock forward to ``now`` (an idle gap)."""
     views = _copy(state.views)
-    waiting = list(state.waiting)
     arrivals = list(arrivals)
     for spec, order in arrivals:
         if spec.request_id in views:
@@ -52,7 +51,6 @@ def with_arrivals(
             output_forecast=spec.output_forecast,
             output_forecast_p90=spec.output_forecast_p90,
         )
-        waiting.append(spec.request_id)
     if now is not None and now < state.now:
         raise ValueError(f"clock cannot move back from {state.now} to {now}")
     ledger = state.ledger
@@ -60,7 +58,8 @@ def with_arrivals(
         ledger = lift(ledger, state.active_clients(), (spec.client_id for spec, _ in arrivals),
                       state.now if now is None else now)
     arrived = [views[spec.request_id] for spec, _ in arrivals]
-    return _successor(state, views, tuple(waiting), state.running, state.suspended, state.finished,
+    waiting = state.waiting + tuple(spec.request_id for spec, _ in arrivals) if arrivals else state.waiting
+    return _successor(state, views, waiting, state.running, state.suspended, state.finished,
                       now=state.now if now is None else now, decision_id=state.decision_id,
                       ledger=ledger, changed=arrived)
 
@@ -91,8 +90,7 @@ def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult)
         queues.running = [rid for rid in queues.running if rid not in done]
     queues.finished.extend(newly_finished)
     successor = _successor(
-        state, views, tuple(queues.waiting), tuple(queues.running), tuple(queues.suspended),
-        tuple(queues.finished), now=now, decision_id=state.decision_id + 1, service=service,
+        state, views, *queues.frozen(), tuple(queues.finished), now=now, decision_id=state.decision_id + 1, service=service,
         capacity=result.capacity, changed=completed, removed=state.finished,
         rise=1 if once else None,  # one emission at most per request (validated results)
         touched=[*(intent.request_id for intent in plan.intents),
@@ -120,13 +118,38 @@ def _replace_ledger(state: SchedulerState, ledger: ClientLedger) -> SchedulerSta
 
 
 class _Queues:
-    __slots__ = ("waiting", "running", "suspended", "finished")
+    """The queues an intent edits: the waiting and suspended queues are
+    copied into lists only when one is edited (a long waiting queue is
+    left alone by most decisions), :meth:`frozen` gives the others back as
+    they were."""
+
+    __slots__ = ("_state", "_waiting", "running", "_suspended", "finished")
 
     def __init__(self, state: SchedulerState) -> None:
-        self.waiting = list(state.waiting)
+        self._state = state
+        self._waiting: list[str] | None = None
+        self._suspended: list[str] | None = None
         self.running = list(state.running)
-        self.suspended = list(state.suspended)
         self.finished: list[str] = []
+
+    @property
+    def waiting(self) -> list[str]:
+        if self._waiting is None:
+            self._waiting = list(self._state.waiting)
+        return self._waiting
+
+    @property
+    def suspended(self) -> list[str]:
+        if self._suspended is None:
+            self._suspended = list(self._state.suspended)
+        return self._suspended
+
+    def frozen(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+        """The waiting, running and suspended queues as tuples."""
+        state = self._state
+        return (state.waiting if self._waiting is None else tuple(self._waiting),
+                tuple(self.running),
+                state.suspended if self._suspended is None else tuple(self._suspended))
 
 
 def _apply_intent(
