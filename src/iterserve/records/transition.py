@@ -58,7 +58,9 @@ def with_arrivals(
         ledger = lift(ledger, state.active_clients(), (spec.client_id for spec, _ in arrivals),
                       state.now if now is None else now)
     arrived = [views[spec.request_id] for spec, _ in arrivals]
-    waiting = state.waiting + tuple(spec.request_id for spec, _ in arrivals) if arrivals else state.waiting
+    waiting = state.waiting  # extended in one copy, not copied when nothing arrived
+    if arrivals:
+        waiting += tuple(spec.request_id for spec, _ in arrivals)
     return _successor(state, views, waiting, state.running, state.suspended, state.finished,
                       now=state.now if now is None else now, decision_id=state.decision_id,
                       ledger=ledger, changed=arrived)
@@ -90,7 +92,8 @@ def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult)
         queues.running = [rid for rid in queues.running if rid not in done]
     queues.finished.extend(newly_finished)
     successor = _successor(
-        state, views, *queues.frozen(), tuple(queues.finished), now=now, decision_id=state.decision_id + 1, service=service,
+        state, views, *queues.frozen(), tuple(queues.finished), now=now,
+        decision_id=state.decision_id + 1, service=service,
         capacity=result.capacity, changed=completed, removed=state.finished,
         rise=1 if once else None,  # one emission at most per request (validated results)
         touched=[*(intent.request_id for intent in plan.intents),
@@ -118,10 +121,10 @@ def _replace_ledger(state: SchedulerState, ledger: ClientLedger) -> SchedulerSta
 
 
 class _Queues:
-    """The queues an intent edits: the waiting and suspended queues are
-    copied into lists only when one is edited (a long waiting queue is
-    left alone by most decisions), :meth:`frozen` gives the others back as
-    they were."""
+    """The queues a decision's intents edit. The waiting and suspended
+    queues are copied into lists only when an intent edits one (most
+    decisions leave a long waiting queue alone); :meth:`frozen` hands an
+    unedited one on as the same tuple."""
 
     __slots__ = ("_state", "_waiting", "running", "_suspended", "finished")
 
