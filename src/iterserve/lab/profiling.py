@@ -154,7 +154,6 @@ def grid_cells(grid: ProfileGrid) -> list[tuple[int, int]]:
     return [(n, p) for n in grid.num_sequences for p in grid.prompt_lens]
 
 
-
 def config_hash(model_dir: Path) -> str:
     """The model's identity: sha256 of its config.json."""
     return hashlib.sha256((model_dir / "config.json").read_bytes()).hexdigest()

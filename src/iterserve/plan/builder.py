@@ -346,7 +346,6 @@ class PlanBuilder:
         )
 
 
-
 def views_of(state: SchedulerState, request_ids: tuple[str, ...]) -> list[RequestView]:
     return list(map(state.views.__getitem__, request_ids))  # C-level: runs over every queue
 

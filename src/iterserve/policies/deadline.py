@@ -56,7 +56,6 @@ class DeadlineOrderedPolicy(PolicyBase[DeadlineConfig]):
     tie_break_key: tuple[str, ...] = TIE_BREAK_KEY
     contract_template: PolicyContract
 
-
     def __init__(self, config: DeadlineConfig | None = None) -> None:
         self.config = DeadlineConfig() if config is None else config
         cost_model = self.cost_model = self.config.cost_model

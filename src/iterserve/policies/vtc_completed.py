@@ -73,7 +73,6 @@ class VtcCompleted(LedgerPolicy):
                 c_select[client] += interval_cost(ledger.weights, view, start, start + rows)
 
 
-
 def _take(builder: PlanBuilder, view: RequestView, victims: list[RequestView],
           gone: set[str]) -> int:
     """Rows granted to ``view``'s next interval (a running one may preempt)."""

@@ -175,7 +175,6 @@ class StateDigester:
                                                   compress(changed, is_waiting), strict=True)
                          if view.num_computed and not view.num_emitted)
 
-
     def _move_running(self, gone: list[str], was_running: list[bool],
                       is_running: list[bool]) -> None:
         """Keep ``_running`` and ``_running_ids`` (sorted): the ids that

@@ -323,8 +323,6 @@ def _validate_tie_break(state: SchedulerState, plan: IterationPlan,
         _explain_tie_break(plan, derived)
 
 
-
-
 def _explain_tie_break(plan: IterationPlan, derived: list[tuple[object, ...]]) -> NoReturn:
     """Raise the named error for the first item whose recorded key differs
     from ``derived`` or breaks the order."""
