@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+AZURE_SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "traces" / "azure_sample.csv"
 
 DROP = object()
 NAN, INF = float("nan"), float("inf")
@@ -208,6 +211,11 @@ SIMULATE_FLAGS: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "out-is-a-file": (["--out", "{file}"], ("--out", "not a directory")),
     "out-under-a-file": (["--out", "{file}/sub"], ("--out", "parent")),
     "decision-log-is-a-dir": (["--decision-log", "{dir}"], ("--decision-log", "directory")),
+    # a place no file can be made in (Linux's /proc): the output named, not a temporary file
+    "decision-log-unwritable": (["--decision-log", "/proc/iterserve-none/d.jsonl"],
+                                ("/proc/iterserve-none/d.jsonl: cannot write",)),
+    "out-unwritable": (["--out", "/proc/iterserve-none"],
+                       ("/proc/iterserve-none/events.jsonl: cannot write",)),
     "window-inverted": (["--window", "1", "0"], ("--window",)),
     "window-nan": (["--window", "nan", "1"], ("--window", "finite")),
     "window-negative": (["--window", "-1", "2"], ("--window", ">= 0")),
@@ -344,6 +352,31 @@ OTHER_COMMANDS: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "unknown-command": (["serve-forever"], ("serve-forever",)),
     "simulate-without-workload": (["simulate", "--policy", "refill", "--out", "{dir}/o"],
                                   ("--workload",)),
+    # iterserve workload gen / convert: unreadable inputs and unwritable outputs
+    "workload-gen-spec-is-a-dir": (["workload", "gen", "{dir}", "-o", "{dir}/w.json"],
+                                   ("is a directory",)),
+    "workload-gen-spec-not-utf8": (["workload", "gen", "{latin1}", "-o", "{dir}/w.json"],
+                                   ("not UTF-8",)),
+    "workload-gen-out-is-a-dir": (["workload", "gen", "{file}", "-o", "{dir}"],
+                                  ("--out", "is a directory")),
+    "workload-convert-trace-is-a-dir": (
+        ["workload", "convert", "{dir}", "--format", "azure", "-o", "{dir}/w.json"],
+        ("is a directory",)),
+    "workload-convert-jsonl-trace-is-a-dir": (
+        ["workload", "convert", "{dir}", "--format", "jsonl", "-o", "{dir}/w.json"],
+        ("is a directory",)),
+    "workload-convert-out-under-a-file": (
+        ["workload", "convert", "{file}", "--format", "azure", "-o", "{file}/w.json"],
+        ("--out", "parent")),
+    "workload-convert-out-unwritable": (
+        ["workload", "convert", str(AZURE_SAMPLE), "--format", "azure", "-o",
+         "/proc/iterserve-none.json"], ("-o /proc/iterserve-none.json: cannot write",)),
+    "workload-convert-block-size-zero": (
+        ["workload", "convert", "{file}", "--format", "azure", "-o", "{dir}/w.json",
+         "--block-size", "0"], ("--block-size", ">= 1")),
+    "workload-convert-empty-id": (
+        ["workload", "convert", "{file}", "--format", "azure", "-o", "{dir}/w.json",
+         "--workload-id="], ("--workload-id", "non-empty")),
 }
 
 # A decision log's header carries the online workload; ``iterserve replay``

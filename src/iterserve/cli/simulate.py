@@ -339,12 +339,21 @@ def _summary_line(policy_id: str, report: dict[str, Any], out: Path) -> str:
 STREAM_BUFFER_BYTES = 1 << 20
 
 
+def _temporary_beside(directory: Path, path: Path) -> tuple[int, str]:
+    """A new temporary file in ``directory`` (made) that will become
+    ``path``; a :class:`FlagError` naming ``path`` where it cannot be made."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise FlagError(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
 @contextlib.contextmanager
 def staged_file(staging_dir: Path, path: Path) -> Iterator[TextIO]:
     """A text stream written in ``staging_dir`` that becomes ``path`` (its
     directory made) when the block succeeds; a failure leaves neither."""
-    staging_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=staging_dir)
+    fd, tmp_name = _temporary_beside(staging_dir, path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", buffering=STREAM_BUFFER_BYTES) as stream:
             yield stream
@@ -360,8 +369,7 @@ def staged_file(staging_dir: Path, path: Path) -> Iterator[TextIO]:
 def pending_file(path: Path) -> Iterator[TextIO]:
     """A text stream that becomes ``path`` only when the block succeeds: a run
     that fails leaves no partial decision log behind."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp_name = _temporary_beside(path.parent, path)
     try:
         with os.fdopen(fd, "w", buffering=STREAM_BUFFER_BYTES) as stream:
             yield stream

@@ -7,13 +7,13 @@ only, and the written document is checked by the workload loader first."""
 from __future__ import annotations
 
 import argparse
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from iterserve.cli.flag_types import POSITIVE_INT, non_empty, output_file
 from iterserve.cli.simulate import FlagError
-from iterserve.records.workload import parse_workload
+from iterserve.records.workload import parse_workload, read_json_document
 from iterserve.records.workload_json import write_workload
 from iterserve.sim.generators import generate_document
 from iterserve.sim.trace_workload import (
@@ -31,12 +31,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     commands = parser.add_subparsers(dest="workload_command", required=True)
     gen = commands.add_parser("gen", help="generate a workload from a JSON spec")
     gen.add_argument("spec", type=Path, help="generator spec (JSON, docs/workloads.md)")
-    gen.add_argument("-o", "--out", type=Path, required=True, help="workload JSON to write")
+    gen.add_argument("-o", "--out", type=output_file, required=True,
+                     help="workload JSON to write")
     gen.set_defaults(run=run_gen)
     convert = commands.add_parser("convert", help="a request trace as a workload")
     convert.add_argument("trace", type=Path, help="trace file")
     convert.add_argument("--format", required=True, choices=FORMATS, help="trace layout")
-    convert.add_argument("-o", "--out", type=Path, required=True, help="workload JSON to write")
+    convert.add_argument("-o", "--out", type=output_file, required=True,
+                         help="workload JSON to write")
     convert.add_argument("--start", type=float, default=0.0, metavar="S",
                          help="keep requests at or after S trace seconds")
     convert.add_argument("--end", type=float, default=None, metavar="S",
@@ -47,7 +49,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     convert.add_argument("--seed", type=int, default=0, help="seed for --sample")
     convert.add_argument("--time-scale", type=float, default=1.0,
                          help="multiply arrival times (0.5 doubles the rate)")
-    convert.add_argument("--workload-id", default=None, help="default: the trace file name")
+    convert.add_argument("--workload-id", type=non_empty, default=None,
+                         help="default: the trace file name")
     convert.add_argument("--max-output-tokens", type=int, default=4096,
                          help="declared output cap of every request (realized lengths stay "
                               "hidden; longer ones are truncated to it)")
@@ -57,7 +60,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                          default=None,
                          help="paged KV pool size in blocks (default: unbounded; --kv-blocks "
                               "is the older spelling, kept as an alias)")
-    convert.add_argument("--block-size", type=int, default=16)
+    convert.add_argument("--block-size", type=POSITIVE_INT, default=16,
+                         help="tokens a KV block holds (with --num-kv-blocks)")
     convert.set_defaults(run=run_convert)
 
 
@@ -70,7 +74,7 @@ def run_gen(args: argparse.Namespace) -> int:
 
     document = generate_document(parse_spec(raw, read_lengths))
     parse_workload(document)
-    write_workload(document, args.out)
+    _write(document, args.out)
     print(f"{_summary(document)} -> {args.out}")
     return 0
 
@@ -92,7 +96,7 @@ def run_convert(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise FlagError(str(exc)) from None
     parse_workload(document)
-    write_workload(document, args.out)
+    _write(document, args.out)
     print(f"{_summary(document)}; {len(trace.records)} trace requests read, "
           f"{trace.num_failed_skipped} failed rows skipped, {num_truncated} outputs truncated "
           f"to --max-output-tokens -> {args.out}")
@@ -106,13 +110,16 @@ def _kv(args: argparse.Namespace) -> dict[str, int] | None:
 
 
 def _read_json(path: Path) -> Any:
+    return read_json_document(path, WorkloadSpecError)
+
+
+def _write(document: dict[str, Any], path: Path) -> None:
+    """The workload file, or a :class:`FlagError` naming ``-o`` where it
+    cannot be written (a read-only or missing place)."""
     try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise WorkloadSpecError(f"{path}: no such file") from None
-    except json.JSONDecodeError as exc:
-        raise WorkloadSpecError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") \
-            from None
+        write_workload(document, path)
+    except OSError as exc:
+        raise FlagError(f"-o {path}: cannot write ({exc.strerror or exc})") from None
 
 
 def _summary(document: dict[str, Any]) -> str:

@@ -66,8 +66,12 @@ def read_trace(path: Path, fmt: str) -> Trace:
         rows = list(readers[fmt](Path(path)))
     except FileNotFoundError:
         raise TraceError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise TraceError(f"{path}: is a directory, not a file") from None
     except UnicodeDecodeError as exc:
         raise TraceError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    except OSError as exc:  # unreadable: permissions, a device
+        raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
     records = [row for row in rows if row is not None]
     if not records:
         raise TraceError(f"{path}: no requests")
