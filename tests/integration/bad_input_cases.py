@@ -352,6 +352,8 @@ OTHER_COMMANDS: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "unknown-command": (["serve-forever"], ("serve-forever",)),
     "simulate-without-workload": (["simulate", "--policy", "refill", "--out", "{dir}/o"],
                                   ("--workload",)),
+    "replay-not-a-decision-log": (["replay", "{file}"],
+                                  ("existing.txt: line 1: not valid JSON",)),
     # iterserve workload gen / convert: unreadable inputs and unwritable outputs
     "workload-gen-spec-is-a-dir": (["workload", "gen", "{dir}", "-o", "{dir}/w.json"],
                                    ("is a directory",)),

@@ -82,7 +82,19 @@ class DecisionLogFile:
 
 
 def read_log(path: Path) -> DecisionLogFile:
-    lines = [line for line in _parsed_lines(Path(path)) if line is not None]
+    """The decision log at ``path``, checked line by line; a
+    :class:`MalformedLog` names the file, then the line and field."""
+    path = Path(path)
+    try:
+        return _read_log(path)
+    except MalformedLog as exc:
+        if str(exc).startswith(f"{path}: "):
+            raise
+        raise MalformedLog(f"{path}: {exc}") from None
+
+
+def _read_log(path: Path) -> DecisionLogFile:
+    lines = [line for line in _parsed_lines(path) if line is not None]
     if not lines or lines[0].fields.get("type") != "header":
         number = lines[0].number if lines else 1
         raise MalformedLog(f"line {number}: missing decision-log header")
