@@ -37,7 +37,13 @@ cost that grows with the waiting queue, measured in minutes, not hours).
 
 ``--cli`` measures the whole ``iterserve simulate`` command instead (the run,
 report.json, report.md and the four plots; the decision log on unless
-``--no-decision-log``): wall seconds and the child's peak RSS.
+``--no-decision-log``): wall seconds and the child's peak RSS. ``--phases``
+(with ``--cli``) splits its wall seconds: the interpreter's start-up and exit,
+the command before the run (the workload's loading and checks), the run, the
+report phase (the events scan and the run summary inside it) and what follows
+(report.json), timed in the child around the functions in :data:`PHASES`:
+
+    .venv/bin/python benchmarks/bench_sim_scale.py --cli --phases --sizes 20000 100000
 
 ``--budget N`` splits one size's CPU seconds by layer, each part in a fresh
 process on the same workload: the whole run (the decision log in process);
@@ -84,6 +90,10 @@ POLICY = "vllm"
 TARGET_US_PER_ITERATION = 100e6 / 219_556  # 100 s over the 100,000-request run's iterations
 RATE_PER_S = 20.0  # the issue's arrival rate; --rate-per-s raises it (a longer waiting queue)
 PROGRESS_EVERY_S = 10.0  # wall seconds between progress lines
+#: ``--phases``: the functions of ``iterserve simulate`` timed in its process, by label (the
+#: report phase holds the events scan and the run summary)
+PHASES = {"run": "run_simulation", "report phase": "write_metric_outputs",
+          "events scan": "scan_events", "run summary": "summarize_timelines"}
 
 
 class LineProgress(EngineObserver):
@@ -275,30 +285,78 @@ def print_budget(num_requests: int, rate_per_s: float) -> None:
 
 
 def run_cli(num_requests: int, decision_log: bool,
-            rate_per_s: float = RATE_PER_S) -> dict[str, Any]:
+            rate_per_s: float = RATE_PER_S, phases: bool = False) -> dict[str, Any]:
     """The whole ``iterserve simulate`` command (run, report, plots) in a
     child process: its wall seconds and its peak RSS (``RUSAGE_CHILDREN``:
-    this process waits for that one child only)."""
+    this process waits for that one child only); with ``phases``, the
+    child is this script timing :data:`PHASES` (:func:`time_phases`)."""
     with tempfile.TemporaryDirectory() as tmp:
         workload = Path(tmp) / "workload.json"
         (Path(tmp) / "spec.json").write_text(json.dumps(spec(num_requests, rate_per_s)))
         iterserve = [sys.executable, "-m", "iterserve.cli.main"]
         subprocess.run([*iterserve, "workload", "gen", str(Path(tmp) / "spec.json"),
                         "-o", str(workload)], check=True, stdout=subprocess.DEVNULL)
-        command = [*iterserve, "simulate", "--workload", str(workload), "--policy", POLICY,
-                   "--cost-model", COST_MODEL, "--out", str(Path(tmp) / "out")]
+        arguments = ["--workload", str(workload), "--policy", POLICY,
+                     "--cost-model", COST_MODEL, "--out", str(Path(tmp) / "out")]
         if decision_log:
-            command += ["--decision-log", str(Path(tmp) / "decisions.jsonl")]
+            arguments += ["--decision-log", str(Path(tmp) / "decisions.jsonl")]
+        phases_path = Path(tmp) / "phases.json"
+        command = ([sys.executable, __file__, "--phases-of", str(phases_path), "--", *arguments]
+                   if phases else [*iterserve, "simulate", *arguments])
         started = time.perf_counter()
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
         wall_s = time.perf_counter() - started
         events_bytes = (Path(tmp) / "out" / "events.jsonl").stat().st_size
         iterations = json.loads((Path(tmp) / "out" / "report.json").read_text())["iterations"]
+        split = json.loads(phases_path.read_text()) if phases else None
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return {"num_requests": num_requests, "policy": POLICY, "cost_model": COST_MODEL,
-            "mode": "cli", "decision_log": decision_log, "plots": True, "iterations": iterations,
-            "wall_s": round(wall_s, 3), "requests_per_wall_s": round(num_requests / wall_s, 1),
-            "peak_rss_mib": round(peak_kib / 1024, 1), "events_bytes": events_bytes}
+    row = {"num_requests": num_requests, "policy": POLICY, "cost_model": COST_MODEL,
+           "mode": "cli", "decision_log": decision_log, "plots": True, "iterations": iterations,
+           "wall_s": round(wall_s, 3), "requests_per_wall_s": round(num_requests / wall_s, 1),
+           "peak_rss_mib": round(peak_kib / 1024, 1), "events_bytes": events_bytes}
+    if split is not None:
+        row["phases_s"] = {"start-up and exit": round(wall_s - split.pop("command"), 3),
+                           **{label: round(seconds, 3) for label, seconds in split.items()}}
+    return row
+
+
+def time_phases(arguments: list[str], out: Path) -> int:
+    """``iterserve simulate ARGUMENTS`` in this process with a timer around
+    each function of :data:`PHASES` (in every module that calls it by that
+    name); writes the seconds of each, the command's in all, the time before
+    the run and the time after the report phase to ``out`` as JSON."""
+    import iterserve.cli.simulate as simulate_cli
+    import iterserve.sim.report as sim_report
+    from iterserve.cli.main import main as iterserve_main
+
+    spans: dict[str, list[float]] = {}  # label -> [first start, last end, seconds in all]
+
+    def timer(label: str, function: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                ended = time.perf_counter()
+                span = spans.setdefault(label, [started, ended, 0.0])
+                span[1], span[2] = ended, span[2] + ended - started
+        return timed
+
+    for label, name in PHASES.items():
+        function = getattr(sim_report, name)
+        for module in (sim_report, simulate_cli):
+            if getattr(module, name, None) is function:
+                setattr(module, name, timer(label, function))
+    started = time.perf_counter()
+    status = iterserve_main(["simulate", *arguments])
+    ended = time.perf_counter()
+    seconds = {"command": ended - started}
+    if "run" in spans and "report phase" in spans:
+        seconds["before the run"] = spans["run"][0] - started
+        seconds.update({label: spans[label][2] for label in PHASES if label in spans})
+        seconds["after the report phase"] = ended - spans["report phase"][1]
+    out.write_text(json.dumps(seconds))
+    return status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -316,15 +374,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cli", action="store_true",
                         help="measure the whole `iterserve simulate` command (report and "
                              "plots included) in a child process")
+    parser.add_argument("--phases", action="store_true",
+                        help="with --cli: split the command's wall seconds into its phases")
     parser.add_argument("--budget", type=int, default=None, metavar="N",
                         help="split N requests' CPU seconds by layer (fresh process each)")
     parser.add_argument("--timeline", type=int, default=0, metavar="STEPS",
                         help="with one size: a line per STEPS engine steps, the us a step "
                              "took in each process and the queue lengths")
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--phases-of", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("simulate_arguments", nargs="*", help=argparse.SUPPRESS)
     parser.add_argument("--engine-alone", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-validation", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.phases_of is not None:  # the child of --cli --phases
+        return time_phases(args.simulate_arguments, args.phases_of)
+    if args.phases and not args.cli:
+        parser.error("--phases needs --cli")
     if args.budget is not None:
         print_budget(args.budget, args.rate_per_s)
         return 0
@@ -332,7 +398,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_engine_alone(args.one, not args.no_validation, args.rate_per_s)))
         return 0
     if args.one is not None and args.cli:
-        print(json.dumps(run_cli(args.one, not args.no_decision_log, args.rate_per_s)))
+        print(json.dumps(run_cli(args.one, not args.no_decision_log, args.rate_per_s,
+                                 args.phases)))
         return 0
     if args.one is not None or args.profile or args.timeline:
         size = args.one if args.one is not None else args.sizes[0]
@@ -345,9 +412,22 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         print(f"| {row['num_requests']:,} | {row['iterations']:,} | {row['wall_s']:.1f} | "
               f"{row['requests_per_wall_s']:,.0f} | {row['peak_rss_mib']:,.0f} |")
+    if args.phases:
+        print_phases(rows)
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
     return 0
+
+
+def print_phases(rows: list[dict[str, Any]]) -> None:
+    """The ``--phases`` table: each phase's wall seconds (the fastest run's)."""
+    labels = list(rows[0]["phases_s"])
+    print()
+    print("| requests | " + " | ".join(labels) + " |")
+    print("|---:|" + "---:|" * len(labels))
+    for row in rows:
+        print(f"| {row['num_requests']:,} | "
+              + " | ".join(f"{row['phases_s'][label]:.2f}" for label in labels) + " |")
 
 
 def best_of(size: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -359,6 +439,8 @@ def best_of(size: int, args: argparse.Namespace) -> dict[str, Any]:
         command.append("--serial-log")
     if args.cli:
         command.append("--cli")
+    if args.phases:
+        command.append("--phases")
     runs = []
     for attempt in range(args.repeat):
         print(f"{size:,} requests, run {attempt + 1} of {args.repeat} ...", file=sys.stderr,
