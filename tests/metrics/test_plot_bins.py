@@ -115,3 +115,25 @@ def test_record_columns_hand_out_a_field_s_array() -> None:
         item.num_decode_rows for item in iterations]
     with pytest.raises(KeyError, match="no field 'rows'"):
         iterations.column("rows")
+
+
+@pytest.mark.parametrize(("peak_at", "corner"), [(0.9, "upper left"), (0.5, "upper right"),
+                                                  (0.1, "upper right")])
+def test_the_queue_legend_sits_in_the_corner_away_from_the_peak(tmp_path, monkeypatch,
+                                                                 peak_at, corner) -> None:
+    """A queue that peaks late (an overloaded run's) gets its legend on the
+    left, one that peaks early on the right: the legend the plot draws."""
+    peak = int(peak_at * 99)
+    samples = [ResourceSample(float(i), 500 - 4 * abs(i - peak), 10, 0, 0) for i in range(100)]
+    corners: list[object] = []
+    legend = plots.Axes.legend
+
+    def spy(axis, *args, **kwargs):
+        corners.append(kwargs.get("loc"))
+        return legend(axis, *args, **kwargs)
+
+    monkeypatch.setattr(plots.Axes, "legend", spy)
+    plots.plot_queue_and_kv(samples, tmp_path / "queue.png")
+    assert corners == [corner]
+    assert plots.clear_upper_corner(np.array([]), np.array([])) == "upper right"
+    assert plots.clear_upper_corner(np.arange(4.0), np.full(4, np.nan)) == "upper right"

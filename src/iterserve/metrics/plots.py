@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -249,6 +249,19 @@ def _m4_indices(times: np.ndarray, series: Sequence[np.ndarray], num_bins: int) 
     return np.unique(np.concatenate(kept))
 
 
+def clear_upper_corner(times: np.ndarray, *series: np.ndarray
+                       ) -> Literal["upper left", "upper right"]:
+    """The upper corner a legend covers least: ``"upper left"`` when the
+    tallest point of ``series`` lies in the later half of ``times`` (a queue
+    that grows over an overloaded run), else ``"upper right"`` (a burst
+    early on). A linear scan: matplotlib's ``"best"`` is slow on long runs."""
+    if not len(times) or not series:
+        return "upper right"
+    tallest = np.nanmax(np.vstack(series), axis=0, initial=-np.inf)
+    peak_s = times[int(np.argmax(tallest))]
+    return "upper left" if peak_s > (times[0] + times[-1]) / 2 else "upper right"
+
+
 def plot_queue_and_kv(
     samples: Sequence[ResourceSample], path: str | Path, *, unit: TimeUnit = SECONDS
 ) -> Path:
@@ -271,7 +284,7 @@ def plot_queue_and_kv(
     axes[0].step(times_s, running[keep], where="post", label="running")
     axes[0].set_ylabel("requests")
     axes[0].set_title("Queue depth")
-    axes[0].legend(fontsize="small", loc="upper right")
+    axes[0].legend(fontsize="small", loc=clear_upper_corner(times, waiting, suspended, running))
     axes[1].step(times_s, usage[keep], where="post", color="tab:green")
     axes[1].set_ylim(0.0, 1.02)
     axes[1].set_ylabel("KV blocks used / total")
