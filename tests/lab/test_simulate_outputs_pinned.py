@@ -74,7 +74,7 @@ PINNED: dict[str, dict[str, str]] = {  # main at 340567d, before the sliced repo
         "latency_cdfs.png":
             "7acbde9e7ab2635b2900c653ceeec18a660cc5908c1ee3eb7d3b98296c991c73",
         "batch_composition.png":
-            "7052ac51df54053a6def362dc2483a0608c54b5b19bae187765d9014b73a8c84",
+            "87081a0c308096a833ea2c7ce146bc1bbc03755c5ba83fca8da8905367bbd4f5",
         "queue_and_kv.png":
             "24c2e875bdf34babb9298bc7072744ba5d14b792f5d80833a90e15133989b832",
         "client_service.png":
@@ -98,7 +98,7 @@ PINNED: dict[str, dict[str, str]] = {  # main at 340567d, before the sliced repo
         "latency_cdfs.png":
             "3ff8d436e5ca08d92252f6f4446aa140713d15240038117e0495e558dcbdd593",
         "batch_composition.png":
-            "05fdcd2246c49ce2c448a7030a9d44d82f46afeb0ecc078d06b57a95f963f175",
+            "482fa5b6864a1f550f9af299f5a2fa90b2b54e27b94d1227c824599ee94e52d8",
         "queue_and_kv.png":
             "e0468efd9719ada5db7b637515d7b73e93f89f80948992206d499a1bb17100f4",
         "client_service.png":

@@ -137,3 +137,33 @@ def test_the_queue_legend_sits_in_the_corner_away_from_the_peak(tmp_path, monkey
     assert corners == [corner]
     assert plots.clear_upper_corner(np.array([]), np.array([])) == "upper right"
     assert plots.clear_upper_corner(np.arange(4.0), np.full(4, np.nan)) == "upper right"
+
+
+def test_a_long_run_s_composition_shows_each_kind_s_mean_per_bin(tmp_path, monkeypatch) -> None:
+    """Past MAX_BAR_ARTISTS iterations the per-iteration lines overdraw each
+    other; the panel below stacks each kind's mean rows per iteration in
+    time bins: weighted by the bins' iteration counts, the means give back
+    every kind's total rows. A short run keeps one panel."""
+    iterations, _ = _run(5_000)
+    stacks: list[tuple[np.ndarray, list[np.ndarray]]] = []
+    stackplot = plots.Axes.stackplot
+
+    def spy(axis, x, *ys, **kwargs):
+        stacks.append((np.asarray(x), [np.asarray(y) for y in ys]))
+        return stackplot(axis, x, *ys, **kwargs)
+
+    monkeypatch.setattr(plots.Axes, "stackplot", spy)
+    plots.plot_batch_composition(iterations, tmp_path / "long.png", max_rows_per_iteration=2048)
+    assert len(stacks) == 1
+    centers, means = stacks[0]
+    times = np.asarray(iterations.column("time_s"))
+    bins = plots._time_bins(times, plots.MEAN_BINS)
+    counts = np.bincount(bins, minlength=plots.MEAN_BINS)
+    assert len(centers) == (counts > 0).sum() and (np.diff(centers) > 0).all()
+    for mean, name in zip(means, ("num_prefill_rows", "num_decode_rows", "num_rebuild_rows"),
+                          strict=True):
+        column = np.asarray(iterations.column(name), dtype=np.float64)
+        assert float((mean * counts[counts > 0]).sum()) == pytest.approx(column.sum())
+    short, _ = _run(plots.MAX_BAR_ARTISTS)
+    plots.plot_batch_composition(short, tmp_path / "short.png", max_rows_per_iteration=2048)
+    assert len(stacks) == 1  # no mean panel

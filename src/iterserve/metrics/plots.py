@@ -109,32 +109,65 @@ def plot_batch_composition(
     unit: TimeUnit = SECONDS,
 ) -> Path:
     """Stacked rows per iteration: prefill, decode, rebuild;
-    ``max_rows_per_iteration`` is the token budget."""
-    figure, axes = _figure(1, 1, width_in=10.0)
-    axis = axes[0]
+    ``max_rows_per_iteration`` is the token budget. A run with more
+    iterations than bars fit (``MAX_BAR_ARTISTS``) gets a second panel
+    below: the mean rows per iteration of each kind over time bins, stacked,
+    where the per-iteration lines overdraw each other and hide the shares."""
     times_s = _column(iterations, "time_s") / unit.seconds_per_unit
+    dense = len(times_s) > MAX_BAR_ARTISTS
+    figure, axes = _figure(2 if dense else 1, 1, width_in=10.0, height_in=7.5 if dense else 4.5,
+                           sharex=True)
+    axis = axes[0]
     rows = [_column(iterations, name)
             for name in ("num_prefill_rows", "num_decode_rows", "num_rebuild_rows")]
     if len(times_s) > MAX_SERIES_POINTS:
         _composition_envelope(axis, rows, times_s, _num_bins(10.0))
-    elif len(times_s) > MAX_BAR_ARTISTS:
+    elif dense:
         _composition_lines(axis, rows, times_s)
     else:
         _composition_bars(axis, [kind.tolist() for kind in rows], times_s.tolist())
     title = "Batch composition per iteration"
     tallest = max(int((rows[0] + rows[1] + rows[2]).max(initial=0)),
                   max_rows_per_iteration or 0, 1)
-    axis.set_ylim(0.0, 1.2 * tallest)
     if max_rows_per_iteration is not None:
-        axis.axhline(max_rows_per_iteration, color="black", linestyle=":", label="token budget")
         fraction = token_budget_utilisation(iterations, max_rows_per_iteration).fraction
         if fraction is not None:
             title += f"\n{TOKEN_BUDGET_UTILISATION_LABEL}: {100 * fraction:.1f}%"
     axis.set_title(title)
-    axis.set_xlabel(unit.axis_label("iteration start"))
-    axis.set_ylabel("rows")
-    axis.legend(fontsize="small", loc="upper right")
+    if dense:
+        num_bins = _composition_means(axes[1], rows, times_s, MEAN_BINS)
+        axes[1].set_title(f"Mean rows per iteration in {num_bins} time bins "
+                          f"(about {len(times_s) / num_bins:,.0f} iterations each)")
+    for panel in axes:
+        panel.set_ylim(0.0, 1.2 * tallest)
+        if max_rows_per_iteration is not None:
+            panel.axhline(max_rows_per_iteration, color="black", linestyle=":",
+                          label="token budget")
+        panel.set_ylabel("rows")
+        panel.legend(fontsize="small", loc="upper center", ncols=4)  # above the budget line
+    axes[-1].set_xlabel(unit.axis_label("iteration start"))
     return _save(figure, path)
+
+
+#: the time bins of the batch composition's mean panel (a long run's)
+MEAN_BINS = 200
+
+
+def _composition_means(axis: Axes, rows_by_kind: Sequence[np.ndarray], times: np.ndarray,
+                       num_bins: int) -> int:
+    """Each kind's mean rows per iteration over ``num_bins`` equal time
+    bins, stacked (the iterations of a bin weigh alike); bins without an
+    iteration are left out. Returns the number of bins drawn."""
+    bins = _time_bins(times, num_bins)
+    counts = np.bincount(bins, minlength=num_bins)
+    drawn = counts > 0
+    span = float(times[-1] - times[0]) or 1.0
+    centers = times[0] + (np.arange(num_bins) + 0.5) * (span / num_bins)
+    means = [np.bincount(bins, weights=rows.astype(np.float64), minlength=num_bins)[drawn]
+             / counts[drawn] for rows in rows_by_kind]
+    axis.stackplot(centers[drawn], *means, labels=[label for label, _ in _COMPOSITION],
+                   colors=[color for _, color in _COMPOSITION], step="mid")
+    return int(drawn.sum())
 
 
 _COMPOSITION = (("prefill rows", "tab:blue"), ("decode rows", "tab:orange"),
