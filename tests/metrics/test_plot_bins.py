@@ -167,3 +167,38 @@ def test_a_long_run_s_composition_shows_each_kind_s_mean_per_bin(tmp_path, monke
     short, _ = _run(plots.MAX_BAR_ARTISTS)
     plots.plot_batch_composition(short, tmp_path / "short.png", max_rows_per_iteration=2048)
     assert len(stacks) == 1  # no mean panel
+
+
+def _sweep_summary(sustained: list[bool]) -> dict[str, object]:
+    rates = [{"rate_per_s": float(5 * (i + 1)), "offered_load_attainment": [1.0 - 0.2 * i] * 3,
+              "mean_offered_load_attainment": 1.0 - 0.2 * i,
+              "completion_conditioned_mean": 1.0 - 0.1 * i, "offered_rate_sustained": ok}
+             for i, ok in enumerate(sustained)]
+    return {"rates": rates, "capacity_rate_per_s": 5.0}
+
+
+def test_the_sweep_plot_tells_policies_and_unsustained_rates_apart(tmp_path,
+                                                                   monkeypatch) -> None:
+    """Two policies that attain alike get different markers, the second
+    drawn smaller inside the first; a rate whose offered rate was not
+    sustained gets a hollow marker and a legend line saying so."""
+    drawn: list[tuple[list[float], dict[str, object]]] = []
+    plot = plots.Axes.plot
+
+    def spy(axis, *args, **kwargs):
+        drawn.append((list(args[0]) if args else [], kwargs))
+        return plot(axis, *args, **kwargs)
+
+    monkeypatch.setattr(plots.Axes, "plot", spy)
+    same = _sweep_summary([True, True, False])
+    plots.plot_sweep({"a": same, "b": same}, 0.9, tmp_path / "sweep.png")
+    lines = [kwargs for _, kwargs in drawn if str(kwargs.get("label", "")).endswith(
+        "offered-load attainment")]
+    assert [k["marker"] for k in lines] == ["o", "s"]
+    assert lines[0]["markersize"] > lines[1]["markersize"]
+    hollow = [(x, kwargs) for x, kwargs in drawn if kwargs.get("markerfacecolor") == "white"]
+    assert [x for x, _ in hollow] == [[15.0], [15.0], []]  # one each, then the legend's
+    assert "not counted as capacity" in str(hollow[-1][1]["label"])
+    drawn.clear()
+    plots.plot_sweep({"a": _sweep_summary([True, True])}, 0.9, tmp_path / "all.png")
+    assert not [kwargs for _, kwargs in drawn if kwargs.get("markerfacecolor") == "white"]
