@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from matplotlib.axes import Axes
 
 from iterserve.cli.main import main
 from iterserve.lab.compare import compare_runs
@@ -126,9 +127,22 @@ def test_compare_refuses_a_report_without_coordinates(tmp_path, capsys) -> None:
     assert "no coordinates" in err and len(err.strip().splitlines()) == 1
 
 
-def test_compare_writes_table_json_and_plots(tmp_path, capsys) -> None:
+def test_compare_writes_table_json_and_plots(tmp_path, capsys, monkeypatch) -> None:
+    """Each panel's bars carry their values, the ones compare.json ranks."""
+    labelled: list[list[float]] = []
+    bar_label = Axes.bar_label
+
+    def spy(axis, bars, *args, **kwargs):
+        labelled.append([bar.get_height() for bar in bars])
+        return bar_label(axis, bars, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "bar_label", spy)
     a, b = simulate(tmp_path, "a"), simulate(tmp_path, "b", policy="edf")
     out = tmp_path / "cmp"
     assert main(["compare", str(a), str(b), "--out", str(out)]) == 0
-    assert json.loads((out / "compare.json").read_text())["num_comparable_pairs"] == 1
+    document = json.loads((out / "compare.json").read_text())
+    assert document["num_comparable_pairs"] == 1
     assert (out / "compare_group1.png").stat().st_size > 0
+    ranked = [sorted(value for _, value in ranking["order"])
+              for ranking in document["rankings"][0] if len(ranking["order"]) == 2]
+    assert labelled and all(sorted(heights) in ranked for heights in labelled)

@@ -1,21 +1,19 @@
 """One bar chart per comparable group: each ranked metric with a value
-for every run in the group, one panel per metric."""
+for every run in the group, one panel per metric, each bar labelled with
+its value. Drawn on an explicit Agg canvas (no pyplot state)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 
 from iterserve.lab.compare import Comparison, Ranking
 from iterserve.lab.compare_md import _metric_name
 
 
 def plot_comparison(comparison: Comparison, out_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     paths = []
     for number, (group, rankings) in enumerate(
             zip(comparison.groups, comparison.rankings, strict=True), start=1):
@@ -23,7 +21,7 @@ def plot_comparison(comparison: Comparison, out_dir: Path) -> list[Path]:
         if not panels:
             continue
         path = out_dir / f"compare_group{number}.png"
-        _plot_group(plt, group, panels, path)
+        _plot_group(group, panels, path)
         paths.append(path)
     return paths
 
@@ -33,17 +31,19 @@ def _is_headline(ranking: Ranking) -> bool:
     return percentile in (None, "p50", "p99") and metric not in ("queue", "tpot")
 
 
-def _plot_group(plt: Any, group: tuple[str, ...], panels: list[Ranking], path: Path) -> None:
+def _plot_group(group: tuple[str, ...], panels: list[Ranking], path: Path) -> None:
     columns = min(3, len(panels))
     rows = -(-len(panels) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(4.5 * columns, 3.2 * rows), squeeze=False)
+    figure = Figure(figsize=(4.5 * columns, 3.2 * rows), dpi=90, layout="tight")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(rows, columns, squeeze=False)
     for ax, ranking in zip(axes.flat, panels, strict=False):
         values = dict(ranking.order)
-        ax.bar(range(len(group)), [values[label] for label in group])
+        bars = ax.bar(range(len(group)), [values[label] for label in group])
+        ax.bar_label(bars, fmt="%.4g", fontsize=7)
+        ax.margins(y=0.15)  # room for the labels above the tallest bar
         ax.set_xticks(range(len(group)), group, rotation=20, ha="right", fontsize=7)
         ax.set_title(_metric_name(ranking.metric), fontsize=8)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    figure.savefig(path, format="png")
