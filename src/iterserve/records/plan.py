@@ -12,6 +12,8 @@ import enum
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import is_not
 from typing import NamedTuple
 
 from iterserve.records.columns import FieldColumns, field_columns
@@ -65,26 +67,27 @@ _PREFILL_CHUNK, _DECODE_ROW, _REBUILD = WorkKind.PREFILL_CHUNK, WorkKind.DECODE_
 
 def rows_by_kind(work: Sequence[WorkItem]) -> tuple[int, int, int]:
     """``(prefill, decode, rebuild)`` rows of a plan's work: from its
-    columns where every item is a decode row (the common plan), else item
-    by item. Kinds are told apart by identity: an Enum hashes in Python
-    (``Enum.__hash__``), so a dict keyed by kind cost a Python call per
-    lookup, two per item."""
+    columns, the decode rows as all rows less the others, which are summed
+    item by item (a plan holds a few: the chunks of its admissions and
+    rebuilds, beside up to a sequence budget of decode rows). Kinds are told
+    apart by identity: an Enum hashes in Python (``Enum.__hash__``), so a
+    dict keyed by kind cost a Python call per lookup, two per item."""
     if not work:
         return 0, 0, 0
     _, _, _, starts, ends, kinds, _, _ = field_columns(work)
+    num_rows = sum(ends) - sum(starts)
     if kinds.count(_DECODE_ROW) == len(kinds):  # count compares by identity first
-        return 0, sum(ends) - sum(starts), 0
-    num_prefill = num_decode = num_rebuild = 0
-    for kind, start, end in map(work_kind_span, work):
-        if kind is _DECODE_ROW:
-            num_decode += end - start
-        elif kind is _PREFILL_CHUNK:
-            num_prefill += end - start
+        return 0, num_rows, 0
+    num_prefill = num_rebuild = 0
+    for index in compress(range(len(kinds)), map(is_not, kinds, repeat(_DECODE_ROW))):
+        kind, rows = kinds[index], ends[index] - starts[index]
+        if kind is _PREFILL_CHUNK:
+            num_prefill += rows
         elif kind is _REBUILD:
-            num_rebuild += end - start
+            num_rebuild += rows
         else:
             raise KeyError(kind)
-    return num_prefill, num_decode, num_rebuild
+    return num_prefill, num_rows - num_prefill - num_rebuild, num_rebuild
 
 
 class IntentKind(enum.Enum):
