@@ -66,7 +66,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_gen(args: argparse.Namespace) -> int:
-    raw = _read_json(args.spec)
+    raw = read_json_document(args.spec, WorkloadSpecError)
     base_dir = args.spec.parent
 
     def read_lengths(path: str, fmt: str, column: str) -> tuple[int, ...]:
@@ -107,10 +107,6 @@ def _kv(args: argparse.Namespace) -> dict[str, int] | None:
     if args.num_kv_blocks is None:
         return None
     return {"num_blocks": args.num_kv_blocks, "block_size": args.block_size}
-
-
-def _read_json(path: Path) -> Any:
-    return read_json_document(path, WorkloadSpecError)
 
 
 def _write(document: dict[str, Any], path: Path) -> None:
