@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import cycle, pairwise
+from itertools import compress, cycle, pairwise
 from pathlib import Path
 from typing import Any, Literal
 
@@ -405,34 +405,15 @@ def plot_sweep(policies: Mapping[str, Mapping[str, Any]], alpha: float, path: st
     """Mean offered-load attainment per nominal rate (solid, min-max band over
     trials); completion-conditioned mean dashed, labelled diagnostic. Each
     policy has its own marker, each smaller than the one before (policies
-    that attain alike still show, one inside the other); a
-    rate whose observed offered rate fell well below the nominal one
+    that attain alike still show, one inside the other); a rate whose
+    observed offered rate fell well below the nominal one
     (``offered_rate_sustained`` false: not counted as capacity) is hollow."""
     figure, (axis,) = _figure(1, 1, width_in=9.0, height_in=5.5)
     any_unsustained = False
     for index, ((name, summary), marker) in enumerate(
             zip(policies.items(), cycle(_SWEEP_MARKERS), strict=False)):
-        entries = summary["rates"]
-        rates = [entry["rate_per_s"] for entry in entries]
-        means = [entry["mean_offered_load_attainment"] for entry in entries]
         size = max(10.0 - 2.0 * index, 4.0)  # each drawn inside the one before, where they meet
-        (line,) = axis.plot(rates, means, marker=marker, markersize=size,
-                            label=f"{name}: offered-load attainment")
-        unsustained = [not entry.get("offered_rate_sustained", True) for entry in entries]
-        if any(unsustained):
-            any_unsustained = True
-            axis.plot([r for r, u in zip(rates, unsustained, strict=True) if u],
-                      [m for m, u in zip(means, unsustained, strict=True) if u],
-                      linestyle="none", marker=marker, markersize=size, markerfacecolor="white",
-                      color=line.get_color())
-        axis.fill_between(rates, [min(e["offered_load_attainment"]) for e in entries],
-                          [max(e["offered_load_attainment"]) for e in entries],
-                          color=line.get_color(), alpha=0.15)
-        conditioned = [entry["completion_conditioned_mean"] for entry in entries]
-        axis.plot(rates, [float("nan") if c is None else c for c in conditioned], linestyle="--",
-                  color=line.get_color(), label=f"{name}: completion-conditioned (diagnostic)")
-        if summary["capacity_rate_per_s"] is not None:
-            axis.axvline(summary["capacity_rate_per_s"], color=line.get_color(), linestyle=":")
+        any_unsustained |= _sweep_policy(axis, name, summary, marker, size)
     axis.axhline(alpha, color="black", linestyle=":", label=f"alpha = {alpha:g}")
     if any_unsustained:
         axis.plot([], [], linestyle="none", marker="o", markerfacecolor="white", color="gray",
@@ -444,6 +425,31 @@ def plot_sweep(policies: Mapping[str, Mapping[str, Any]], alpha: float, path: st
     axis.set_title("SLO attainment vs offered rate; dotted verticals: goodput capacity")
     axis.legend(fontsize="small", loc="lower left")
     return _save(figure, path)
+
+
+def _sweep_policy(axis: Axes, name: str, summary: Mapping[str, Any], marker: str,
+                  size: float) -> bool:
+    """One policy's lines of :func:`plot_sweep`; whether any of its rates
+    was not sustained (drawn hollow)."""
+    entries = summary["rates"]
+    rates = [entry["rate_per_s"] for entry in entries]
+    means = [entry["mean_offered_load_attainment"] for entry in entries]
+    (line,) = axis.plot(rates, means, marker=marker, markersize=size,
+                        label=f"{name}: offered-load attainment")
+    unsustained = [not entry.get("offered_rate_sustained", True) for entry in entries]
+    if any(unsustained):
+        axis.plot(list(compress(rates, unsustained)), list(compress(means, unsustained)),
+                  linestyle="none", marker=marker, markersize=size, markerfacecolor="white",
+                  color=line.get_color())
+    axis.fill_between(rates, [min(e["offered_load_attainment"]) for e in entries],
+                      [max(e["offered_load_attainment"]) for e in entries],
+                      color=line.get_color(), alpha=0.15)
+    conditioned = [entry["completion_conditioned_mean"] for entry in entries]
+    axis.plot(rates, [float("nan") if c is None else c for c in conditioned], linestyle="--",
+              color=line.get_color(), label=f"{name}: completion-conditioned (diagnostic)")
+    if summary["capacity_rate_per_s"] is not None:
+        axis.axvline(summary["capacity_rate_per_s"], color=line.get_color(), linestyle=":")
+    return any(unsustained)
 
 
 _SWEEP_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
