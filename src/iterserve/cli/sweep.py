@@ -18,7 +18,9 @@ pooled N_valid / N_off); the capacity is the highest qualifying tested rate
 A rate is only evidence of capacity when the run offered it: the observed
 offered rate is N_off over the evaluation window (first arrival to last
 event). When its mean over trials falls below ``MIN_OFFERED_FRACTION`` of the
-nominal rate (a workload too small for the rate: the run is mostly drain),
+nominal rate (the run is mostly drain: a rate well past what the policy
+serves, whose queue drains long after the last arrival, or a workload too
+small for the rate),
 the rate is marked ``offered_rate_sustained: false``, cannot be the capacity,
 and the sweep warns on stderr and in sweep.json ``warnings``.
 
@@ -195,8 +197,9 @@ def offered_rate_warnings(policies: dict[str, dict[str, Any]]) -> list[str]:
                 warnings.append(
                     f"{name} at {entry['rate_per_s']:g} req/s: observed offered rate "
                     f"{entry['mean_observed_offered_rate_per_s']:.4g} req/s is below "
-                    f"{MIN_OFFERED_FRACTION:g} x nominal (the workload is too small for this "
-                    f"rate; not counted as capacity)")
+                    f"{MIN_OFFERED_FRACTION:g} x nominal (the run is mostly drain: the rate is "
+                    f"well past what the policy serves, or the workload is too small for it; "
+                    f"not counted as capacity)")
     return warnings
 
 
