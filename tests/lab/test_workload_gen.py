@@ -149,6 +149,9 @@ BAD_SPECS = {
     "uniform-order": (lambda s: s["clients"][0]["output_tokens"].update(min=9, max=2),
                       "clients[0].output_tokens: need 1 <= min <= max"),
     "num-requests": (lambda s: s.update(num_requests=0), "num_requests: must be >= 1"),
+    # refused before generating: a billion requests ran out of time and memory first
+    "num-requests-absurd": (lambda s: s.update(num_requests=10**9),
+                            "num_requests: at most 100000 (documented limit)"),
     "clock": (lambda s: s.update(clock="wall"), "clock: must be one of"),
     "missing-trace": (lambda s: s["clients"][0].update(prompt_tokens={
         "kind": "empirical", "trace": "nope.csv", "format": "azure", "column": "prompt"}),

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from iterserve.records.limits import MAX_REQUESTS
 from iterserve.records.spec import SloTargets
 from iterserve.records.workload import WorkloadError, parse_workload
 from iterserve.sim.distributions import (
@@ -153,14 +154,20 @@ def _arrival(obj: Mapping[str, Any]) -> ArrivalProcess:
 
 
 def _num_requests(obj: Mapping[str, Any], arrival: ArrivalProcess) -> int:
+    """The number of requests to generate, refused past the workload limit
+    (``MAX_REQUESTS``) before any is generated."""
     if isinstance(arrival, ExplicitArrivals):
         count = len(arrival.timestamps_s)
         declared = _get(obj, "num_requests", "spec", int, count)
         if declared != count:
             raise WorkloadSpecError(
                 f"num_requests: {declared} != {count} explicit arrival timestamps")
-        return count
-    return _positive_int(obj, "num_requests", "spec")
+    else:
+        count = _positive_int(obj, "num_requests", "spec")
+    if count > MAX_REQUESTS:
+        raise WorkloadSpecError(f"num_requests: at most {MAX_REQUESTS} (documented limit), "
+                                f"got {count}")
+    return count
 
 
 def _clock_unit_s(obj: Mapping[str, Any], clock: str) -> float:
