@@ -131,6 +131,10 @@ def profile_from_json(obj: object) -> CostProfile:
     provenance = _mapping(top.get("provenance"), "provenance")
     coords = tuple((name, _text(provenance, name, "provenance")) for name in PROVENANCE_FIELDS)
     coefficients = _mapping(top.get("coefficients_ms"), "coefficients_ms")
+    unknown = sorted(set(coefficients) - set(names))
+    if unknown:  # a term the model would otherwise leave out of every duration
+        raise CostModelError(f"coefficients_ms: unknown feature(s) {unknown}; "
+                             f"known: {list(names)}")
     fit = _mapping(top.get("fit"), "fit")
     floor_ms = _number(top, "floor_ms", "")
     if floor_ms <= 0:
