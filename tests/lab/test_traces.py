@@ -35,6 +35,15 @@ def test_azure_sample_loads() -> None:
     assert (trace.records[-1].num_prompt_tokens, trace.records[-1].num_output_tokens) == (1021, 130)
 
 
+@pytest.mark.parametrize("fmt", ["azure", "burstgpt"])
+def test_a_csv_with_a_byte_order_mark_loads_as_without(tmp_path, fmt) -> None:
+    """A spreadsheet's CSV export starts with a UTF-8 byte order mark; its
+    header's first column is the same column (it read as missing)."""
+    marked = tmp_path / f"marked_{fmt}.csv"
+    marked.write_bytes(b"\xef\xbb\xbf" + (TRACES / SAMPLES[fmt]).read_bytes())
+    assert read_trace(marked, fmt) == read_trace(TRACES / SAMPLES[fmt], fmt)
+
+
 def test_burstgpt_sample_loads() -> None:
     trace = read_trace(TRACES / SAMPLES["burstgpt"], "burstgpt")
     assert trace.num_failed_skipped == 1  # Response tokens 0

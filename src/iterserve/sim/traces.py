@@ -134,7 +134,7 @@ def _burstgpt_rows(path: Path) -> Iterator[TraceRecord | None]:
 
 
 def _csv_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, Mapping[str, Any]]]:
-    with path.open(encoding="utf-8", newline="") as stream:
+    with path.open(encoding="utf-8-sig", newline="") as stream:
         reader = csv.DictReader(stream)
         header = [name.strip() for name in reader.fieldnames or []]
         missing = [name for name in required if name not in header]
