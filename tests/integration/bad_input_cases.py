@@ -235,6 +235,9 @@ SIMULATE_FLAGS: dict[str, tuple[list[str], tuple[str, ...]]] = {
 SWEEP_FLAGS: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "rates-zero": (["--rates", "0"], ("--rates",)),
     "rates-nan": (["--rates", "nan"], ("--rates", "finite")),
+    "rates-absurd": (["--rates", "1e308"], ("--rates", "<= 1000000")),
+    # the arrivals at a rate far too low pass the workload's limit on arrival times
+    "rates-tiny": (["--rates", "1e-300"], ("--rates 1e-300", "past the workload limit")),
     "alpha-above-one": (["--alpha", "2"], ("--alpha",)),
     "alpha-nan": (["--alpha", "nan"], ("--alpha", "finite")),
     "trials-zero": (["--trials", "0"], ("--trials",)),

@@ -59,6 +59,7 @@ from iterserve.metrics.plots import plot_sweep
 from iterserve.metrics.report import evaluate_timelines
 from iterserve.policies.registry import bind_fairness, policy_for
 from iterserve.policies.settings import add_policy_setting_flag
+from iterserve.records.limits import MAX_ARRIVAL
 from iterserve.records.spec import WorkloadManifest
 from iterserve.sim.report import RunConfig, run_simulation
 
@@ -66,6 +67,7 @@ SCHEMA = "iterserve.sweep/v1"
 MAX_TRIALS = 10_000
 MAX_WORKERS = 1024
 MIN_OFFERED_FRACTION = 0.5
+MAX_RATE_PER_S = 1e6  # an offered rate no serving engine is swept at
 CAPACITY_RULE = ("highest tested rate whose mean over trials of offered-load attainment "
                  "(N_valid / N_off, every request resolved) is >= alpha and whose mean observed "
                  f"offered rate is >= {MIN_OFFERED_FRACTION} x the nominal rate")
@@ -76,8 +78,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_run_flags(parser)
     parser.add_argument("--policy", nargs="+", required=True, help="policy names")
     add_policy_setting_flag(parser)
-    parser.add_argument("--rates", type=finite_float(), nargs="+", required=True,
-                        help="offered rates, requests per second")
+    parser.add_argument("--rates", type=finite_float(0.0, MAX_RATE_PER_S, exclusive_min=True),
+                        nargs="+", required=True,
+                        help=f"offered rates, requests per second (at most {MAX_RATE_PER_S:g})")
     parser.add_argument("--alpha", type=finite_float(), default=0.9, help="required attainment")
     parser.add_argument("--trials", type=int_at_least(-MAX_TRIALS, MAX_TRIALS), default=3,
                         help=f"seeded trials per rate (at most {MAX_TRIALS})")
@@ -117,13 +120,19 @@ class TrialResult:
 
 def poisson_arrivals(manifest: WorkloadManifest, rate_per_s: float, trial_seed: str,
                      seconds_per_unit: float) -> WorkloadManifest:
-    """The workload with Poisson arrivals at ``rate_per_s``, in file order."""
+    """The workload with Poisson arrivals at ``rate_per_s``, in file order;
+    a :class:`FlagError` where they pass the workload limit on arrival
+    times (``MAX_ARRIVAL`` clock units: a rate far too low)."""
     rng = random.Random(trial_seed)
     now_s = 0.0
     requests = []
     for spec in manifest.online.requests:
         now_s += rng.expovariate(1.0) / rate_per_s
         requests.append(dataclasses.replace(spec, arrival=now_s / seconds_per_unit))
+    if requests and requests[-1].arrival > MAX_ARRIVAL:
+        raise FlagError(f"--rates {rate_per_s:g}: {len(requests)} arrivals at this rate reach "
+                        f"{requests[-1].arrival:.3g} on the {manifest.online.clock} clock, past the "
+                        f"workload limit {MAX_ARRIVAL:g}")
     online = dataclasses.replace(manifest.online, requests=tuple(requests))
     return WorkloadManifest(online, manifest.hidden)
 
@@ -230,18 +239,28 @@ def _check(args: argparse.Namespace, setup: RunSetup) -> None:
         raise FlagError(f"--alpha must be in (0, 1], got {args.alpha}")
     if args.trials < 1:
         raise FlagError(f"--trials must be >= 1, got {args.trials}")
-    if any(not rate > 0 for rate in args.rates):
-        raise FlagError("--rates must all be > 0")
     if args.workers is not None and args.workers < 1:
         raise FlagError(f"--workers must be >= 1, got {args.workers}")
     if args.ray is not None and not args.ray.strip():
         raise FlagError("--ray needs an address: HOST:PORT or auto")
     if args.ray is not None and args.workers is not None:
         raise FlagError("--workers applies to local processes; a Ray cluster places the trials")
+    _check_arrival_span(args, setup)
     settings = dict(args.policy_setting)
     for name in args.policy:  # a bad name or setting fails before any work starts
         policy_for(name, setup.manifest.online, settings, strict=False,
                    cost_model=setup.cost_model)
+
+
+def _check_arrival_span(args: argparse.Namespace, setup: RunSetup) -> None:
+    """:func:`poisson_arrivals`' limit on arrival times, before any trial
+    starts: each trial's unit gaps sum to the same total at every rate (the
+    arrivals are that sum over the rate), so the lowest rate's last arrival
+    per trial is the one to check."""
+    manifest = setup.manifest
+    seconds = seconds_per_clock_unit(manifest.online.clock, setup.cost_model)
+    for trial in range(args.trials):
+        poisson_arrivals(manifest, min(args.rates), f"{args.seed}/{trial}", seconds)
 
 
 def run(args: argparse.Namespace) -> int:
