@@ -164,10 +164,13 @@ def test_a_profile_scales_by_the_measured_speed_of_the_machine() -> None:
     (["--policy", "nope"], "unknown policy"),
     (["--dtype", "int8"], "--dtype: must be one of"),
     (["--threads", "0"], "--threads: must be >= 1"),
+    (["--threads", "100000"], "--threads: must be <= 1024"),  # ran past 2 minutes on tiny
+    (["--out", "{tmp}"], "argument --out: {tmp} is a directory"),  # refused after profiling
 ])
 def test_profile_flags_fail_in_one_line_before_any_model_work(
         tmp_path: Path, capsys, flags: list[str], message: str) -> None:
+    flags = [flag.format(tmp=tmp_path) for flag in flags]
     assert main(["profile", str(tmp_path / "no-model"), "--out", str(tmp_path / "p.json"),
                  *flags]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and message in err[0]
+    assert len(err) == 1 and message.format(tmp=tmp_path) in err[0]

@@ -8,6 +8,7 @@ import argparse
 import json
 from pathlib import Path
 
+from iterserve.cli.flag_types import output_file
 from iterserve.cli.simulate import FlagError
 from iterserve.policies.settings import add_policy_setting_flag, parse_settings
 
@@ -15,7 +16,7 @@ from iterserve.policies.settings import add_policy_setting_flag, parse_settings
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("profile", help="measure the real executor, fit a cost model")
     parser.add_argument("model_dir", type=Path, help="a local checkpoint (make-model)")
-    parser.add_argument("--out", type=Path, required=True, help="profile JSON to write")
+    parser.add_argument("--out", type=output_file, required=True, help="profile JSON to write")
     parser.add_argument("--grid", default="full", help="full (default) or quick")
     parser.add_argument("--dtype", default="float32", help="float32 or bfloat16")
     parser.add_argument("--policy", default="vllm",
@@ -46,12 +47,30 @@ def run(args: argparse.Namespace) -> int:
     if args.threads is not None:
         if args.threads < 1:
             raise FlagError(f"--threads: must be >= 1, got {args.threads}")
+        if args.threads > MAX_THREADS:
+            raise FlagError(f"--threads: must be <= {MAX_THREADS}, got {args.threads}")
         set_num_threads(args.threads)
     model = load_model(args.model_dir, dtype=DTYPES[args.dtype])
+    try:  # a place no file can be made in fails before the profiling, not after it
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise FlagError(f"--out {args.out}: cannot write ({exc.strerror or exc})") from None
     result = profile_model(args.model_dir, model, grid)
-    args.out.write_text(json.dumps(result.profile.to_json(), indent=2) + "\n", encoding="utf-8")
+    _write(args.out, json.dumps(result.profile.to_json(), indent=2) + "\n")
     fit = result.profile.fit
     print(f"profiled {result.num_samples} iterations in {result.elapsed_s:.1f} s; held-out "
           f"relative error: mean {fit.mean_relative_error:.1%}, max "
           f"{fit.max_relative_error:.1%} ({fit.num_heldout} iterations); wrote {args.out}")
     return 0
+
+
+MAX_THREADS = 1024  # torch intra-op threads: past any machine's cores
+
+
+def _write(path: Path, text: str) -> None:
+    """The profile at ``path``, or a :class:`FlagError` naming ``--out``
+    where it cannot be written."""
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise FlagError(f"--out {path}: cannot write ({exc.strerror or exc})") from None
