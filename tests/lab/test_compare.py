@@ -146,3 +146,18 @@ def test_compare_writes_table_json_and_plots(tmp_path, capsys, monkeypatch) -> N
     ranked = [sorted(value for _, value in ranking["order"])
               for ranking in document["rankings"][0] if len(ranking["order"]) == 2]
     assert labelled and all(sorted(heights) in ranked for heights in labelled)
+
+
+@pytest.mark.parametrize("where", ["file", "proc"])
+def test_an_unwritable_out_fails_in_one_line_before_the_table(tmp_path, capsys, where) -> None:
+    """--out a file (refused at the flag) or a place no directory can be made
+    in (Linux's /proc): one line on stderr, nothing on stdout."""
+    a = simulate(tmp_path, "a")
+    out = tmp_path / "taken.txt" if where == "file" else Path("/proc/iterserve-none")
+    if where == "file":
+        out.write_text("keep me\n")
+    capsys.readouterr()
+    assert main(["compare", str(a), "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
+    assert str(out) in captured.err

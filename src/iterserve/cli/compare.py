@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from iterserve.cli.flag_types import output_dir
+from iterserve.cli.simulate import FlagError
 from iterserve.lab.compare import Comparison, compare_runs
 from iterserve.lab.compare_md import render_comparison
 from iterserve.lab.inputs import load_runs
@@ -19,7 +21,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "compare", help="compare runs whose coordinates are equal; refuse the rest (0x0E)")
     parser.add_argument("runs", nargs="+", type=Path, metavar="RUN",
                         help="a simulate --out directory, a report.json or a result registry")
-    parser.add_argument("--out", type=Path, default=None,
+    parser.add_argument("--out", type=output_dir, default=None,
                         help="write compare.md, compare.json and PNG plots here")
     parser.set_defaults(run=run)
 
@@ -28,9 +30,13 @@ def run(args: argparse.Namespace) -> int:
     runs = [r for path in args.runs for r in load_runs(path)]
     comparison = compare_runs(runs)
     text = render_comparison(comparison)
+    if args.out is not None:  # made before anything is printed: a failure prints one line
+        try:
+            args.out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise FlagError(f"--out {args.out}: cannot write ({exc.strerror or exc})") from None
     print(text, end="")
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "compare.md").write_text(text)
         (args.out / "compare.json").write_text(json.dumps(_to_json(comparison), indent=2) + "\n")
         from iterserve.lab.compare_plot import plot_comparison
