@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from iterserve.cli.flag_types import output_dir
-from iterserve.cli.simulate import FlagError
+from iterserve.cli.simulate import writing_to
 from iterserve.lab.compare import Comparison, compare_runs
 from iterserve.lab.compare_md import render_comparison
 from iterserve.lab.inputs import load_runs
@@ -31,10 +31,8 @@ def run(args: argparse.Namespace) -> int:
     comparison = compare_runs(runs)
     text = render_comparison(comparison)
     if args.out is not None:  # made before anything is printed: a failure prints one line
-        try:
+        with writing_to(f"--out {args.out}"):
             args.out.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise FlagError(f"--out {args.out}: cannot write ({exc.strerror or exc})") from None
     print(text, end="")
     if args.out is not None:
         (args.out / "compare.md").write_text(text)

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from iterserve.cli.flag_types import output_file
-from iterserve.cli.simulate import FlagError
+from iterserve.cli.simulate import FlagError, writing_to
 from iterserve.policies.settings import add_policy_setting_flag, parse_settings
 
 
@@ -51,12 +51,12 @@ def run(args: argparse.Namespace) -> int:
             raise FlagError(f"--threads: must be <= {MAX_THREADS}, got {args.threads}")
         set_num_threads(args.threads)
     model = load_model(args.model_dir, dtype=DTYPES[args.dtype])
-    try:  # a place no file can be made in fails before the profiling, not after it
+    with writing_to(f"--out {args.out}"):  # fails before the profiling, not after it
         args.out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise FlagError(f"--out {args.out}: cannot write ({exc.strerror or exc})") from None
     result = profile_model(args.model_dir, model, grid)
-    _write(args.out, json.dumps(result.profile.to_json(), indent=2) + "\n")
+    with writing_to(f"--out {args.out}"):
+        args.out.write_text(json.dumps(result.profile.to_json(), indent=2) + "\n",
+                            encoding="utf-8")
     fit = result.profile.fit
     print(f"profiled {result.num_samples} iterations in {result.elapsed_s:.1f} s; held-out "
           f"relative error: mean {fit.mean_relative_error:.1%}, max "
@@ -65,12 +65,3 @@ def run(args: argparse.Namespace) -> int:
 
 
 MAX_THREADS = 1024  # torch intra-op threads: past any machine's cores
-
-
-def _write(path: Path, text: str) -> None:
-    """The profile at ``path``, or a :class:`FlagError` naming ``--out``
-    where it cannot be written."""
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise FlagError(f"--out {path}: cannot write ({exc.strerror or exc})") from None

@@ -73,6 +73,17 @@ class FlagError(ValueError):
     """A command-line flag is malformed or does not fit the workload."""
 
 
+@contextlib.contextmanager
+def writing_to(output: str) -> Iterator[None]:
+    """An OSError in the block (an output file or directory that cannot be
+    made or written) becomes a :class:`FlagError` naming ``output``, e.g.
+    ``--out DIR``."""
+    try:
+        yield
+    except OSError as exc:
+        raise FlagError(f"{output}: cannot write ({exc.strerror or exc})") from None
+
+
 def add_run_flags(parser: argparse.ArgumentParser) -> None:
     """Flags shared by ``simulate`` and ``sweep``."""
     parser.add_argument("--workload", type=Path, required=True, help="workload JSON file")
@@ -342,11 +353,9 @@ STREAM_BUFFER_BYTES = 1 << 20
 def _temporary_beside(directory: Path, path: Path) -> tuple[int, str]:
     """A new temporary file in ``directory`` (made) that will become
     ``path``; a :class:`FlagError` naming ``path`` where it cannot be made."""
-    try:
+    with writing_to(str(path)):
         directory.mkdir(parents=True, exist_ok=True)
         return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    except OSError as exc:
-        raise FlagError(f"{path}: cannot write ({exc.strerror or exc})") from None
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from iterserve.cli.flag_types import POSITIVE_INT, non_empty, output_file
-from iterserve.cli.simulate import FlagError
+from iterserve.cli.simulate import FlagError, writing_to
 from iterserve.records.workload import parse_workload, read_json_document
 from iterserve.records.workload_json import write_workload
 from iterserve.sim.generators import generate_document
@@ -74,7 +74,8 @@ def run_gen(args: argparse.Namespace) -> int:
 
     document = generate_document(parse_spec(raw, read_lengths))
     parse_workload(document)
-    _write(document, args.out)
+    with writing_to(f"-o {args.out}"):
+        write_workload(document, args.out)
     print(f"{_summary(document)} -> {args.out}")
     return 0
 
@@ -96,7 +97,8 @@ def run_convert(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise FlagError(str(exc)) from None
     parse_workload(document)
-    _write(document, args.out)
+    with writing_to(f"-o {args.out}"):
+        write_workload(document, args.out)
     print(f"{_summary(document)}; {len(trace.records)} trace requests read, "
           f"{trace.num_failed_skipped} failed rows skipped, {num_truncated} outputs truncated "
           f"to --max-output-tokens -> {args.out}")
@@ -107,15 +109,6 @@ def _kv(args: argparse.Namespace) -> dict[str, int] | None:
     if args.num_kv_blocks is None:
         return None
     return {"num_blocks": args.num_kv_blocks, "block_size": args.block_size}
-
-
-def _write(document: dict[str, Any], path: Path) -> None:
-    """The workload file, or a :class:`FlagError` naming ``-o`` where it
-    cannot be written (a read-only or missing place)."""
-    try:
-        write_workload(document, path)
-    except OSError as exc:
-        raise FlagError(f"-o {path}: cannot write ({exc.strerror or exc})") from None
 
 
 def _summary(document: dict[str, Any]) -> str:
