@@ -88,8 +88,6 @@ def read_log(path: Path) -> DecisionLogFile:
     try:
         return _read_log(path)
     except MalformedLog as exc:
-        if str(exc).startswith(f"{path}: "):
-            raise
         raise MalformedLog(f"{path}: {exc}") from None
 
 
@@ -131,9 +129,9 @@ def _parsed_lines(path: Path) -> list[LogLine | None]:
     try:
         data = path.read_bytes()
     except IsADirectoryError:
-        raise MalformedLog(f"{path}: is a directory, not a decision log") from None
+        raise MalformedLog("is a directory, not a decision log") from None
     except PermissionError:
-        raise MalformedLog(f"{path}: permission denied") from None
+        raise MalformedLog("permission denied") from None
     return [_parse(number, raw) for number, raw in enumerate(data.split(b"\n"), 1)]
 
 
