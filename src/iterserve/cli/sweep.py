@@ -120,21 +120,33 @@ class TrialResult:
 
 def poisson_arrivals(manifest: WorkloadManifest, rate_per_s: float, trial_seed: str,
                      seconds_per_unit: float) -> WorkloadManifest:
-    """The workload with Poisson arrivals at ``rate_per_s``, in file order;
-    a :class:`FlagError` where they pass the workload limit on arrival
+    """The workload with Poisson arrivals at ``rate_per_s``, in file order
+    (:func:`arrival_units`)."""
+    online = manifest.online
+    arrivals = arrival_units(len(online.requests), rate_per_s, trial_seed, seconds_per_unit,
+                             online.clock)
+    requests = tuple(dataclasses.replace(spec, arrival=arrival)
+                     for spec, arrival in zip(online.requests, arrivals, strict=True))
+    return WorkloadManifest(dataclasses.replace(online, requests=requests), manifest.hidden)
+
+
+def arrival_units(num_requests: int, rate_per_s: float, trial_seed: str,
+                  seconds_per_unit: float, clock: str) -> list[float]:
+    """``num_requests`` Poisson arrival times at ``rate_per_s`` on the run's
+    clock: unit exponential gaps from ``random.Random(trial_seed)`` over the
+    rate. A :class:`FlagError` where they pass the workload limit on arrival
     times (``MAX_ARRIVAL`` clock units: a rate far too low)."""
     rng = random.Random(trial_seed)
     now_s = 0.0
-    requests = []
-    for spec in manifest.online.requests:
+    arrivals = []
+    for _ in range(num_requests):
         now_s += rng.expovariate(1.0) / rate_per_s
-        requests.append(dataclasses.replace(spec, arrival=now_s / seconds_per_unit))
-    if requests and requests[-1].arrival > MAX_ARRIVAL:
-        raise FlagError(f"--rates {rate_per_s:g}: {len(requests)} arrivals at this rate reach "
-                        f"{requests[-1].arrival:.3g} on the {manifest.online.clock} clock, past the "
+        arrivals.append(now_s / seconds_per_unit)
+    if arrivals and arrivals[-1] > MAX_ARRIVAL:
+        raise FlagError(f"--rates {rate_per_s:g}: {num_requests} arrivals at this rate reach "
+                        f"{arrivals[-1]:.3g} on the {clock} clock, past the "
                         f"workload limit {MAX_ARRIVAL:g}")
-    online = dataclasses.replace(manifest.online, requests=tuple(requests))
-    return WorkloadManifest(online, manifest.hidden)
+    return arrivals
 
 
 def run_trial(job: TrialJob) -> TrialResult:
@@ -253,14 +265,15 @@ def _check(args: argparse.Namespace, setup: RunSetup) -> None:
 
 
 def _check_arrival_span(args: argparse.Namespace, setup: RunSetup) -> None:
-    """:func:`poisson_arrivals`' limit on arrival times, before any trial
+    """:func:`arrival_units`' limit on arrival times, before any trial
     starts: each trial's unit gaps sum to the same total at every rate (the
     arrivals are that sum over the rate), so the lowest rate's last arrival
     per trial is the one to check."""
-    manifest = setup.manifest
-    seconds = seconds_per_clock_unit(manifest.online.clock, setup.cost_model)
+    online = setup.manifest.online
+    seconds = seconds_per_clock_unit(online.clock, setup.cost_model)
     for trial in range(args.trials):
-        poisson_arrivals(manifest, min(args.rates), f"{args.seed}/{trial}", seconds)
+        arrival_units(len(online.requests), min(args.rates), f"{args.seed}/{trial}", seconds,
+                      online.clock)
 
 
 def run(args: argparse.Namespace) -> int:
