@@ -8,9 +8,11 @@ import argparse
 import json
 from pathlib import Path
 
-from iterserve.cli.flag_types import output_file
+from iterserve.cli.flag_types import int_at_least, output_file
 from iterserve.cli.simulate import FlagError, writing_to
 from iterserve.policies.settings import add_policy_setting_flag, parse_settings
+
+MAX_THREADS = 1024  # torch intra-op threads: past any machine's cores
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -22,7 +24,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--policy", default="vllm",
                         help="the scheduler the cells run under (its time is measured too)")
     add_policy_setting_flag(parser)
-    parser.add_argument("--threads", type=int, default=None,
+    parser.add_argument("--threads", type=int_at_least(1, MAX_THREADS), default=None,
                         help="torch intra-op threads (default: torch's own choice)")
     parser.set_defaults(run=run)
 
@@ -45,10 +47,6 @@ def run(args: argparse.Namespace) -> int:
     if args.dtype not in DTYPES:
         raise FlagError(f"--dtype: must be one of {', '.join(sorted(DTYPES))}, got {args.dtype!r}")
     if args.threads is not None:
-        if args.threads < 1:
-            raise FlagError(f"--threads: must be >= 1, got {args.threads}")
-        if args.threads > MAX_THREADS:
-            raise FlagError(f"--threads: must be <= {MAX_THREADS}, got {args.threads}")
         set_num_threads(args.threads)
     model = load_model(args.model_dir, dtype=DTYPES[args.dtype])
     with writing_to(f"--out {args.out}"):  # fails before the profiling, not after it
@@ -62,6 +60,3 @@ def run(args: argparse.Namespace) -> int:
           f"relative error: mean {fit.mean_relative_error:.1%}, max "
           f"{fit.max_relative_error:.1%} ({fit.num_heldout} iterations); wrote {args.out}")
     return 0
-
-
-MAX_THREADS = 1024  # torch intra-op threads: past any machine's cores
