@@ -76,6 +76,7 @@ from iterserve.cli.simulate import STREAM_BUFFER_BYTES
 from iterserve.cost import parse_cost_model
 from iterserve.engine.loop import Engine
 from iterserve.engine.observer import EngineObserver
+from iterserve.lab.machine import cpu_model, interpreter
 from iterserve.policies.registry import policy_for
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
@@ -225,7 +226,7 @@ def run_one(num_requests: int, decision_log: bool, profile_lines: int,
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "peak_rss_log_process_mib": round(
             resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
-        **sizes,
+        **sizes, "python": interpreter(),
     }
 
 
@@ -313,7 +314,8 @@ def run_cli(num_requests: int, decision_log: bool,
     row = {"num_requests": num_requests, "policy": POLICY, "cost_model": COST_MODEL,
            "mode": "cli", "decision_log": decision_log, "plots": True, "iterations": iterations,
            "wall_s": round(wall_s, 3), "requests_per_wall_s": round(num_requests / wall_s, 1),
-           "peak_rss_mib": round(peak_kib / 1024, 1), "events_bytes": events_bytes}
+           "peak_rss_mib": round(peak_kib / 1024, 1), "events_bytes": events_bytes,
+           "python": interpreter()}
     if split is not None:
         row["phases_s"] = {"start-up and exit": round(wall_s - split.pop("command"), 3),
                            **{label: round(seconds, 3) for label, seconds in split.items()}}
@@ -381,6 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeline", type=int, default=0, metavar="STEPS",
                         help="with one size: a line per STEPS engine steps, the us a step "
                              "took in each process and the queue lengths")
+    parser.add_argument("--python", nargs="+", default=[sys.executable], metavar="PYTHON",
+                        help="interpreters to run each size under, alternated within each "
+                             "repeat (each needs iterserve installed; default: this one)")
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--phases-of", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("simulate_arguments", nargs="*", help=argparse.SUPPRESS)
@@ -406,12 +411,14 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_one(size, not args.no_decision_log, args.profile, args.rate_per_s,
                                  not args.serial_log, args.timeline)))
         return 0
-    rows = [best_of(size, args) for size in args.sizes]
-    print("| requests | iterations | wall s | simulated req / wall s | peak RSS MiB |")
-    print("|---:|---:|---:|---:|---:|")
+    rows = [row for size in args.sizes for row in best_of(size, args)]
+    print(f"CPU: {cpu_model()}", file=sys.stderr)
+    print("| requests | iterations | wall s | simulated req / wall s | peak RSS MiB | python |")
+    print("|---:|---:|---:|---:|---:|---|")
     for row in rows:
         print(f"| {row['num_requests']:,} | {row['iterations']:,} | {row['wall_s']:.1f} | "
-              f"{row['requests_per_wall_s']:,.0f} | {row['peak_rss_mib']:,.0f} |")
+              f"{row['requests_per_wall_s']:,.0f} | {row['peak_rss_mib']:,.0f} | "
+              f"{row['python']} |")
     if args.phases:
         print_phases(rows)
     if args.json is not None:
@@ -430,28 +437,31 @@ def print_phases(rows: list[dict[str, Any]]) -> None:
               + " | ".join(f"{row['phases_s'][label]:.2f}" for label in labels) + " |")
 
 
-def best_of(size: int, args: argparse.Namespace) -> dict[str, Any]:
-    """The fastest of ``--repeat`` fresh processes (peak RSS: the largest seen)."""
-    command = [sys.executable, __file__, "--one", str(size), "--rate-per-s", str(args.rate_per_s)]
-    if args.no_decision_log:
-        command.append("--no-decision-log")
-    if args.serial_log:
-        command.append("--serial-log")
-    if args.cli:
-        command.append("--cli")
-    if args.phases:
-        command.append("--phases")
-    runs = []
+def best_of(size: int, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The fastest of ``--repeat`` fresh processes for each interpreter of
+    ``--python`` (peak RSS: the largest seen), the interpreters alternated
+    within each repeat so that a host's drift falls on all of them alike."""
+    options = ["--one", str(size), "--rate-per-s", str(args.rate_per_s)]
+    for flag in ("no_decision_log", "serial_log", "cli", "phases"):
+        if getattr(args, flag):
+            options.append("--" + flag.replace("_", "-"))
+    runs: dict[str, list[dict[str, Any]]] = {python: [] for python in args.python}
     for attempt in range(args.repeat):
-        print(f"{size:,} requests, run {attempt + 1} of {args.repeat} ...", file=sys.stderr,
-              flush=True)
-        out = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True).stdout
-        runs.append(json.loads(out))
-        print(f"  {runs[-1]['wall_s']:.1f} s, {runs[-1]['requests_per_wall_s']:,.0f} req/s, "
-              f"peak RSS {runs[-1]['peak_rss_mib']:,.0f} MiB", file=sys.stderr, flush=True)
-    best = min(runs, key=lambda run: run["wall_s"])
-    return {**best, "peak_rss_mib": max(run["peak_rss_mib"] for run in runs),
-            "wall_s_all": [run["wall_s"] for run in runs]}
+        for python in args.python:
+            print(f"{size:,} requests, run {attempt + 1} of {args.repeat}, {python} ...",
+                  file=sys.stderr, flush=True)
+            out = subprocess.run([python, __file__, *options], check=True,
+                                 stdout=subprocess.PIPE, text=True).stdout
+            runs[python].append(json.loads(out))
+            last = runs[python][-1]
+            print(f"  {last['wall_s']:.1f} s, {last['requests_per_wall_s']:,.0f} req/s, "
+                  f"peak RSS {last['peak_rss_mib']:,.0f} MiB", file=sys.stderr, flush=True)
+    rows = []
+    for python_runs in runs.values():
+        best = min(python_runs, key=lambda run: run["wall_s"])
+        rows.append({**best, "peak_rss_mib": max(run["peak_rss_mib"] for run in python_runs),
+                     "wall_s_all": [run["wall_s"] for run in python_runs]})
+    return rows
 
 
 if __name__ == "__main__":

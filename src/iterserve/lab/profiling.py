@@ -33,6 +33,7 @@ from iterserve.cost.fit import MeasuredIteration, fit_profile
 from iterserve.engine.events import EventRecorder
 from iterserve.engine.loop import Engine
 from iterserve.engine.observer import EngineObserver
+from iterserve.lab.machine import cpu_model
 from iterserve.lab.runs import FIRST_PLAIN_TOKEN
 from iterserve.model.executor import TorchExecutor
 from iterserve.model.llama import PackedCausalLM
@@ -157,16 +158,6 @@ def grid_cells(grid: ProfileGrid) -> list[tuple[int, int]]:
 def config_hash(model_dir: Path) -> str:
     """The model's identity: sha256 of its config.json."""
     return hashlib.sha256((model_dir / "config.json").read_bytes()).hexdigest()
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def provenance(model_dir: Path, dtype: object) -> tuple[tuple[str, str], ...]:
