@@ -163,3 +163,56 @@ def test_tokens_of_two_cuts_at_one_time_stream_as_one_line(tmp_path) -> None:
     assert [json.loads(line)["kind"] for line in stream.getvalue().splitlines()] == [
         "tokens", "token", "cancel", "token"]
     assert json.loads(stream.getvalue().splitlines()[0])["token_indices"] == [1, 1, 2, 2]
+
+
+@pytest.mark.parametrize("log_process", [False, True], ids=["serial", "followed"])
+def test_a_simulation_composition_from_its_trace_is_the_observed_one(tmp_path,
+                                                                     log_process) -> None:
+    """A simulation's recorder takes the batch composition made from the run
+    trace: the records a composing recorder observing the run keeps."""
+    manifest = _chat_mix(60)  # a small pool: preemptions
+    model = parse_cost_model("linear:8,0.02,0.1")
+    config = RunConfig(policy_for("vllm", manifest.online, cost_model=model), model,
+                       make_gate("accept-all", {}))
+    observed = EventRecorder(1e-3)  # the ms clock's unit
+    with (tmp_path / "log.jsonl").open("w") as log, (tmp_path / "ev.jsonl").open("w") as events:
+        run = run_simulation(manifest, config, log, [observed], events=events,
+                             log_process=log_process)
+    assert len(run.recorder.iterations) == len(observed.iterations) > 50
+    assert run.recorder.iterations == observed.iterations
+    assert run.recorder.samples == observed.samples
+    assert max(sample.num_kv_blocks_used for sample in run.recorder.samples) > 0
+
+
+def test_a_recorder_adopts_a_composition_only_where_it_keeps_none() -> None:
+    from iterserve.engine.composition import BatchComposition, composition_of
+
+    composition = composition_of([], 1e-3)
+    assert len(composition.iterations) == len(composition.samples) == 0
+    silent = EventRecorder(1e-3, io.StringIO(), composes=False)
+    assert silent.adopt_composition(composition).iterations is composition.iterations
+    with pytest.raises(ValueError, match="its own composition"):
+        EventRecorder(1e-3).adopt_composition(composition)
+    with pytest.raises(ValueError, match="another clock"):
+        EventRecorder(1.0, composes=False).adopt_composition(composition)
+    with pytest.raises(ValueError, match="must be > 0"):
+        BatchComposition(0.0)
+
+
+def test_record_columns_extend_by_whole_columns_all_or_none() -> None:
+    from iterserve.metrics.capacity import IterationComposition
+    from iterserve.metrics.columns import RecordColumns
+
+    columns = RecordColumns(IterationComposition, "dqqqq")
+    columns.extend_columns([[0.5, 1.5], [3, 0], [1, 2], [0, 0], [2, 2]])
+    assert list(columns) == [IterationComposition(0.5, 3, 1, 0, 2),
+                             IterationComposition(1.5, 0, 2, 0, 2)]
+    with pytest.raises(TypeError, match=r"num_decode_rows: \['float'\] values"):
+        columns.extend_columns([[2.5], [1], [1.0], [0], [1]])
+    with pytest.raises(TypeError, match=r"time_s: \['int'\] values do not fit a float"):
+        columns.extend_columns([[3], [1], [1], [0], [1]])
+    with pytest.raises(ValueError, match="different lengths"):
+        columns.extend_columns([[2.5], [1], [1, 2], [0], [1]])
+    with pytest.raises(ValueError, match="a column per field"):
+        columns.extend_columns([[2.5]])
+    assert len(columns) == 2  # nothing of a refused extension

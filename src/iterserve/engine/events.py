@@ -24,11 +24,12 @@ or after it, so an arrival can be recorded after facts stamped later than
 it; :meth:`EventRecorder.log` therefore orders the facts by time with a
 stable sort, which keeps each request's causal order.
 
-Per executed iteration the recorder also keeps its row composition (and the
-number of sequences with work) and a resource sample at the decision
-(waiting requests, suspended ones included, and the suspended count; running
-requests; KV blocks used of the total, both 0 when memory is unbounded) for
-plots and the run summary.
+Per executed iteration the recorder also keeps its row composition and a
+resource sample at the decision (:class:`~iterserve.engine.composition.
+BatchComposition`) for plots and the run summary, unless it is made with
+``composes=False`` and given the composition another observer kept
+(:meth:`EventRecorder.adopt_composition`: a follower process that writes
+the events leaves it to the run's process, which has the rows counted).
 
 Streaming: given a ``sink`` (a text stream), the recorder holds only the
 facts of the last cut and writes the rest to the sink as JSONL lines, the
@@ -49,6 +50,7 @@ from json.encoder import encode_basestring_ascii
 from operator import and_, is_, itemgetter, not_, truth
 from typing import IO
 
+from iterserve.engine.composition import BatchComposition
 from iterserve.engine.observer import EngineObserver
 from iterserve.metrics.capacity import IterationComposition
 from iterserve.metrics.columns import RecordColumns
@@ -76,7 +78,6 @@ from iterserve.records.plan import (
     IntentKind,
     IterationPlan,
     QueueIntent,
-    rows_by_kind,
 )
 from iterserve.records.result import CompletedInterval, IterationResult
 from iterserve.records.spec import RequestSpec
@@ -108,13 +109,11 @@ class _TokenRun:
 class EventRecorder(EngineObserver):
     """Collects the run's metric facts; read them with :meth:`log`."""
 
-    def __init__(self, seconds_per_clock_unit: float = 1.0, sink: IO[str] | None = None) -> None:
-        if not seconds_per_clock_unit > 0:
-            raise ValueError("seconds_per_clock_unit must be > 0")
+    def __init__(self, seconds_per_clock_unit: float = 1.0, sink: IO[str] | None = None,
+                 composes: bool = True) -> None:
+        self.composition = BatchComposition(seconds_per_clock_unit)  # ValueError: unit <= 0
         self.seconds_per_clock_unit = seconds_per_clock_unit
-        # a record per executed iteration, kept to the report: one array per field
-        self.iterations = RecordColumns(IterationComposition, "dqqqq")
-        self.samples = RecordColumns(ResourceSample, "dqqqqq")
+        self._composes = composes
         self._events: list[Event] = []  # without a sink: every fact
         # with a sink: (time, lines with their newlines, or a run of tokens) not yet written
         self._pending: list[tuple[float, str | _TokenRun]] = []
@@ -125,6 +124,26 @@ class EventRecorder(EngineObserver):
         self._streamed = sink is not None  # the facts went to a sink (kept once detached)
         self._written_s = -math.inf  # time of the last fact written to the sink
 
+    @property
+    def iterations(self) -> RecordColumns[IterationComposition]:
+        """The row composition of each executed iteration."""
+        return self.composition.iterations
+
+    @property
+    def samples(self) -> RecordColumns[ResourceSample]:
+        """The resource sample at each executed iteration's decision."""
+        return self.composition.samples
+
+    def adopt_composition(self, composition: BatchComposition) -> EventRecorder:
+        """This recorder with ``composition`` (kept by another observer of
+        the same run) as its own; only for one made with ``composes=False``."""
+        if self._composes:
+            raise ValueError("this recorder keeps its own composition")
+        if composition.seconds_per_clock_unit != self.seconds_per_clock_unit:
+            raise ValueError("the composition was stamped on another clock")
+        self.composition = composition
+        return self
+
     def to_s(self, clock_value: float) -> float:
         return clock_value * self.seconds_per_clock_unit
 
@@ -134,8 +153,8 @@ class EventRecorder(EngineObserver):
 
     def detached(self) -> EventRecorder:
         """This recorder, closed, without its sink: what another process
-        reads of it (the iteration records and samples; the facts are in the
-        sink's file). Pickles; ``is_streaming`` stays true."""
+        reads of it (its batch composition, where it keeps one; the facts are
+        in the sink's file). Pickles; ``is_streaming`` stays true."""
         self.close()
         self._sink = None
         return self
@@ -236,8 +255,8 @@ class EventRecorder(EngineObserver):
         decided_s = self.to_s(state.now)
         for intent in plan.intents:
             self._intent(intent, successor.views[intent.request_id], decided_s)
-        if plan.work:
-            self._composition(state, plan, decided_s)
+        if plan.work and self._composes:
+            self.composition.record(state, plan, decided_s)
         if not result.completed:
             return
         published_s = self.to_s(successor.now)
@@ -335,15 +354,3 @@ class EventRecorder(EngineObserver):
                                             num_output_tokens=num_emitted_before + 1))
         elif reason is not None:
             self._record(CancelEvent(time_s, rid, reason=reason.value))
-
-    def _composition(self, state: SchedulerState, plan: IterationPlan, time_s: float) -> None:
-        num_prefill, num_decode, num_rebuild = rows_by_kind(plan.work)
-        self.iterations.append(IterationComposition(
-            time_s, num_prefill, num_decode, num_rebuild,
-            num_sequences=len(set(field_columns(plan.work)[0]))))
-        facts = state.capacity
-        total = facts.num_blocks_total or 0
-        used = 0 if facts.num_blocks_free is None else total - facts.num_blocks_free
-        self.samples.append(ResourceSample(
-            time_s, len(state.waiting) + len(state.suspended), len(state.running), used, total,
-            num_suspended=len(state.suspended)))

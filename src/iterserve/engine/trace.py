@@ -1,8 +1,10 @@
 """Run trace: per-iteration composition and per-request clocks, as facts.
 
 An engine observer that records what each iteration held (prefill, decode
-and rebuild rows; sequences) and when each request emitted its first token
-and finished, on the run's clock. Reports are computed from it afterwards.
+and rebuild rows; sequences), the queues and KV use at its decision, and
+when each request emitted its first token and finished, on the run's clock.
+Reports are computed from it afterwards (the batch composition and resource
+samples of a simulation too: :func:`~iterserve.engine.composition.composition_of`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ class IterationRecord:
     num_sequences: int
     num_waiting: int
     num_running: int
+    num_suspended: int
+    num_kv_blocks_used: int  # 0 when memory is unbounded
+    num_kv_blocks_total: int
 
 
 @dataclass(slots=True)
@@ -115,9 +120,13 @@ class RunTrace(EngineObserver):
     ) -> None:
         num_prefill, num_decode, num_rebuild = rows_by_kind(plan.work)
         if plan.work:
+            facts = state.capacity
+            total = facts.num_blocks_total or 0
             self.iterations.append(IterationRecord(
                 state.decision_id, state.now, result.duration, num_prefill, num_decode,
                 num_rebuild, len(plan.work), len(state.waiting), len(state.running),
+                len(state.suspended),
+                0 if facts.num_blocks_free is None else total - facts.num_blocks_free, total,
             ))
         completed = result.completed
         if num_prefill:  # a first token may be among them: every completion's facts

@@ -49,6 +49,22 @@ class RecordColumns(Sequence[R], Generic[R]):
         for value, column in zip(values, self._columns, strict=True):
             column.append(value)
 
+    def extend_columns(self, columns: Sequence[Sequence[Any]]) -> None:
+        """Append records given as whole columns, in field order, all or
+        none: the columns of one length, each holding only its field's
+        type (checked at C speed: a long run's records at once)."""
+        if len(columns) != len(self._names):
+            raise ValueError(f"need a column per field of {self._names}, got {len(columns)}")
+        if len(set(map(len, columns))) > 1:
+            raise ValueError(f"columns of different lengths: {list(map(len, columns))}")
+        for name, values, kind in zip(self._names, columns, self._types, strict=True):
+            wrong = set(map(type, values)) - {kind}
+            if wrong:
+                names = sorted(type_.__name__ for type_ in wrong)
+                raise TypeError(f"{name}: {names} values do not fit a {kind.__name__} column")
+        for column, values in zip(self._columns, columns, strict=True):
+            column.extend(values)
+
     def __len__(self) -> int:
         return len(self._columns[0])
 

@@ -25,6 +25,7 @@ from typing import IO, Any, TypeVar
 
 from iterserve.admission.overload import OverloadGate, engine_gate
 from iterserve.cost import ClockedCost, IterationCostModel, seconds_per_clock_unit
+from iterserve.engine.composition import composition_of
 from iterserve.engine.decision_log import DecisionLogWriter, GateRecord
 from iterserve.engine.events import EventRecorder
 from iterserve.engine.loop import Engine, bind_policy
@@ -194,7 +195,7 @@ def run_simulation(manifest: WorkloadManifest, config: RunConfig,
         return _followed_run(manifest, config, executor, extra_observers, decision_log, events,
                              _Followed(shared_log, shared_events, unit_s))
     trace, ledger_trace = RunTrace(), LedgerTrace()
-    recorder = EventRecorder(unit_s, events)
+    recorder = EventRecorder(unit_s, events, composes=False)  # the trace counts the rows
     observers: list[EngineObserver] = [trace, recorder, ledger_trace]
     writer = None
     if decision_log is not None:
@@ -207,7 +208,14 @@ def run_simulation(manifest: WorkloadManifest, config: RunConfig,
     recorder.close()
     if writer is not None:
         writer.close(engine.state, is_done=engine.is_done)
-    return SimulationRun(engine, trace, recorder, executor, ledger_trace)
+    return _composed(SimulationRun(engine, trace, recorder, executor, ledger_trace), unit_s)
+
+
+def _composed(run: SimulationRun, unit_s: float) -> SimulationRun:
+    """``run`` whose recorder holds the batch composition made from its
+    trace (the recorders of a simulation are made with ``composes=False``)."""
+    run.recorder.adopt_composition(composition_of(run.trace.iterations, unit_s))
+    return run
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +246,8 @@ def _followed_run(manifest: WorkloadManifest, config: RunConfig, executor: Simul
         if stream is not None:  # the child writes it: nothing of ours may sit in its buffer
             stream.flush()
     follower = FollowerProcess(lambda feed: _follow(feed, manifest, config, executor, followed))
-    recorder = None if followed.events is not None else EventRecorder(followed.unit_s, events)
+    recorder = None if followed.events is not None else EventRecorder(followed.unit_s, events,
+                                                                      composes=False)
     writer = None if followed.log is not None or decision_log is None else _log_writer(
         manifest, config, executor, decision_log)
     observers: list[EngineObserver] = [o for o in (recorder, writer) if o is not None]
@@ -263,7 +272,9 @@ def _followed_run(manifest: WorkloadManifest, config: RunConfig, executor: Simul
         writer.close(engine.state, is_done=engine.is_done)
     sent = follower.finish(RunEnd(engine.num_iterations, state_digest(engine.state)))
     trace, ledger_trace = traces or (sent["trace"], sent["ledger_trace"])
-    return SimulationRun(engine, trace, recorder or sent["recorder"], executor, ledger_trace)
+    return _composed(
+        SimulationRun(engine, trace, recorder or sent["recorder"], executor, ledger_trace),
+        followed.unit_s)
 
 
 def _log_writer(manifest: WorkloadManifest, config: RunConfig, executor: SimulatedExecutor,
@@ -283,11 +294,11 @@ def _follow(feed: FeedReader, manifest: WorkloadManifest, config: RunConfig,
     decision's state checked here (the run leaves that to its follower), with
     the observers ``followed`` names and, where it keeps them, the two
     traces. Returns its end and what the run's report reads of them: the
-    recorder (detached: its iteration records and samples) and the traces."""
+    recorder (detached) and the traces."""
     observers: list[EngineObserver] = []
     sent: dict[str, Any] = {}
-    if followed.events is not None:
-        sent["recorder"] = EventRecorder(followed.unit_s, followed.events)
+    if followed.events is not None:  # the composition: made from the trace at the end
+        sent["recorder"] = EventRecorder(followed.unit_s, followed.events, composes=False)
     if followed.keeps_traces:
         sent["trace"], sent["ledger_trace"] = RunTrace(), LedgerTrace()
     observers.extend(sent.values())
