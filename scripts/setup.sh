@@ -3,25 +3,8 @@
 # torch==2.13.0 resolves to the CPU wheel that pip finds on this machine's disk.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The interpreter: $PYTHON if set; else the distribution's python3.11, which
-# Debian and Ubuntu build with profile-guided and link-time optimisation (the
-# simulator runs about 15 % faster on it than on a default source build such as
-# pyenv's, benchmarks/README.md); else python3.11, then python3, on PATH.
-# An existing .venv is kept: remove it to remake it from another interpreter.
-if [ ! -x .venv/bin/python ]; then
-    made=
-    for candidate in ${PYTHON:-/usr/bin/python3.11 python3.11 python3}; do
-        if command -v "$candidate" >/dev/null && "$candidate" -m venv .venv 2>/dev/null; then
-            made=$candidate
-            break
-        fi
-        rm -rf .venv  # a half-made venv (no ensurepip) is not kept
-    done
-    if [ -z "$made" ]; then
-        echo "setup: no Python could make .venv (tried: ${PYTHON:-/usr/bin/python3.11 python3.11 python3})" >&2
-        exit 2
-    fi
-fi
+# .venv from $PYTHON, else the distribution's python3.11 (faster: see make_venv.sh)
+bash scripts/make_venv.sh .venv >/dev/null
 stamp=.venv/.iterserve-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null
