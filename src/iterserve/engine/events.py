@@ -27,9 +27,9 @@ stable sort, which keeps each request's causal order.
 Per executed iteration the recorder also keeps its row composition and a
 resource sample at the decision (:class:`~iterserve.engine.composition.
 BatchComposition`) for plots and the run summary, unless it is made with
-``composes=False`` and given the composition another observer kept
-(:meth:`EventRecorder.adopt_composition`: a follower process that writes
-the events leaves it to the run's process, which has the rows counted).
+``composes=False`` and given one made elsewhere
+(:meth:`EventRecorder.adopt_composition`: a simulation's recorder takes the
+one made from its run trace, which counts the same rows at every decision).
 
 Streaming: given a ``sink`` (a text stream), the recorder holds only the
 facts of the last cut and writes the rest to the sink as JSONL lines, the
