@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/ruff check src tests benchmarks
+.venv/bin/ruff check src tests benchmarks scripts
 .venv/bin/mypy
 .venv/bin/lint-imports --no-cache
 .venv/bin/pytest "$@"
