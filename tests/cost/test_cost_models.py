@@ -93,6 +93,7 @@ def test_a_profile_round_trips_and_predicts_from_the_batch_shape(tmp_path: Path)
     # profile, was dropped from every duration without a word)
     ({"coefficients_ms": {"num_prefil_rows": 1.0}}, "coefficients_ms: unknown feature"),
     ({"provenance": {"dtype": "float32"}}, "provenance.config_hash"),
+    ({"provenance": {**dict(COORDS), "python": ""}}, "provenance.python"),
     ({"fit": None}, "fit"),
 ])
 def test_a_bad_profile_names_its_field(tmp_path: Path, changes: dict[str, object],
@@ -100,6 +101,18 @@ def test_a_bad_profile_names_its_field(tmp_path: Path, changes: dict[str, object
     path = _profile_file(tmp_path, **changes)
     with pytest.raises(CostModelError, match=f"profile {path}: {field}"):
         parse_cost_model(f"profile:{path}")
+
+
+def test_the_interpreter_is_a_coordinate_where_a_profile_names_it(tmp_path: Path) -> None:
+    """Older profiles name no interpreter and still load; a newer one's is kept."""
+    older = parse_cost_model(f"profile:{_profile_file(tmp_path)}")
+    assert isinstance(older, ProfiledIterationCost)
+    assert "python" not in dict(older.profile.provenance)
+    named = {**dict(COORDS), "python": "Python 3.11.2 (/usr, libpython static)"}
+    newer = parse_cost_model(f"profile:{_profile_file(tmp_path, provenance=named)}")
+    assert isinstance(newer, ProfiledIterationCost)
+    assert newer.profile.provenance == (*COORDS, ("python", named["python"]))
+    assert newer.profile.to_json()["provenance"] == named
 
 
 def test_unreadable_profiles_fail_in_one_line(tmp_path: Path) -> None:

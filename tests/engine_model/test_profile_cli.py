@@ -4,6 +4,7 @@ records its coordinates (0x0E) and prices shapes by size."""
 from __future__ import annotations
 
 import hashlib
+import platform
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ def test_profile_writes_a_loadable_profile_with_its_coordinates(
     assert coords["config_hash"] == hashlib.sha256(
         (tiny_dir / "config.json").read_bytes()).hexdigest()
     assert (coords["dtype"], coords["num_threads"]) == ("float32", "1")
+    assert coords["python"].startswith(f"Python {platform.python_version()} (")
     assert model.profile.fit.num_heldout > 0
     assert model.predict_batch_ms(BatchShape(0, 1, 64, 1)) < model.predict_batch_ms(
         BatchShape(512, 0, 512 * 256, 1))

@@ -27,6 +27,9 @@ V1_FORMAT = "iterserve-profile-v1"
 V1_FEATURES = FEATURES[:5]
 PROVENANCE_FIELDS = ("config_hash", "dtype", "num_threads", "torch_version", "cpu_model",
                      "machine")
+# written by newer profiles, read where present: the Python that ran the engine (its
+# per-iteration overhead differs by 10-20 % between interpreter builds on one CPU)
+OPTIONAL_PROVENANCE_FIELDS = ("python",)
 FIT_FIELDS = ("num_train", "num_heldout", "mean_relative_error", "max_relative_error")
 
 
@@ -56,7 +59,8 @@ class CostProfile:
     intercept_ms: float
     coefficients_ms: tuple[float, ...]  # one per FEATURES entry
     floor_ms: float
-    provenance: tuple[tuple[str, str], ...]  # PROVENANCE_FIELDS, in that order
+    # PROVENANCE_FIELDS, then the OPTIONAL_PROVENANCE_FIELDS present, in that order
+    provenance: tuple[tuple[str, str], ...]
     fit: FitError
 
     def predict_ms(self, shape: BatchShape) -> float:
@@ -129,7 +133,8 @@ def profile_from_json(obj: object) -> CostProfile:
                              f"got {top.get('format')!r}")
     names = V1_FEATURES if top["format"] == V1_FORMAT else FEATURES
     provenance = _mapping(top.get("provenance"), "provenance")
-    coords = tuple((name, _text(provenance, name, "provenance")) for name in PROVENANCE_FIELDS)
+    coords = tuple((name, _text(provenance, name, "provenance")) for name in (
+        *PROVENANCE_FIELDS, *(name for name in OPTIONAL_PROVENANCE_FIELDS if name in provenance)))
     coefficients = _mapping(top.get("coefficients_ms"), "coefficients_ms")
     unknown = sorted(set(coefficients) - set(names))
     if unknown:  # a term the model would otherwise leave out of every duration

@@ -33,7 +33,7 @@ from iterserve.cost.fit import MeasuredIteration, fit_profile
 from iterserve.engine.events import EventRecorder
 from iterserve.engine.loop import Engine
 from iterserve.engine.observer import EngineObserver
-from iterserve.lab.machine import cpu_model
+from iterserve.lab.machine import cpu_model, interpreter
 from iterserve.lab.runs import FIRST_PLAIN_TOKEN
 from iterserve.model.executor import TorchExecutor
 from iterserve.model.llama import PackedCausalLM
@@ -161,7 +161,8 @@ def config_hash(model_dir: Path) -> str:
 
 
 def provenance(model_dir: Path, dtype: object) -> tuple[tuple[str, str], ...]:
-    """The 0x0E coordinates of a measurement (PROVENANCE_FIELDS order)."""
+    """The 0x0E coordinates of a measurement (PROVENANCE_FIELDS order, then
+    the interpreter)."""
     return (
         ("config_hash", config_hash(model_dir)),
         ("dtype", dtype_name(dtype)),
@@ -169,6 +170,7 @@ def provenance(model_dir: Path, dtype: object) -> tuple[tuple[str, str], ...]:
         ("torch_version", torch_version()),
         ("cpu_model", cpu_model()),
         ("machine", f"{platform.node()} {platform.system()} {platform.machine()}"),
+        ("python", interpreter()),
     )
 
 
