@@ -64,6 +64,7 @@ import json
 import os
 import pstats
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -392,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine-alone", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-validation", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    for python in args.python:
+        if shutil.which(python) is None:
+            parser.error(f"--python {python}: not an executable")
     if args.phases_of is not None:  # the child of --cli --phases
         return time_phases(args.simulate_arguments, args.phases_of)
     if args.phases and not args.cli:
