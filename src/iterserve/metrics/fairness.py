@@ -32,7 +32,7 @@ import numpy as np
 
 from iterserve.metrics.fairness_scan import ClientService, Interval, scan_client_service
 from iterserve.metrics.series import ServiceWeights, client_increment_arrays
-from iterserve.metrics.service_scan import FactBounds, client_fact_counts
+from iterserve.metrics.service_scan import FactBounds
 from iterserve.metrics.slo import ObservationWindow
 from iterserve.metrics.timeline import RequestTimeline
 
@@ -149,7 +149,8 @@ def evaluate_fairness(
         _client_fairness(client, phis.get(client, 1.0), backlog.get(client, []),
                          scan_client_service(timelines, client, bounds,
                                              backlog.get(client, [])), horizon)
-        for client in sorted(set(backlog) | set(client_fact_counts(timelines, bounds)))
+        # every client with a timeline, facts in bounds or not (client_fact_counts' keys)
+        for client in sorted(set(backlog) | {timeline.client_id for timeline in timelines})
     )
     # a pair of clients compares their facts side by side: held whole (16 bytes a fact)
     # only when two clients were backlogged

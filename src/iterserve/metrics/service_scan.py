@@ -100,7 +100,7 @@ def _slice(timelines: list[RequestTimeline], low_s: float, high_s: float,
     """The facts of ``timelines`` in [low_s, high_s), sorted by (time, amount):
     one complex128 per fact (time + amount j; numpy sorts complex numbers by
     real part, then imaginary part), returned as its real and imaginary views."""
-    size = sum(_span(t, low_s, high_s).num_facts for t in timelines)
+    size = sum(_num_facts(t, low_s, high_s) for t in timelines)
     facts = np.empty(size, dtype=np.complex128)
     times, amounts = facts.real, facts.imag
     weights, at = bounds.weights, 0
@@ -119,6 +119,12 @@ def _slice(timelines: list[RequestTimeline], low_s: float, high_s: float,
         at += high - low
     facts.sort()
     return facts.real, facts.imag
+
+
+def _num_facts(timeline: RequestTimeline, low_s: float, high_s: float) -> int:
+    """``_span(timeline, low_s, high_s).num_facts`` without the first and last."""
+    low, high = emissions_inside(timeline, low_s, high_s)
+    return high - low + sum(1 for time_s, _ in timeline.compute_s if low_s <= time_s < high_s)
 
 
 def _span(timeline: RequestTimeline, low_s: float, high_s: float) -> _Span:
