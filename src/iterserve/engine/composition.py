@@ -30,7 +30,7 @@ from iterserve.metrics.series import ResourceSample
 from iterserve.records.columns import field_columns
 from iterserve.records.plan import IterationPlan, rows_by_kind
 from iterserve.records.result import IterationResult
-from iterserve.records.state import SchedulerState
+from iterserve.records.state import SchedulerState, blocks_used_of_total
 
 
 class BatchComposition(EngineObserver):
@@ -57,9 +57,7 @@ class BatchComposition(EngineObserver):
         self.iterations.append(IterationComposition(
             time_s, num_prefill, num_decode, num_rebuild,
             num_sequences=len(set(field_columns(plan.work)[0]))))
-        facts = state.capacity
-        total = facts.num_blocks_total or 0
-        used = 0 if facts.num_blocks_free is None else total - facts.num_blocks_free
+        used, total = blocks_used_of_total(state.capacity)
         self.samples.append(ResourceSample(
             time_s, len(state.waiting) + len(state.suspended), len(state.running), used, total,
             num_suspended=len(state.suspended)))

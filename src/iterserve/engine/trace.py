@@ -19,7 +19,7 @@ from iterserve.engine.observer import EngineObserver
 from iterserve.records.plan import IterationPlan, rows_by_kind
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import RequestSpec
-from iterserve.records.state import SchedulerState
+from iterserve.records.state import SchedulerState, blocks_used_of_total
 from iterserve.records.view import TERMINAL_LIFECYCLES, RequestView, WorkKind
 
 _REQUEST_ID = operator.itemgetter(0)  # CompletedInterval.request_id
@@ -120,13 +120,10 @@ class RunTrace(EngineObserver):
     ) -> None:
         num_prefill, num_decode, num_rebuild = rows_by_kind(plan.work)
         if plan.work:
-            facts = state.capacity
-            total = facts.num_blocks_total or 0
             self.iterations.append(IterationRecord(
                 state.decision_id, state.now, result.duration, num_prefill, num_decode,
                 num_rebuild, len(plan.work), len(state.waiting), len(state.running),
-                len(state.suspended),
-                0 if facts.num_blocks_free is None else total - facts.num_blocks_free, total,
+                len(state.suspended), *blocks_used_of_total(state.capacity),
             ))
         completed = result.completed
         if num_prefill:  # a first token may be among them: every completion's facts

@@ -41,6 +41,13 @@ class CapacityFacts:
         return -(-num_rows // self.block_size)
 
 
+def blocks_used_of_total(facts: CapacityFacts) -> tuple[int, int]:
+    """(KV blocks held, blocks in all) as a resource sample records them:
+    none held when memory is unbounded, none in all without a total."""
+    total = facts.num_blocks_total or 0
+    return (0 if facts.num_blocks_free is None else total - facts.num_blocks_free), total
+
+
 @dataclass(frozen=True, slots=True)
 class RunRules:
     """Run-level rules every decision of a run shares, taken from the
