@@ -63,7 +63,9 @@ def test_a_run_without_slo_reports_distributions_throughput_preemptions_kv(small
     assert 0 < summary["kv_blocks"]["mean_usage_fraction"] <= 1
     text = (out / "report.md").read_text()
     for heading in ("## Latency (iterations", "## Throughput", "## Preemptions and KV",
-                    "| TTFT |", "| queue time |", "| end-to-end |", "| TPOT |",
+                    "| time to first token (TTFT) |", "| arrival to first admission (queue time) |",
+                    "| arrival to last token (end-to-end) |",
+                    "| mean time per output token after the first (TPOT) |",
                     "No SLO declared", "n=40<100"):
         assert heading in text, heading
 

@@ -72,9 +72,9 @@ def test_markdown_puts_offered_load_beside_conditional_rates(reports) -> None:  
     iterations = [IterationComposition(i / 100, 2, 0) for i in range(6)]
     text = render_markdown(reports, occupancy={"accept-all": slot_occupancy(iterations, 2)})
     assert "| metric | accept-all | four-live-cap |" in text
-    assert "| offered-load attainment (N_valid/N_off) | 66.667% | 66.667% |" in text
-    assert "completion-conditioned (diagnostic" in text
-    assert "| request goodput (req/s) | 40 | 40 |" in text
+    assert "| of all arrivals (offered-load attainment, N_valid/N_off) | 66.667% | 66.667% |" in text
+    assert "(completion-conditioned, diagnostic" in text
+    assert "| requests within their targets per second (request goodput, req/s) | 40 | 40 |" in text
     assert "n=6<20" in text  # withheld p95, never a number
     assert "not measured GPU utilization" in text
 

@@ -14,9 +14,9 @@ from iterserve.lab.bench_client import OUTCOMES
 from iterserve.lab.bench_report import NOT_OBSERVABLE
 from iterserve.metrics import Report, render_markdown
 from iterserve.metrics.run_summary import RunSummary
-from iterserve.metrics.summary_md import render_summary
+from iterserve.metrics.summary_md import KV_HEADING, render_summary
 
-_SERVER_SIDE = "## Preemptions and KV"
+_SERVER_SIDE = KV_HEADING
 
 
 def render_bench(report: dict[str, Any], summary: RunSummary | None,
@@ -34,7 +34,9 @@ def render_bench(report: dict[str, Any], summary: RunSummary | None,
               *(f"- {name}: {why}" for name, why in NOT_OBSERVABLE.items()), ""]
     text = "\n".join(lines)
     if metrics is not None:
-        text += "\n" + render_markdown([metrics], title=f"SLO evaluation: {report['label']}")
+        text += "\n" + render_markdown(
+            [metrics], title=f"Judged against the latency targets (SLO evaluation): "
+                             f"{report['label']}")
     return text
 
 

@@ -26,14 +26,19 @@ def render_fairness(
     weights = report.weights
     name = "iterations" if unit.is_iterations else "s"
     lines = [
-        "## Fairness (0x09A)",
+        "## Fairness between clients (0x09A)",
         "",
-        f"Identity client_id; cost w_p={weights.prompt_weight:g} per completed prompt row, "
-        f"w_q={weights.output_weight:g} per completed output, divided by the client weight; "
-        "published from completed facts only (rebuild and planned work earn 0).",
+        "Clients are told apart by client_id. A client's service is the work completed for "
+        f"it: w_p={weights.prompt_weight:g} per prompt token computed plus "
+        f"w_q={weights.output_weight:g} per output token, divided by the client's weight. "
+        "Only completed work counts: planned work and rebuilding after a preemption earn "
+        "nothing.",
         "",
-        f"| client | weight | service | completed events | backlogged ({name}) "
-        f"| longest unserved ({name}) | starved | SLO-valid | miss | rejected | unfinished |",
+        f"| client | weight | weighted work done (service) | completions counted "
+        f"| time with work waiting (backlogged, {name}) "
+        f"| longest wait without service (longest unserved, {name}) "
+        f"| waited past the horizon (starved) | within targets (SLO-valid) | late (miss) "
+        f"| turned away (rejected) | not finished (unfinished) |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for client in report.per_client:
@@ -59,22 +64,27 @@ def _summary(report: FairnessReport, bound: Mapping[str, Any] | None, unit: Time
     gap = report.max_backlogged_gap
     jain = report.jain_index
     lines = [
-        "- max service gap while both backlogged: "
+        "- largest difference in service between two clients while both had work waiting "
+        "(max service gap): "
         + ("n/a (no two clients backlogged together)" if gap is None else
            f"{gap.value:g} ({gap.clients[0]} over {gap.clients[1]} on "
            f"({unit.from_s(gap.interval_s[0]):g}, {unit.from_s(gap.interval_s[1]):g}] {name})"),
-        f"- starved (F63, horizon {unit.from_s(report.horizon_s):g} {name}, "
+        "- clients left without service longer than the horizon "
+        f"(starved, F63, horizon {unit.from_s(report.horizon_s):g} {name}, "
         f"{report.horizon_source}): "
         f"{len(report.starved_clients)} {list(report.starved_clients)}",
-        "- Jain's index over backlogged service rates: "
+        "- how evenly clients with work waiting were served, 1 = equally "
+        "(Jain's index over backlogged service rates): "
         + ("n/a" if jain is None else f"{jain:.4f}"),
     ]
     if bound is not None and bound["bound"] is not None:
-        lines.append(f"- declared bound ({bound['name']}): {bound['bound']:g} "
+        lines.append(f"- the policy's promised limit on that difference, declared bound "
+                     f"({bound['name']}): {bound['bound']:g} "
                      f"(U={bound['U']:g}, L_input={bound['L_input']}, M={bound['M']}); "
                      f"observed max gap {bound['observed_max_gap']:g}; "
                      f"premises: {bound['premises_text']}")
     elif bound is not None:
-        lines.append(f"- declared bound ({bound['name']}): {bound['premises_text']}; "
+        lines.append(f"- the policy's promised limit on that difference, declared bound "
+                     f"({bound['name']}): {bound['premises_text']}; "
                      f"observed max gap {bound['observed_max_gap']:g}")
     return lines

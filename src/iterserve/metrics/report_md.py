@@ -2,7 +2,8 @@
 
 Every table that shows a conditional rate shows offered-load attainment in
 the same table, and withheld percentiles are printed as ``n<gate`` with the
-sample size, never as a number.
+sample size, never as a number. Row labels are plain words with the spec's
+term and symbol in parentheses.
 """
 
 from __future__ import annotations
@@ -16,22 +17,31 @@ from iterserve.metrics.percentiles import min_sample_size
 from iterserve.metrics.report import Report
 
 _OUTCOME_ROWS = (
-    ("offered (N_off)", "num_offered"),
-    ("admitted (N_adm)", "num_admitted"),
-    ("completed (N_comp)", "num_completed"),
-    ("SLO-valid (N_valid)", "num_slo_valid"),
-    ("completed miss (N_miss)", "num_completed_miss"),
-    ("rejected (N_rej)", "num_rejected"),
-    ("unfinished (N_open)", "num_unfinished"),
+    ("arrived in the window (offered, N_off)", "num_offered"),
+    ("let in to run (admitted, N_adm)", "num_admitted"),
+    ("finished (completed, N_comp)", "num_completed"),
+    ("finished within every latency target (SLO-valid, N_valid)", "num_slo_valid"),
+    ("finished late on some target (completed miss, N_miss)", "num_completed_miss"),
+    ("turned away (rejected, N_rej)", "num_rejected"),
+    ("not finished in the window (unfinished, N_open)", "num_unfinished"),
 )
 _RATE_ROWS = (
-    ("offered rate (req/s)", "offered_rate_per_s"),
-    ("request throughput (req/s)", "request_throughput_per_s"),
-    ("request goodput (req/s)", "request_goodput_per_s"),
-    ("emitted-token throughput (tok/s)", "emitted_token_throughput_per_s"),
-    ("SLO-valid token goodput (tok/s)", "slo_valid_token_goodput_per_s"),
+    ("arrivals per second (offered rate, req/s)", "offered_rate_per_s"),
+    ("finished requests per second (request throughput, req/s)", "request_throughput_per_s"),
+    ("requests within their targets per second (request goodput, req/s)",
+     "request_goodput_per_s"),
+    ("output tokens per second (emitted-token throughput, tok/s)",
+     "emitted_token_throughput_per_s"),
+    ("output tokens of requests within their targets per second "
+     "(SLO-valid token goodput, tok/s)", "slo_valid_token_goodput_per_s"),
 )
-_LATENCY_NAMES = ("ttft", "tbt", "tpot", "end_to_end", "queue")
+_LATENCY_NAMES = {
+    "ttft": "time to first token (TTFT)",
+    "tbt": "time between output tokens (TBT)",
+    "tpot": "mean time per output token after the first (TPOT)",
+    "end_to_end": "arrival to last token (end-to-end)",
+    "queue": "arrival to first admission (queue time)",
+}
 
 
 def render_markdown(
@@ -49,26 +59,28 @@ def render_markdown(
         f"# {title}",
         "",
         f"Window [{first.window.start_s:g} s, {first.window.end_s:g} s); "
-        f"SLO {_slo_text(first.to_dict()['slo'])}. Metrics per spec 0x07.",
+        f"latency targets (SLO) {_slo_text(first.to_dict()['slo'])}. "
+        "Definitions: spec section 0x07.",
         "",
-        "## Outcomes",
+        "## What happened to each request (outcomes)",
         "",
         *_table(dicts, [(name, _getter("outcomes", key)) for name, key in _OUTCOME_ROWS]),
         "",
-        "Unfinished reasons: "
+        "Why requests were not finished (unfinished reasons): "
         + "; ".join(f"{d['label']}: {_pairs(d['outcomes']['unfinished_reasons'])}" for d in dicts),
         "",
-        "## Attainment",
+        "## Share of requests within their latency targets (attainment)",
         "",
         *_table(dicts, _attainment_rows()),
         "",
         f"Completion-conditioned attainment is {COMPLETION_CONDITIONED_LABEL}.",
         "",
-        "## Rates",
+        "## Rates (throughput and goodput)",
         "",
         *_table(dicts, [(name, _getter("rates", key)) for name, key in _RATE_ROWS]),
         "",
-        "## Latency (ms, nearest rank; gated p50 n>=2, p95 n>=20, p99 n>=100)",
+        "## Latency (ms; percentiles by nearest rank, shown only with enough samples: "
+        "p50 n>=2, p95 n>=20, p99 n>=100)",
         "",
         *_table(dicts, _latency_rows()),
     ]
@@ -93,12 +105,16 @@ def _getter(section: str, key: str) -> Any:
 def _attainment_rows() -> list[tuple[str, Any]]:
     return [
         (
-            "offered-load attainment (N_valid/N_off)",
+            "of all arrivals (offered-load attainment, N_valid/N_off)",
             lambda d: _percent(d["attainment"]["offered_load"]),
         ),
-        ("admitted attainment (N_valid/N_adm)", lambda d: _percent(d["attainment"]["admitted"])),
         (
-            "completion-conditioned (diagnostic, N_valid/N_comp)",
+            "of the requests let in (admitted attainment, N_valid/N_adm)",
+            lambda d: _percent(d["attainment"]["admitted"]),
+        ),
+        (
+            "of the finished requests only (completion-conditioned, diagnostic, "
+            "N_valid/N_comp)",
             lambda d: _percent(d["attainment"]["completion_conditioned"]["value"]),
         ),
     ]
@@ -106,11 +122,11 @@ def _attainment_rows() -> list[tuple[str, Any]]:
 
 def _latency_rows() -> list[tuple[str, Any]]:
     rows: list[tuple[str, Any]] = []
-    for name in _LATENCY_NAMES:
-        rows.append((f"{name} n", _latency_getter(name, "n")))
-        rows.append((f"{name} mean", _latency_getter(name, "mean")))
+    for name, label in _LATENCY_NAMES.items():
+        rows.append((f"{label} n", _latency_getter(name, "n")))
+        rows.append((f"{label} mean", _latency_getter(name, "mean")))
         for percentile in ("p50", "p95", "p99"):
-            rows.append((f"{name} {percentile}", _latency_getter(name, percentile)))
+            rows.append((f"{label} {percentile}", _latency_getter(name, percentile)))
     return rows
 
 
@@ -128,8 +144,10 @@ def _latency_getter(name: str, key: str) -> Any:
 
 def _client_table(report: dict[str, Any]) -> list[str]:
     lines = [
-        "| client | offered | SLO-valid | miss | rejected | unfinished "
-        "| offered-load attainment | tokens | service in window |",
+        "| client | arrived (offered) | within targets (SLO-valid) | late (miss) "
+        "| turned away (rejected) | not finished (unfinished) "
+        "| share within targets (offered-load attainment) | output tokens "
+        "| weighted work done in the window (service) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for client, entry in report["per_client"].items():

@@ -502,11 +502,14 @@ def _report_text(title: str, label: str, summary: RunSummary, report: Report | N
     none) and the fairness section."""
     lines = [f"# {title}", "", *render_summary(summary), ""]
     if report is None:
-        lines += ["## SLO", "", "No SLO declared (workload `slo`, or --slo-ttft-ms/--slo-tbt-ms): "
+        lines += ["## Latency targets (SLO)", "",
+                  "No SLO declared (set one in the workload's `slo` or with "
+                  "--slo-ttft-ms/--slo-tbt-ms), so no request is judged within or late: "
                   "no outcome ledger, no attainment.", ""]
         text = "\n".join(lines)
     else:
-        text = "\n".join(lines) + "\n" + render_markdown([report], title=f"SLO evaluation: {label}")
+        text = "\n".join(lines) + "\n" + render_markdown(
+            [report], title=f"Judged against the latency targets (SLO evaluation): {label}")
     outcomes = None if report is None else counts_by_client(report.request_outcomes)
     return text + "\n" + render_fairness(fairness, outcomes, bound, guard, unit)
 
