@@ -60,7 +60,8 @@ _PROGRESS_MIN_REQUESTS = 20  # fewer finish too fast for a bar to help
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "bench", help="replay a workload against an OpenAI-compatible server (measured here)")
+        "bench", help="send a workload's requests to any OpenAI-compatible server at their "
+                      "arrival times and measure latency and throughput (docs/bench.md)")
     parser.add_argument("workload", type=Path, metavar="WORKLOAD", help="workload JSON file")
     parser.add_argument("--url", required=True, type=non_empty,
                         help="the server, e.g. http://127.0.0.1:8000 (a trailing /v1 is fine)")
@@ -79,11 +80,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--timeout-s", type=finite_float(0.0, exclusive_min=True),
                         default=600.0, help="give up on one request after this long")
     parser.add_argument("--hardware", type=non_empty, default=None,
-                        help="the server's hardware, for the 0x0E hardware coordinate")
+                        help="the server's hardware, recorded so compare can tell runs on "
+                             "different machines apart (hardware coordinate, 0x0E)")
     parser.add_argument("--slo-ttft-ms", type=finite_float(0.0, exclusive_min=True),
-                        default=None, help="TTFT limit (default: the workload's per-request slo)")
+                        default=None, help="latency target for the time to first token "
+                                           "(TTFT), ms (default: the workload's per-request slo)")
     parser.add_argument("--slo-tbt-ms", type=finite_float(0.0, exclusive_min=True),
-                        default=None, help="TBT limit (default: the workload's per-request slo)")
+                        default=None, help="latency target for the time between output "
+                                           "tokens (TBT), ms (default: the workload's slo)")
     parser.add_argument("--no-logprobs", action="store_true",
                         help="do not ask for logprobs (tokens per chunk then count as one "
                              "per non-empty chunk)")

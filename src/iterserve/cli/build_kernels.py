@@ -9,7 +9,9 @@ import argparse
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "build-kernels", help="build the in-place paged decode attention kernel (cached)")
+        "build-kernels", help="compile the native attention and layer kernels once into "
+                              "~/.cache/iterserve (setup does it; models fall back to torch "
+                              "without them)")
     parser.set_defaults(run=run)
 
 

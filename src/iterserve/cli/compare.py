@@ -18,7 +18,8 @@ from iterserve.lab.inputs import load_runs
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "compare", help="compare runs whose coordinates are equal; refuse the rest (0x0E)")
+        "compare", help="put runs side by side, ranking only runs measured under the same "
+                        "conditions (coordinates, 0x0E) and naming what differs for the rest")
     parser.add_argument("runs", nargs="+", type=Path, metavar="RUN",
                         help="a simulate --out directory, a report.json or a result registry")
     parser.add_argument("--out", type=output_dir, default=None,

@@ -24,23 +24,24 @@ class FairnessFlagError(ValueError):
 
 def add_fairness_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt-weight", type=_WEIGHT, default=None,
-                        help="service weight w_p per completed prompt row (default: the "
-                             "workload's fairness section, else 1)")
+                        help="fairness: what one computed prompt token counts as service "
+                             "(w_p; default: the workload's fairness section, else 1)")
     parser.add_argument("--output-weight", type=_WEIGHT, default=None,
-                        help="service weight w_q per completed output (default: the "
-                             "workload's fairness section, else 1)")
+                        help="fairness: what one output token counts as service (w_q; "
+                             "default: the workload's fairness section, else 1)")
     parser.add_argument("--client-weight", action="append", default=None, metavar="CLIENT=W",
-                        help="a client's share weight (repeatable; default 1)")
+                        help="fairness: a client's share, its service is divided by W "
+                             "(client weight; repeatable; default 1)")
     parser.add_argument("--starvation-horizon", type=_HORIZON, default=None, metavar="H",
-                        help="starvation guard (F63): a client active and unserved for H clock "
-                             "units (iterations or ms) gets its oldest request's next interval "
-                             "forced into the plan (default: the workload's, else off)")
+                        help="a client with work waiting but no service for H clock units "
+                             "(iterations or ms) gets its oldest request scheduled next "
+                             "(starvation guard, F63; default: the workload's, else off)")
 
 
 def add_fairness_horizon_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fairness-horizon", type=_HORIZON, default=None, metavar="H",
-                        help="F63 observation horizon in clock units: a client eligible for H "
-                             "without a completed event counts as starved (default: the "
+                        help="report a client as starved when it waited H clock units "
+                             "without service (starvation horizon, F63; default: the whole "
                              "observation window)")
 
 

@@ -15,21 +15,31 @@ from iterserve.records.workload import read_text_file
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("generate", help="generate text with a local checkpoint")
-    parser.add_argument("model_dir", type=Path)
+    parser.add_argument("model_dir", type=Path,
+                        help="a local Llama, Qwen2/Qwen3 or Mistral checkpoint directory")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompt", action="append", type=non_empty, help="a prompt (repeatable)")
     source.add_argument("--prompts-file", type=Path, help="one prompt per line (UTF-8)")
-    parser.add_argument("--policy", default="vllm", type=non_empty)
-    parser.add_argument("--max-tokens", type=int_at_least(1, MAX_OUTPUT_TOKENS), default=32)
-    parser.add_argument("--temperature", type=finite_float(0.0), default=0.0)
-    parser.add_argument("--top-k", type=POSITIVE_INT, default=None)
-    parser.add_argument("--top-p", type=finite_float(0.0, 1.0, exclusive_min=True), default=1.0)
-    parser.add_argument("--seed", type=SEED, default=None)
+    parser.add_argument("--policy", default="vllm", type=non_empty,
+                        help="scheduling policy (see `iterserve policies`; default vllm)")
+    parser.add_argument("--max-tokens", type=int_at_least(1, MAX_OUTPUT_TOKENS), default=32,
+                        help="most output tokens per prompt (default 32)")
+    parser.add_argument("--temperature", type=finite_float(0.0), default=0.0,
+                        help="sampling temperature; 0 picks the likeliest token (default)")
+    parser.add_argument("--top-k", type=POSITIVE_INT, default=None,
+                        help="sample among the K likeliest tokens only")
+    parser.add_argument("--top-p", type=finite_float(0.0, 1.0, exclusive_min=True), default=1.0,
+                        help="sample among the likeliest tokens whose probabilities sum to P")
+    parser.add_argument("--seed", type=SEED, default=None,
+                        help="sampling seed (each prompt's draws are reproducible)")
     parser.add_argument("--stop", action="append", type=non_empty, default=[],
                         help="stop string (repeatable)")
-    parser.add_argument("--ignore-eos", action="store_true")
-    parser.add_argument("--token-budget", type=int_at_least(1, MAX_BUDGET), default=512)
-    parser.add_argument("--max-num-seqs", type=int_at_least(1, MAX_BUDGET), default=64)
+    parser.add_argument("--ignore-eos", action="store_true",
+                        help="keep going past the end-of-sequence token up to --max-tokens")
+    parser.add_argument("--token-budget", type=int_at_least(1, MAX_BUDGET), default=512,
+                        help="most tokens computed in one scheduler step (token budget; default 512)")
+    parser.add_argument("--max-num-seqs", type=int_at_least(1, MAX_BUDGET), default=64,
+                        help="most requests in one scheduler step (sequence budget; default 64)")
     kv = parser.add_mutually_exclusive_group()
     kv.add_argument("--num-kv-blocks", "--kv-blocks", dest="num_kv_blocks",
                     type=int_at_least(1, MAX_NUM_BLOCKS), default=None,
@@ -37,12 +47,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                          "spelling, kept as an alias; default: sized from free memory)")
     kv.add_argument("--kv-cache-memory", type=POSITIVE_INT, default=None,
                     help="KV pool size in bytes")
-    parser.add_argument("--block-size", type=int_at_least(1, MAX_BLOCK_SIZE), default=16)
-    parser.add_argument("--chunk-size", type=int_at_least(1, MAX_BUDGET), default=None)
+    parser.add_argument("--block-size", type=int_at_least(1, MAX_BLOCK_SIZE), default=16,
+                        help="tokens per KV cache block (default 16)")
+    parser.add_argument("--chunk-size", type=int_at_least(1, MAX_BUDGET), default=None,
+                        help="prompt tokens per prefill chunk, for the chunking policies")
     add_policy_setting_flag(parser)
     parser.add_argument("--dtype", default="auto",
-                        choices=["auto", "float32", "bfloat16", "float16"])
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+                        choices=["auto", "float32", "bfloat16", "float16"],
+                        help="weights' number format (auto: what the checkpoint declares)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                        help="where the model runs (default cpu)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per output")
     parser.set_defaults(run=run)
 

@@ -49,6 +49,14 @@ from iterserve.sim.replay import ReplayDivergence
 from iterserve.sim.traces import TraceError
 from iterserve.sim.workload_spec import WorkloadSpecError
 
+DESCRIPTION = """\
+A continuous-batching LLM server whose scheduler can be checked and replayed,
+and a lab that runs the same scheduler on a simulated clock. Serve a model
+(serve, generate), build workloads (workload), simulate and compare
+scheduling policies (simulate, compare, sweep, replay), and measure (profile,
+bench). Any error is one line on stderr and exit status 2; a run that fails
+writes nothing. Documentation: README.md and docs/README.md."""
+
 EXPECTED_ERRORS = (CheckpointError, WorkloadError, UnknownPolicy, PolicyConfigError, ReplayDivergence, ContractViolation,
                    EngineStalled, InfeasibleRun, FileNotFoundError, FlagError, OverloadConfigError, CostModelError,
                    WorkloadSpecError, TraceError, CompareError, CoordinateError, KvPoolSizeError,
@@ -58,7 +66,7 @@ EXIT_INTERRUPTED = 128 + 2  # SIGINT
 
 
 def build_parser() -> OneLineParser:
-    parser = OneLineParser(prog="iterserve", description=__doc__)
+    parser = OneLineParser(prog="iterserve", description=DESCRIPTION)
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module in (simulate, sweep, replay, policies, generate, make_model, workload, serve,
                    profile, compare, sensitivity, bench, build_kernels):

@@ -9,7 +9,8 @@ from iterserve.model.presets import PRESETS
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("make-model", help="write a random-weight Llama checkpoint")
+    parser = subparsers.add_parser("make-model", help="write a Llama checkpoint with random weights and a "
+                                   "local tokenizer (for tests, demos and benchmarks)")
     parser.add_argument("dir", type=output_dir, help="output directory (absent or a directory)")
     parser.add_argument("--preset", default="tiny", choices=sorted(PRESETS),
                         help="tiny (tests, demo) or small (benchmarks)")

@@ -12,7 +12,8 @@ from iterserve.policies.registry import describe_policy, policy_names
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("policies", help="list policies and their contracts (0x0E)")
+    parser = subparsers.add_parser("policies", help="list the scheduling policies with what each "
+                                   "claims and assumes (paper contract, 0x0E)")
     parser.add_argument("name", nargs="?", help="show one policy only")
     parser.add_argument("--cited", action="store_true",
                         help="list the cited methods iterserve does not run (Preble, LayerKV, "

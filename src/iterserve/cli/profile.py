@@ -16,13 +16,17 @@ MAX_THREADS = 1024  # torch intra-op threads: past any machine's cores
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("profile", help="measure the real executor, fit a cost model")
+    parser = subparsers.add_parser("profile", help="time a real model on a grid of batch shapes and fit "
+                                   "a step-time model for simulate --cost-model profile:FILE")
     parser.add_argument("model_dir", type=Path, help="a local checkpoint (make-model)")
     parser.add_argument("--out", type=output_file, required=True, help="profile JSON to write")
-    parser.add_argument("--grid", default="full", help="full (default) or quick")
+    parser.add_argument("--grid", default="full",
+                        help="full (default) or quick (fewer batch shapes, sooner)")
     parser.add_argument("--dtype", default="float32", help="float32 or bfloat16")
     parser.add_argument("--policy", default="vllm",
-                        help="the scheduler the cells run under (its time is measured too)")
+                        help="the scheduling policy the measured batches run under (its own "
+                             "time is part of each step); a profile for a chunking policy "
+                             "should be measured under one")
     add_policy_setting_flag(parser)
     parser.add_argument("--threads", type=int_at_least(1, MAX_THREADS), default=None,
                         help="torch intra-op threads (default: torch's own choice)")

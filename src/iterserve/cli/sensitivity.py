@@ -15,7 +15,8 @@ _MIB = 1024 * 1024
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "sensitivity", help="one-control sensitivity on the 0x0E base fixture (F68-F71)")
+        "sensitivity", help="change one control at a time (chunk size, budgets, forecasts) on "
+                            "a small fixed example and show which counts move (0x0E, F68-F71)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     parser.set_defaults(run=run)
 

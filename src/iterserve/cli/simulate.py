@@ -86,43 +86,58 @@ def writing_to(output: str) -> Iterator[None]:
 
 def add_run_flags(parser: argparse.ArgumentParser) -> None:
     """Flags shared by ``simulate`` and ``sweep``."""
-    parser.add_argument("--workload", type=Path, required=True, help="workload JSON file")
+    parser.add_argument("--workload", type=Path, required=True,
+                        help="workload JSON file (docs/workloads.md)")
     parser.add_argument("--cost-model", metavar="NAME[:params]",
-                        help="iteration cost: fixed:MS or linear:BASE_MS,PREFILL_ROW_MS,"
-                             "DECODE_ROW_MS (default: 1 s per iteration on the iteration "
-                             "clock, 1 ms on the ms clock)")
+                        help="how long each simulated step takes: fixed:MS (every step the "
+                             "same), linear:BASE_MS,PREFILL_ROW_MS,DECODE_ROW_MS (a base plus a "
+                             "cost per prompt and per output token), or profile:FILE (fitted by "
+                             "`iterserve profile` on a real model). Default: 1 s per step on "
+                             "the iteration clock, 1 ms on the ms clock; a placeholder, not a "
+                             "realistic speed")
     parser.add_argument("--overload", default="accept-all",
-                        help="overload contract: accept-all, bounded, slo-feasible")
+                        help="what to do with arrivals under overload (overload contract): "
+                             "accept-all, bounded (at most --max-live requests at once), "
+                             "slo-feasible (turn away requests that cannot meet their "
+                             "latency targets)")
     parser.add_argument("--max-live", type=int, default=None,
-                        help="live-request cap for --overload bounded")
+                        help="most requests admitted at once, for --overload bounded")
     parser.add_argument("--slo-ttft-ms", type=finite_float(), default=None,
-                        help="TTFT limit (default: the workload's per-request slo)")
+                        help="latency target for the time to first token (TTFT), ms "
+                             "(default: the workload's per-request slo)")
     parser.add_argument("--slo-tbt-ms", type=finite_float(), default=None,
-                        help="TBT limit (default: the workload's per-request slo)")
+                        help="latency target for the time between output tokens (TBT), ms "
+                             "(default: the workload's per-request slo)")
     add_fairness_flags(parser)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("simulate", help="run a workload on the simulated executor")
+    parser = subparsers.add_parser(
+        "simulate", help="run a workload through a scheduling policy on a simulated clock",
+        description="Run a workload through one scheduling policy on the simulated executor "
+                    "(the real scheduler, a modelled step time). Writes report.json, "
+                    "report.md, events.jsonl and plots to --out (docs/lab.md).")
     add_run_flags(parser)
     parser.add_argument("--policy", required=True, help="policy name (see `iterserve policies`)")
     add_policy_setting_flag(parser)
     parser.add_argument("--out", type=output_dir, required=True,
                         help="output directory (absent or a directory)")
     parser.add_argument("--decision-log", type=output_file,
-                        help="write the JSONL decision log here (only once the run succeeds)")
+                        help="write every scheduling decision to this JSONL file (decision "
+                             "log), for `iterserve replay`; written only once the run succeeds")
     parser.add_argument("--log-process", choices=("auto", "off"), default="auto",
                         help="auto: with two usable CPUs a second process writes the decision "
-                             "log and events.jsonl and checks each decision's state, "
-                             "following the run's decisions from a pipe (the same bytes, "
-                             "fewer wall seconds); off: the run's process does it all")
-    parser.add_argument("--max-iterations", type=POSITIVE_INT, default=None)
+                             "log and events.jsonl and checks each decision's state (the same "
+                             "bytes, sooner); off: one process does it all")
+    parser.add_argument("--max-iterations", type=POSITIVE_INT, default=None,
+                        help="stop after this many scheduler steps (iterations)")
     parser.add_argument("--window", type=finite_float(0.0), nargs=2, metavar=("START_S", "END_S"),
                         help="observation window in seconds (default: first arrival to the "
                              "last event)")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument("--bytes-per-row", type=int_at_least(1, MAX_BYTES_PER_ROW), default=None,
-                        help="logical KV bytes per row for the 0x09 exposure proxy")
+                        help="KV cache bytes per token, for the estimate of prefix bytes "
+                             "re-read by chunked prefill (0x09 exposure proxy)")
     add_fairness_horizon_flag(parser)
     parser.set_defaults(run=run)
 
@@ -338,9 +353,10 @@ def _summary_line(policy_id: str, report: dict[str, Any], out: Path) -> str:
     metrics = report.get("metrics")
     if metrics is not None:
         outcomes = metrics["outcomes"]
-        text += (f"; offered {outcomes['num_offered']}, SLO-valid {outcomes['num_slo_valid']}, "
-                 f"rejected {outcomes['num_rejected']}, offered-load attainment "
-                 f"{metrics['attainment']['offered_load']}")
+        text += (f"; {outcomes['num_offered']} arrived (offered), "
+                 f"{outcomes['num_slo_valid']} within their latency targets (SLO-valid), "
+                 f"{outcomes['num_rejected']} turned away (rejected); share within targets "
+                 f"(offered-load attainment) {metrics['attainment']['offered_load']}")
     return f"{text} -> {out / 'report.json'}"
 
 

@@ -74,17 +74,30 @@ CAPACITY_RULE = ("highest tested rate whose mean over trials of offered-load att
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("sweep", help="goodput capacity: SLO attainment vs offered rate")
+    parser = subparsers.add_parser(
+        "sweep", help="find the highest arrival rate at which each policy still meets its "
+                      "latency targets (goodput capacity)",
+        description="Re-time the workload's requests as Poisson arrivals at each --rates value, "
+                    "run every policy at every rate for --trials seeds, and report the share "
+                    "of requests within their latency targets (offered-load attainment) and "
+                    "the highest rate where it is at least --alpha (goodput capacity). Writes "
+                    "sweep.json and attainment_vs_rate.png to --out.")
     add_run_flags(parser)
-    parser.add_argument("--policy", nargs="+", required=True, help="policy names")
+    parser.add_argument("--policy", nargs="+", required=True,
+                        help="policy names to compare (see `iterserve policies`)")
     add_policy_setting_flag(parser)
     parser.add_argument("--rates", type=finite_float(0.0, MAX_RATE_PER_S, exclusive_min=True),
                         nargs="+", required=True,
-                        help=f"offered rates, requests per second (at most {MAX_RATE_PER_S:g})")
-    parser.add_argument("--alpha", type=finite_float(), default=0.9, help="required attainment")
+                        help=f"arrival rates to try, requests per second (offered rates; at "
+                             f"most {MAX_RATE_PER_S:g})")
+    parser.add_argument("--alpha", type=finite_float(), default=0.9,
+                        help="share of requests that must meet their latency targets for a "
+                             "rate to count (required attainment; default 0.9)")
     parser.add_argument("--trials", type=int_at_least(-MAX_TRIALS, MAX_TRIALS), default=3,
-                        help=f"seeded trials per rate (at most {MAX_TRIALS})")
-    parser.add_argument("--seed", type=SEED, default=0, help="base seed")
+                        help=f"runs per rate, each with its own arrival times (seeded "
+                             f"trials; at most {MAX_TRIALS})")
+    parser.add_argument("--seed", type=SEED, default=0,
+                        help="base seed of the arrival times (trial t uses SEED/t)")
     parser.add_argument("--workers", type=int_at_least(-MAX_WORKERS, MAX_WORKERS), default=None,
                         help="worker processes (default: os.cpu_count())")
     parser.add_argument("--ray", metavar="ADDRESS", default=None,

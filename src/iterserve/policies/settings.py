@@ -136,5 +136,5 @@ def add_policy_setting_flag(parser: argparse.ArgumentParser) -> None:
     holds ``(name, value)`` pairs, later ones winning (``dict(...)``)."""
     parser.add_argument(
         "--policy-setting", action="append", type=setting_flag, default=[], metavar="NAME=VALUE",
-        help="a policy setting, e.g. chunk_size=4 (repeatable; overrides the workload's "
-             "policy_settings)")
+        help="a setting of the chosen policy, e.g. chunk_size=4 (repeatable; overrides the "
+             "workload's policy_settings; `iterserve policies NAME` lists them)")
