@@ -71,9 +71,9 @@ def _freeze_startup_objects() -> None:
     """Collect once, then move every object alive after start-up (imports,
     the model, the tokenizer: ~185k on the small preset) out of the cyclic
     collector's reach: they live as long as the process, and each full
-    collection the step loop triggers would otherwise walk them all (one
-    ~95 ms pause on an engine thread in a 64-request run, measured by
-    benchmarks/bench_step_overhead.py). vLLM's engine does the same."""
+    collection the step loop triggers would otherwise walk them all, a
+    pause that lands in some request's inter-token gap
+    (benchmarks/bench_step_overhead.py shows it). vLLM's engine does the same."""
     gc.collect()
     gc.freeze()
 

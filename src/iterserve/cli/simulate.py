@@ -246,7 +246,7 @@ def _simulate(args: argparse.Namespace) -> int:
             stream = stack.enter_context(pending_file(args.decision_log))
         progress = RunProgress(len(online.requests))
         stack.callback(progress.close)
-        # the metric events go to disk as the run goes, not to memory (issue 15)
+        # the metric events go to disk as the run goes, not to memory (bounded memory)
         with staged_file(args.out.parent, args.out / "events.jsonl") as events:
             result = run_simulation(setup.manifest, config, stream, [progress], events=events,
                                     log_process=args.log_process == "auto")
@@ -289,8 +289,8 @@ def _bytes_per_row(args: argparse.Namespace, online: OnlineWorkload) -> int | No
 
 
 #: report.json's per-request sections: encoded in a forked child beside the report phase's
-#: scan in a long run (``is_long_run``); at 100,000 requests building and encoding them took
-#: 3.5 s after the rest of the report phase.
+#: scan in a long run (``is_long_run``); made after the rest of the report phase, they
+#: would keep one CPU busy alone at its end.
 PER_REQUEST_SECTIONS = ("requests", "chunk_ledger")
 
 
@@ -362,7 +362,7 @@ def _summary_line(policy_id: str, report: dict[str, Any], out: Path) -> str:
 
 #: The write buffer of a run's output streams. A decision log line is about 10 KB, more than
 #: the default 8 KiB, so each line was a write call of its own: at 100,000 requests the
-#: follower spent about 20 us a decision more in the kernel than with a MiB at a time.
+#: follower spent measurably more time in the kernel than with a MiB at a time.
 STREAM_BUFFER_BYTES = 1 << 20
 
 

@@ -43,7 +43,7 @@ from iterserve.records.state import CapacityFacts, SchedulerState
 
 @dataclass(frozen=True, slots=True)
 class KvStats:
-    """Counters for reports (issue: preemptions by mode, swapped bytes, hits)."""
+    """Counters for reports: preemptions by mode, swapped bytes, prefix-cache hits."""
 
     num_prefix_hit_tokens: int
     num_swapped_out_blocks: int

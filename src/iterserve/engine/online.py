@@ -1,4 +1,4 @@
-"""The online engine front: requests arrive while the engine runs (issue 10).
+"""The online engine front: requests arrive while the engine runs.
 
 One thread owns the :class:`Engine` and runs its step loop unchanged
 (plan -> validate -> execute -> validate -> advance); other threads only put

@@ -1,4 +1,4 @@
-"""The decision log of an online run (issue 10).
+"""The decision log of an online run.
 
 An online engine learns its requests as they arrive, but the log's header
 holds the whole workload and every line is chained to the one before it

@@ -1,5 +1,5 @@
 """Profile cells measured between the iterations of a real run (the fidelity
-protocol, issue 15).
+protocol).
 
 A profile fitted minutes before a run prices that run at the machine's
 speed of those minutes; on a shared machine the speed moves by 10-30 %

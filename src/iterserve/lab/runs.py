@@ -64,7 +64,7 @@ def poisson_workload(shape: PoissonShape, capacity: Capacity, kv: KvSpec) -> Onl
     return OnlineWorkload(f"poisson-{shape.seed}", "ms", capacity, tuple(specs), kv=kv)
 
 
-#: The fidelity experiment (issue 15 step 5): its policies and its KV pool,
+#: The fidelity experiment (simulator against the real engine): its policies and its KV pool,
 #: shared by tests/engine_model/test_fidelity.py and benchmarks/diag_fidelity_shapes.py.
 FIDELITY_POLICIES: dict[str, dict[str, int]] = {"vllm": {}, "sarathi": {"chunk_size": 64}}
 FIDELITY_KV = KvSpec(num_blocks=1024, block_size=16)

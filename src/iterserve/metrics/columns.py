@@ -3,7 +3,7 @@
 A run records a composition and a resource sample per executed iteration
 (about two iterations a request): as frozen slotted objects with boxed
 numbers that is ~150 bytes a record, kept to the end of the run for the
-report and the plots (issue 15). :class:`RecordColumns` keeps each field in
+report and the plots. :class:`RecordColumns` keeps each field in
 an ``array`` (8 bytes a value) and makes the record again when it is read:
 the same records, in order, with the same values and types (an ``int``
 column holds ints only, a ``float`` column floats only: anything else is

@@ -1,4 +1,4 @@
-"""An ascending sample held as its distinct values and their counts (issue 15).
+"""An ascending sample held as its distinct values and their counts.
 
 A run has one TBT gap per output token (20 million at 100,000 requests) but
 few distinct gaps: a gap is a sum of iteration durations, and a 10,000-request

@@ -5,7 +5,7 @@ service W_i, the number of completed events, the longest eligible stretch
 without one) read a client's facts once, in (time, amount) order: here they
 come as the consecutive slices of :mod:`iterserve.metrics.service_scan`, so a
 long run holds one slice of its per-token facts instead of all of them
-(16 bytes a token, issue 15). The figures are the whole-array ones exactly:
+(16 bytes a token). The figures are the whole-array ones exactly:
 the service is the same left-to-right sum (a running total carried from slice
 to slice), distinct times never straddle two slices, and each backlog
 interval's widest gap is the maximum of the same differences.

@@ -352,7 +352,7 @@ def plot_timelines_service(
     before the window's end."""
     service_weights = weights or ServiceWeights()
     start_s = -math.inf if window is None else window.start_s
-    # a time slice of the per-token facts at a time (issue 15), merged as _last_per_x merges
+    # a time slice of the per-token facts at a time (bounded memory), merged as _last_per_x merges
     series = client_service_curves(timelines, service_weights, start_s=start_s,
                                    max_points=MAX_STEP_VERTICES)
     figure, axes = _figure(1, 1, width_in=10.0)

@@ -1,4 +1,4 @@
-"""Per-client completed service a time slice at a time (0x09A F53, issue 15).
+"""Per-client completed service a time slice at a time (0x09A F53), in bounded memory.
 
 :func:`iterserve.metrics.series.client_increment_arrays` holds every
 completed fact of a client at once: 16 bytes a fact, one fact per output

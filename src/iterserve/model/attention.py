@@ -14,15 +14,15 @@ Launch structure (one valid realisation; 0x04 leaves it free):
   over the pool in place: nothing is gathered, padded or masked. With
   `chunks_in_place` the multi-row chunks go to the same call (the whole batch,
   one call per layer): the model asks for it where the kernel runs chunks on
-  the AMX tile unit (bf16, `chunk_tiles`), 0.3-0.6x the CPU time of one SDPA
-  call per chunk on a 512-row prefill step; elsewhere the kernel's vector
-  dot products lose to SDPA's GEMMs and chunks stay below;
+  the AMX tile unit (bf16, `chunk_tiles`), where it beats one SDPA call per
+  chunk (benchmarks/bench_step_ab.py); elsewhere the kernel's vector dot
+  products lose to SDPA's GEMMs and chunks stay below;
 - otherwise the single-row segments (decode rows, one-token chunks) are attended in a
   few padded SDPA calls per layer: sorted by the blocks they need and split
   into at most MAX_DECODE_GROUPS groups whose longest row needs at most
   DECODE_GROUP_GROWTH times the blocks of its shortest, so the gathered
   padding stays bounded when context lengths spread (one group padded to the
-  longest row copied ~2x the needed K/V bytes on the issue-12 workload, see
+  longest row would copy K/V bytes that no row needs; see
   decode_gather_bytes). Within a group block tables are gathered to
   [B, L, kv, d], the query heads of each kv head form one group, and a
   boolean mask hides padding and rows past each position;

@@ -11,8 +11,8 @@ Transformers is imported only when it can change the result: a Llama config
 with default RoPE that states its rope_theta gets head_dim and rope_theta
 exactly as `parse_model_config` read them (Llama's head_dim default is
 hidden_size / num_attention_heads, which the parser applies too), so
-`resolve` returns it as parsed; importing transformers for it cost ~2 s of
-start-up (the built-in presets are such configs).
+`resolve` returns it as parsed, and start-up skips importing transformers,
+one of its largest costs (the built-in presets are such configs).
 
 Dynamic NTK: transformers recomputes the frequencies for the whole sequence
 once it grows past max_position_embeddings, which would re-rotate keys already

@@ -3,8 +3,8 @@ the OS offers them.
 
 The paged attention kernel reads a pool's blocks scattered over tens of
 megabytes per layer; on 4 KiB pages nearly every block visit misses the TLB
-(a page walk per block, two-dimensional under a hypervisor), which costs about
-a fifth of a decode step's attention on the issue-12 workload (see
+(a page walk per block, two-dimensional under a hypervisor), a large share of
+a decode step's attention (measure it with
 benchmarks/bench_paged_kernel.py --pages). A private anonymous mapping
 advised MADV_HUGEPAGE is backed by 2 MiB pages when the kernel's THP mode is
 `always` or `madvise`; under `never`, or without madvise, it is ordinary
@@ -13,10 +13,10 @@ so an unused tail of a pool costs no resident memory and no start-up time.
 
 That first touch is not free, though: the OS zeroes each 2 MiB page as it
 faults in, and under a hypervisor that backs guest memory lazily (a
-Firecracker VM here) the host faults it in too: 1-5 ms per huge page. A
-step whose rows first reach a new huge page of every layer's pools (16 on
-the small preset) stalled 90-100 ms in system time on the issue-12
-workload. :func:`prefault` takes that cost up front: the runtime commits a
+Firecracker VM here) the host faults it in too. A step whose rows first
+reach a new huge page of every layer's pools (16 on the small preset) then
+stalls in system time, and that stall becomes the run's worst inter-token
+gap. :func:`prefault` takes that cost up front: the runtime commits a
 pool the user sized (`--num-kv-blocks`, `--kv-cache-memory`) and every
 pool of `iterserve serve` that way at start-up, as vLLM does its KV cache,
 and leaves an offline pool sized from free memory lazy

@@ -6,9 +6,9 @@ process's pool threads outnumber its CPUs, libgomp throttles every worker's
 spin-wait to a few hundred spins, so each of a forward's ~300 parallel
 regions pays a futex sleep and wake-up per worker. Loading the weights and
 warming the kernels on the caller's thread, then running every forward on
-the engine thread, leaves two pools alive: on 2 cores that made every
-decode forward of the small preset 1.27x slower (35.7 vs 28.0 ms at 32
-rows, `benchmarks/bench_omp_pools.py`; the whole issue-12 workload 1.5x).
+the engine thread, leaves two pools alive, and on a machine with few cores
+every forward then pays those sleeps (`benchmarks/bench_omp_pools.py`
+measures the difference).
 Run such set-up through :func:`on_passing_thread`: its pool ends with the
 thread, and the engine thread's pool is the only one left.
 """

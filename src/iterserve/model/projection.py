@@ -1,26 +1,23 @@
 """The projection matmuls of the packed forward: x @ W^T (+ bias) per kernel choice.
 
-Two CPU choices, both measured on the project's machines (interleaved, thread
-CPU time, small-preset layer shapes):
+Two CPU choices, each picked by measurement on small-preset layer shapes
+(benchmarks/bench_projection_rows.py, benchmarks/bench_row_padding.py):
 
 - bfloat16 where oneDNN runs it natively (AVX-512 BF16 / AMX): each weight is
   reordered once at load into oneDNN's blocked layout
   (`torch.ops.mkldnn._reorder_linear_weight`) and applied with
-  `torch.ops.mkldnn._linear_pointwise`: 0.84x the time of the next best path
-  at 16 and 64 rows, 0.62x at 100 rows, 0.80x at 312 rows on the Xeon, and
-  bit-identical to `F.linear` on those shapes (tests/model/test_projection.py
-  checks the forward). The reorder hint is 64 rows (decode-sized; 256 was
-  within noise of it).
+  `torch.ops.mkldnn._linear_pointwise`: faster than the other paths at decode
+  and prefill row counts, and bit-identical to `F.linear` on those shapes
+  (tests/model/test_projection.py checks the forward). The reorder hint is
+  decode-sized (64 rows); a larger hint measured no different.
 - otherwise, below SMALL_BATCH_ROWS rows a CPU GEMM runs as (W @ X^T)^T, which
-  the CPU BLAS handles far better than a thin left operand (1.3-2.5x for
-  fp32 at 8..64 rows on the AVX2 machine; on the Xeon in bf16 still
-  0.6-0.9x of `F.linear` up to 96 rows, equal at 96-160).
+  the CPU BLAS handles better than a thin left operand (in float32 and, on
+  CPUs without native bf16, in bf16 too).
 
 oneDNN builds (JIT-compiles) a primitive for each new row count it sees, per
-weight shape: 1-4 ms at decode sizes, 10-20 ms at 200-500 rows, one thread
-(benchmarks/bench_projection_rows.py). A decode batch shrinks one row count
-at a time as requests finish, so an unbucketed run of the side-by-side
-benchmark built ~60 primitives per shape (0.55 s of its 19 s of CPU). The
+weight shape, milliseconds each (benchmarks/bench_projection_rows.py). A
+decode batch shrinks one row count at a time as requests finish, so an
+unbucketed run builds dozens of primitives per shape mid-run. The
 packed path therefore pads decode-sized inputs to a multiple of
 DECODE_ROW_BUCKET rows (bandwidth-bound there: the padding rows cost little,
 and the valid rows come out as they would unpadded, give or take the last

@@ -1,11 +1,11 @@
-"""Records that transpose into field columns once (issue 15).
+"""Records that transpose into field columns once.
 
 A plan's work items and a result's completed intervals are NamedTuples, and
 nearly every layer reads them a field column at a time: the validator, the
 simulated executor and its cost model, the transition, the follower's feed
-and the decision log. Each ``zip(*items)`` of a plan's work costs about 9 us
-at 94 rows, and a decision made four of them on the same tuple (and three
-of its result's completions).
+and the decision log. Each ``zip(*items)`` of a plan's work walks every
+row, and a decision would otherwise make four of them on the same tuple
+(and three of its result's completions).
 
 A :class:`FieldColumns` is a tuple of such records (equal to, and hashing
 as, the plain tuple) that keeps its transposition once one is asked for;

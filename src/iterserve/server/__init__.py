@@ -1,1 +1,1 @@
-"""OpenAI-compatible HTTP server over the online engine (issue 10)."""
+"""OpenAI-compatible HTTP server over the online engine."""

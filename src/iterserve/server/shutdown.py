@@ -1,4 +1,4 @@
-"""Graceful shutdown (issue 10 step 7): the first SIGTERM / SIGINT stops
+"""Graceful shutdown: the first SIGTERM / SIGINT stops
 accepting (new generation requests get 503, ``/health`` says draining),
 drains the in-flight requests up to the drain timeout, aborts the rest
 (0x0C: successor generations, blocks freed), then lets uvicorn exit."""

@@ -8,12 +8,11 @@ and a long run keeps a growing set of them (the waiting requests' views,
 the traces, the recorder's records; the report's timelines after it).
 Inside :func:`collector_held_back` no pass runs; on exit the collector is
 enabled again if it was, so a process that runs a simulation keeps its own
-settings afterwards. This module's earlier setting (the objects alive
-before the run frozen, young passes every 50,000 allocations, the report
-phase on the defaults) spent 3.5 s in passes over a 100,000-request
-``iterserve simulate`` (issue 15's workload), about 2.9 s of them in the
-report phase and little in the run loop; disabled, the peak RSS is 584 MiB
-instead of 596 (benchmarks/README.md, thirteenth session).
+settings afterwards. Holding the collector back only partly (the objects
+alive before the run frozen, rare young passes) still spent seconds of a
+long ``iterserve simulate`` walking live objects, mostly in the report
+phase, and freed nothing: disabled, the peak memory is lower too
+(benchmarks/README.md has the measurements).
 """
 
 from __future__ import annotations

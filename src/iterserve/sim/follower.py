@@ -1,4 +1,4 @@
-"""A simulated run's follower: a second process that records the run (issue 15).
+"""A simulated run's follower: a second process that records the run.
 
 Recording a simulated run costs about as much as running it: the decision
 log's canonical lines and state digests, the metric events. On a machine

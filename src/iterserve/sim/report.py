@@ -408,8 +408,9 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
     batch composition and the queue and KV series (the recorder's) beside
     the scan, the service plot (the timelines') and the fairness measures
     beside the run summary, the latency plot (the summary's) beside the
-    evaluation. At 100,000 requests the summary, the fairness measures and
-    the service plot take 3-4 s each. A failure stops them."""
+    evaluation. On a long run the summary, the fairness measures and the
+    service plot are each among the report phase's largest parts, so each
+    gets a CPU. A failure stops them."""
     recorder = run.recorder
     events_path = out_dir / "events.jsonl"
     if not recorder.is_streaming:
@@ -527,7 +528,7 @@ def is_long_run(run: SimulationRun) -> bool:
 
 def _plot_service(out_dir: Path, timelines: Iterable[RequestTimeline],
                   window: ObservationWindow, unit: TimeUnit, weights: ServiceWeights) -> None:
-    # imported here: matplotlib costs ~2 s of start-up that other commands should not pay
+    # imported here: matplotlib is slow to import, and other commands should not pay for it
     from iterserve.metrics.plots import plot_timelines_service
 
     plot_timelines_service(timelines, out_dir / "client_service.png", window=window,

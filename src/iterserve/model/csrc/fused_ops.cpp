@@ -20,13 +20,11 @@
 // (parallel_grain; each thread then gets at least half of that): a decode
 // batch's RMSNorm and RoPE rows run on the calling thread, its SiLU-and-mul
 // rows (5,632 wide in the small preset) and a prefill step's rows split.
-// Measured inside the side-by-side workload, builds alternating call by call
-// (benchmarks/bench_fused_grain.py), against the old fixed 16-row grain: on
-// the idle Xeon the calling thread won at <= 64 rows for RMSNorm (1.10x) and
-// RoPE (1.25x) and lost for SiLU-and-mul (0.84x) and for 512-row RMSNorm
-// (0.64x), hence 2^17 (2^19 had all four on one thread); on a loaded machine
-// the calling thread won 4.5-8.0x at <= 64 rows. write_kv against two
-// index_copy_: 1.9x at <= 64 rows, 1.16x above (idle).
+// For a few rows, waking a second thread costs more than the work it takes
+// over, and more still on a loaded machine; wide or many rows repay it. The
+// threshold is where the two measured level for these ops on the small
+// preset's shapes (benchmarks/bench_fused_grain.py alternates builds call by
+// call to re-measure it). write_kv likewise runs on the calling thread.
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
