@@ -23,8 +23,8 @@ production path. The profile runs under ``sarathi`` (64-row chunks) for
 both policies, so a prompt's later chunks are among its shapes (under
 ``vllm`` the simulated ``sarathi`` TTFT was 17-19 % low); profiling each
 policy under itself (an iteration's time includes the scheduler's) was
-tried and was less stable (README). The figures are
-printed (``-s``) for the README.
+tried and was less stable (docs/performance-history.md). The figures are
+printed (``-s``) for docs/benchmarks.md.
 """
 
 from __future__ import annotations

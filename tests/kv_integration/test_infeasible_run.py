@@ -27,9 +27,9 @@ def test_the_policies_without_a_preemption_path_are_the_documented_ones() -> Non
                if make_policy(name, **({"chunk_size": 4} if name == "sarathi" else {}))
                .running_set is not RunningSet.PREEMPTS}  # type: ignore[attr-defined]
     assert without == {*NO_PREEMPTION, "static"}
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "policies.md").read_text()
     for name in sorted(without):
-        assert f"`{name}`" in readme.split("Policies without a preemption path")[1][:900]
+        assert f"`{name}`" in doc.split("Policies without a preemption path")[1][:900]
 
 
 @pytest.mark.parametrize("policy", NO_PREEMPTION)
