@@ -23,7 +23,8 @@ def interpreter() -> str:
     shared library mapped into the process (a default source build such as
     pyenv's) or linked into the executable (Debian's and Ubuntu's, built
     with profile-guided and link-time optimisation). The simulator's speed
-    differs by about 15 % between the two on one CPU (benchmarks/README.md)."""
+    differs between the two on one CPU, so a timing must name its interpreter
+    (docs/benchmarks.md, "Which Python")."""
     try:
         maps = Path("/proc/self/maps").read_text(encoding="utf-8")
         linked = "libpython shared" if "libpython" in maps else "libpython static"

@@ -1,4 +1,4 @@
-"""Documented size limits of a workload (README "Workload limits").
+"""Documented size limits of a workload (docs/workloads.md, "Limits").
 
 A value past a limit is refused when the workload is loaded, with a one-line
 error naming the field and the limit, instead of running the simulator out of

@@ -2,7 +2,7 @@
 
 The schema is checked once, by ``records/workload_schema.py`` (types, ranges,
 the size limits of ``records/limits.py``); this module reads the file and
-builds the records. Shape (documented in the README):
+builds the records. Shape (documented in docs/workloads.md):
 
     {
       "workload_id": str,
