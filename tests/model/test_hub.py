@@ -94,6 +94,19 @@ def test_generate_loads_a_model_by_its_hub_id(tiny_dir, hf_home, capsys) -> None
     assert (by_id["token_ids"], by_id["text"]) == (by_dir["token_ids"], by_dir["text"])
 
 
+@pytest.mark.slow
+def test_llm_by_hub_id_is_named_by_it(tiny_dir, hf_home) -> None:
+    from iterserve.llm import LLM
+
+    _place_in_cache(tiny_dir, hf_home / "hub", "acme/tiny-llama")
+    llm = LLM("acme/tiny-llama", kv_blocks=32)
+    try:
+        assert llm.runtime.model_name == "acme/tiny-llama"
+        assert llm.generate(["Hello"])[0].token_ids
+    finally:
+        llm.close()
+
+
 def test_generate_with_a_missing_hub_id_exits_2_naming_the_cache(hf_home, capsys) -> None:
     assert main(["generate", "acme/not-downloaded", "--prompt", "Hello"]) == 2
     err = capsys.readouterr().err

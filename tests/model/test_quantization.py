@@ -181,6 +181,12 @@ def _with_config(tiny_dir: Path, dst: Path, **config: object) -> Path:
         "group_0": {"weights": {"type": "float", "num_bits": 4, "strategy": "tensor_group"}}}},
      "num_bits=4"),
     ({"quant_method": "fp8", "fmt": "e5m2"}, "'e5m2'"),
+    ({"quant_method": "compressed-tensors", "format": "mixed-precision", "config_groups": {
+        "group_0": {"format": "float-quantized", "weights": {"type": "float", "num_bits": 8,
+                                                             "strategy": "channel"}},
+        "group_1": {"format": "pack-quantized", "weights": {"type": "int", "num_bits": 4,
+                                                            "strategy": "group"}}}},
+     "'group_1' format='pack-quantized'"),
 ])
 def test_other_quantization_methods_are_refused_by_name(tiny_dir, tmp_path, settings,
                                                         named) -> None:

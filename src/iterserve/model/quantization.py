@@ -11,8 +11,8 @@ only in the scale's name and granularity:
   without it, `<module>.weight_scale` holds one factor for the tensor.
 - `quant_method: "fbgemm_fp8"`: `<module>.weight_scale` of shape [out, 1],
   one factor per output channel.
-- `quant_method: "compressed-tensors"` with `format: "float-quantized"` and
-  8-bit float weights: `<module>.weight_scale` per tensor ([1]), per channel
+- `quant_method: "compressed-tensors"` with `format: "float-quantized"` (or
+  `"mixed-precision"` with every group float-quantized) and 8-bit float weights: `<module>.weight_scale` per tensor ([1]), per channel
   ([out, 1]) or per block (`block_structure`), as `strategy` says.
 
 In every case the real weight is `weight.float() * scale` (the `_inv` suffix
@@ -51,6 +51,8 @@ SCALE_SUFFIXES = ("_scale_inv", "_scale")
 #: Dtypes a weight may have in an unquantized checkpoint.
 PLAIN_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 COMPRESSED_TENSORS_STRATEGIES = ("tensor", "channel", "block")
+#: compressed-tensors formats: FP8 stored as float8 tensors; per-group formats.
+FLOAT_QUANTIZED, MIXED_PRECISION = "float-quantized", "mixed-precision"
 
 
 class UnsupportedQuantizationError(CheckpointError):
@@ -110,24 +112,28 @@ def _compressed_tensors_block_size(settings: Mapping[str, Any]) -> tuple[int, in
     channel); any other compressed-tensors scheme is refused, naming what it is."""
     method = "compressed-tensors"
     fmt = settings.get("format")
-    if fmt != "float-quantized":
+    if fmt not in (FLOAT_QUANTIZED, MIXED_PRECISION):
         raise UnsupportedQuantizationError(method, f"format={fmt!r}")
     if settings.get("sparsity_config"):
         raise UnsupportedQuantizationError(method, "sparsity_config")
     groups = settings.get("config_groups")
     if not isinstance(groups, Mapping) or not groups:
         raise UnsupportedQuantizationError(method, "no config_groups")
-    block_sizes = {_group_block_size(name, group) for name, group in groups.items()}
+    block_sizes = {_group_block_size(name, group, fmt) for name, group in groups.items()}
     if len(block_sizes) > 1:
         raise UnsupportedQuantizationError(method, "config_groups with different block sizes")
     return block_sizes.pop()
 
 
-def _group_block_size(name: str, group: Any) -> tuple[int, int] | None:
+def _group_block_size(name: str, group: Any, fmt: str) -> tuple[int, int] | None:
     method = "compressed-tensors"
     weights = group.get("weights") if isinstance(group, Mapping) else None
     if not isinstance(weights, Mapping):
         raise UnsupportedQuantizationError(method, f"config group {name!r} has no weights scheme")
+    group_format = group.get("format") or fmt  # a group's own format overrides (mixed-precision)
+    if group_format != FLOAT_QUANTIZED:
+        raise UnsupportedQuantizationError(method, f"config group {name!r} "
+                                                   f"format={group_format!r}")
     kind = (weights.get("type"), weights.get("num_bits"))
     if kind != ("float", 8):
         raise UnsupportedQuantizationError(

@@ -87,7 +87,8 @@ class HFTokenizer:
         if self._chat_renderer is None:
             from transformers import AutoTokenizer  # only chat rendering needs transformers
 
-            self._chat_renderer = AutoTokenizer.from_pretrained(self._model_dir)
+            self._chat_renderer = AutoTokenizer.from_pretrained(self._model_dir,
+                                                                local_files_only=True)
         text = self._chat_renderer.apply_chat_template(
             [dict(m) for m in messages], tokenize=False, add_generation_prompt=add_generation_prompt
         )
