@@ -171,3 +171,13 @@ def test_no_tokenizer_file_names_both_files_looked_for(tiny_dir, tmp_path) -> No
         load_tokenizer(model_dir)
     assert str(model_dir / "tokenizer.json") in str(error.value)
     assert "tokenizer.model" in str(error.value)
+
+
+def test_serve_reads_a_hub_id_from_the_cache(tiny_dir, hf_home, capsys) -> None:
+    """The config is read off the cached snapshot (a pool too small for one block of
+    its layers is refused before any socket is bound); a missing id names the cache."""
+    _place_in_cache(tiny_dir, hf_home / "hub", "acme/tiny-llama")
+    assert main(["serve", "acme/tiny-llama", "--kv-cache-memory", "10"]) == 2
+    assert "holds no block" in capsys.readouterr().err
+    assert main(["serve", "acme/not-downloaded"]) == 2
+    assert str(hf_home / "hub" / "models--acme--not-downloaded") in capsys.readouterr().err
