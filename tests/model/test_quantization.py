@@ -45,15 +45,20 @@ QUANTIZED = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "do
 #: at every position of a teacher-forced sequence. Why: e4m3 keeps 3 mantissa
 #: bits, so rounding moves each weight by at most 2^-4 of itself (~2.4% RMS),
 #: independently across weights; through 4 layers of 7 quantized matrices the
-#: logits move by ~8% RMS of their spread (measured on the tiny model, both
-#: layouts: RMS 0.07-0.09, largest single logit 0.24-0.30 of 2,048). The
-#: bounds leave about 1.5x room. A wrong scale is far outside them: ignored,
-#: the weights are ~4,000x too large; inverted, the logits flatten (~1 std).
+#: logits move by under a tenth of their spread. Measured on the tiny model
+#: (3 x 3 sequences of 16 tokens, seeds 5, 11, 17): RMS at the worst position
+#: 0.075-0.089 per tensor, 0.080-0.092 per block; the largest single logit of
+#: 2,048 0.32-0.36 and 0.28-0.38. The bounds leave ~1.6x room. A wrong scale
+#: is far outside them (measured, seed 5, per tensor): ignored (weights read
+#: 4,411-6,158x too large) RMS 1.48, largest 5.59; divided instead of
+#: multiplied RMS 1.00, largest 3.79.
 #: Greedy tokens are not compared here: the random tiny model's logits hold
 #: near-ties (top-2 gaps of 0.00-0.05 std at some positions, exact bf16 ties
-#: among them) that any rounding flips; the exact test compares them instead.
+#: among them) that the rounding flips: measured, 0-3 of 20 teacher-forced
+#: argmax picks differ per sequence (5 sequences per layout). The exact test
+#: compares greedy tokens instead.
 MAX_RMS_CHANGE = 0.15
-MAX_LOGIT_CHANGE = 0.45
+MAX_LOGIT_CHANGE = 0.6
 NUM_GREEDY_STEPS = 12
 SEQUENCE_LEN = 16
 
