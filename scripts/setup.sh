@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv (if missing) and installs iterserve with its pinned dependencies.
-# torch==2.13.0 resolves to the CPU wheel that pip finds on this machine's disk.
+# pyproject.toml takes compatible ranges (torch>=2.6,<3); constraints.txt pins the tested
+# versions, and its torch==2.13.0 resolves to the CPU wheel pip finds on this machine's disk.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # .venv from $PYTHON, else the distribution's python3.11 (faster: see make_venv.sh)

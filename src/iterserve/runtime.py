@@ -16,6 +16,7 @@ from iterserve.engine.observer import EngineObserver
 from iterserve.engine.online import OnlineEngine
 from iterserve.kv.pool_size import KvPoolRequest, num_pool_blocks
 from iterserve.model.executor import TorchExecutor
+from iterserve.model.hub import resolve_model
 from iterserve.model.kv_cache import bytes_per_block
 from iterserve.model.llama import PackedCausalLM
 from iterserve.model.loader import load_model
@@ -98,11 +99,14 @@ def _load_executor(model_dir: str | Path, config: EngineConfig,
 def load_runtime(model_dir: str | Path, config: EngineConfig, *,
                  served_model_name: str | None = None,
                  observers: Sequence[EngineObserver] = ()) -> Runtime:
-    """Load the checkpoint and start its online engine thread."""
+    """Load the checkpoint (a directory, or a hub id in the local Hugging Face
+    cache: model/hub.py) and start its online engine thread."""
     policy = make_engine_policy(config)  # a bad name or setting fails before any model work
     gate = make_overload_gate(config)
     if config.device.startswith("cuda") and not cuda_available():
         raise ValueError(f"device {config.device!r}: this torch build has no usable CUDA device")
+    source = resolve_model(model_dir)
+    model_dir = source.path
     tokenizer = load_tokenizer(model_dir)
     # the engine thread's OpenMP pool must be the process's only one (model/omp_pools.py)
     executor, max_model_len = on_passing_thread(
@@ -115,5 +119,5 @@ def load_runtime(model_dir: str | Path, config: EngineConfig, *,
     engine = OnlineEngine(executor, policy, config.capacity(), max_model_len=max_model_len,
                           kv=kv, gate=gate, observers=observers)
     _freeze_startup_objects()
-    name = served_model_name or Path(model_dir).resolve().name
+    name = served_model_name or source.name
     return Runtime(engine.start(), tokenizer, name, max_model_len)

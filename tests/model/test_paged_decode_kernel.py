@@ -217,6 +217,28 @@ def test_missing_compiler_is_a_build_failure(tmp_path: Path,
         kernels.load_paged_decode(tmp_path / "build")
 
 
+def test_a_build_on_first_use_is_announced_in_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))  # fails fast, after the notice
+    with (caplog.at_level(logging.WARNING, logger=kernels.__name__),
+          pytest.raises(kernels.KernelBuildError)):
+        kernels.load_paged_decode(tmp_path / "first-use")
+    notices = [r.getMessage() for r in caplog.records if "building them into" in r.getMessage()]
+    assert len(notices) == 1 and "\n" not in notices[0]
+    assert str(tmp_path / "first-use") in notices[0] and "iterserve build-kernels" in notices[0]
+
+
+def test_a_prebuilt_library_loads_without_a_notice(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    build_dir = tmp_path / "prebuilt"
+    build_dir.mkdir()
+    (build_dir / f"{kernels.LIBRARY_NAME}.so").write_bytes(b"not a shared library")
+    with (caplog.at_level(logging.WARNING, logger=kernels.__name__),
+          pytest.raises(kernels.KernelBuildError)):
+        kernels.load_paged_decode(build_dir)
+    assert not any("building them into" in r.getMessage() for r in caplog.records)
+
+
 def test_backend_names_and_devices_are_checked() -> None:
     assert not kernels.resolve_in_place_decode("torch", torch.float32, CPU)
     assert not kernels.resolve_in_place_decode("auto", torch.float64, CPU)

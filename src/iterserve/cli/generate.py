@@ -16,7 +16,8 @@ from iterserve.records.workload import read_text_file
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("generate", help="generate text with a local checkpoint")
     parser.add_argument("model_dir", type=Path,
-                        help="a local Llama, Qwen2/Qwen3 or Mistral checkpoint directory")
+                        help="a checkpoint directory, or a hub id (org/name) in the local "
+                             "Hugging Face cache")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompt", action="append", type=non_empty, help="a prompt (repeatable)")
     source.add_argument("--prompts-file", type=Path, help="one prompt per line (UTF-8)")

@@ -18,7 +18,9 @@ MAX_THREADS = 1024  # torch intra-op threads: past any machine's cores
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("profile", help="time a real model on a grid of batch shapes and fit "
                                    "a step-time model for simulate --cost-model profile:FILE")
-    parser.add_argument("model_dir", type=Path, help="a local checkpoint (make-model)")
+    parser.add_argument("model_dir", type=Path,
+                        help="a checkpoint directory (make-model), or a hub id (org/name) "
+                             "in the local Hugging Face cache")
     parser.add_argument("--out", type=output_file, required=True, help="profile JSON to write")
     parser.add_argument("--grid", default="full",
                         help="full (default) or quick (fewer batch shapes, sooner)")
@@ -37,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     import dataclasses
 
     from iterserve.lab.profiling import GRIDS, profile_model
+    from iterserve.model.hub import resolve_model
     from iterserve.model.loader import load_model
     from iterserve.model.runtime import DTYPES, set_num_threads
     from iterserve.policies.registry import make_policy
@@ -52,10 +55,11 @@ def run(args: argparse.Namespace) -> int:
         raise FlagError(f"--dtype: must be one of {', '.join(sorted(DTYPES))}, got {args.dtype!r}")
     if args.threads is not None:
         set_num_threads(args.threads)
-    model = load_model(args.model_dir, dtype=DTYPES[args.dtype])
+    model_dir = resolve_model(args.model_dir).path
+    model = load_model(model_dir, dtype=DTYPES[args.dtype])
     with writing_to(f"--out {args.out}"):  # fails before the profiling, not after it
         args.out.parent.mkdir(parents=True, exist_ok=True)
-    result = profile_model(args.model_dir, model, grid)
+    result = profile_model(model_dir, model, grid)
     with writing_to(f"--out {args.out}"):
         args.out.write_text(json.dumps(result.profile.to_json(), indent=2) + "\n",
                             encoding="utf-8")

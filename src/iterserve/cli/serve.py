@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("serve", help="serve a checkpoint over an OpenAI-compatible API")
     parser.add_argument("model_dir", type=Path, nargs="?", default=None,
-                        help="a local checkpoint (default: the built-in tiny model)")
+                        help="a checkpoint directory, or a hub id (org/name) in the local "
+                             "Hugging Face cache (default: the built-in tiny model)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--api-key", default=None)
@@ -123,14 +124,16 @@ def build_config(args: argparse.Namespace, model_dir: Path) -> EngineConfig:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from iterserve.model.hub import resolve_model
     from iterserve.runtime import load_runtime
     from iterserve.server.app import ServerSettings, create_app
     from iterserve.server.shutdown import DrainingServer
 
     _check_flags(args)
-    model_dir = args.model_dir or builtin_model(args.model_cache_dir)
-    config = build_config(args, model_dir)
-    runtime = load_runtime(model_dir, config, served_model_name=args.served_model_name)
+    source = resolve_model(args.model_dir or builtin_model(args.model_cache_dir))
+    config = build_config(args, source.path)
+    runtime = load_runtime(source.path, config,
+                           served_model_name=args.served_model_name or source.name)
     app = create_app(runtime, ServerSettings(args.api_key, args.max_body_bytes))
     server = DrainingServer(uvicorn.Config(app, host=args.host, port=args.port,
                                            log_level="warning"),

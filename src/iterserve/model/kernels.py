@@ -13,7 +13,8 @@ with torch.utils.cpp_extension (g++ and ninja) into
 `$XDG_CACHE_HOME/iterserve/kernels/<key>/` (default `~/.cache`), where the key
 names the torch version, the source hash and the CPU's instruction-set flags,
 so a torch upgrade, an edited source or another CPU model builds afresh
-(`-march=native`). A cached build loads in milliseconds; `iterserve
+(`-march=native`). A cached build loads in milliseconds; a missing one is
+built on first use, announced by one warning line on stderr; `iterserve
 build-kernels` (run by scripts/setup.sh) builds ahead so that start-up stays
 fast. The loaded library is memoized per build directory; that is the only
 state kept.
@@ -109,6 +110,9 @@ def _load(build_dir: Path) -> OpNamespace | str:
         else:
             from torch.utils import cpp_extension  # heavy import, only when building
 
+            logger.warning("iterserve: native kernels not built for this torch and CPU yet; "
+                           "building them into %s once (about 15 s; `iterserve build-kernels` "
+                           "does it ahead)", build_dir)
             build_dir.mkdir(parents=True, exist_ok=True)
             cpp_extension.load(name=LIBRARY_NAME, sources=[str(s) for s in SOURCES],
                                build_directory=str(build_dir),

@@ -2,7 +2,9 @@
 
 Safety and scope: weights are read from safetensors only (a pickle-based
 `*.bin` checkpoint is refused, never unpickled), no remote code runs, nothing
-is downloaded. Supported families: see config.SUPPORTED_ARCHITECTURES.
+is downloaded. Supported families: see config.SUPPORTED_ARCHITECTURES. FP8
+checkpoints are dequantized at load; other quantization methods are refused
+(model/quantization.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from iterserve.model.config import ModelConfig, parse_model_config
 from iterserve.model.errors import CheckpointError, MissingCheckpointFileError
 from iterserve.model.hf_config import resolve
 from iterserve.model.llama import PackedCausalLM
+from iterserve.model.quantization import dequantizing, read_scheme
 from iterserve.model.weights import assemble_weights, expected_shape
 
 CONFIG_FILE = "config.json"
@@ -44,6 +47,7 @@ def load_model(
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise CheckpointError(f"{model_dir}: not a checkpoint directory")
+    scheme = read_scheme(_read_json(model_dir / CONFIG_FILE))  # refuses what it cannot load
     config = load_config(model_dir)
     dtype = resolve_dtype(dtype, config)
     with ExitStack() as stack:
@@ -65,7 +69,7 @@ def load_model(
                                       f"config.json implies {expected}")
             return tensor
 
-        weights = assemble_weights(config, get, dtype, device)
+        weights = assemble_weights(config, dequantizing(get, scheme), dtype, device)
     return PackedCausalLM(config, weights, prepack=prepack, attention_backend=attention_backend)
 
 

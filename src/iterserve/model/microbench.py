@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from iterserve.model.hub import resolve_model
 from iterserve.model.kv_cache import PagedKVCache
 from iterserve.model.llama import PackedCausalLM
 from iterserve.model.loader import load_model
@@ -95,7 +96,7 @@ def main() -> None:
     parser.add_argument("--context-len", type=int, default=200)
     parser.add_argument("--num-steps", type=int, default=8)
     args = parser.parse_args()
-    model = load_model(args.model_dir, DTYPES[args.dtype], args.device)
+    model = load_model(resolve_model(args.model_dir).path, DTYPES[args.dtype], args.device)
     result = measure_decode(model, args.num_sequences, args.context_len, args.num_steps)
     print(
         f"{args.device} {args.dtype} threads={torch.get_num_threads()} "

@@ -15,7 +15,8 @@ from typing import Any, Protocol
 
 from tokenizers import Tokenizer
 
-from iterserve.model.errors import CheckpointError, MissingCheckpointFileError
+from iterserve.model.errors import CheckpointError
+from iterserve.model.tokenizer_sentencepiece import from_sentencepiece
 
 ChatMessage = Mapping[str, str]
 
@@ -86,7 +87,8 @@ class HFTokenizer:
         if self._chat_renderer is None:
             from transformers import AutoTokenizer  # only chat rendering needs transformers
 
-            self._chat_renderer = AutoTokenizer.from_pretrained(self._model_dir)
+            self._chat_renderer = AutoTokenizer.from_pretrained(self._model_dir,
+                                                                local_files_only=True)
         text = self._chat_renderer.apply_chat_template(
             [dict(m) for m in messages], tokenize=False, add_generation_prompt=add_generation_prompt
         )
@@ -94,17 +96,17 @@ class HFTokenizer:
 
 
 def load_tokenizer(model_dir: Path | str) -> HFTokenizer:
-    """Read `tokenizer.json` (required) and the special tokens declared beside it."""
+    """Read `tokenizer.json` (else a sentencepiece `tokenizer.model`, converted
+    through transformers) and the special tokens declared beside it."""
     model_dir = Path(model_dir)
     tokenizer_path = model_dir / "tokenizer.json"
-    if not tokenizer_path.is_file():
-        raise MissingCheckpointFileError(str(tokenizer_path))
-    try:
-        tokenizer = Tokenizer.from_file(str(tokenizer_path))
-    except Exception as exc:  # the tokenizers library raises a bare Exception
-        message = " ".join(str(exc).split())[:200]
-        raise CheckpointError(f"{tokenizer_path}: not a readable tokenizer ({message})") from None
     settings = _optional_json(model_dir / "tokenizer_config.json")
+    if tokenizer_path.is_file():
+        tokenizer = _read_tokenizer_json(tokenizer_path)
+    else:
+        converted = from_sentencepiece(model_dir)
+        tokenizer = converted.tokenizer
+        settings = {"bos_token": converted.bos_token, "eos_token": converted.eos_token} | settings
     bos_id = _special_id(tokenizer, settings.get("bos_token"))
     eos_ids = [_special_id(tokenizer, settings.get("eos_token"))]
     for name in ("generation_config.json", "config.json"):
@@ -114,6 +116,14 @@ def load_tokenizer(model_dir: Path | str) -> HFTokenizer:
     return HFTokenizer(
         tokenizer, model_dir, bos_id, unique_eos, template if isinstance(template, str) else None
     )
+
+
+def _read_tokenizer_json(path: Path) -> Tokenizer:
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # the tokenizers library raises a bare Exception
+        message = " ".join(str(exc).split())[:200]
+        raise CheckpointError(f"{path}: not a readable tokenizer ({message})") from None
 
 
 class FakeTokenizer:
