@@ -134,8 +134,9 @@ def _check_flags(args: argparse.Namespace) -> None:
                  "num_kv_blocks", "kv_cache_memory", "max_model_len", "max_live",
                  "max_body_bytes", "max_client_labels"):
         value = getattr(args, flag)
-        if value is not None and value < (1 if flag not in ("port", "max_client_labels") else 0):
-            raise FlagError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+        least = 0 if flag in ("port", "max_client_labels") else 1
+        if value is not None and value < least:
+            raise FlagError(f"--{flag.replace('_', '-')} must be >= {least}, got {value}")
     if args.port > 65535:
         raise FlagError(f"--port must be <= 65535, got {args.port}")
     if not args.drain_timeout >= 0:

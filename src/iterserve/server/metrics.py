@@ -36,7 +36,12 @@ from iterserve.engine.publisher import OUTCOMES
 from iterserve.records.preemption import KV_PREEMPTION_MODES, PreemptionCause
 from iterserve.records.state import SchedulerState, blocks_used_of_total
 from iterserve.server.client_labels import OTHER_CLIENTS, ClientLabels
-from iterserve.server.metrics_observer import GATE_REASONS, MetricsObserver, MetricsSnapshot
+from iterserve.server.metrics_observer import (
+    GATE_REASONS,
+    MetricsObserver,
+    MetricsSnapshot,
+    SnapshotPublisher,
+)
 
 # counter families read off the snapshot: name -> (help, label names, label values
 # always shown even at zero, so a dashboard's series exist from the start)
@@ -165,10 +170,13 @@ class ServerMetrics:
             (policy.policy_id, str(getattr(policy, "policy_version", "1")))))
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
-        # after the stream publisher: the observer is its outcome listener and
-        # publishes each step's snapshot once the outcomes are counted
+        # the observer counts a step's tokens before the stream publisher ends
+        # requests (and calls it back with their outcomes); the snapshot is
+        # published after, with the outcomes counted
+        observers = engine.engine.observers
+        observers.insert(observers.index(engine.publisher), self.observer)
         engine.publisher.outcome_listeners.append(self.observer.on_outcome)
-        engine.engine.observers.append(self.observer)
+        observers.append(SnapshotPublisher(self.observer))
 
     @property
     def snapshot(self) -> MetricsSnapshot:

@@ -106,8 +106,10 @@ class _Histograms:
 
 
 class MetricsObserver(EngineObserver):
-    """Must run after the engine's stream publisher (``ServerMetrics``
-    appends it), whose outcome listener it is."""
+    """Runs before the engine's stream publisher and is its outcome listener,
+    so an ended request's summary exists before its client hears the end;
+    :class:`SnapshotPublisher`, after the publisher, publishes each step's
+    snapshot once its outcomes are counted (``ServerMetrics`` places both)."""
 
     def __init__(self, registry: CollectorRegistry, model_name: str, labels: ClientLabels,
                  engine: Engine, executor: object) -> None:
@@ -117,7 +119,6 @@ class MetricsObserver(EngineObserver):
         self._executor = executor
         self._counts: Counter[CountKey] = Counter()
         self._live: dict[str, _Track] = {}
-        self._ending: list[tuple[str, str]] = []  # (request id, outcome) since the last publish
         self._ended: OrderedDict[str, RequestSummary] = OrderedDict()
         self.snapshot = MetricsSnapshot(engine.state, {})
 
@@ -139,7 +140,7 @@ class MetricsObserver(EngineObserver):
         if outcome != "rejected":  # vLLM counts client and engine aborts as ``abort``
             reason = finish_reason if finish_reason in ("stop", "length") else "abort"
             counts[("vllm:request_success", (reason,))] += 1
-        self._ending.append((request_id, outcome))
+        self._end(request_id, outcome)
 
     def on_arrival(self, spec: RequestSpec, now: float) -> None:
         self._counts[("iterserve:requests_submitted", ())] += 1
@@ -151,10 +152,6 @@ class MetricsObserver(EngineObserver):
         self._counts[("iterserve:rejections", (reason if reason in GATE_REASONS
                                                else "other",))] += 1
         self._ended[spec.request_id] = RequestSummary(spec.num_prompt_tokens, 0, None)
-        self._publish(self._engine.state)  # a gate's state already holds the earlier arrivals
-
-    def on_cancel(self, request_id: str, state: SchedulerState, successor: SchedulerState) -> None:
-        self._publish(successor)
 
     def on_step(self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
                 successor: SchedulerState) -> None:
@@ -170,7 +167,6 @@ class MetricsObserver(EngineObserver):
                 self._emission(done.request_id, now_ms)
         counts[("iterserve:prefix_cache_hit_tokens", ())] = float(
             getattr(self._executor, "num_cached_rows_skipped", 0))
-        self._publish(successor)
 
     def _intent(self, kind: IntentKind, request_id: str, reason: str, now_ms: float) -> None:
         if kind is IntentKind.ADMIT:
@@ -224,11 +220,12 @@ class MetricsObserver(EngineObserver):
         track.last_token_ms = now_ms
         track.num_output_tokens += 1
 
-    def _publish(self, state: SchedulerState) -> None:
-        for request_id, outcome in self._ending:
-            self._end(request_id, outcome)
-        self._ending.clear()
+    def publish(self, state: SchedulerState) -> None:
+        """Publish ``state`` with the counts through it (one immutable object)."""
         self.snapshot = MetricsSnapshot(state, dict(self._counts))
+
+    def publish_current(self) -> None:
+        self.publish(self._engine.state)
 
     def _end(self, request_id: str, outcome: str) -> None:
         track = self._live.pop(request_id, None)
@@ -251,3 +248,22 @@ class MetricsObserver(EngineObserver):
             hist.tpot.observe((last - first) / 1000.0 / (track.num_output_tokens - 1))
         hist.prompt_tokens.observe(track.num_prompt_tokens)
         hist.generation_tokens.observe(track.num_output_tokens)
+
+
+class SnapshotPublisher(EngineObserver):
+    """After the stream publisher: the step's state and counts become the
+    snapshot a scrape reads. A gate's rejection publishes the engine's
+    current state, which already holds the arrivals admitted before it."""
+
+    def __init__(self, observer: MetricsObserver) -> None:
+        self._observer = observer
+
+    def on_reject(self, spec: RequestSpec, reason: str, now: float) -> None:
+        self._observer.publish_current()
+
+    def on_cancel(self, request_id: str, state: SchedulerState, successor: SchedulerState) -> None:
+        self._observer.publish(successor)
+
+    def on_step(self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
+                successor: SchedulerState) -> None:
+        self._observer.publish(successor)
