@@ -13,6 +13,7 @@ import argparse
 import logging
 import os
 import socket
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -193,14 +194,22 @@ def api_key(args: argparse.Namespace) -> str | None:
     return args.api_key or os.environ.get(API_KEY_ENV) or None
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at emit time (a test's capture
+    that has since closed is never held)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
 def configure_logging(level: str) -> None:
     """iterserve's loggers (engine errors, access lines, stats) to stderr at ``level``."""
-    handler = logging.StreamHandler()
+    handler = _StderrHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger("iterserve")
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    root.propagate = False
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -234,12 +243,16 @@ def run(args: argparse.Namespace) -> int:
     from iterserve.server.shutdown import DrainingServer
 
     _check_flags(args)
-    configure_logging(args.log_level)
     settings = server_settings(args)
-    sock = bind_socket(args.host, args.port)
     model_dir = args.model_dir or builtin_model(args.model_cache_dir)
     config = build_config(args, model_dir)
-    runtime = load_runtime(model_dir, config, served_model_name=args.served_model_name)
+    sock = bind_socket(args.host, args.port)  # before the model loads (seconds to minutes)
+    try:
+        configure_logging(args.log_level)
+        runtime = load_runtime(model_dir, config, served_model_name=args.served_model_name)
+    except BaseException:
+        sock.close()
+        raise
     app = create_app(runtime, settings)
     server = DrainingServer(uvicorn.Config(app, host=args.host, port=args.port,
                                            log_level=args.log_level, access_log=False),

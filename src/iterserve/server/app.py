@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from dataclasses import dataclass
 
 from fastapi import FastAPI, Header, Request
@@ -84,7 +84,8 @@ def client_identity(user: str | None, header: str | None) -> str:
     return client
 
 
-def _stats_lifespan(metrics: ServerMetrics, interval_s: float):  # type: ignore[no-untyped-def]
+def _stats_lifespan(metrics: ServerMetrics, interval_s: float
+                    ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     """The app's lifespan: the periodic stats line runs while the app does."""
 
     @asynccontextmanager

@@ -15,7 +15,7 @@ inter-token gap from the previous output (0x07).
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
+from collections import OrderedDict, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -117,7 +117,7 @@ class MetricsObserver(EngineObserver):
         self._labels = labels
         self._engine = engine
         self._executor = executor
-        self._counts: Counter[CountKey] = Counter()
+        self._counts: defaultdict[CountKey, float] = defaultdict(float)
         self._live: dict[str, _Track] = {}
         self._ended: OrderedDict[str, RequestSummary] = OrderedDict()
         self.snapshot = MetricsSnapshot(engine.state, {})
@@ -165,8 +165,8 @@ class MetricsObserver(EngineObserver):
         for done in result.completed:
             if done.emitted:
                 self._emission(done.request_id, now_ms)
-        counts[("iterserve:prefix_cache_hit_tokens", ())] = float(
-            getattr(self._executor, "num_cached_rows_skipped", 0))
+        counts[("iterserve:prefix_cache_hit_tokens", ())] = getattr(
+            self._executor, "num_cached_rows_skipped", 0)
 
     def _intent(self, kind: IntentKind, request_id: str, reason: str, now_ms: float) -> None:
         if kind is IntentKind.ADMIT:
