@@ -85,10 +85,33 @@ def test_a_failing_request_is_aborted_alone_and_logged_with_its_traceback(serve,
     assert facts.num_blocks_free == facts.num_blocks_total
 
 
-def test_a_whole_step_failure_is_logged_once_with_its_traceback(serve, caplog):
+class _FailingPolicy:
+    """The engine's policy, raising on its ``call``-th choice."""
+
+    def __init__(self, policy: object, call: int, error: Exception) -> None:
+        self._policy = policy
+        self._calls = {"n": 0, "at": call}
+        self._error = error
+
+    def choose(self, state):  # type: ignore[no-untyped-def]
+        self._calls["n"] += 1
+        if self._calls["n"] == self._calls["at"]:
+            raise self._error
+        return self._policy.choose(state)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._policy, name)
+
+
+@pytest.mark.parametrize("where", ["executor", "policy"])
+def test_a_whole_step_failure_is_logged_once_with_its_traceback(serve, caplog, where):
     caplog.set_level(logging.WARNING, logger="iterserve")
     served = serve()
-    fail_on_call(served.engine.executor, 2, RuntimeError("device lost"))
+    if where == "executor":
+        fail_on_call(served.engine.executor, 2, RuntimeError("device lost"))
+    else:
+        engine = served.engine.engine
+        engine.policy = _FailingPolicy(engine.policy, 2, RuntimeError("device lost"))
     body = {"model": "tiny", "prompt": "x", "max_tokens": 4, "ignore_eos": True}
     assert httpx.post(served.base_url + "/v1/completions", json=body, timeout=60).status_code \
         == 503

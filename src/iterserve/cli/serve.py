@@ -238,7 +238,7 @@ def server_settings(args: argparse.Namespace) -> ServerSettings:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from iterserve.runtime import load_runtime
+    from iterserve.runtime import load_runtime, make_engine_policy, make_overload_gate
     from iterserve.server.app import create_app
     from iterserve.server.shutdown import DrainingServer
 
@@ -246,6 +246,8 @@ def run(args: argparse.Namespace) -> int:
     settings = server_settings(args)
     model_dir = args.model_dir or builtin_model(args.model_cache_dir)
     config = build_config(args, model_dir)
+    make_engine_policy(config)  # a bad policy, setting or gate fails before the port is bound
+    make_overload_gate(config)
     sock = bind_socket(args.host, args.port)  # before the model loads (seconds to minutes)
     try:
         configure_logging(args.log_level)
