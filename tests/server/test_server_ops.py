@@ -208,6 +208,26 @@ def test_cors_preflight_answers_with_the_allowed_origin(serve):
     assert models.headers["access-control-allow-origin"] == "https://app.example"
 
 
+def test_cors_flags_take_words_or_a_json_list():
+    from iterserve.cli.main import build_parser
+    from iterserve.cli.serve import server_settings
+    from iterserve.cli.simulate import FlagError
+
+    def settings(*flags: str):  # type: ignore[no-untyped-def]
+        return server_settings(build_parser().parse_args(["serve", *flags]))
+
+    plain = settings("--allowed-origins", "https://a.example", "https://b.example")
+    assert plain.allowed_origins == ("https://a.example", "https://b.example")
+    assert plain.allowed_methods == ("*",) and plain.allowed_headers == ("*",)
+    vllm_style = settings("--allowed-origins", '["https://a.example"]',
+                          "--allowed-methods", '["GET", "POST"]')
+    assert vllm_style.allowed_origins == ("https://a.example",)
+    assert vllm_style.allowed_methods == ("GET", "POST")
+    assert settings().allowed_origins == ()
+    with pytest.raises(FlagError, match="--allowed-origins: not a JSON list"):
+        settings("--allowed-origins", "[nope")
+
+
 def test_no_cors_headers_unless_origins_are_allowed(serve):
     served = serve()
     response = httpx.get(served.base_url + "/v1/models",

@@ -10,6 +10,7 @@ decision and event logs and exits 0.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import socket
@@ -53,13 +54,15 @@ def _add_http_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024,
                         help="largest request body accepted; larger ones get 413 "
                              "(default: %(default)s)")
-    parser.add_argument("--allowed-origins", nargs="+", default=[], metavar="ORIGIN",
+    parser.add_argument("--allowed-origins", nargs="+", default=None, metavar="ORIGIN",
                         help="CORS: origins browsers may call from, e.g. "
-                             "https://app.example.com or '*' (default: none, no CORS headers)")
-    parser.add_argument("--allowed-methods", nargs="+", default=["*"], metavar="METHOD",
-                        help="CORS: methods allowed cross-origin (default: *)")
-    parser.add_argument("--allowed-headers", nargs="+", default=["*"], metavar="HEADER",
-                        help="CORS: request headers allowed cross-origin (default: *)")
+                             "https://app.example.com or '*', or one JSON list as vLLM takes "
+                             "(default: none, no CORS headers)")
+    parser.add_argument("--allowed-methods", nargs="+", default=None, metavar="METHOD",
+                        help="CORS: methods allowed cross-origin, or one JSON list (default: *)")
+    parser.add_argument("--allowed-headers", nargs="+", default=None, metavar="HEADER",
+                        help="CORS: request headers allowed cross-origin, or one JSON list "
+                             "(default: *)")
 
 
 def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
@@ -227,12 +230,30 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def cors_values(flag: str, values: list[str] | None, default: tuple[str, ...]
+                ) -> tuple[str, ...]:
+    """A CORS flag's values: words, or one JSON list of strings (vLLM's form)."""
+    if values is None:
+        return default
+    if len(values) == 1 and values[0].lstrip().startswith("["):
+        try:
+            parsed = json.loads(values[0])
+        except json.JSONDecodeError as exc:
+            raise FlagError(f"--{flag}: not a JSON list ({exc.msg})") from None
+        if not (isinstance(parsed, list) and all(isinstance(v, str) for v in parsed)):
+            raise FlagError(f"--{flag}: a JSON list must hold strings only")
+        return tuple(parsed)
+    return tuple(values)
+
+
 def server_settings(args: argparse.Namespace) -> ServerSettings:
     from iterserve.server.app import ServerSettings
 
-    return ServerSettings(api_key(args), args.max_body_bytes, args.max_client_labels,
-                          tuple(args.allowed_origins), tuple(args.allowed_methods),
-                          tuple(args.allowed_headers), args.stats_interval_s)
+    return ServerSettings(
+        api_key(args), args.max_body_bytes, args.max_client_labels,
+        cors_values("allowed-origins", args.allowed_origins, ()),
+        cors_values("allowed-methods", args.allowed_methods, ("*",)),
+        cors_values("allowed-headers", args.allowed_headers, ("*",)), args.stats_interval_s)
 
 
 def run(args: argparse.Namespace) -> int:
