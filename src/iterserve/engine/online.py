@@ -205,7 +205,9 @@ class OnlineEngine:
         return request_id
 
     def take_error(self) -> BaseException | None:
-        """The engine failure that ended the live requests, if any (cleared)."""
+        """The latest engine failure, if any (cleared): a step's, which ended
+        every live request, or one request's own (``LLM.generate`` raises it:
+        a batch call must not return an aborted output as if it were one)."""
         error, self.error = self.error, None
         return error
 
@@ -324,6 +326,7 @@ class OnlineEngine:
     def _abort_failed(self, failures: dict[str, BaseException]) -> None:
         """Abort each request the executor failed on alone; the others go on."""
         for request_id, exc in failures.items():
+            self.error = exc
             logger.error("request %s failed in the executor and is aborted; the other "
                          "requests go on", request_id, exc_info=exc)
             view = self.engine.state.views.get(request_id)
