@@ -92,7 +92,9 @@ def _load_executor(model_dir: str | Path, config: EngineConfig,
     executor = TorchExecutor(model, num_blocks, config.block_size, tokenizer,
                              num_host_blocks=config.num_host_blocks,
                              enable_prefix_caching=config.enable_prefix_caching,
-                             commit_kv=config.commits_kv())
+                             commit_kv=config.commits_kv(),
+                             # the online engine aborts a failing request, the rest go on
+                             isolate_failures=True)
     return executor, max_model_len
 
 

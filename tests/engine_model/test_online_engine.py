@@ -130,3 +130,38 @@ def test_an_engine_failure_ends_the_live_streams_and_the_engine_keeps_serving(on
     facts = engine.state.capacity
     assert facts.num_blocks_free == facts.num_blocks_total
     assert engine.publisher.outcomes()[("aborted", "anonymous")] == 1
+
+
+def test_a_failure_of_one_request_aborts_it_alone_and_the_log_replays(online, tmp_path):
+    """A packed forward that fails because of one request's rows is run again
+    one request at a time: that request is aborted, the others in its batch
+    finish, and the decision log (with the failure fact) replays."""
+    from iterserve.engine.online import Submission
+
+    engine = online.engine
+    poison = 77
+    real = engine.executor.model.forward
+
+    def forward(batch, cache):  # type: ignore[no-untyped-def]
+        if poison in batch.token_ids.tolist():
+            raise RuntimeError("poisoned row")
+        return real(batch, cache)
+
+    engine.executor.model.forward = forward
+    prompts = ([5, 6, 7], [poison, 8, 9], [10, 11, 12, 13])
+    streams = [BlockingOutputStream("") for _ in prompts]
+    ids, _ = engine.add_requests([
+        Submission(p, SamplingParams(max_tokens=6, **GREEDY), s)
+        for p, s in zip(prompts, streams, strict=True)])  # one arrival: one batch
+    finals = [list(stream)[-1] for stream in streams]
+    assert [f.finish_reason for f in finals] == ["length", "aborted", "length"]
+    assert finals[1].reason == "engine error: RuntimeError"
+    assert str(engine.take_error()) == "poisoned row"  # for LLM.generate to raise
+    assert engine.wait_idle(30)
+    facts = engine.state.capacity
+    assert facts.num_blocks_free == facts.num_blocks_total
+    engine.shutdown(0.0)
+    log = tmp_path / "online.jsonl"
+    engine.write_logs(log, None)
+    assert '"executor_error"' in log.read_text()
+    assert replay(log).num_iterations == engine.engine.num_iterations

@@ -44,17 +44,21 @@ def _bench(served, workload: Path, out: Path, *extra: str) -> dict:
 
 def _scrape(served) -> dict[str, float]:
     assert served.engine.wait_idle(30)
-    return parse_metrics(httpx.get(served.base_url + "/metrics", timeout=10).text)
+    return parse_metrics(httpx.get(served.base_url + "/metrics", timeout=10).text,
+                         ("model_name",))
 
 
-def _server_count(samples: dict[str, float], outcome: str, client: str = "_all") -> float:
-    return samples.get(f'iterserve:requests_total{{client="{client}",outcome="{outcome}"}}', 0.0)
+def _server_count(samples: dict[str, float], outcome: str, client: str | None = None) -> float:
+    if client is None:
+        return samples.get(f'iterserve:requests_total{{outcome="{outcome}"}}', 0.0)
+    return samples.get(f'iterserve:client_requests_total{{client="{client}",outcome="{outcome}"}}',
+                       0.0)
 
 
 def _tokens(samples: dict[str, float], client: str | None = None) -> float:
-    prefix = "iterserve:generation_tokens_total{"
-    return sum(v for k, v in samples.items() if k.startswith(prefix)
-               and (client is None or k == f'{prefix}client="{client}"}}'))
+    if client is None:
+        return samples["vllm:generation_tokens_total"]
+    return samples.get(f'iterserve:client_generation_tokens_total{{client="{client}"}}', 0.0)
 
 
 @pytest.mark.slow

@@ -46,8 +46,8 @@ async def _run_all(base_url: str, disconnects: set[int]) -> list[dict]:
 
 
 def _outcomes(base_url: str) -> dict[str, float]:
-    samples = parse_metrics(httpx.get(base_url + "/metrics").text)
-    outcomes = {o: samples.get(f'iterserve:requests_total{{client="_all",outcome="{o}"}}', 0.0)
+    samples = parse_metrics(httpx.get(base_url + "/metrics").text, ("model_name",))
+    outcomes = {o: samples.get(f'iterserve:requests_total{{outcome="{o}"}}', 0.0)
                 for o in ("finished", "cancelled", "rejected", "aborted")}
     outcomes["submitted"] = samples["iterserve:requests_submitted_total"]
     return outcomes

@@ -18,7 +18,7 @@ def test_vtc_server_exposes_per_client_ledger(serve):
                               headers={"X-Client-Id": client}, timeout=60)
         assert response.status_code == 200
     assert served.engine.wait_idle(30)
-    samples = parse_metrics(httpx.get(served.base_url + "/metrics").text)
+    samples = parse_metrics(httpx.get(served.base_url + "/metrics").text, ("model_name",))
     rows = {c: samples[f'iterserve:client_service_tokens_total{{client="{c}"}}']
             for c in ("alice", "bob")}
     done = {c: samples[f'iterserve:client_weighted_service{{client="{c}"}}']

@@ -10,51 +10,120 @@ decision and event logs and exits 0.
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import os
+import socket
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from iterserve.cli.simulate import FlagError
 from iterserve.policies.settings import add_policy_setting_flag, parse_settings
+from iterserve.server.client_labels import DEFAULT_MAX_CLIENT_LABELS
 
 if TYPE_CHECKING:
     from iterserve.llm import EngineConfig
+    from iterserve.server.app import ServerSettings
+
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+API_KEY_ENV = "ITERSERVE_API_KEY"
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("serve", help="serve a checkpoint over an OpenAI-compatible API")
     parser.add_argument("model_dir", type=Path, nargs="?", default=None,
                         help="a checkpoint directory, or a hub id (org/name) in the local "
                              "Hugging Face cache (default: the built-in tiny model)")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--api-key", default=None)
-    parser.add_argument("--served-model-name", default=None)
-    parser.add_argument("--max-num-batched-tokens", type=int, default=512)
-    parser.add_argument("--max-num-seqs", type=int, default=64)
-    parser.add_argument("--block-size", type=int, default=16)
+    _add_http_flags(parser)
+    _add_engine_flags(parser)
+    _add_ops_flags(parser)
+    parser.set_defaults(run=run)
+
+
+def _add_http_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default: %(default)s; 0.0.0.0 for all)")
+    parser.add_argument("--port", type=int, default=8000,
+                        help="TCP port to listen on (default: %(default)s)")
+    parser.add_argument("--api-key", default=None,
+                        help=f"require 'Authorization: Bearer KEY' on the /v1 routes "
+                             f"(default: ${API_KEY_ENV} when set, else no key)")
+    parser.add_argument("--served-model-name", default=None,
+                        help="the model name clients send (default: the checkpoint "
+                             "directory's name)")
+    parser.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024,
+                        help="largest request body accepted; larger ones get 413 "
+                             "(default: %(default)s)")
+    parser.add_argument("--allowed-origins", nargs="+", default=None, metavar="ORIGIN",
+                        help="CORS: origins browsers may call from, e.g. "
+                             "https://app.example.com or '*', or one JSON list as vLLM takes "
+                             "(default: none, no CORS headers)")
+    parser.add_argument("--allowed-methods", nargs="+", default=None, metavar="METHOD",
+                        help="CORS: methods allowed cross-origin, or one JSON list (default: *)")
+    parser.add_argument("--allowed-headers", nargs="+", default=None, metavar="HEADER",
+                        help="CORS: request headers allowed cross-origin, or one JSON list "
+                             "(default: *)")
+
+
+def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-num-batched-tokens", type=int, default=512,
+                        help="token rows per iteration, prefill and decode together "
+                             "(default: %(default)s)")
+    parser.add_argument("--max-num-seqs", type=int, default=64,
+                        help="requests per iteration (default: %(default)s)")
+    parser.add_argument("--block-size", type=int, default=16,
+                        help="token rows per KV block (default: %(default)s)")
     kv = parser.add_mutually_exclusive_group()
-    kv.add_argument("--num-kv-blocks", type=int, default=None)
+    kv.add_argument("--num-kv-blocks", type=int, default=None,
+                    help="KV pool size in blocks (default: see --kv-cache-memory)")
     kv.add_argument("--kv-cache-memory", type=int, default=None,
                     help="KV pool size in bytes (default: half the memory free after loading, "
                          "at most max-num-seqs full-length sequences)")
-    parser.add_argument("--max-model-len", type=int, default=None)
+    parser.add_argument("--max-model-len", type=int, default=None,
+                        help="prompt + output tokens per request (default: the model's "
+                             "max_position_embeddings)")
     parser.add_argument("--dtype", default="auto",
-                        choices=["auto", "float32", "bfloat16", "float16"])
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--policy", default="vllm")
+                        choices=["auto", "float32", "bfloat16", "float16"],
+                        help="weight and KV dtype (default: auto, the checkpoint's torch_dtype)")
+    parser.add_argument("--device", default="cpu",
+                        help="torch device, e.g. cpu or cuda:0 (default: %(default)s)")
+    parser.add_argument("--policy", default="vllm",
+                        help="scheduling policy (default: %(default)s; "
+                             "`iterserve policies` lists them)")
     add_policy_setting_flag(parser)
-    parser.add_argument("--admission", default="none")
+    parser.add_argument("--admission", default="none",
+                        help="KV reservation estimator for admission: none, max, point, "
+                             "quantile or watermark (default: %(default)s)")
     parser.add_argument("--overload", default="accept-all",
-                        choices=["accept-all", "bounded", "slo-feasible"])
-    parser.add_argument("--max-live", type=int, default=None)
-    parser.add_argument("--cost-model", default=None, help="for --overload slo-feasible")
-    parser.add_argument("--decision-log", type=Path, default=None)
-    parser.add_argument("--event-log", type=Path, default=None)
-    parser.add_argument("--drain-timeout", type=float, default=30.0, help="seconds")
-    parser.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
+                        choices=["accept-all", "bounded", "slo-feasible"],
+                        help="arrival gate: refused arrivals get 429 (default: %(default)s)")
+    parser.add_argument("--max-live", type=int, default=None,
+                        help="live requests allowed by --overload bounded")
+    parser.add_argument("--cost-model", default=None,
+                        help="iteration cost model NAME:PARAMS for --overload slo-feasible")
+
+
+def _add_ops_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--decision-log", type=Path, default=None,
+                        help="write the decision log (replayable) here at shutdown")
+    parser.add_argument("--event-log", type=Path, default=None,
+                        help="write the metric event log (JSONL) here at shutdown")
+    parser.add_argument("--drain-timeout", type=float, default=30.0,
+                        help="seconds SIGTERM waits for in-flight requests before aborting "
+                             "them (default: %(default)s)")
     parser.add_argument("--model-cache-dir", type=Path, default=None,
                         help="where the built-in tiny model is kept ($XDG_CACHE_HOME/iterserve, "
                              "~/.cache/iterserve when unset)")
-    parser.set_defaults(run=run)
+    parser.add_argument("--log-level", default="info", choices=LOG_LEVELS,
+                        help="stderr log level; info shows one access line per request and "
+                             "the stats line (default: %(default)s)")
+    parser.add_argument("--stats-interval-s", type=float, default=10.0,
+                        help="seconds between stats lines (throughput, queues, KV usage) while "
+                             "busy; 0 turns them off (default: %(default)s)")
+    parser.add_argument("--max-client-labels", type=int, default=DEFAULT_MAX_CLIENT_LABELS,
+                        help="clients (user / X-Client-Id) with their own /metrics label; the "
+                             "rest are counted as 'other' (default: %(default)s)")
 
 
 def builtin_model(cache_dir: Path | None) -> Path:
@@ -68,14 +137,17 @@ def builtin_model(cache_dir: Path | None) -> Path:
 def _check_flags(args: argparse.Namespace) -> None:
     for flag in ("port", "max_num_batched_tokens", "max_num_seqs", "block_size",
                  "num_kv_blocks", "kv_cache_memory", "max_model_len", "max_live",
-                 "max_body_bytes"):
+                 "max_body_bytes", "max_client_labels"):
         value = getattr(args, flag)
-        if value is not None and value < (0 if flag == "port" else 1):
-            raise FlagError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+        least = 0 if flag in ("port", "max_client_labels") else 1
+        if value is not None and value < least:
+            raise FlagError(f"--{flag.replace('_', '-')} must be >= {least}, got {value}")
     if args.port > 65535:
         raise FlagError(f"--port must be <= 65535, got {args.port}")
     if not args.drain_timeout >= 0:
         raise FlagError(f"--drain-timeout must be >= 0, got {args.drain_timeout}")
+    if not 0 <= args.stats_interval_s < float("inf"):
+        raise FlagError(f"--stats-interval-s must be >= 0, got {args.stats_interval_s}")
     if args.overload == "bounded" and args.max_live is None:
         raise FlagError("--overload bounded needs --max-live N")
     if args.overload == "slo-feasible" and args.cost_model is None:
@@ -121,27 +193,99 @@ def build_config(args: argparse.Namespace, model_dir: Path) -> EngineConfig:
         raise FlagError(str(exc)) from None
 
 
+def api_key(args: argparse.Namespace) -> str | None:
+    """--api-key, else $ITERSERVE_API_KEY (read when serve runs); empty means none."""
+    return args.api_key or os.environ.get(API_KEY_ENV) or None
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at emit time (a test's capture
+    that has since closed is never held)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
+def configure_logging(level: str) -> None:
+    """iterserve's loggers (engine errors, access lines, stats) to stderr at ``level``."""
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("iterserve")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before the model loads: a busy port is one
+    line and exit 2, not a traceback after loading (uvicorn listens on it)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise FlagError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def cors_values(flag: str, values: list[str] | None, default: tuple[str, ...]
+                ) -> tuple[str, ...]:
+    """A CORS flag's values: words, or one JSON list of strings (vLLM's form)."""
+    if values is None:
+        return default
+    if len(values) == 1 and values[0].lstrip().startswith("["):
+        try:
+            parsed = json.loads(values[0])
+        except json.JSONDecodeError as exc:
+            raise FlagError(f"--{flag}: not a JSON list ({exc.msg})") from None
+        if not (isinstance(parsed, list) and all(isinstance(v, str) for v in parsed)):
+            raise FlagError(f"--{flag}: a JSON list must hold strings only")
+        return tuple(parsed)
+    return tuple(values)
+
+
+def server_settings(args: argparse.Namespace) -> ServerSettings:
+    from iterserve.server.app import ServerSettings
+
+    return ServerSettings(
+        api_key(args), args.max_body_bytes, args.max_client_labels,
+        cors_values("allowed-origins", args.allowed_origins, ()),
+        cors_values("allowed-methods", args.allowed_methods, ("*",)),
+        cors_values("allowed-headers", args.allowed_headers, ("*",)), args.stats_interval_s)
+
+
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from iterserve.model.hub import resolve_model
-    from iterserve.runtime import load_runtime
-    from iterserve.server.app import ServerSettings, create_app
+    from iterserve.runtime import load_runtime, make_engine_policy, make_overload_gate
+    from iterserve.server.app import create_app
     from iterserve.server.shutdown import DrainingServer
 
     _check_flags(args)
+    settings = server_settings(args)
     source = resolve_model(args.model_dir or builtin_model(args.model_cache_dir))
     config = build_config(args, source.path)
-    runtime = load_runtime(source.path, config,
-                           served_model_name=args.served_model_name or source.name)
-    app = create_app(runtime, ServerSettings(args.api_key, args.max_body_bytes))
+    make_engine_policy(config)  # a bad policy, setting or gate fails before the port is bound
+    make_overload_gate(config)
+    sock = bind_socket(args.host, args.port)  # before the model loads (seconds to minutes)
+    try:
+        configure_logging(args.log_level)
+        runtime = load_runtime(source.path, config,
+                               served_model_name=args.served_model_name or source.name)
+    except BaseException:
+        sock.close()
+        raise
+    app = create_app(runtime, settings)
     server = DrainingServer(uvicorn.Config(app, host=args.host, port=args.port,
-                                           log_level="warning"),
+                                           log_level=args.log_level, access_log=False),
                             app.state.gatekeeper, runtime.engine, args.drain_timeout)
     print(f"iterserve: serving {runtime.model_name!r} on http://{args.host}:{args.port}/v1",
           flush=True)
-    server.run()
+    server.run(sockets=[sock])
     runtime.engine.shutdown(0.0)
     runtime.engine.write_logs(args.decision_log, args.event_log)
     return 0
-

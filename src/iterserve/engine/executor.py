@@ -36,3 +36,22 @@ class PrefixHitSource(Protocol):
     starts past them and its token budget counts only uncached rows."""
 
     def claim_prefix_hits(self, state: SchedulerState) -> Mapping[str, int]: ...
+
+
+#: the reason a :class:`~iterserve.records.result.WorkFailure` carries when the
+#: executor failed on that request alone (the online front then aborts it)
+EXECUTOR_ERROR = "executor_error"
+
+
+@runtime_checkable
+class FailureSource(Protocol):
+    """An executor that attributes failures to requests: a request whose own
+    part of an iteration raised (backing its interval, its rows of the
+    forward, its sampling or stop checks) is answered with a
+    ``WorkFailure(reason=EXECUTOR_ERROR)`` and the iteration completes for
+    the others; the caller takes the exceptions after the step and aborts
+    those requests."""
+
+    def take_failures(self) -> dict[str, BaseException]:
+        """request id -> the exception, for the failures since the last call."""
+        ...

@@ -15,11 +15,19 @@ workload in the decision log's header replays the run bit for bit.
 
 Abort (0x0C): ``Engine.cancel`` publishes a successor generation and frees
 the request's blocks; it counts as cancelled (client) or aborted (engine).
+
+Failures: an executor that attributes a failure to a request
+(``FailureSource``) completes the step for the others; that request is
+aborted after the step and its exception logged with its traceback. A step
+that raises (the policy, validation, an executor that cannot attribute the
+failure) leaves no state it could be resumed from: every live request is
+aborted, and the exception is logged once with its traceback.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import threading
 import time
@@ -31,7 +39,7 @@ from typing import Any, Protocol
 from iterserve.admission.overload import OverloadGate, engine_gate
 from iterserve.engine.decision_log import GateRecord
 from iterserve.engine.events import EventRecorder
-from iterserve.engine.executor import Executor
+from iterserve.engine.executor import Executor, FailureSource
 from iterserve.engine.loop import Engine
 from iterserve.engine.observer import EngineObserver
 from iterserve.engine.online_log import BufferedDecisionLog
@@ -43,6 +51,8 @@ from iterserve.policies.settings import settings_of
 from iterserve.records.sampling_params import SamplingParams
 from iterserve.records.spec import Capacity, KvSpec, OnlineWorkload, RequestSpec, SloTargets
 from iterserve.records.state import SchedulerState
+
+logger = logging.getLogger(__name__)
 
 _IDLE_FLUSH_FACTS = 16  # decision-log facts encoded between two looks at the inbox
 
@@ -87,6 +97,8 @@ class OnlineEngine:
         self._clock = clock
         self._start_s = clock()
         self.executor = executor
+        # checked once: a runtime protocol check is too slow for every step
+        self._failure_source = executor if isinstance(executor, FailureSource) else None
         self.max_model_len = max_model_len
         self.publisher = StreamPublisher(executor.streams)
         self.events = EventRecorder(seconds_per_clock_unit=1e-3)
@@ -193,7 +205,9 @@ class OnlineEngine:
         return request_id
 
     def take_error(self) -> BaseException | None:
-        """The engine failure that ended the live requests, if any (cleared)."""
+        """The latest engine failure, if any (cleared): a step's, which ended
+        every live request, or one request's own (``LLM.generate`` raises it:
+        a batch call must not return an aborted output as if it were one)."""
         error, self.error = self.error, None
         return error
 
@@ -294,15 +308,31 @@ class OnlineEngine:
         before_now, before_iterations = engine.state.now, engine.num_iterations
         try:
             engine.step()
-        except Exception as exc:  # EngineStalled or a failed forward: end the live requests
+        except Exception as exc:  # EngineStalled, a policy or a failed step: end the live
             self.error = exc
+            state = engine.state
+            logger.error("engine step at decision %d failed; aborting its %d live request(s)",
+                         state.decision_id, state.num_live, exc_info=exc)
             self._abort_live(f"engine error: {type(exc).__name__}")
             return
+        if self._failure_source is not None:
+            self._abort_failed(self._failure_source.take_failures())
         if engine.num_iterations == before_iterations:  # an idle jump (or intents only)
             self._published_through = engine.state.now
             self.executor.reset_clock(self._start_s + engine.state.now / 1000.0)
         else:
             self._published_through = before_now
+
+    def _abort_failed(self, failures: dict[str, BaseException]) -> None:
+        """Abort each request the executor failed on alone; the others go on."""
+        for request_id, exc in failures.items():
+            self.error = exc
+            logger.error("request %s failed in the executor and is aborted; the other "
+                         "requests go on", request_id, exc_info=exc)
+            view = self.engine.state.views.get(request_id)
+            if view is not None and not view.is_terminal:
+                self.publisher.end_reasons[request_id] = f"engine error: {type(exc).__name__}"
+                self.engine.cancel(request_id)
 
     def _abort_live(self, reason: str) -> None:
         state = self.engine.state

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any, Protocol
 
 from iterserve.engine.observer import EngineObserver
@@ -53,6 +53,9 @@ class StreamPublisher(EngineObserver):
         self.end_reasons: dict[str, str] = {}  # why the front cancels: cancelled | aborted
         self._lock = threading.Lock()
         self._outcomes: Counter[tuple[str, str]] = Counter()  # (outcome, client_id)
+        #: called on the engine thread as each request ends, with (request id,
+        #: outcome, finish reason, client id): metrics count outcomes as they happen
+        self.outcome_listeners: list[Callable[[str, str, str, str], None]] = []
 
     def register(self, spec: RequestSpec, sink: StreamSink) -> None:
         self._sinks[spec.request_id] = sink
@@ -111,6 +114,8 @@ class StreamPublisher(EngineObserver):
         client = self._clients.pop(request_id, "anonymous")
         with self._lock:
             self._outcomes[(outcome, client)] += 1
+        for listener in self.outcome_listeners:
+            listener(request_id, outcome, finish_reason, client)
         if sink is not None:
             sink.put([StreamEvent(request_id, text=delta, finish_reason=finish_reason,
                                   reason=reason)])

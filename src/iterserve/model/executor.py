@@ -7,16 +7,25 @@ row), pack the segments into one PackedBatch, run one forward, sample only
 at sampling points (a decode row; the last row of a prefill reaching p),
 decide stops, commit rows and free finished requests. The packed layout
 never changes the plan's intervals; rebuild rows emit nothing (0x0C).
+
+Failures are attributed to requests where they can be (``FailureSource``):
+an exception while backing one request's interval, sampling its token or
+checking its stops fails that request's work only. A packed forward that
+raises is run again one request at a time (each request's rows write only
+its own blocks, so a rerun recomputes the same K/V); the requests whose
+own forward raises again fail, the others complete this iteration.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
+from iterserve.engine.executor import EXECUTOR_ERROR
 from iterserve.engine.kv_residency import KvResidency
 from iterserve.engine.result_builder import ResultBuilder
 from iterserve.kv.config import BlockManagerConfig
@@ -33,6 +42,8 @@ from iterserve.records.result import IterationResult
 from iterserve.records.sampling_params import SamplingParams
 from iterserve.records.state import CapacityFacts, SchedulerState
 from iterserve.records.view import FinishReason, RequestView
+
+logger = logging.getLogger(__name__)
 
 _FINISH = {
     StopReason.EOS: FinishReason.STOP,
@@ -83,13 +94,17 @@ class TorchExecutor:
         time_scale: float = 1000.0,
         timer: Callable[[], float] = time.perf_counter,
         commit_kv: bool = False,
+        isolate_failures: bool = False,
     ) -> None:
         """``time_scale`` converts the timer's seconds to the run's clock (ms by
         default). ``timer`` is the wall clock; a calibration on a shared machine
         may pass ``time.process_time`` (CPU time: no other process's share).
         ``commit_kv`` faults the whole device pool in now, so no step stalls on
         a first touch of its memory (model/host_memory.py); else its pages
-        become resident as rows first reach them."""
+        become resident as rows first reach them. ``isolate_failures``: a
+        request's own failure fails its work only, for a caller that takes
+        the failures after each step (``take_failures``) and aborts them;
+        else every exception propagates, as a profiling run wants."""
         self.model = model
         self.tokenizer = tokenizer
         self.cache = model.allocate_cache(num_blocks, block_size, commit=commit_kv)
@@ -106,6 +121,13 @@ class TorchExecutor:
         self.num_computed_rows = 0
         self.num_cached_rows_skipped = 0
         self._last_end: float | None = None  # wall time the previous iteration ended
+        self._failures: dict[str, BaseException] = {}  # request id -> its own failure
+        self.isolate_failures = isolate_failures
+
+    def take_failures(self) -> dict[str, BaseException]:
+        """The requests whose own work failed since the last call (FailureSource)."""
+        failures, self._failures = self._failures, {}
+        return failures
 
     def reset_clock(self, start_s: float | None = None) -> None:
         """Start a new run: the next iteration is timed from its own start, or
@@ -140,18 +162,28 @@ class TorchExecutor:
     def execute(self, plan: IterationPlan, state: SchedulerState) -> IterationResult:
         began = self._timer() if self._last_end is None else self._last_end
         builder = ResultBuilder(plan, state, self.kv)
-        segments: list[_Segment] = []
+        segments: list[tuple[_Segment, WorkItem]] = []
         backed: list[tuple[WorkItem, RequestView, bool]] = []
         for work in plan.work:
             view = state.views[work.request_id]
-            segment = None if builder.intent_failed(work.request_id) else self._segment(work, view)
+            if builder.intent_failed(work.request_id):
+                builder.fail(work)
+                continue
+            try:
+                segment = self._segment(work, view)
+            except Exception as exc:  # this request's blocks or tokens: fail it alone
+                if not self.isolate_failures:
+                    raise
+                self._failures[work.request_id] = exc
+                builder.fail(work, EXECUTOR_ERROR)
+                continue
             if segment is None:
                 builder.fail(work)
                 continue
             if segment.token_ids:  # an interval wholly inside a prefix hit computes nothing
-                segments.append(segment)
+                segments.append((segment, work))
             backed.append((work, view, segment.sample))
-        self._publish(builder, backed, self._forward(segments, backed))
+        self._publish(builder, backed, self._forward(segments))
         builder.release_finished()
         self._last_end = ended = self._timer()
         # wall time since the previous iteration ended: scheduling and
@@ -175,41 +207,76 @@ class TorchExecutor:
         return _Segment(tuple(stream.token_ids[first: work.end]), first,
                         self.kv.block_table(work.request_id), sample_here)
 
-    def _forward(self, segments: list[_Segment],
-                 backed: list[tuple[WorkItem, RequestView, bool]]) -> list[tuple[int, float]]:
+    def _forward(self, segments: list[tuple[_Segment, WorkItem]]
+                 ) -> dict[str, tuple[int, float]]:
+        """Each sampling request's (token id, logprob); a request whose own
+        rows fail to run is in ``self._failures`` instead."""
         if not segments:
-            return []
-        batch = pack(segments, self.cache.block_size, self.model.device)
-        self.num_computed_rows += batch.num_rows
+            return {}
+        if not self.isolate_failures:
+            return self._run(segments)
+        try:
+            return self._run(segments)
+        except Exception as exc:
+            if len(segments) == 1:
+                self._failures[segments[0][1].request_id] = exc
+                return {}
+            logger.warning("a packed forward of %d requests failed; running them one at a "
+                           "time to find the failing ones", len(segments), exc_info=exc)
+        sampled: dict[str, tuple[int, float]] = {}
+        for one in segments:
+            try:
+                sampled.update(self._run([one]))
+            except Exception as exc:
+                self._failures[one[1].request_id] = exc
+        return sampled
+
+    def _run(self, segments: list[tuple[_Segment, WorkItem]]) -> dict[str, tuple[int, float]]:
+        batch = pack([segment for segment, _ in segments], self.cache.block_size,
+                     self.model.device)
         logits = self.model.forward(batch, self.cache)
-        rows = []
-        for work, _, sample_here in backed:
-            if sample_here:
+        self.num_computed_rows += batch.num_rows
+        rows, sampling_ids = [], []
+        for segment, work in segments:
+            if segment.sample:
                 stream = self.streams[work.request_id]
                 rows.append(SampleRow(stream.params, stream.seed, len(stream.output_token_ids)))
+                sampling_ids.append(work.request_id)
         token_ids, logprobs = sample_ids(logits, rows)
-        return list(zip(token_ids, logprobs, strict=True))
+        return dict(zip(sampling_ids, zip(token_ids, logprobs, strict=True), strict=True))
 
     def _publish(self, builder: ResultBuilder, backed: list[tuple[WorkItem, RequestView, bool]],
-                 sampled: list[tuple[int, float]]) -> None:
+                 sampled: dict[str, tuple[int, float]]) -> None:
         """Hand every backed interval to the builder, with its sampled token
         and the stop that token triggers where the interval emits: one
         :meth:`ResultBuilder.complete_rows` call for the step (the same facts
-        as a ``complete`` call per interval, in order)."""
-        tokens = iter(sampled)
+        as a ``complete`` call per interval, in order). An interval whose
+        request failed is a failure instead."""
+        works: list[WorkItem] = []
+        views: list[RequestView] = []
         token_ids: list[int | None] = []
         stops: list[FinishReason | None] = []
-        streams = self.streams
-        for work, _, sample_here in backed:
-            if not sample_here:
-                token_ids.append(None)
-                stops.append(None)
+        streams, failures = self.streams, self._failures
+        for work, view, sample_here in backed:
+            rid = work.request_id
+            token_id: int | None = None
+            stop: FinishReason | None = None
+            if sample_here and rid not in failures:
+                token_id, logprob = sampled[rid]
+                try:
+                    stop = self._emit(streams[rid], token_id, logprob)
+                except Exception as exc:  # its detokenizer or stop strings: fail it alone
+                    if not self.isolate_failures:
+                        raise
+                    failures[rid] = exc
+            if rid in failures:
+                builder.fail(work, EXECUTOR_ERROR)
                 continue
-            token_id, logprob = next(tokens)
+            works.append(work)
+            views.append(view)
             token_ids.append(token_id)
-            stops.append(self._emit(streams[work.request_id], token_id, logprob))
-        builder.complete_rows([work for work, _, _ in backed], [view for _, view, _ in backed],
-                              token_ids, stops)
+            stops.append(stop)
+        builder.complete_rows(works, views, token_ids, stops)
 
     def _emit(self, stream: RequestStream, token_id: int, logprob: float) -> FinishReason | None:
         stream.token_ids.append(token_id)

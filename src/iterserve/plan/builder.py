@@ -26,6 +26,7 @@ from iterserve.records.plan import (
     preempt_intent_kind,
     work_tie_break,
 )
+from iterserve.records.preemption import PreemptionCause
 from iterserve.records.rows_bound import bound_of
 from iterserve.records.state import RunRules, SchedulerState
 from iterserve.records.view import Lifecycle, RequestView
@@ -297,7 +298,7 @@ class PlanBuilder:
         return self.add(view, max_rows)
 
     def preempt(self, view: RequestView, kind: IntentKind | None = None,
-                reason: str = "kv_exhausted") -> None:
+                reason: str = PreemptionCause.KV_EXHAUSTED.value) -> None:
         """Preempt a running request: its scheduled work (if any) is removed
         and its held blocks count as free for the rest of this plan."""
         if view.request_id in self._work:

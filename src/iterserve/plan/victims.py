@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from iterserve.plan.builder import PlanBuilder
 from iterserve.records.plan import IntentKind
+from iterserve.records.preemption import PreemptionCause
 from iterserve.records.view import RequestView
 
 VictimChooser = Callable[[list[RequestView]], RequestView]
@@ -53,7 +54,7 @@ def add_or_preempt(builder: PlanBuilder, view: RequestView, num_rows: int,
     while not builder.fits_memory(view, num_rows):
         victim = choose_victim(queue)
         reason = (  # the score inputs, so the log shows why this victim (0x0C)
-            f"kv_exhausted; victim by {getattr(choose_victim, '__name__', 'policy')}: "
+            f"{PreemptionCause.KV_EXHAUSTED.value}; victim by {getattr(choose_victim, '__name__', 'policy')}: "
             f"queue_position={queue.index(victim)}/{len(queue)}, priority={victim.priority}, "
             f"arrival={victim.arrival}, held_rows={victim.num_computed}"
         )

@@ -22,11 +22,12 @@ from iterserve.plan import PlanBuilder, Policy
 from iterserve.plan.feasibility import RunningSet
 from iterserve.policies.settings import PolicyConfigError
 from iterserve.records.plan import IntentKind, IterationPlan
+from iterserve.records.preemption import PreemptionCause
 from iterserve.records.spec import FairnessSpec
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import Lifecycle, RequestView
 
-GUARD_REASON = "starvation_guard"
+GUARD_REASON = PreemptionCause.STARVATION_GUARD.value  # a metric reads the cause off it
 _PREEMPTS = (IntentKind.PREEMPT_RECOMPUTE, IntentKind.PREEMPT_PRESERVE_EXACT)
 
 

@@ -34,3 +34,26 @@ def parse_kv_preemption_mode(value: str | PreemptionMode) -> PreemptionMode:
     if isinstance(value, str) and value in KV_PREEMPTION_MODE_NAMES:
         return PreemptionMode(value)
     raise ValueError(f"kv.preemption_mode must be one of {list(KV_PREEMPTION_MODE_NAMES)}")
+
+
+class PreemptionCause(enum.Enum):
+    """Why a request was preempted, as a closed set for metric labels.
+
+    A preempt intent's ``reason`` is free text for the decision log (it
+    names the victim's queue position and arrival, 0x0C); its cause is the
+    word it starts with. A reason that starts with none of them is
+    ``OTHER``, so no reason text ever becomes a label value."""
+
+    KV_EXHAUSTED = "kv_exhausted"  # the KV ledger could not fit a running request's rows
+    STARVATION_GUARD = "starvation_guard"  # the guard made room for an unserved client
+    OTHER = "other"
+
+    __hash__ = object.__hash__
+
+
+def preemption_cause_of(reason: str) -> PreemptionCause:
+    """The closed cause a preempt intent's free-text ``reason`` starts with."""
+    for cause in (PreemptionCause.KV_EXHAUSTED, PreemptionCause.STARVATION_GUARD):
+        if reason.startswith(cause.value):
+            return cause
+    return PreemptionCause.OTHER

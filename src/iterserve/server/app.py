@@ -6,16 +6,22 @@ No module state: everything a route needs is closed over from
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from dataclasses import dataclass
 
 from fastapi import FastAPI, Header, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 import iterserve
 from iterserve.runtime import Runtime
 from iterserve.server import submit
+from iterserve.server.access_log import AccessLog, note_request
+from iterserve.server.client_labels import DEFAULT_MAX_CLIENT_LABELS
 from iterserve.server.errors import APIError, install_error_handlers
 from iterserve.server.guard import BodyLimit, Gatekeeper
 from iterserve.server.metrics import ServerMetrics
@@ -40,6 +46,7 @@ from iterserve.server.sse import (
     completion_stream,
     usage,
 )
+from iterserve.server.stats_log import StatsLine, log_stats
 
 _CLIENT_ID = re.compile(r"^[\x21-\x7e]{1,128}$")  # printable ASCII, no spaces
 _ERRORS: dict[int | str, dict[str, object]] = {
@@ -48,8 +55,22 @@ _ERRORS: dict[int | str, dict[str, object]] = {
 
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
+    """``allowed_origins`` empty: no CORS headers (browsers refuse cross-origin
+    calls); ``stats_interval_s`` 0: no periodic stats line."""
+
     api_key: str | None = None
     max_body_bytes: int = 4 * 1024 * 1024
+    max_client_labels: int = DEFAULT_MAX_CLIENT_LABELS
+    allowed_origins: tuple[str, ...] = ()
+    allowed_methods: tuple[str, ...] = ("*",)
+    allowed_headers: tuple[str, ...] = ("*",)
+    stats_interval_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.max_client_labels < 0:
+            raise ValueError(f"max_client_labels must be >= 0, got {self.max_client_labels}")
+        if not self.stats_interval_s >= 0:
+            raise ValueError(f"stats_interval_s must be >= 0, got {self.stats_interval_s}")
 
 
 def client_identity(user: str | None, header: str | None) -> str:
@@ -63,15 +84,44 @@ def client_identity(user: str | None, header: str | None) -> str:
     return client
 
 
+def _stats_lifespan(metrics: ServerMetrics, interval_s: float
+                    ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The app's lifespan: the periodic stats line runs while the app does."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        task = None
+        if interval_s > 0:
+            task = asyncio.create_task(log_stats(StatsLine(lambda: metrics.snapshot),
+                                                 interval_s))
+        try:
+            yield
+        finally:
+            if task is not None:
+                task.cancel()
+                with suppress(asyncio.CancelledError):
+                    await task
+
+    return lifespan
+
+
 def create_app(runtime: Runtime, settings: ServerSettings | None = None,
                metrics: ServerMetrics | None = None) -> FastAPI:
     settings = settings or ServerSettings()
-    metrics = metrics or ServerMetrics(runtime.engine)
+    metrics = metrics or ServerMetrics(runtime.engine, runtime.model_name,
+                                       settings.max_client_labels)
     gate = Gatekeeper(runtime.engine, settings.api_key)
-    app = FastAPI(title="iterserve", version=iterserve.__version__)
+    app = FastAPI(title="iterserve", version=iterserve.__version__,
+                  lifespan=_stats_lifespan(metrics, settings.stats_interval_s))
     app.state.gatekeeper = gate
+    app.state.metrics = metrics
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes)
+    if settings.allowed_origins:  # a preflight is answered before any route or key check
+        app.add_middleware(CORSMiddleware, allow_origins=list(settings.allowed_origins),
+                           allow_methods=list(settings.allowed_methods),
+                           allow_headers=list(settings.allowed_headers))
+    app.add_middleware(AccessLog, take_summary=metrics.observer.take_summary)  # outermost
     created = int(time.time())
     mailboxes = submit.Mailboxes()  # one loop wake-up per engine step for all streams
 
@@ -90,6 +140,7 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None,
         sub = submit.make_submission(body, ids, body.max_tokens,
                                      submit.DEFAULT_COMPLETION_MAX_TOKENS, client)
         request_id, stream = await submit.start(runtime, sub, mailboxes)
+        note_request(request, request_id, client)
         want_logprobs = body.logprobs is not None
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         if body.stream:
@@ -116,6 +167,7 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None,
         sub = submit.make_submission(body, ids, max_tokens, submit.DEFAULT_CHAT_MAX_TOKENS,
                                      client)
         request_id, stream = await submit.start(runtime, sub, mailboxes)
+        note_request(request, request_id, client)
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         if body.stream:
             return StreamingResponse(chat_stream(runtime, request_id, stream, len(ids),

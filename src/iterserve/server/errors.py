@@ -3,6 +3,7 @@ with a status code and a message naming the problem; nothing internal leaks."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -14,6 +15,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
           405: "invalid_request_error", 413: "invalid_request_error", 422: "invalid_request_error",
           429: "rate_limit_error", 503: "service_unavailable", 500: "internal_error"}
+
+logger = logging.getLogger(__name__)
 
 _NOT_JSON = "the request body is not valid JSON (or not UTF-8)"
 _FASTAPI_BODY_ERROR = "There was an error parsing the body"
@@ -75,4 +78,5 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
+        logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         return error_response(APIError(500, "internal server error"))
