@@ -50,7 +50,7 @@ class PreemptionIntent:
     """A policy's request to stop one request generation; not a release (0x0C).
 
     ``semantic_target_tokens`` is T_target, the frozen semantic frontier
-    (``prompt + emitted - 1`` for a decoding request). Recompute, as mode or
+    (:func:`records.frontier.target` of a decoding request). Recompute, as mode or
     fallback, is legal only with immutable token history.
     """
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from iterserve.records import frontier
+
 
 @dataclass(frozen=True, slots=True)
 class QuantileForecast:
@@ -92,10 +94,10 @@ class AdmissionCandidate:
 
     @property
     def committed_rows(self) -> int:
-        """T: rows already committed (0x05 first-token frontier: p + E - 1 once E >= 1)."""
+        """T: rows already committed (0x05 first-token frontier: the target once E >= 1)."""
         if self.emitted_outputs == 0:
             return self.prompt_rows - self.uncached_prompt_rows
-        return self.prompt_rows + self.emitted_outputs - 1
+        return frontier.target(self.prompt_rows, self.emitted_outputs)
 
 
 def future_append_rows(candidate: AdmissionCandidate, total_outputs: int) -> int:

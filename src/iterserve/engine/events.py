@@ -45,9 +45,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from itertools import compress, repeat
+from itertools import compress
 from json.encoder import encode_basestring_ascii
-from operator import and_, is_, itemgetter, not_, truth
+from operator import itemgetter, not_
 from typing import IO
 
 from iterserve.engine.composition import BatchComposition
@@ -73,6 +73,7 @@ from iterserve.metrics.events import (
     tokens_line,
 )
 from iterserve.metrics.series import ResourceSample
+from iterserve.records import frontier
 from iterserve.records.columns import field_columns
 from iterserve.records.plan import (
     IntentKind,
@@ -283,8 +284,7 @@ class EventRecorder(EngineObserver):
         completed = result.completed
         rids, _, _, _, emitted, _, reasons = field_columns(completed)
         befores = list(map(view_num_emitted, map(state.views.__getitem__, rids)))
-        is_plain = map(and_, map(and_, map(truth, befores), emitted),
-                       map(is_, reasons, repeat(None)))
+        is_plain = frontier.plain_decode_tokens(befores, emitted, reasons)
         kinds: dict[str, WorkKind] | None = None  # made only for a completion off the hot path
         plain_from = 0  # the plain tokens since the last other fact
         for index in compress(range(len(rids)), map(not_, is_plain)):

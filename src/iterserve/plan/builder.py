@@ -123,7 +123,7 @@ class PlanBuilder:
     def add_decode_rows(self, views: list[RequestView], start: int,
                         skip: Callable[[RequestView], bool] | None = None) -> int:
         """The running pass's batched path: from ``views[start]`` on, give
-        each request in a plain decode step (0x01A: ``c == p + e - 1``) its
+        each request in a plain decode step (0x01A: :func:`frontier.is_decode_step`) its
         one row, exactly as :meth:`add_if_fits` with one row would, and stop
         at the first view that needs more than that (another kind of
         interval, budgets spent, or a KV shortfall that may preempt). A
@@ -135,6 +135,7 @@ class PlanBuilder:
         view; the budgets become one count of rows left (a row costs a
         token and a sequence)."""
         work, blocks_of, aborted, key = self._work, self._blocks, self._aborted, self._key
+        is_decode_step = frontier.is_decode_step
         size = self._facts.block_size
         free = self.num_blocks_free
         rows_left = min(self.tokens_left, self.seqs_left)
@@ -143,7 +144,7 @@ class PlanBuilder:
         for index in range(start, len(views)):
             view = views[index]
             rid, generation, version, p, e, c, is_ready = _decode_fields(view)
-            if not e or c != p + e - 1 or num_rows >= rows_left:
+            if not is_decode_step(p, e, c) or num_rows >= rows_left:
                 break
             if skip is not None and skip(view):
                 continue

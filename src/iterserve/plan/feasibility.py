@@ -27,6 +27,7 @@ import enum
 from collections.abc import Sequence
 
 from iterserve.plan.contract import Policy
+from iterserve.records import frontier
 from iterserve.records.spec import OnlineWorkload, RequestSpec
 from iterserve.records.state import CapacityFacts
 
@@ -94,7 +95,8 @@ def _rows_at(spec: RequestSpec, step: int, facts: CapacityFacts) -> int:
     """Blocks held after ``step`` decode steps past the prompt (capped at
     the peak, and at the pool: the request is aborted before outgrowing it)."""
     total = facts.num_blocks_total
-    rows = spec.num_prompt_tokens + min(step, spec.max_output_tokens - 1)
+    rows = frontier.rows_held_after_outputs(spec.num_prompt_tokens,
+                                            min(step + 1, spec.max_output_tokens))
     if total is not None:
         rows = min(rows, total * facts.block_size)
     return facts.blocks_for(rows)

@@ -24,6 +24,7 @@ from iterserve.plan.feasibility import RunningSet
 from iterserve.plan.passes import schedule_ranked
 from iterserve.policies.policy import PolicyBase
 from iterserve.policies.settings import PolicyConfigError, check_count
+from iterserve.records import frontier
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import RequestView
 
@@ -99,7 +100,7 @@ class Mlfq(PolicyBase[MlfqConfig]):
         attained = 0.0
         if view.num_computed:
             attained = self._cost_ms(min(view.num_computed, view.num_prompt_tokens), 0)
-            attained += max(view.num_emitted - 1, 0) * self._cost_ms(0, 1)
+            attained += frontier.num_decode_rows_done(view.num_emitted) * self._cost_ms(0, 1)
         while level < top and attained >= self.config.quantum_ms(level):
             attained -= self.config.quantum_ms(level)
             level += 1

@@ -39,7 +39,7 @@ _CONTRACT = PolicyContract.parse("""
     metric: throughput, TTFT, TBT
     assumptions: recompute preemption; no waiting pass after a running-path preemption;
         declared deviations from vLLM 0.32: (R1) whole-sequence admission only with
-        reserve_full_isl=1 (vLLM's default is on); (R2) a resumed request rebuilds p + e - 1
+        reserve_full_isl=1 (vLLM's default is on); (R2) a resumed request rebuilds to its target
         rows and decodes in a later step (vLLM recomputes p + e and samples in the same step);
         (R3) long_prefill_token_threshold binds a lone request too (vLLM ignores it then)
     foreign_owners: KV allocator (capacity facts), prefix cache

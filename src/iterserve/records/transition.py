@@ -239,7 +239,7 @@ def _relabel(view: RequestView, *path: Lifecycle, epoch_step: int = 0) -> Reques
 
 def _recompute_reset(view: RequestView) -> RequestView:
     """RECOMPUTE drops computed rows; emitted output stays, so a rebuild
-    [0, p + e - 1) that emits nothing comes next (0x0C)."""
+    from 0 to the target that emits nothing comes next (0x0C)."""
     relabelled = _relabel(view, Lifecycle.PREEMPT_PENDING, Lifecycle.SUSPENDED_RECOMPUTE,
                           Lifecycle.WAITING, epoch_step=1)
     return relabelled._replace(num_computed=0, num_committed=0)
