@@ -39,6 +39,7 @@ from iterserve.model.executor import TorchExecutor
 from iterserve.model.llama import PackedCausalLM
 from iterserve.model.runtime import dtype_name, num_threads, torch_version
 from iterserve.policies.registry import policy_for
+from iterserve.records.kv_abi import blocks_for
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.sampling_params import SamplingParams
@@ -70,7 +71,7 @@ class ProfileGrid:
     def num_blocks(self) -> int:
         """A pool that holds the largest cell without preemption."""
         rows = max(self.num_sequences) * (max(self.prompt_lens) * 3 // 2 + self.max_output_tokens)
-        return -(-rows // self.block_size) + max(self.num_sequences)
+        return blocks_for(rows, self.block_size) + max(self.num_sequences)
 
 
 QUICK_GRID = ProfileGrid(num_sequences=(1, 2, 4, 16), prompt_lens=(16, 48, 128, 320),

@@ -17,6 +17,7 @@ from iterserve.plan.contract import Policy
 from iterserve.records import frontier
 from iterserve.records.frontier import next_interval
 from iterserve.records.keys import key_function
+from iterserve.records.kv_abi import blocks_opened
 from iterserve.records.plan import (
     IntentKind,
     IterationPlan,
@@ -99,9 +100,7 @@ class PlanBuilder:
         return next_interval(view.num_prompt_tokens, view.num_emitted, view.num_computed, left)[0]
 
     def blocks_needed(self, view: RequestView, num_rows: int) -> int:
-        size = self._facts.block_size  # CapacityFacts.blocks_for, inlined (hot path)
-        c = view.num_computed
-        return (-c // size) - (-(c + num_rows) // size)
+        return blocks_opened(view.num_computed, num_rows, self._facts.block_size)
 
     def fits_memory(self, view: RequestView, num_rows: int) -> bool:
         free = self.num_blocks_free
@@ -113,9 +112,7 @@ class PlanBuilder:
         when ``num_rows`` more rows do not fit the KV ledger."""
         free = self.num_blocks_free
         if free is not None:
-            size = self._facts.block_size  # blocks_needed, inlined (hot path)
-            c = view.num_computed
-            if (-c // size) - (-(c + num_rows) // size) > free:
+            if blocks_opened(view.num_computed, num_rows, self._facts.block_size) > free:
                 return False
         self.add(view, num_rows)
         return True
@@ -148,7 +145,7 @@ class PlanBuilder:
                 break
             if skip is not None and skip(view):
                 continue
-            opens_block = free is not None and c % size == 0
+            opens_block = free is not None and blocks_opened(c, 1, size) == 1
             # a shortfall: the per-row path may preempt
             if opens_block and free < 1:  # type: ignore[operator]
                 break
@@ -189,8 +186,7 @@ class PlanBuilder:
         end = c + rows
         free = self.num_blocks_free
         if free is not None:
-            size = self._facts.block_size  # blocks_needed, inlined (hot path)
-            blocks = (-c // size) - (-end // size)
+            blocks = blocks_opened(c, rows, self._facts.block_size)
             if blocks > free:
                 return 0
             self.num_blocks_free = free - blocks
