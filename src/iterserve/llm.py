@@ -27,6 +27,7 @@ from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.sampling_params import SamplingParams
 from iterserve.records.state import SchedulerState
+from iterserve.records.time_units import s_to_ms
 from iterserve.runtime import load_runtime
 
 __all__ = ["DTYPES", "DTYPE_NAMES", "LLM", "CompletionOutput", "EngineConfig", "RequestMetrics",
@@ -215,7 +216,7 @@ def _collect(request_id: str, prompt_ids: list[int], stream: BlockingOutputStrea
     for event in stream:
         tokens.extend(event.token_ids)
         logprobs.extend(event.logprobs)
-        times_ms.extend(t * 1000.0 - arrival_ms for t in event.token_times_s)
+        times_ms.extend(s_to_ms(t) - arrival_ms for t in event.token_times_s)
         text += event.text
         reason = event.finish_reason or reason
     return RequestOutput(request_id, tuple(prompt_ids), text, tuple(tokens), tuple(logprobs),

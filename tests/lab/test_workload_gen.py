@@ -14,7 +14,7 @@ from lab_helpers import CHAT_MIX, small_spec
 from iterserve.cli.main import main
 from iterserve.records.workload import load_workload, online_to_json
 from iterserve.records.workload_json import dumps_workload
-from iterserve.sim.distributions import GammaArrivals, OnOffArrivals, PoissonArrivals
+from iterserve.sim.arrivals import GammaArrivals, OnOffArrivals, PoissonArrivals
 from iterserve.sim.generators import generate_document, generate_workload
 from iterserve.sim.workload_spec import parse_spec
 

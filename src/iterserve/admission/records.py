@@ -154,33 +154,6 @@ class AllocationRequest:
     requested_append_bytes: int
 
 
-class AllocationStatus(enum.Enum):
-    GRANTED = "granted"
-    TEMPORARILY_UNAVAILABLE = "temporarily_unavailable"
-    FAILED = "failed"
-
-
-@dataclass(frozen=True, slots=True)
-class PhysicalAllocationResult:
-    """M5.3's answer to an :class:`AllocationRequest`; the only proof of memory (0x06)."""
-
-    request_id: str
-    generation: int
-    allocation_epoch: int
-    status: AllocationStatus
-    granted_rows: int
-
-    def __post_init__(self) -> None:
-        if self.granted_rows < 0 or (self.status is not AllocationStatus.GRANTED
-                                     and self.granted_rows):
-            raise ValueError("only a GRANTED result grants rows")
-
-    def answers(self, request: AllocationRequest) -> bool:
-        """True when this result is for exactly that request generation and epoch."""
-        return (self.request_id, self.generation, self.allocation_epoch) == (
-            request.request_id, request.generation, request.allocation_epoch)
-
-
 class AdmissionDecision(enum.Enum):
     ADMIT = "admit"
     DEFER_CAPACITY = "defer_capacity"

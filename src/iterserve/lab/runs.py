@@ -32,6 +32,8 @@ from iterserve.records.spec import (
     RequestSpec,
     WorkloadManifest,
 )
+from iterserve.records.time_units import s_to_ms
+from iterserve.sim.arrivals import poisson_gap_s
 from iterserve.sim.report import RunConfig, run_simulation
 
 FIRST_PLAIN_TOKEN = 4  # ids below are special tokens of the built tokenizers
@@ -55,7 +57,7 @@ def poisson_workload(shape: PoissonShape, capacity: Capacity, kv: KvSpec) -> Onl
     arrival_ms = 0.0
     specs = []
     for index in range(shape.num_requests):
-        arrival_ms += rng.expovariate(shape.rate_per_s) * 1000.0
+        arrival_ms += s_to_ms(poisson_gap_s(rng, shape.rate_per_s))
         num_prompt = rng.randint(*shape.prompt_lens)
         prompt = tuple(rng.randrange(FIRST_PLAIN_TOKEN, shape.vocab_size)
                        for _ in range(num_prompt))
@@ -88,7 +90,7 @@ class RunFigures:
     num_requests: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"mean_ttft_ms": self.mean_ttft_s * 1000, "mean_tbt_ms": self.mean_tbt_s * 1000,
+        return {"mean_ttft_ms": s_to_ms(self.mean_ttft_s), "mean_tbt_ms": s_to_ms(self.mean_tbt_s),
                 "output_tokens_per_s": self.output_tokens_per_s,
                 "num_requests": self.num_requests}
 

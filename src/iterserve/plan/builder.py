@@ -111,9 +111,9 @@ class PlanBuilder:
         pass asks it of every running request); False, changing nothing,
         when ``num_rows`` more rows do not fit the KV ledger."""
         free = self.num_blocks_free
-        if free is not None:
-            if blocks_opened(view.num_computed, num_rows, self._facts.block_size) > free:
-                return False
+        if free is not None and blocks_opened(view.num_computed, num_rows,
+                                              self._facts.block_size) > free:
+            return False
         self.add(view, num_rows)
         return True
 

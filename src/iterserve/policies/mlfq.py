@@ -26,9 +26,8 @@ from iterserve.policies.policy import PolicyBase
 from iterserve.policies.settings import PolicyConfigError, check_count
 from iterserve.records import frontier
 from iterserve.records.state import SchedulerState
+from iterserve.records.time_units import MS_PER_S
 from iterserve.records.view import RequestView
-
-_MS_PER_S = 1000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +85,8 @@ class Mlfq(PolicyBase[MlfqConfig]):
         return type(self)(dataclasses.replace(self.config, cost_model=cost_model))
 
     def _cost_ms(self, num_prefill_rows: int, num_decode_rows: int) -> float:
-        model = self.config.cost_model or FixedIterationCost(1000.0)
-        return model.predict_iteration_s(num_prefill_rows, num_decode_rows) * _MS_PER_S
+        model = self.config.cost_model or FixedIterationCost(MS_PER_S)
+        return model.predict_iteration_s(num_prefill_rows, num_decode_rows) * MS_PER_S
 
     def queue_level(self, view: RequestView, state: SchedulerState, ms_per_unit: float) -> int:
         """0-based queue of ``view`` at this cut (see the module docstring)."""
@@ -118,4 +117,4 @@ def _ms_per_unit(clock: str, cost_model: IterationCostModel | None) -> float:
     """ms in one clock unit: 1 on the ms clock; one (fixed) iteration else."""
     if clock == "ms":
         return 1.0
-    return _MS_PER_S if cost_model is None else cost_model.predict_iteration_s(0, 0) * _MS_PER_S
+    return MS_PER_S if cost_model is None else cost_model.predict_iteration_s(0, 0) * MS_PER_S
