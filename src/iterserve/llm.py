@@ -28,6 +28,7 @@ from iterserve.records.result import IterationResult
 from iterserve.records.sampling_params import SamplingParams
 from iterserve.records.state import SchedulerState
 from iterserve.records.time_units import s_to_ms
+from iterserve.records.vocabulary import warn_renamed
 from iterserve.runtime import load_runtime
 
 __all__ = ["DTYPES", "DTYPE_NAMES", "LLM", "CompletionOutput", "EngineConfig", "RequestMetrics",
@@ -89,6 +90,7 @@ class LLM:
     def __init__(self, model: str | Path, config: EngineConfig | None = None,
                  **overrides: object) -> None:
         config = config or EngineConfig()
+        overrides = _with_current_names(overrides)
         if overrides:
             config = dataclasses.replace(config, **overrides)  # type: ignore[arg-type]
         self.config = config
@@ -178,6 +180,21 @@ class LLM:
         if error is not None:
             raise error
         return outputs
+
+
+#: older keyword names of :class:`LLM` (read with a deprecation warning)
+_RENAMED_OVERRIDES = {"token_budget": "max_num_batched_tokens", "kv_blocks": "num_kv_blocks"}
+
+
+def _with_current_names(overrides: dict[str, object]) -> dict[str, object]:
+    out = dict(overrides)
+    for old, new in _RENAMED_OVERRIDES.items():
+        if old in out:
+            if new in out:
+                raise TypeError(f"LLM() got {old} and {new}, which are one setting; keep {new}")
+            warn_renamed(f"LLM({old}=...)", f"{new}=...")
+            out[new] = out.pop(old)
+    return out
 
 
 class _StepRelay(EngineObserver):

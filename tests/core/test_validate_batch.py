@@ -45,7 +45,7 @@ SETTINGS = settings(max_examples=300, deadline=None,
 #: a tight pool (preemption, rebuild), chunked prefill, length stops, two clients
 SPEC = {
     "workload_id": "batch-validation", "seed": 7, "num_requests": 24, "clock": "ms",
-    "capacity": {"token_budget": 96, "sequence_budget": 12},
+    "capacity": {"max_num_batched_tokens": 96, "max_num_seqs": 12},
     "kv": {"num_blocks": 40, "block_size": 8},
     "arrival": {"process": "poisson", "rate_per_s": 400.0},
     "clients": [

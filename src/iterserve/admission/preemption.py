@@ -39,7 +39,7 @@ class PreemptionReason(enum.Enum):
 
 
 _FALLBACKS: dict[PreemptionMode, frozenset[FallbackMode]] = {
-    PreemptionMode.PRESERVE_EXACT: frozenset(FallbackMode),
+    PreemptionMode.SWAP: frozenset(FallbackMode),
     PreemptionMode.RECOMPUTE: frozenset({FallbackMode.REMAIN_SUSPENDED, FallbackMode.ABORT}),
     PreemptionMode.ABORT: frozenset({FallbackMode.ABORT}),
 }

@@ -69,7 +69,7 @@ def poisson_workload(shape: PoissonShape, capacity: Capacity, kv: KvSpec) -> Onl
 #: The fidelity experiment (issue 15 step 5): its policies and its KV pool,
 #: shared by tests/engine_model/test_fidelity.py and benchmarks/diag_fidelity_shapes.py.
 FIDELITY_POLICIES: dict[str, dict[str, int]] = {"vllm": {}, "sarathi": {"chunk_size": 64}}
-FIDELITY_KV = KvSpec(num_blocks=1024, block_size=16)
+FIDELITY_KV = KvSpec(num_kv_blocks=1024, block_size=16)
 
 
 def fidelity_workload(vocab_size: int) -> OnlineWorkload:
@@ -77,7 +77,7 @@ def fidelity_workload(vocab_size: int) -> OnlineWorkload:
     budget 256, on :data:`FIDELITY_KV` (seed 7)."""
     shape = PoissonShape(num_requests=200, rate_per_s=40.0, prompt_lens=(16, 96),
                          output_lens=(8, 24), vocab_size=vocab_size, seed=7)
-    return poisson_workload(shape, Capacity(token_budget=256, sequence_budget=32), FIDELITY_KV)
+    return poisson_workload(shape, Capacity(max_num_batched_tokens=256, max_num_seqs=32), FIDELITY_KV)
 
 
 @dataclass(frozen=True, slots=True)

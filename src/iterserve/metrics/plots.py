@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 from iterserve.metrics.capacity import (
     TOKEN_BUDGET_UTILISATION_LABEL,
     IterationComposition,
-    token_budget_utilisation,
+    batched_tokens_utilisation,
 )
 from iterserve.metrics.columns import RecordColumns
 from iterserve.metrics.counted_sample import CountedSample
@@ -130,7 +130,7 @@ def plot_batch_composition(
     tallest = max(int((rows[0] + rows[1] + rows[2]).max(initial=0)),
                   max_rows_per_iteration or 0, 1)
     if max_rows_per_iteration is not None:
-        fraction = token_budget_utilisation(iterations, max_rows_per_iteration).fraction
+        fraction = batched_tokens_utilisation(iterations, max_rows_per_iteration).fraction
         if fraction is not None:
             title += f"\n{TOKEN_BUDGET_UTILISATION_LABEL}: {100 * fraction:.1f}%"
     axis.set_title(title)

@@ -47,14 +47,14 @@ class PlanBuilder:
     """
 
     __slots__ = ("_state", "_policy", "_key", "_work", "_intents", "tokens_left", "seqs_left",
-                 "_facts", "num_blocks_free", "_token_budget", "_screen", "_preempt_kind",
+                 "_facts", "num_blocks_free", "_max_num_batched_tokens", "_screen", "_preempt_kind",
                  "_max_running", "_num_joined", "_aborted", "_blocks")
 
     def __init__(self, policy: Policy, state: SchedulerState,
-                 token_budget: int | None = None, *, sequence_budget: int | None = None,
-                 max_num_seqs: int | None = None) -> None:
-        """``token_budget`` and ``sequence_budget`` may only tighten the
-        state's budgets (e.g. tau, ORCA's max batch size). ``max_num_seqs``
+                 max_num_batched_tokens: int | None = None, *, max_num_seqs: int | None = None,
+                 max_running: int | None = None) -> None:
+        """``max_num_batched_tokens`` and ``max_num_seqs`` may only tighten the
+        state's budgets (e.g. tau, ORCA's max batch size). ``max_running``
         caps the running set (running + resumed + admitted; vLLM's
         ``max_num_seqs``), the state's sequence budget when None. The
         state's run rules bring the admission screen and preemption mode."""
@@ -65,11 +65,11 @@ class PlanBuilder:
         self._blocks: dict[str, int] = {}  # id -> KV blocks its item charged, when any
         self._intents: list[QueueIntent] = []
         self._facts = state.capacity
-        self._token_budget = _tightened(state.token_budget, token_budget)
-        self.tokens_left = self._token_budget
-        self.seqs_left = _tightened(state.sequence_budget, sequence_budget)
+        self._max_num_batched_tokens = _tightened(state.max_num_batched_tokens, max_num_batched_tokens)
+        self.tokens_left = self._max_num_batched_tokens
+        self.seqs_left = _tightened(state.max_num_seqs, max_num_seqs)
         self.num_blocks_free = state.capacity.num_blocks_free  # None: unbounded
-        self._max_running = state.sequence_budget if max_num_seqs is None else max_num_seqs
+        self._max_running = state.max_num_seqs if max_running is None else max_running
         self._num_joined = 0  # requests resumed or admitted into the running set
         self._screen = ReservationScreen.for_state(state)
         self._preempt_kind = preemption_kind(state.rules)
@@ -82,7 +82,7 @@ class PlanBuilder:
 
     @property
     def running_slots_left(self) -> int:
-        """Room left under ``max_num_seqs`` for requests joining the running
+        """Room left under ``max_running`` for requests joining the running
         set (the running queue counts whole, preempted victims included)."""
         return self._max_running - len(self._state.running) - self._num_joined
 
@@ -336,7 +336,7 @@ class PlanBuilder:
             policy_id=self._policy.policy_id,
             policy_version=self._policy.policy_version,
             work=Work(work),
-            tokens_used=self._token_budget - self.tokens_left,
+            tokens_used=self._max_num_batched_tokens - self.tokens_left,
             sequences_used=len(work),
             tie_break_key=self._policy.tie_break_key,
             intents=tuple(self._intents),

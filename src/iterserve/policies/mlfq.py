@@ -93,7 +93,7 @@ class Mlfq(PolicyBase[MlfqConfig]):
         last = view.arrival if view.last_output_time is None else view.last_output_time
         if (state.now - last) * ms_per_unit >= self.config.alpha_ms:
             return 0  # promoted: waited alpha
-        t_init = self._cost_ms(min(view.num_prompt_tokens, state.token_budget), 0)
+        t_init = self._cost_ms(min(view.num_prompt_tokens, state.max_num_batched_tokens), 0)
         top = self.config.num_queues - 1
         level = next((j for j in range(top + 1) if self.config.quantum_ms(j) >= t_init), top)
         attained = 0.0

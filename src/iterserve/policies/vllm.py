@@ -84,8 +84,8 @@ class VllmFrontier(PolicyBase[VllmConfig]):
         return waiting  # lazy: the waiting pass stops at its first misfit
 
     def ledgers(self) -> dict[str, int | None]:
-        return {"max_num_seqs": self.config.max_num_seqs,
-                "token_budget": self.config.max_num_batched_tokens}
+        return {"max_running": self.config.max_num_seqs,
+                "max_num_batched_tokens": self.config.max_num_batched_tokens}
 
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         threshold = self.config.long_prefill_token_threshold

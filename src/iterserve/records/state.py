@@ -88,8 +88,8 @@ class SchedulerState:
     suspended: tuple[str, ...]
     finished: tuple[str, ...]
     views: Mapping[str, RequestView]
-    token_budget: int
-    sequence_budget: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
     capacity: CapacityFacts = CapacityFacts()
     service: Mapping[str, int] = field(default_factory=dict)
     ledger: ClientLedger | None = None

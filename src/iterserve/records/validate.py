@@ -260,11 +260,11 @@ def _validate_ledger(state: SchedulerState, plan: IterationPlan, tokens: int) ->
             f"ledger says {plan.tokens_used} tokens/{plan.sequences_used} seqs, "
             f"work has {tokens}/{len(plan.work)}"
         )
-    if tokens > state.token_budget:
-        raise E.TokenBudgetExceeded(f"{tokens} token rows > budget {state.token_budget}")
-    if len(plan.work) > state.sequence_budget:
+    if tokens > state.max_num_batched_tokens:
+        raise E.TokenBudgetExceeded(f"{tokens} token rows > budget {state.max_num_batched_tokens}")
+    if len(plan.work) > state.max_num_seqs:
         raise E.SequenceBudgetExceeded(
-            f"{len(plan.work)} sequences > budget {state.sequence_budget}"
+            f"{len(plan.work)} sequences > budget {state.max_num_seqs}"
         )
 
 
