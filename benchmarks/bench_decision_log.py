@@ -71,9 +71,9 @@ def make_manifest(num_requests: int, seed: int = 0) -> WorkloadManifest:
     config = RandomWorkloadConfig(num_requests=num_requests, min_prompt_tokens=32,
                                   max_prompt_tokens=1024, min_output_tokens=16,
                                   max_output_tokens=400, mean_interarrival=50.0)
-    capacity = Capacity(token_budget=2048, sequence_budget=256)
+    capacity = Capacity(max_num_batched_tokens=2048, max_num_seqs=256)
     manifest = random_workload(config, capacity, seed, clock="ms")
-    online = dataclasses.replace(manifest.online, kv=KvSpec(num_blocks=4000, block_size=16))
+    online = dataclasses.replace(manifest.online, kv=KvSpec(num_kv_blocks=4000, block_size=16))
     return WorkloadManifest(online, manifest.hidden)
 
 

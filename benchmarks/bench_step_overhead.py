@@ -267,7 +267,7 @@ def run(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     # the pool committed, as bench_vs_vllm's (sized there) and a server's are: a lazy one
     # puts its first-touch page faults into the steps' write_kv
-    llm = LLM(args.model, dtype=args.dtype, policy=args.policy, token_budget=args.token_budget,
+    llm = LLM(args.model, dtype=args.dtype, policy=args.policy, max_num_batched_tokens=args.max_num_batched_tokens,
               max_num_seqs=64, enable_prefix_caching=False, commit_kv=True)
     requests = make_prompts(args.num_requests, llm.executor.model.config.vocab_size, args.seed)
     llm.generate([p for p, _ in requests[:2]], SamplingParams(max_tokens=4, temperature=0.0,
@@ -304,7 +304,7 @@ def main() -> None:
     parser.add_argument("--num-requests", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--policy", default="vllm")
-    parser.add_argument("--token-budget", type=int, default=512)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=512)
     parser.add_argument("--profile", type=int, default=0, metavar="ROWS",
                         help="also run torch.profiler around every forward (on the engine "
                              "thread) and print its top ROWS ops by self CPU, per step class")

@@ -124,7 +124,7 @@ def _make_llm(model_dir: Path, policy: str, args: argparse.Namespace,
     block_size = 16
     needed = sum(-(-(len(r.prompt_token_ids) + r.max_tokens) // block_size) for r in requests)
     return LLM(model_dir, policy=policy, dtype=args.dtype, block_size=block_size,
-               kv_blocks=args.kv_blocks or needed + 16, token_budget=args.token_budget,
+               num_kv_blocks=args.num_kv_blocks or needed + 16, max_num_batched_tokens=args.max_num_batched_tokens,
                max_num_seqs=args.max_num_seqs)
 
 
@@ -321,7 +321,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch-size", type=int, default=16, help="static batch size")
     parser.add_argument("--policies", nargs="+", default=["vllm", "sarathi-serve"])
-    parser.add_argument("--token-budget", type=int, default=512)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=512)
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--kv-blocks", type=int, default=None,
                         help="default: enough 16-row blocks for the whole workload")

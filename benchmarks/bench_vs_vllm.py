@@ -142,7 +142,7 @@ def worker_iterserve(args: argparse.Namespace, requests: list[dict]) -> dict:
     needed = sum(-(-(len(r["prompt_token_ids"]) + r["max_tokens"]) // BLOCK_SIZE)
                  for r in requests)
     llm = LLM(args.model, policy=args.policy, dtype=args.dtype, block_size=BLOCK_SIZE,
-              kv_blocks=needed + 16, token_budget=args.token_budget,
+              num_kv_blocks=needed + 16, max_num_batched_tokens=args.max_num_batched_tokens,
               max_num_seqs=args.max_num_seqs, enable_prefix_caching=False)
     ready = time.time()
     llm.generate([r["prompt_token_ids"] for r in requests[:2]],
@@ -183,7 +183,7 @@ def worker_vllm(args: argparse.Namespace, requests: list[dict]) -> dict:
     from vllm import LLM, SamplingParams
 
     llm = LLM(model=str(args.model), dtype=args.dtype, max_num_seqs=args.max_num_seqs,
-              max_num_batched_tokens=args.token_budget, enable_prefix_caching=False, seed=0)
+              max_num_batched_tokens=args.max_num_batched_tokens, enable_prefix_caching=False, seed=0)
     ready = time.time()
     llm.generate([{"prompt_token_ids": r["prompt_token_ids"]} for r in requests[:2]],
                  SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True),
@@ -283,7 +283,7 @@ def run_worker(system: str, python: str, args: argparse.Namespace, workload_path
     command = [python, str(Path(__file__).resolve()), "--worker", system,
                "--workload", str(workload_path), "--out", str(out_path),
                "--model", str(args.model), "--dtype", args.dtype, "--threads", str(args.threads),
-               "--policy", args.policy, "--token-budget", str(args.token_budget),
+               "--policy", args.policy, "--max-num-batched-tokens", str(args.max_num_batched_tokens),
                "--max-num-seqs", str(args.max_num_seqs),
                "--static-batch", str(args.static_batch)]
     env = vllm_env(args.threads, args.vllm_kv_gib) if system == "vllm" else {
@@ -429,7 +429,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--output-lens", type=int, nargs=2, default=[16, 256])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--policy", default="vllm")
-    parser.add_argument("--token-budget", type=int, default=512)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=512)
     parser.add_argument("--max-num-seqs", type=int, default=64)
     parser.add_argument("--static-batch", type=int, default=16)
     parser.add_argument("--vllm-venv", type=Path, default=CACHE_DIR / "vllm-venv")

@@ -31,7 +31,7 @@ PROMPTS = ["Continuous batching schedules one iteration at a time", "Hello", "Th
 
 
 def greedy(device: str, model_dir: Path) -> list[tuple[int, ...]]:
-    llm = LLM(model_dir, kv_blocks=256, block_size=16, device=device)
+    llm = LLM(model_dir, num_kv_blocks=256, block_size=16, device=device)
     params = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
     return [o.token_ids for o in llm.generate(PROMPTS, params)]
 
@@ -47,7 +47,7 @@ def preserved(model_dir: Path) -> tuple[list[tuple[int, ...]], dict[str, int]]:
         executor.add_request(f"r{i}", ids, params, seed=i)
         specs.append(RequestSpec(f"r{i}", 0.0, len(ids), 24, prompt_token_ids=tuple(ids)))
     workload = OnlineWorkload("preserve", "ms", Capacity(64, 8), tuple(specs),
-                              kv=KvSpec(12, 4, 64, preemption_mode="preserve"))
+                              kv=KvSpec(12, 4, 64, preemption_mode="swap"))
     Engine(workload, make_policy("vllm"), executor).run()
     stats = executor.kv.stats()
     return ([tuple(executor.streams[s.request_id].output_token_ids) for s in specs],
@@ -55,8 +55,8 @@ def preserved(model_dir: Path) -> tuple[list[tuple[int, ...]], dict[str, int]]:
 
 
 def throughput(model_dir: Path) -> dict[str, float]:
-    llm = LLM(model_dir, kv_blocks=4096, block_size=16, device="cuda", dtype="bfloat16",
-              token_budget=2048, max_num_seqs=64)
+    llm = LLM(model_dir, num_kv_blocks=4096, block_size=16, device="cuda", dtype="bfloat16",
+              max_num_batched_tokens=2048, max_num_seqs=64)
     prompts = [[(7 * i + j) % 4000 + 5 for j in range(32 + (i * 37) % 224)] for i in range(64)]
     params = [SamplingParams(max_tokens=16 + (i * 53) % 240, temperature=0.0, ignore_eos=True)
               for i in range(64)]

@@ -31,8 +31,8 @@ class _Plans(EngineObserver):
 def workload_document(regime: Regime, trace: list[TraceRequest]) -> dict[str, Any]:
     return {
         "workload_id": f"vllm-diff-{regime.name}", "clock": "iteration",
-        "capacity": {"token_budget": regime.max_num_batched_tokens,
-                     "sequence_budget": regime.max_num_seqs},
+        "capacity": {"max_num_batched_tokens": regime.max_num_batched_tokens,
+                     "max_num_seqs": regime.max_num_seqs},
         "kv": {"num_blocks": regime.num_blocks, "block_size": regime.block_size,
                "preemption_mode": "recompute"},
         "requests": [{"request_id": r.request_id, "arrival": 0, "prompt_tokens": r.prompt_tokens,

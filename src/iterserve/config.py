@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from iterserve.policies.registry import make_policy, policy_class, settings_for
+from iterserve.policies.settings import PolicyConfigError, setting_names
 from iterserve.records.spec import Capacity
 
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")  # auto: the checkpoint's dtype
@@ -15,9 +17,9 @@ class EngineConfig:
     """Scheduler and memory knobs of a real run (validated on construction)."""
 
     policy: str = "vllm"
-    token_budget: int = 512
+    max_num_batched_tokens: int = 512
     max_num_seqs: int = 64
-    kv_blocks: int | None = None  # None: from kv_cache_memory, else sized from free memory
+    num_kv_blocks: int | None = None  # None: from kv_cache_memory, else sized from free memory
     kv_cache_memory: int | None = None  # bytes for the KV pool (vLLM's --kv-cache-memory)
     block_size: int = 16
     num_host_blocks: int = 0
@@ -33,20 +35,20 @@ class EngineConfig:
     overload: str = "accept-all"  # arrival gate: accept-all | bounded | slo-feasible
     max_live: int | None = None  # the bounded gate's cap on live requests
     cost_model: str | None = None  # the slo-feasible gate's cost model (NAME:params)
-    # fault the KV pool in at start-up (model/host_memory.py); None: when kv_blocks or
+    # fault the KV pool in at start-up (model/host_memory.py); None: when num_kv_blocks or
     # kv_cache_memory sized it, not when it is sized from free memory
     commit_kv: bool | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_NAMES:
             raise ValueError(f"dtype must be one of {list(DTYPE_NAMES)}, got {self.dtype!r}")
-        for name in ("token_budget", "max_num_seqs", "kv_blocks", "kv_cache_memory",
+        for name in ("max_num_batched_tokens", "max_num_seqs", "num_kv_blocks", "kv_cache_memory",
                      "block_size"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1")
-        if self.kv_blocks is not None and self.kv_cache_memory is not None:
-            raise ValueError("give kv_blocks or kv_cache_memory, not both")
+        if self.num_kv_blocks is not None and self.kv_cache_memory is not None:
+            raise ValueError("give num_kv_blocks or kv_cache_memory, not both")
         if self.num_host_blocks < 0:
             raise ValueError("num_host_blocks must be >= 0")
         for name in ("chunk_size", "tau", "long_prefill_token_threshold"):
@@ -59,19 +61,34 @@ class EngineConfig:
             raise ValueError("max_model_len must be >= 2")
         if self.commit_kv is not None and not isinstance(self.commit_kv, bool):
             raise ValueError(f"commit_kv must be True, False or None, got {self.commit_kv!r}")
+        make_policy(self.policy, **self.policy_settings())  # an unknown or inapplicable setting raises
 
     def commits_kv(self) -> bool:
         """Whether the KV pool is faulted in at start-up (``commit_kv``, else
         whether the user sized it)."""
         if self.commit_kv is not None:
             return self.commit_kv
-        return self.kv_blocks is not None or self.kv_cache_memory is not None
+        return self.num_kv_blocks is not None or self.kv_cache_memory is not None
 
     def capacity(self) -> Capacity:
-        return Capacity(token_budget=self.token_budget, sequence_budget=self.max_num_seqs)
+        return Capacity(max_num_batched_tokens=self.max_num_batched_tokens, max_num_seqs=self.max_num_seqs)
 
-    def policy_settings(self) -> dict[str, int]:
-        """The knobs the policy takes (each policy keeps the ones it has)."""
-        knobs = {"max_num_seqs": self.max_num_seqs, "chunk_size": self.chunk_size,
-                 "tau": self.tau, "long_prefill_token_threshold": self.long_prefill_token_threshold}
-        return {name: value for name, value in knobs.items() if value is not None}
+    def policy_settings(self) -> dict[str, object]:
+        """The settings the policy is made with: every knob given (chunk_size,
+        tau, long_prefill_token_threshold, NAME=VALUE extras), each one the
+        policy must take (else :class:`PolicyConfigError` naming it: a flag
+        is never dropped), plus the engine's ``max_num_seqs`` as the policy's
+        running cap where its config has one."""
+        given: dict[str, object] = {
+            name: value for name, value in (
+                ("chunk_size", self.chunk_size), ("tau", self.tau),
+                ("long_prefill_token_threshold", self.long_prefill_token_threshold))
+            if value is not None}
+        for name, value in self.extra_policy_settings:
+            if name in given:
+                raise PolicyConfigError(f"setting {name} given twice")
+            given[name] = value
+        settings = settings_for(self.policy, None, given, strict=True)
+        if "max_num_seqs" in setting_names(policy_class(self.policy).config_type):
+            settings.setdefault("max_num_seqs", self.max_num_seqs)
+        return settings

@@ -27,6 +27,8 @@ from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.sampling_params import SamplingParams
 from iterserve.records.state import SchedulerState
+from iterserve.records.time_units import s_to_ms
+from iterserve.records.vocabulary import warn_renamed
 from iterserve.runtime import load_runtime
 
 __all__ = ["DTYPES", "DTYPE_NAMES", "LLM", "CompletionOutput", "EngineConfig", "RequestMetrics",
@@ -88,6 +90,7 @@ class LLM:
     def __init__(self, model: str | Path, config: EngineConfig | None = None,
                  **overrides: object) -> None:
         config = config or EngineConfig()
+        overrides = _with_current_names(overrides)
         if overrides:
             config = dataclasses.replace(config, **overrides)  # type: ignore[arg-type]
         self.config = config
@@ -179,6 +182,21 @@ class LLM:
         return outputs
 
 
+#: older keyword names of :class:`LLM` (read with a deprecation warning)
+_RENAMED_OVERRIDES = {"token_budget": "max_num_batched_tokens", "kv_blocks": "num_kv_blocks"}
+
+
+def _with_current_names(overrides: dict[str, object]) -> dict[str, object]:
+    out = dict(overrides)
+    for old, new in _RENAMED_OVERRIDES.items():
+        if old in out:
+            if new in out:
+                raise TypeError(f"LLM() got {old} and {new}, which are one setting; keep {new}")
+            warn_renamed(f"LLM({old}=...)", f"{new}=...")
+            out[new] = out.pop(old)
+    return out
+
+
 class _StepRelay(EngineObserver):
     """Calls the current ``generate`` call's ``on_step(done, total)`` after
     every executed plan (on the engine thread, before the streams hear of it)."""
@@ -215,7 +233,7 @@ def _collect(request_id: str, prompt_ids: list[int], stream: BlockingOutputStrea
     for event in stream:
         tokens.extend(event.token_ids)
         logprobs.extend(event.logprobs)
-        times_ms.extend(t * 1000.0 - arrival_ms for t in event.token_times_s)
+        times_ms.extend(s_to_ms(t) - arrival_ms for t in event.token_times_s)
         text += event.text
         reason = event.finish_reason or reason
     return RequestOutput(request_id, tuple(prompt_ids), text, tuple(tokens), tuple(logprobs),

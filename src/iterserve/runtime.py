@@ -24,7 +24,7 @@ from iterserve.model.omp_pools import on_passing_thread
 from iterserve.model.runtime import available_device_bytes, cuda_available
 from iterserve.model.tokenizer import TextTokenizer, load_tokenizer
 from iterserve.plan import Policy
-from iterserve.policies.registry import make_policy, settings_for
+from iterserve.policies.registry import make_policy
 from iterserve.records.spec import KvSpec
 
 
@@ -54,15 +54,13 @@ def make_overload_gate(config: EngineConfig) -> OverloadGate:
 
 def make_engine_policy(config: EngineConfig) -> Policy:
     """The configured policy, made once with the settings it takes."""
-    settings = settings_for(config.policy, None, config.policy_settings(), strict=False)
-    settings.update(dict(config.extra_policy_settings))
-    return make_policy(config.policy, **settings)
+    return make_policy(config.policy, **config.policy_settings())
 
 
 def kv_pool_blocks(config: EngineConfig, model: PackedCausalLM, max_model_len: int) -> int:
     """Blocks for the KV pool: explicit, from kv_cache_memory, or from the memory
     available on the model's device once its weights are loaded (0x05 bytes per row)."""
-    request = KvPoolRequest(config.kv_blocks, config.kv_cache_memory, config.max_num_seqs,
+    request = KvPoolRequest(config.num_kv_blocks, config.kv_cache_memory, config.max_num_seqs,
                             max_model_len, config.block_size)
     per_block = bytes_per_block(model.config, config.block_size, model.dtype)
     return num_pool_blocks(request, per_block, available_device_bytes(model.device))
@@ -86,7 +84,7 @@ def _load_executor(model_dir: str | Path, config: EngineConfig,
     model = load_model(model_dir, dtype=config.dtype, device=config.device)
     max_model_len = config.max_model_len or model.config.max_position_embeddings
     num_blocks = kv_pool_blocks(config, model, max_model_len)
-    model.warm(config.max_num_seqs, config.token_budget)  # no request waits on oneDNN's JIT
+    model.warm(config.max_num_seqs, config.max_num_batched_tokens)  # no request waits on oneDNN's JIT
     # a pool the user sized is committed now, as vLLM's VLLM_CPU_KVCACHE_SPACE is; one
     # sized from free memory (GiBs, mostly never reached) stays lazy unless asked
     executor = TorchExecutor(model, num_blocks, config.block_size, tokenizer,

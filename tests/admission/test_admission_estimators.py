@@ -10,13 +10,10 @@ from iterserve.admission import (
     ESTIMATOR_NAMES,
     AdmissionCandidate,
     AdmissionDecision,
-    AllocationRequest,
-    AllocationStatus,
     EstimatorConfig,
     IllegalWatermarkError,
     MaximumEstimator,
     OutputForecast,
-    PhysicalAllocationResult,
     PointEstimator,
     QuantileEstimator,
     QuantileForecast,
@@ -86,7 +83,6 @@ def test_prompt_plus_max_tokens_would_overcount_by_one() -> None:
     lambda: _candidate(prompt=0, uncached=0),
     lambda: ReservationBudget(-1, 10, ROW, 0),
     lambda: ReservationBudget(0, 10, 0, 0),
-    lambda: PhysicalAllocationResult("r", 0, 1, AllocationStatus.FAILED, 3),
 ])
 def test_invalid_records_are_refused(make: object) -> None:
     with pytest.raises(ValueError):
@@ -101,13 +97,6 @@ def test_records_are_frozen() -> None:
 def test_missing_quantile_fails_loudly() -> None:
     with pytest.raises(KeyError, match="q=0.99"):
         QuantileEstimator(0.99).forecast_total_outputs(_candidate())
-
-
-def test_physical_result_answers_only_its_request_and_epoch() -> None:
-    request = AllocationRequest("r", 0, 7, 4, 4 * ROW)
-    assert PhysicalAllocationResult("r", 0, 7, AllocationStatus.GRANTED, 4).answers(request)
-    assert not PhysicalAllocationResult("r", 0, 6, AllocationStatus.GRANTED, 4).answers(request)
-    assert not PhysicalAllocationResult("r", 1, 7, AllocationStatus.GRANTED, 4).answers(request)
 
 
 # ----------------------------------------------------------------- policies

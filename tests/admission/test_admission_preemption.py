@@ -47,7 +47,7 @@ def _binding(generation: int = 2, epoch: int = 10, digest: str = DIGEST) -> Fore
 
 
 def _intent(binding: ForeignBinding, target: int = 6,
-            mode: PreemptionMode = PreemptionMode.PRESERVE_EXACT,
+            mode: PreemptionMode = PreemptionMode.SWAP,
             fallback: FallbackMode = FallbackMode.RECOMPUTE) -> PreemptionIntent:
     return PreemptionIntent(f"i-{binding.suspension_epoch}", binding, mode, fallback, target,
                             PreemptionReason.KV_CAPACITY, "fcfs-victim", 1)
@@ -134,7 +134,7 @@ def test_illegal_transitions_raise_a_named_error(source: Lifecycle, target: Life
     (PreemptionMode.ABORT, FallbackMode.RECOMPUTE, True),
     (PreemptionMode.RECOMPUTE, FallbackMode.RECOMPUTE, True),
     (PreemptionMode.RECOMPUTE, FallbackMode.ABORT, False),  # recompute needs token history
-    (PreemptionMode.PRESERVE_EXACT, FallbackMode.RECOMPUTE, False),
+    (PreemptionMode.SWAP, FallbackMode.RECOMPUTE, False),
 ])
 def test_illegal_intents_are_refused(mode: PreemptionMode, fallback: FallbackMode,
                                      history: bool) -> None:

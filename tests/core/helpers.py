@@ -110,8 +110,8 @@ def loop2_state(**changes: Any) -> SchedulerState:
         suspended=(),
         finished=("req-E",),
         views=loop2_views(),
-        token_budget=4,
-        sequence_budget=3,
+        max_num_batched_tokens=4,
+        max_num_seqs=3,
         service={},
     )
     fields.update(changes)
@@ -153,7 +153,7 @@ def random_workload_json(seed: int, num_requests: int = 10) -> dict[str, Any]:
         "clock": "iteration",
         # prompts never exceed the token budget, so whole-prompt policies (orca)
         # can always run; chunk_size serves the chunked-prefill policies
-        "capacity": {"token_budget": 6, "sequence_budget": 3, "chunk_size": 3},
+        "capacity": {"max_num_batched_tokens": 6, "max_num_seqs": 3, "chunk_size": 3},
         "requests": requests,
         "fixture_only_hidden_truth": {"realized_output_tokens": realized},
     }

@@ -76,7 +76,7 @@ def test_cut_2_static_keeps_the_barrier():
     assert [(w.request_id, w.start, w.end, w.kind) for w in plan.work] == [
         ("B", 2, 3, WorkKind.DECODE_ROW)]
     assert plan.intents == ()
-    assert plan.sequences_used == 1 < state.sequence_budget == 2
+    assert plan.sequences_used == 1 < state.max_num_seqs == 2
     assert after.views["B"].num_emitted == 3
     assert after.views["C"].first_token_time is None and "C" in after.waiting
 

@@ -22,7 +22,7 @@ def _manifest(requests, **capacity):
     realized = {r["request_id"]: r.pop("realized") for r in requests}
     return parse_workload({
         "workload_id": "arrival-order", "clock": "iteration",
-        "capacity": {"token_budget": 4, "sequence_budget": 1, **capacity},
+        "capacity": {"max_num_batched_tokens": 4, "max_num_seqs": 1, **capacity},
         "requests": requests,
         "fixture_only_hidden_truth": {"realized_output_tokens": realized},
     })
@@ -83,6 +83,6 @@ def test_orca_with_bounded_kv_does_not_stall_on_file_order():
     manifest = _manifest([
         {"request_id": "R", "arrival": 1, "prompt_tokens": 2, "max_output_tokens": 8, "realized": 3},
         {"request_id": "S", "arrival": 0, "prompt_tokens": 1, "max_output_tokens": 4, "realized": 4},
-    ], sequence_budget=2, kv_rows=10)
+    ], max_num_seqs=2, kv_rows=10)
     recorder = _run(manifest, "orca")
     assert _admission_order(recorder) == ["S", "R"]

@@ -22,7 +22,7 @@ def _manifest():
                  "max_output_tokens": 6} for i in range(4)]
     return parse_workload({
         "workload_id": "checks", "clock": "iteration",
-        "capacity": {"token_budget": 16, "sequence_budget": 4},
+        "capacity": {"max_num_batched_tokens": 16, "max_num_seqs": 4},
         "requests": requests,
         "fixture_only_hidden_truth": {"realized_output_tokens": {
             r["request_id"]: 6 for r in requests}},

@@ -9,10 +9,10 @@ from iterserve.config import EngineConfig
 
 @pytest.mark.parametrize(("fields", "commits"), [
     ({}, False),  # sized from free memory: lazy
-    ({"kv_blocks": 64}, True),
+    ({"num_kv_blocks": 64}, True),
     ({"kv_cache_memory": 1 << 20}, True),
     ({"commit_kv": True}, True),
-    ({"kv_blocks": 64, "commit_kv": False}, False),
+    ({"num_kv_blocks": 64, "commit_kv": False}, False),
 ])
 def test_a_pool_is_committed_when_sized_by_the_user_or_asked(fields, commits) -> None:
     assert EngineConfig(**fields).commits_kv() is commits

@@ -176,3 +176,31 @@ def test_completions_emit_stop_and_earn_service_by_the_frontier(
     else:
         with pytest.raises(E.WrongOutputClock):
             validate_result(plan, state, result)
+
+
+def test_the_derived_helpers_agree_with_the_spec_numbers() -> None:
+    # p = 8: decode at c = 10 after 3 outputs; rebuild below it; prefill before output 1
+    assert F.is_decode_step(8, 3, 10) and not F.is_decode_step(8, 3, 9)
+    assert not F.is_decode_step(8, 0, 7)
+    assert [F.num_decode_rows_done(e) for e in (0, 1, 2, 5)] == [0, 0, 1, 4]
+    assert F.rows_held_after_outputs(8, 1) == 8 and F.rows_held_after_outputs(8, 4) == 11
+    assert F.rows_of_sequence_left(8, 3, 4) == 7 and F.rows_of_sequence_left(8, 0, 8) == 0
+    assert F.interval_emits(8, 0, 3, 8) and not F.interval_emits(8, 0, 3, 7)
+    assert F.interval_emits(8, 3, 10, 11) and not F.interval_emits(8, 3, 0, 10)
+    assert F.interval_earns_service(8, 0, 3) and F.interval_earns_service(8, 3, 10)
+    assert not F.interval_earns_service(8, 3, 0)
+    assert list(F.plain_decode_tokens([0, 2, 2, 2], [True, True, False, True],
+                                      [None, None, None, FinishReason.LENGTH])) == [
+        False, True, False, False]
+
+
+@settings(max_examples=200, deadline=None)
+@given(frontiers())
+def test_the_derived_helpers_agree_with_next_kind(pec: tuple[int, int, int]) -> None:
+    p, e, c = pec
+    kind = F.next_kind(p, e, c)
+    assert F.is_decode_step(p, e, c) is (kind is DECODE)
+    rows, _ = F.next_interval(p, e, c, 10_000)
+    if rows:
+        assert F.interval_emits(p, e, c, c + rows) is F.emits(kind, p, c + rows)
+        assert F.interval_earns_service(p, e, c) is (kind is not REBUILD)

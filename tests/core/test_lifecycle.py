@@ -105,7 +105,7 @@ def _state(*views, version=3, decision=2):
             queues["running"].append(v.request_id)
     state = SchedulerState(decision, version, float(decision),
                            *(tuple(queues[q]) for q in ("waiting", "running", "suspended", "finished")),
-                           views={v.request_id: v for v in views}, token_budget=8, sequence_budget=4)
+                           views={v.request_id: v for v in views}, max_num_batched_tokens=8, max_num_seqs=4)
     validate_state(state)
     return state
 

@@ -42,7 +42,7 @@ def _manifests():
 # priorities and shared-prefix token ids; prompts fit the token budget
 GENERATED_SPEC = {
     "workload_id": "metamorphic-gen", "seed": 21, "num_requests": 10, "clock": "iteration",
-    "iteration_s": 1.0, "capacity": {"token_budget": 12, "sequence_budget": 3},
+    "iteration_s": 1.0, "capacity": {"max_num_batched_tokens": 12, "max_num_seqs": 3},
     "policy_settings": {"chunk_size": 4},
     "arrival": {"process": "gamma", "rate_per_s": 1.5, "cv": 2.0},
     "slo_classes": {"fast": {"ttft_ms": 3000, "tbt_ms": 2000}},

@@ -44,14 +44,14 @@ PROPERTY_SETTINGS = settings(max_examples=100, deadline=None, database=None,
 
 @st.composite
 def workloads(draw):
-    token_budget = draw(st.integers(1, 10))
+    max_num_batched_tokens = draw(st.integers(1, 10))
     n = draw(st.integers(1, 7))
     requests = tuple(
         RequestSpec(
             request_id=f"r{i}",
             arrival=float(draw(st.integers(0, 4))),
             # whole-prompt policies (orca) need prompts that fit one iteration
-            num_prompt_tokens=draw(st.integers(1, token_budget)),
+            num_prompt_tokens=draw(st.integers(1, max_num_batched_tokens)),
             max_output_tokens=draw(st.integers(1, 6)),
             client_id=draw(st.sampled_from(["a", "b", "c"])),
             priority=draw(st.integers(0, 2)),
@@ -62,7 +62,7 @@ def workloads(draw):
     # so memory pressure, preemption and rebuild states are reachable
     need = max(r.num_prompt_tokens + r.max_output_tokens for r in requests)
     kv_rows = draw(st.none() | st.integers(need, need + 6))
-    capacity = Capacity(token_budget, draw(st.integers(1, 4)), kv_rows=kv_rows)
+    capacity = Capacity(max_num_batched_tokens, draw(st.integers(1, 4)), kv_rows=kv_rows)
     hidden = HiddenTruth({r.request_id: draw(st.integers(1, 8)) for r in requests})
     settings = {"chunk_size": draw(st.integers(1, 4))}
     return OnlineWorkload("prop", "iteration", capacity, requests,
@@ -134,8 +134,8 @@ def test_every_policy_plans_legally_on_every_reachable_state(case):
         plan = policy.choose(state)
         validate_plan(bound, state, plan)
         assert _plan_bytes(policy.choose(state)) == _plan_bytes(plan), name
-        assert plan.tokens_used <= state.token_budget
-        assert plan.sequences_used <= state.sequence_budget
+        assert plan.tokens_used <= state.max_num_batched_tokens
+        assert plan.sequences_used <= state.max_num_seqs
         chosen = {w.request_id for w in plan.work}
         assert all(state.views[r].is_ready and not state.views[r].is_terminal for r in chosen)
         if plan.work:

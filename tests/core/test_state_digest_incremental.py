@@ -23,7 +23,7 @@ from iterserve.sim.workload_spec import parse_spec
 
 SPEC = {
     "workload_id": "digest", "seed": 3, "num_requests": 120, "clock": "ms",
-    "capacity": {"token_budget": 256, "sequence_budget": 16},
+    "capacity": {"max_num_batched_tokens": 256, "max_num_seqs": 16},
     "kv": {"num_blocks": 64, "block_size": 16},
     "arrival": {"process": "poisson", "rate_per_s": 40},
     "clients": [

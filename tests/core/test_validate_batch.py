@@ -28,6 +28,7 @@ from iterserve.policies.registry import policy_for
 from iterserve.records import frontier as F
 from iterserve.records import validate as V
 from iterserve.records import validate_batch as B
+from iterserve.records.kv_abi import blocks_opened_total
 from iterserve.records.plan import IntentKind, QueueIntent, WorkItem
 from iterserve.records.result import CompletedInterval
 from iterserve.records.state import CapacityFacts
@@ -44,7 +45,7 @@ SETTINGS = settings(max_examples=300, deadline=None,
 #: a tight pool (preemption, rebuild), chunked prefill, length stops, two clients
 SPEC = {
     "workload_id": "batch-validation", "seed": 7, "num_requests": 24, "clock": "ms",
-    "capacity": {"token_budget": 96, "sequence_budget": 12},
+    "capacity": {"max_num_batched_tokens": 96, "max_num_seqs": 12},
     "kv": {"num_blocks": 40, "block_size": 8},
     "arrival": {"process": "poisson", "rate_per_s": 400.0},
     "clients": [
@@ -372,4 +373,4 @@ def test_new_blocks_is_the_sum_of_blocks_for(intervals, size):
                                 tuple(b - a for a, b in zip(starts, ends_now, strict=True)), ())
         expected = sum(facts.blocks_for(b) - facts.blocks_for(a)
                        for a, b in zip(starts, ends_now, strict=True))
-        assert V._new_blocks(columns, size) == expected
+        assert blocks_opened_total(columns.starts, columns.ends, columns.widths, size) == expected

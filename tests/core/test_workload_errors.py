@@ -25,7 +25,7 @@ def _abc() -> dict:
 
 
 def _drop_token_budget(w):
-    del w["capacity"]["token_budget"]
+    del w["capacity"]["max_num_batched_tokens"]
 
 
 def _zero_prompt(w):
@@ -45,7 +45,7 @@ def _hidden_for_unknown(w):
 
 
 def _zero_budget(w):
-    w["capacity"]["sequence_budget"] = 0
+    w["capacity"]["max_num_seqs"] = 0
 
 
 def _string_arrival(w):
@@ -54,12 +54,12 @@ def _string_arrival(w):
 
 CASES = {
     # name: (mutation, substrings the one-line message must contain)
-    "missing-token-budget": (_drop_token_budget, ["capacity.token_budget", "missing"]),
+    "missing-token-budget": (_drop_token_budget, ["capacity.max_num_batched_tokens", "missing"]),
     "prompt-tokens-zero": (_zero_prompt, ["requests[1]", "prompt_tokens"]),
     "unknown-clock": (_unknown_clock, ["clock", "fortnight", "iteration"]),
     "duplicate-request-id": (_duplicate_id, ["request_id", "'A'"]),
     "hidden-truth-unknown-request": (_hidden_for_unknown, ["realized_output_tokens", "ghost"]),
-    "sequence-budget-zero": (_zero_budget, ["sequence_budget"]),
+    "sequence-budget-zero": (_zero_budget, ["max_num_seqs"]),
     "arrival-not-a-number": (_string_arrival, ["requests[0].arrival"]),
 }
 

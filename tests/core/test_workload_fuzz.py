@@ -20,10 +20,10 @@ from iterserve.records.workload import WorkloadError, load_workload, online_to_j
 from .helpers import ABC_FIXTURE
 
 BASE = json.loads(ABC_FIXTURE.read_text())
-BASE["kv"] = {"num_blocks": 8, "block_size": 4, "num_host_blocks": 2, "bytes_per_row": 64,
-              "admission": "watermark:4", "preemption_mode": "preserve"}
+BASE["kv"] = {"num_kv_blocks": 8, "block_size": 4, "num_host_blocks": 2, "bytes_per_row": 64,
+              "admission": "watermark:4", "preemption_mode": "swap"}
 BASE["policy_settings"] = {"chunk_size": 3, "tau": 2}
-BASE["capacity"]["max_num_seqs"] = 4  # a deprecated knob, read into policy_settings
+BASE["policy_settings"] = {**BASE.get("policy_settings", {}), "max_num_seqs": 4}
 BASE["requests"][0] |= {"slo": {"ttft_ms": 100.0, "tbt_ms": 50.0}, "output_forecast": 2.5,
                         "output_forecast_p90": 4.0}
 

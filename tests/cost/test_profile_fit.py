@@ -176,8 +176,8 @@ def test_the_clock_skips_the_attention_sums_only_for_a_model_that_prices_rows_on
         seed: int) -> None:
     plan = _random_plan(random.Random(seed))
     state = SchedulerState(decision_id=0, state_version=0, now=0.0, waiting=(), running=(),
-                           suspended=(), finished=(), views={}, token_budget=4096,
-                           sequence_budget=64)
+                           suspended=(), finished=(), views={}, max_num_batched_tokens=4096,
+                           max_num_seqs=64)
     for model in (parse_cost_model("linear:8,0.02,0.1"), parse_cost_model("fixed:10")):
         assert model.prices_rows_only
         clocked = ClockedCost(model, "ms").iteration_duration(plan, state)

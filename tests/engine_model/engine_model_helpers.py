@@ -90,7 +90,7 @@ def run_engine(
         executor.add_request(request_id, prompt, params, seed=index)
         specs.append(RequestSpec(request_id, 0.0, len(prompt), params.max_tokens,
                                  prompt_token_ids=tuple(prompt)))
-    capacity = capacity or Capacity(token_budget=512, sequence_budget=64)
+    capacity = capacity or Capacity(max_num_batched_tokens=512, max_num_seqs=64)
     settings = {"max_num_seqs": 64, **(settings or {})}
     workload = OnlineWorkload("engine-model-test", "ms", capacity, tuple(specs), kv=kv)
     trace, log = RunTrace(), PreemptionLog()

@@ -54,7 +54,7 @@ def test_threshold_chunks_give_the_unchunked_greedy_output(tiny_dir, prompt, unc
 @pytest.mark.slow
 def test_chunk_ledger_starts_follow_the_threshold(tiny_model, tiny_tokenizer, prompt) -> None:
     """The 0x09 chunk ledger records starts 0, t, 2t, ... for the prompt."""
-    capacity = Capacity(token_budget=512, sequence_budget=8)
+    capacity = Capacity(max_num_batched_tokens=512, max_num_seqs=8)
     run = run_engine(TorchExecutor(tiny_model, 64, 4, tiny_tokenizer), [prompt], "vllm",
                      capacity=capacity,
                      settings={"max_num_seqs": 8, "long_prefill_token_threshold": 5})

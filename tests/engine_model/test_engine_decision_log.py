@@ -17,7 +17,7 @@ from log_rows import as_columns, row_lines
 
 @pytest.fixture(scope="module")
 def torch_log(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    llm = LLM(tiny_dir, policy="vllm", block_size=4, token_budget=16)
+    llm = LLM(tiny_dir, policy="vllm", block_size=4, max_num_batched_tokens=16)
     log = tmp_path_factory.mktemp("torch-log") / "decisions.jsonl"
     prompts = make_prompts([5, 9, 14], llm.tokenizer.vocab_size)
     with log.open("w") as stream:

@@ -37,7 +37,7 @@ def _run(model, tokenizer, policy: str, *, flood: bool):
         executor.add_request(rid, prompt, PARAMS, seed=index)
         specs.append(RequestSpec(rid, 0.0, len(prompt), PARAMS.max_tokens, client_id=client,
                                  prompt_token_ids=tuple(prompt)))
-    capacity = Capacity(token_budget=64, sequence_budget=4)
+    capacity = Capacity(max_num_batched_tokens=64, max_num_seqs=4)
     workload = OnlineWorkload("flood-real", "ms", capacity, tuple(specs))
     trace, recorder = RunTrace(), EventRecorder(1e-3)
     Engine(workload, make_policy(policy), executor, [trace, recorder]).run()

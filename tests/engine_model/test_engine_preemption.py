@@ -65,7 +65,7 @@ def _assert_mid_generation_preemptions(run, kind: IntentKind) -> None:
 
 @pytest.mark.slow
 def test_recompute_preemption_through_llm_keeps_greedy_outputs(tiny_dir, prompts) -> None:
-    llm = LLM(tiny_dir, policy="vllm", kv_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE)
+    llm = LLM(tiny_dir, policy="vllm", num_kv_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE)
     outputs = llm.generate(prompts, GREEDY)
     assert llm.executor.kv.stats().intents.get("preempt_recompute", 0) > 0
     assert_same_outputs(outputs, run_alone(tiny_dir, prompts))
@@ -78,8 +78,8 @@ def test_recompute_preemption_mid_generation(tiny_model, tiny_tokenizer, prompts
                                              prefix_caching) -> None:
     executor = TorchExecutor(tiny_model, NUM_BLOCKS, BLOCK_SIZE, tiny_tokenizer,
                              enable_prefix_caching=prefix_caching)
-    kv = KvSpec(num_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE, preemption_mode="recompute")
-    capacity = Capacity(token_budget=512, sequence_budget=64)
+    kv = KvSpec(num_kv_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE, preemption_mode="recompute")
+    capacity = Capacity(max_num_batched_tokens=512, max_num_seqs=64)
     run = run_engine(executor, prompts, policy, kv=kv, capacity=capacity,
                      settings={"max_num_seqs": 64, "tau": 8})
     want = _unconstrained(tiny_model, tiny_tokenizer, prompts)
@@ -96,9 +96,9 @@ def test_preserve_exact_preemption_swaps_and_keeps_greedy_outputs(tiny_model, ti
                                                                   prompts, policy) -> None:
     executor = PoisoningExecutor(tiny_model, NUM_BLOCKS, BLOCK_SIZE, tiny_tokenizer,
                                  num_host_blocks=NUM_HOST_BLOCKS, enable_prefix_caching=False)
-    kv = KvSpec(num_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE, num_host_blocks=NUM_HOST_BLOCKS,
-                preemption_mode="preserve")
-    capacity = Capacity(token_budget=512, sequence_budget=64)
+    kv = KvSpec(num_kv_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE, num_host_blocks=NUM_HOST_BLOCKS,
+                preemption_mode="swap")
+    capacity = Capacity(max_num_batched_tokens=512, max_num_seqs=64)
     run = run_engine(executor, prompts, policy, kv=kv, capacity=capacity,
                      settings={"max_num_seqs": 64, "tau": 8})
     want = _unconstrained(tiny_model, tiny_tokenizer, prompts)
@@ -121,7 +121,7 @@ def test_seeded_sampling_survives_preemption(tiny_model, tiny_tokenizer, prompts
     request continues its sampled stream exactly."""
     executor = TorchExecutor(tiny_model, NUM_BLOCKS, BLOCK_SIZE, tiny_tokenizer,
                              num_host_blocks=NUM_HOST_BLOCKS)
-    kv = KvSpec(num_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE, num_host_blocks=NUM_HOST_BLOCKS,
+    kv = KvSpec(num_kv_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE, num_host_blocks=NUM_HOST_BLOCKS,
                 preemption_mode=mode)
     run = run_engine(executor, prompts, "vllm", kv=kv, params=SAMPLED)
     assert run.preemptions.preempted

@@ -103,7 +103,7 @@ def test_a_waiting_requests_hit_is_planned_and_outputs_match_a_cold_run(
 
     first, tail = first_and_tail
     second = first[:12] + tail
-    llm = LLM(tiny_dir, block_size=BLOCK_SIZE, token_budget=16)
+    llm = LLM(tiny_dir, block_size=BLOCK_SIZE, max_num_batched_tokens=16)
     log = io.StringIO()
     warm = llm.generate([first, second], GREEDY, decision_log=log)
     prefills = [(w["start"], w["end"]) for line in log.getvalue().splitlines()

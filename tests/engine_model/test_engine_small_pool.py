@@ -17,12 +17,12 @@ PROMPTS = [list(range(5, 15)), list(range(20, 22)), list(range(40, 50))]  # 10 +
 
 @pytest.mark.parametrize("policy", ["vllm", "vllm-priority", "sarathi-serve"])
 def test_a_five_block_pool_finishes(tiny_dir, policy: str) -> None:
-    outs = LLM(tiny_dir, policy=policy, kv_blocks=5, block_size=4).generate(PROMPTS, PARAMS)
+    outs = LLM(tiny_dir, policy=policy, num_kv_blocks=5, block_size=4).generate(PROMPTS, PARAMS)
     assert [o.finish_reason for o in outs] == ["length"] * 3
     assert [len(o.token_ids) for o in outs] == [8, 8, 8]
 
 
 def test_a_policy_without_preemption_is_refused_before_the_run(tiny_dir) -> None:
-    llm = LLM(tiny_dir, policy="refill", kv_blocks=5, block_size=4)
+    llm = LLM(tiny_dir, policy="refill", num_kv_blocks=5, block_size=4)
     with pytest.raises(InfeasibleRun, match="policy 'refill' has no preemption path"):
         llm.generate(PROMPTS, PARAMS)

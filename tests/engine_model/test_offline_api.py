@@ -11,7 +11,7 @@ GREEDY_KW = dict(max_tokens=4, temperature=0.0, ignore_eos=True)
 def llm(tiny_dir):
     from iterserve import LLM
 
-    return LLM(model=tiny_dir, kv_blocks=10, block_size=4, max_model_len=48)
+    return LLM(model=tiny_dir, num_kv_blocks=10, block_size=4, max_model_len=48)
 
 
 def test_top_level_imports_and_one_string_is_one_request(llm):

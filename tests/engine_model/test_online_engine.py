@@ -24,7 +24,7 @@ def online(tiny_dir):
     from iterserve.llm import EngineConfig
     from iterserve.runtime import load_runtime
 
-    runtime = load_runtime(tiny_dir, EngineConfig(kv_blocks=128, token_budget=256))
+    runtime = load_runtime(tiny_dir, EngineConfig(num_kv_blocks=128, max_num_batched_tokens=256))
     yield runtime
     runtime.engine.shutdown(0.0)
 

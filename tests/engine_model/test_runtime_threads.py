@@ -24,7 +24,7 @@ def test_the_model_loads_off_the_callers_thread_and_the_engine_serves(tiny_dir, 
         return real_load(*args, **kwargs)
 
     monkeypatch.setattr(runtime_module, "load_model", recording_load)
-    runtime = runtime_module.load_runtime(tiny_dir, EngineConfig(kv_blocks=64, token_budget=64))
+    runtime = runtime_module.load_runtime(tiny_dir, EngineConfig(num_kv_blocks=64, max_num_batched_tokens=64))
     try:
         assert len(loaders) == 1
         assert loaders[0] is not threading.current_thread()
@@ -50,7 +50,7 @@ def test_a_load_failure_reaches_the_caller_as_raised(tiny_dir, monkeypatch):
 
     monkeypatch.setattr(runtime_module, "load_model", failing_load)
     with pytest.raises(CheckpointError) as caught:
-        runtime_module.load_runtime(tiny_dir, EngineConfig(kv_blocks=64, token_budget=64))
+        runtime_module.load_runtime(tiny_dir, EngineConfig(num_kv_blocks=64, max_num_batched_tokens=64))
     assert caught.value is error
 
 
@@ -72,6 +72,6 @@ def test_a_pool_the_user_sized_is_committed_at_start_up(tiny_dir, monkeypatch, s
         return real_executor(*args, **kwargs)
 
     monkeypatch.setattr(runtime_module, "TorchExecutor", recording_executor)
-    runtime = runtime_module.load_runtime(tiny_dir, EngineConfig(token_budget=64, **sizing))
+    runtime = runtime_module.load_runtime(tiny_dir, EngineConfig(max_num_batched_tokens=64, **sizing))
     runtime.engine.shutdown(0.0)
     assert seen == [committed]

@@ -15,11 +15,11 @@ def request(rid: str, client: str, arrival: float = 0, prompt: int = 1, max_out:
             "max_output_tokens": max_out, "client_id": client, **extra}
 
 
-def workload(workload_id: str, requests: list[dict[str, Any]], *, token_budget: int = 1,
-             sequence_budget: int = 1, clock: str = "iteration",
+def workload(workload_id: str, requests: list[dict[str, Any]], *, max_num_batched_tokens: int = 1,
+             max_num_seqs: int = 1, clock: str = "iteration",
              **sections: Any) -> dict[str, Any]:
     return {"workload_id": workload_id, "clock": clock,
-            "capacity": {"token_budget": token_budget, "sequence_budget": sequence_budget},
+            "capacity": {"max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": max_num_seqs},
             "requests": requests, **sections}
 
 

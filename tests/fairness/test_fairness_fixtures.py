@@ -32,7 +32,7 @@ def test_vtc_lifts_a_newly_active_client_to_the_minimum_active_counter_f56(tmp_p
     # emits nothing), B becomes active at tick 1 with a stored counter of 0
     spec = workload("vtc-lift", [request("A0", "A", prompt=4, max_out=2),
                                  request("B0", "B", arrival=1)],
-                    token_budget=2, sequence_budget=2, fairness=WP1_WQ2)
+                    max_num_batched_tokens=2, max_num_seqs=2, fairness=WP1_WQ2)
     trace = simulate(tmp_path, spec, "vtc")["fairness"]["ledger_trace"]["decisions"]
     assert trace[0]["counters"] == {"A": 0.0}
     assert trace[0]["counters_after"] == {"A": 4.0}
@@ -43,7 +43,7 @@ def test_completion_reconciled_failure_trace(tmp_path) -> None:
     # tick 0: A's input event (4 rows of a 5-row prompt) is selected, provisional 4,
     # and fails; tick 1 retries and completes the four input tokens
     spec = workload("reconciled-failure", [request("A0", "A", prompt=5, max_out=1)],
-                    token_budget=4, sequence_budget=1, fairness=WP1_WQ2,
+                    max_num_batched_tokens=4, max_num_seqs=1, fairness=WP1_WQ2,
                     fixture_only_hidden_truth={"injected_failures": [
                         {"request_id": "A0", "decision_id": 0}]})
     report = simulate(tmp_path, spec, "vtc-completed")
@@ -133,7 +133,7 @@ def _prefix_groups() -> dict:
                 request("cold", "cold", prompt=list(range(300, 309)))]
     requests += [request(f"hot{t:02d}", "hot", arrival=t, prompt=shared + [200 + t])
                  for t in range(1, 12)]
-    return workload("prefix-groups", requests, token_budget=9,
+    return workload("prefix-groups", requests, max_num_batched_tokens=9,
                     kv={"num_blocks": 64, "block_size": 4})
 
 
@@ -158,7 +158,7 @@ def _mlfq_trace() -> dict:
     """A long job (first step 4 ms) and a 1 ms job arriving every ms (0x09A)."""
     requests = [request("long", "long", prompt=4, max_out=3)]
     requests += [request(f"s{t:02d}", "short", arrival=t) for t in range(20)]
-    return workload("mlfq-0x09A", requests, token_budget=4, clock="ms")
+    return workload("mlfq-0x09A", requests, max_num_batched_tokens=4, clock="ms")
 
 
 def test_mlfq_skip_join_starvation_and_promotion(tmp_path) -> None:
@@ -198,7 +198,7 @@ def test_mlfq_queue_levels_f54_f55() -> None:
 
 def test_policy_settings_reach_the_fair_policies_and_replay(tmp_path) -> None:
     spec = workload("settings", [request("A0", "A", prompt=2), request("B0", "B", prompt=3)],
-                    token_budget=8, sequence_budget=2, fairness=WP1_WQ2)
+                    max_num_batched_tokens=8, max_num_seqs=2, fairness=WP1_WQ2)
     log = str(tmp_path / "vtc.jsonl")
     report = simulate(tmp_path, spec, "vtc", "--policy-setting", "prompt_weight=3",
                       "--decision-log", log)
@@ -225,7 +225,7 @@ def test_bad_fair_policy_settings_are_one_line_exit_2(tmp_path, capsys, policy, 
 def test_replay_with_the_workload_rederives_faults_and_prefix_hits(tmp_path) -> None:
     # results and prefix-hit facts are re-derived from the workload's hidden truth
     failing = workload("reconciled-failure", [request("A0", "A", prompt=5, max_out=1)],
-                       token_budget=4, fairness=WP1_WQ2,
+                       max_num_batched_tokens=4, fairness=WP1_WQ2,
                        fixture_only_hidden_truth={"injected_failures": [
                            {"request_id": "A0", "decision_id": 0}]})
     for name, spec, policy in (("fail", failing, "vtc-completed"),

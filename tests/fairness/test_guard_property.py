@@ -22,7 +22,7 @@ _jobs = st.lists(st.tuples(st.sampled_from("ABC"), st.integers(1, 6), st.integer
 def test_guard_bounds_every_unserved_stretch(jobs, horizon, policy) -> None:
     specs = [request(f"r{i}", client, arrival=arrival, prompt=p, max_out=o, priority=prio)
              for i, (client, p, o, arrival, prio) in enumerate(jobs)]
-    spec = workload("guard-property", specs, token_budget=16, sequence_budget=3)
+    spec = workload("guard-property", specs, max_num_batched_tokens=16, max_num_seqs=3)
     with tempfile.TemporaryDirectory() as tmp:
         report = simulate(Path(tmp), spec, policy, "--starvation-horizon", str(horizon))
     for client, entry in report["fairness"]["per_client"].items():

@@ -22,7 +22,7 @@ def test_only_completed_work_moves_w_done(reqs, failures, policy) -> None:
     specs = [request(f"r{i}", client, arrival=arrival, prompt=p, max_out=o)
              for i, (client, p, o, arrival) in enumerate(reqs)]
     injected = sorted({(f"r{i % len(reqs)}", d) for i, d in failures})
-    spec = workload("ledger-property", specs, token_budget=4, sequence_budget=2,
+    spec = workload("ledger-property", specs, max_num_batched_tokens=4, max_num_seqs=2,
                     fairness={"prompt_weight": 1, "output_weight": 2},
                     fixture_only_hidden_truth={"injected_failures": [
                         {"request_id": rid, "decision_id": d} for rid, d in injected]})

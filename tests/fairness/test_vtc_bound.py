@@ -26,8 +26,8 @@ def _premise_workload(a: list[tuple[int, int]], b: list[tuple[int, int]], seqs: 
     request at full length, so nothing is ever preempted."""
     requests = [request(f"A{i}", "A", prompt=p, max_out=o) for i, (p, o) in enumerate(a)]
     requests += [request(f"B{i}", "B", prompt=p, max_out=o) for i, (p, o) in enumerate(b)]
-    spec = workload("vtc-premises", requests, token_budget=MAX_PROMPT * seqs,
-                    sequence_budget=seqs, fairness=WEIGHTS)
+    spec = workload("vtc-premises", requests, max_num_batched_tokens=MAX_PROMPT * seqs,
+                    max_num_seqs=seqs, fairness=WEIGHTS)
     spec["capacity"]["kv_rows"] = seqs * (MAX_PROMPT + MAX_OUT)
     return spec
 

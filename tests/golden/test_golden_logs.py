@@ -67,6 +67,12 @@ _LINE_SUFFIX = re.compile(
 # header's workload now lists them under policy_settings (same values)
 KNOBS_MOVED_TO_POLICY_SETTINGS = ("max_num_seqs", "long_prefill_token_threshold", "chunk_size",
                                   "tau")
+# the one vocabulary renamed these workload fields (records/vocabulary.py);
+# the committed header's names are read as today's, the values unchanged
+CAPACITY_RENAMED_SINCE = {"token_budget": "max_num_batched_tokens",
+                          "sequence_budget": "max_num_seqs"}
+KV_RENAMED_SINCE = {"num_blocks": "num_kv_blocks"}
+KV_VALUES_RENAMED_SINCE = {("preemption_mode", "preserve"): "swap"}
 
 CASES = [(w, p) for w in ("abc_fixture", "burst_0x07", "small_kv", "random_2024")
          for p in POLICIES]
@@ -82,12 +88,25 @@ def _header(line: bytes, *, committed: bool) -> dict:
     assert header["type"] == "header"
     for key, (old, new, _) in HEADER_VALUES_CHANGED_SINCE.items():
         assert header.pop(key) == (old if committed else new), key
-    workload = header["workload"]
+    if committed:
+        _rename_committed_workload(header["workload"])
+    return {k: v for k, v in header.items() if k not in HEADER_KEYS_ADDED_SINCE}
+
+
+def _rename_committed_workload(workload: dict) -> None:
     capacity = workload["capacity"]
     moved = {k: capacity.pop(k) for k in KNOBS_MOVED_TO_POLICY_SETTINGS if k in capacity}
     if moved:
         workload["policy_settings"] = {**workload.get("policy_settings", {}), **moved}
-    return {k: v for k, v in header.items() if k not in HEADER_KEYS_ADDED_SINCE}
+    for old, new in CAPACITY_RENAMED_SINCE.items():
+        capacity[new] = capacity.pop(old)
+    kv = workload.get("kv", {})
+    for old, new in KV_RENAMED_SINCE.items():
+        if old in kv:
+            kv[new] = kv.pop(old)
+    for (key, old), new in KV_VALUES_RENAMED_SINCE.items():
+        if kv.get(key) == old:
+            kv[key] = new
 
 
 def _strip_added(line: bytes) -> bytes:

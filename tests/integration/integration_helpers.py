@@ -43,7 +43,7 @@ def two_row_workload(arrivals_ms: Iterable[tuple[str, float]], *, realized: int 
     """
     targets = SloTargets(BURST_SLO.ttft_ms, BURST_SLO.tbt_ms)
     requests = tuple(RequestSpec(rid, arrival, 1, 8, slo=targets) for rid, arrival in arrivals_ms)
-    online = OnlineWorkload(workload_id, "ms", Capacity(token_budget=2, sequence_budget=2),
+    online = OnlineWorkload(workload_id, "ms", Capacity(max_num_batched_tokens=2, max_num_seqs=2),
                             requests)
     return WorkloadManifest(online, HiddenTruth({r.request_id: realized for r in requests}))
 
@@ -99,8 +99,8 @@ def write_workload(path: Path, manifest: WorkloadManifest,
                 for r in online.requests]
     raw = {
         "workload_id": online.workload_id, "clock": online.clock,
-        "capacity": {"token_budget": online.capacity.token_budget,
-                     "sequence_budget": online.capacity.sequence_budget},
+        "capacity": {"max_num_batched_tokens": online.capacity.max_num_batched_tokens,
+                     "max_num_seqs": online.capacity.max_num_seqs},
         "requests": requests + list(extra_requests),
         "fixture_only_hidden_truth": {
             "realized_output_tokens": dict(manifest.hidden.realized_output_tokens)},

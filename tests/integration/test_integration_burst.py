@@ -116,7 +116,7 @@ def test_least_slack_prefers_the_costlier_endpoint_edf_does_not() -> None:
     """Equal deadlines, prompts of 1 and 4 rows, 10 ms per prefill row: B's
     predicted finish is later, so its slack is smaller (0x07 F33-F34)."""
     slo = SloTargets(ttft_ms=100.0)
-    online = OnlineWorkload("costlier", "ms", Capacity(token_budget=4, sequence_budget=1),
+    online = OnlineWorkload("costlier", "ms", Capacity(max_num_batched_tokens=4, max_num_seqs=1),
                             (RequestSpec("A", 0.0, 1, 4, slo=slo), RequestSpec("B", 0.0, 4, 4, slo=slo)))
     manifest = WorkloadManifest(online, HiddenTruth({"A": 1, "B": 1}))
     cost = LinearIterationCost(0.0, 10.0, 10.0)

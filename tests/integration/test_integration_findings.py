@@ -34,7 +34,7 @@ def test_failed_preservation_falls_back_to_recompute() -> None:
     requests = (RequestSpec("a", 0.0, 4, 7), RequestSpec("b", 0.0, 4, 7))
     online = OnlineWorkload("preserve-full", "iteration", Capacity(8, 2), requests,
                             kv=KvSpec(10, block_size=1, num_host_blocks=0,
-                                      preemption_mode="preserve"))
+                                      preemption_mode="swap"))
     manifest = WorkloadManifest(online, HiddenTruth({"a": 7, "b": 7}))
     executor = make_simulated_executor(manifest)
     engine = Engine(online, make_policy("vllm"), executor)

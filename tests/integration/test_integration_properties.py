@@ -64,7 +64,7 @@ def manifests(draw) -> WorkloadManifest:
     kv = None if memory != "preserve" else KvSpec(
         draw(st.integers(need, need + 6)), block_size=1,
         num_host_blocks=sum(r.num_prompt_tokens + r.max_output_tokens for r in requests),
-        preemption_mode="preserve")
+        preemption_mode="swap")
     hidden = HiddenTruth({r.request_id: draw(st.integers(1, 6)) for r in requests})
     return WorkloadManifest(OnlineWorkload("prop", "ms", capacity, requests, kv=kv), hidden)
 

@@ -42,7 +42,7 @@ def test_offline_demand_exceeds_window_capacity(manifest) -> None:
     demand_rows = sum(r.num_prompt_tokens + realized[r.request_id] - 1
                       for r in manifest.online.requests)
     ledger = window_overload(demand_rows, window_s=WINDOW.duration_s, iteration_s=TICK_MS / 1000,
-                             max_rows_per_iteration=manifest.online.capacity.token_budget)
+                             max_rows_per_iteration=manifest.online.capacity.max_num_batched_tokens)
     assert (ledger.num_demand_rows, ledger.num_capacity_rows) == (480, 260)
     assert ledger.num_unavoidable_excess_rows == 220
 

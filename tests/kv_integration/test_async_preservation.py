@@ -43,7 +43,7 @@ def _run(lag: int, log: Path | None = None) -> _Watch:
     manifest = load_workload(SMALL_KV)
     spec = manifest.online.kv
     assert spec is not None
-    config = BlockManagerConfig(spec.num_blocks, spec.block_size, spec.num_host_blocks)
+    config = BlockManagerConfig(spec.num_kv_blocks, spec.block_size, spec.num_host_blocks)
     kv = KvResidency(config, preservation_lag_iterations=lag)
     executor = SimulatedExecutor(manifest.hidden, kv=kv, workload=manifest.online)
     policy = make_policy("vllm")

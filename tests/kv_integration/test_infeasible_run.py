@@ -60,10 +60,10 @@ def test_small_kv_still_runs_where_it_can_finish(policy: str) -> None:
     assert engine.is_done
 
 
-def _workload(*requests: tuple[float, int, int], token_budget: int = 8,
-              sequence_budget: int = 4) -> OnlineWorkload:
+def _workload(*requests: tuple[float, int, int], max_num_batched_tokens: int = 8,
+              max_num_seqs: int = 4) -> OnlineWorkload:
     specs = tuple(RequestSpec(f"r{i}", arrival, p, m) for i, (arrival, p, m) in enumerate(requests))
-    return OnlineWorkload("w", "iteration", Capacity(token_budget, sequence_budget), specs,
+    return OnlineWorkload("w", "iteration", Capacity(max_num_batched_tokens, max_num_seqs), specs,
                           kv=KvSpec(100, 2))
 
 
@@ -73,7 +73,7 @@ def test_worst_running_sets() -> None:
     workload = _workload((0, 2, 5), (1, 4, 7), (2, 6, 3), (3, 15, 30), (4, 21, 1))
     assert worst_running_blocks(RunningSet.UNBOUNDED, workload, facts) == 3 + 5 + 4 + 10
     assert worst_running_blocks(RunningSet.CAPPED, _workload(*[(0, 2, 5), (1, 4, 7), (2, 6, 3),
-                                                               (3, 15, 30)], sequence_budget=2),
+                                                               (3, 15, 30)], max_num_seqs=2),
                                 facts) == 10 + 5
     # a cohort from r0 takes 2 + 4 rows whole and r2 partly (8-row budget):
     # r0 leaves after step 4 (3 blocks), r1 at step 6 (5 blocks); r2 counts

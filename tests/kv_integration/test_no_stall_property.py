@@ -65,7 +65,7 @@ def manifests(draw, mode: str) -> WorkloadManifest:
     )
     hidden = HiddenTruth({r.request_id: draw(st.integers(1, r.max_output_tokens))
                           for r in requests})
-    num_host = draw(st.integers(0, 40)) if mode == "preserve" else 0
+    num_host = draw(st.integers(0, 40)) if mode == "swap" else 0
     kv = KvSpec(draw(st.integers(2, 40)), draw(st.integers(1, 4)), num_host,
                 preemption_mode=mode)
     capacity = Capacity(draw(st.integers(1, 32)), draw(st.integers(1, 6)))
@@ -76,7 +76,7 @@ def manifests(draw, mode: str) -> WorkloadManifest:
 @settings(max_examples=400, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), name=st.sampled_from(policy_names()),
-       mode=st.sampled_from(["recompute", "preserve"]))
+       mode=st.sampled_from(["recompute", "swap"]))
 def test_every_run_finishes_accounted_or_is_refused_before_decision_0(data, name, mode) -> None:
     manifest = data.draw(manifests(mode))
     online = manifest.online
@@ -94,7 +94,7 @@ def test_every_run_finishes_accounted_or_is_refused_before_decision_0(data, name
         message = str(exc)
         assert "\n" not in message and name in message
         whole_prompt = getattr(policy, "whole_prompt_prefill", False) and any(
-            r.num_prompt_tokens > online.capacity.token_budget for r in online.requests)
+            r.num_prompt_tokens > online.capacity.max_num_batched_tokens for r in online.requests)
         assert whole_prompt or policy.running_set is not RunningSet.PREEMPTS  # type: ignore[attr-defined]
         return
     summary = engine.run(max_iterations=20_000)

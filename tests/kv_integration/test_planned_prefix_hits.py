@@ -31,7 +31,7 @@ def _manifest(with_token_ids: bool) -> WorkloadManifest:
         RequestSpec(f"r{i}", float(i * 3), 36, 30 if i == 0 else 4,
                     prompt_token_ids=SHARED + (i, i, i, i) if with_token_ids else None)
         for i in range(4))
-    kv = KvSpec(num_blocks=64, block_size=4, bytes_per_row=8, plan_prefix_hits=True)
+    kv = KvSpec(num_kv_blocks=64, block_size=4, bytes_per_row=8, plan_prefix_hits=True)
     online = OnlineWorkload("shared", "iteration", Capacity(64, 8), requests, kv=kv)
     return WorkloadManifest(online, HiddenTruth({r.request_id: r.max_output_tokens
                                                  for r in requests}))
@@ -109,9 +109,9 @@ def _chunked_shared_workload(plan_prefix_hits: bool) -> dict:  # type: ignore[ty
     requests = [{"request_id": f"r{i}", "arrival": i // 2,
                  "prompt_tokens": list(range(50, 58)) + [100 + i],
                  "max_output_tokens": 1 + i % 4} for i in range(8)]
-    kv = {"num_blocks": 20, "block_size": 4, "plan_prefix_hits": plan_prefix_hits}
+    kv = {"num_kv_blocks": 20, "block_size": 4, "plan_prefix_hits": plan_prefix_hits}
     return {"workload_id": "shared9", "clock": "iteration", "requests": requests, "kv": kv,
-            "capacity": {"token_budget": 12, "sequence_budget": 3}}
+            "capacity": {"max_num_batched_tokens": 12, "max_num_seqs": 3}}
 
 
 def test_simulate_claims_only_when_the_workload_asks_and_reports_chunks_past_the_hit(

@@ -22,11 +22,11 @@ BYTES_PER_ROW = 131072
 
 
 def _manifest(seed: int, mode: str, admission: str = "none"):
-    capacity = Capacity(token_budget=48, sequence_budget=8)
+    capacity = Capacity(max_num_batched_tokens=48, max_num_seqs=8)
     config = RandomWorkloadConfig(num_requests=30, max_prompt_tokens=40, max_output_tokens=40,
                                   mean_interarrival=0.3)
     manifest = random_workload(config, capacity, seed)
-    kv = KvSpec(num_blocks=24, block_size=4, num_host_blocks=64, bytes_per_row=BYTES_PER_ROW,
+    kv = KvSpec(num_kv_blocks=24, block_size=4, num_host_blocks=64, bytes_per_row=BYTES_PER_ROW,
                 admission=admission, preemption_mode=mode)
     return dataclasses.replace(manifest, online=dataclasses.replace(manifest.online, kv=kv))
 
@@ -42,7 +42,7 @@ def _run(manifest, policy: str):
 
 
 @pytest.mark.parametrize("policy", ["vllm", "vllm-priority", "sarathi-serve"])
-@pytest.mark.parametrize("mode", ["recompute", "preserve"])
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
 def test_every_request_ends_with_a_reason_and_nothing_leaks(policy: str, mode: str) -> None:
     manifest = _manifest(7, mode)
     demand = sum(r.num_prompt_tokens + r.max_output_tokens for r in manifest.online.requests)
@@ -57,7 +57,7 @@ def test_every_request_ends_with_a_reason_and_nothing_leaks(policy: str, mode: s
     assert usage.num_blocks_used == 0 and usage.num_host_blocks_free == 64
     report = kv_report(executor.kv, trace, BYTES_PER_ROW)
     assert report is not None
-    preemptions = report["preemptions"]["recompute" if mode == "recompute" else "preserve"]
+    preemptions = report["preemptions"]["recompute" if mode == "recompute" else "swap"]
     assert preemptions > 0
     if mode == "recompute":
         assert report["recompute_overhead_tokens"] > 0
@@ -71,10 +71,10 @@ def test_every_request_ends_with_a_reason_and_nothing_leaks(policy: str, mode: s
 def test_outputs_are_independent_of_the_preemption_mode() -> None:
     """Hidden truth decides lengths, so modes change timing, never outputs."""
     results = {}
-    for mode in ("recompute", "preserve"):
+    for mode in ("recompute", "swap"):
         _, _, trace = _run(_manifest(3, mode), "vllm")
         results[mode] = {rid: r.num_emitted for rid, r in trace.requests.items()}
-    assert results["recompute"] == results["preserve"]
+    assert results["recompute"] == results["swap"]
 
 
 def test_prefix_hits_are_counted_for_shared_prompts() -> None:

@@ -61,7 +61,7 @@ def test_a_running_request_that_outgrows_the_pool_is_aborted_in_preserve_mode(
     # 4 blocks of 2 rows: "long" needs p + e = 9 rows for its 6th token
     requests = (RequestSpec("long", 0.0, 4, 12), RequestSpec("short", 0.0, 2, 3),
                 RequestSpec("late", 3.0, 3, 4))
-    kv = KvSpec(4, 2, num_host_blocks, preemption_mode="preserve")
+    kv = KvSpec(4, 2, num_host_blocks, preemption_mode="swap")
     ends = _run(policy, requests, kv)
     assert ends["long"][1] == "abort:exceeds_kv_capacity"
     assert ends["short"][1] == ends["late"][1] == "length"
@@ -73,13 +73,13 @@ def test_a_suspended_request_that_can_never_resume_is_aborted(policy: str) -> No
     is aborted as its next step passes the pool; nothing waits forever."""
     requests = (RequestSpec("a", 0.0, 3, 10), RequestSpec("b", 0.0, 3, 10),
                 RequestSpec("c", 1.0, 2, 2))
-    ends = _run(policy, requests, KvSpec(3, 2, 8, preemption_mode="preserve"))
+    ends = _run(policy, requests, KvSpec(3, 2, 8, preemption_mode="swap"))
     assert ends["a"][1] == ends["b"][1] == "abort:exceeds_kv_capacity"
     assert ends["c"][1] == "length"
 
 
 @pytest.mark.parametrize("policy", ["vllm", "vllm-priority", "orca"])
-@pytest.mark.parametrize("mode", ["recompute", "preserve"])
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
 def test_a_prompt_larger_than_the_pool_does_not_block_a_small_one(policy: str, mode: str) -> None:
     requests = (RequestSpec("huge", 0.0, 20, 2), RequestSpec("small", 0.0, 2, 2))
     ends = _run(policy, requests, KvSpec(4, 2, 8, preemption_mode=mode))
@@ -87,7 +87,7 @@ def test_a_prompt_larger_than_the_pool_does_not_block_a_small_one(policy: str, m
     assert ends["small"][1] == "length"
 
 
-@pytest.mark.parametrize("mode", ["recompute", "preserve"])
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
 def test_orca_aborts_a_request_whose_reservation_exceeds_the_pool(mode: str) -> None:
     """ORCA reserves prompt + max_tokens rows; 4 + 11 > 13 rows can never be
     reserved, so it no longer blocks the younger request behind it."""
@@ -98,7 +98,7 @@ def test_orca_aborts_a_request_whose_reservation_exceeds_the_pool(mode: str) -> 
     assert ends["r0"][1] == "stop"
 
 
-@pytest.mark.parametrize("mode", ["recompute", "preserve"])
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
 def test_orca_with_n_slots_above_the_pool_preempts_instead_of_stalling(mode: str) -> None:
     """n_slots (setting kv_rows=100) larger than the 4-row pool: both requests
     are initiated, fill the pool and each needs one more row. The youngest

@@ -27,7 +27,7 @@ SMALL_SPEC: dict[str, Any] = {
     "clock": "iteration",
     "iteration_s": 1.0,
     # prompts fit the token budget (orca runs whole prompts); chunk_size for the chunked policies
-    "capacity": {"token_budget": 24, "sequence_budget": 4},
+    "capacity": {"max_num_batched_tokens": 24, "max_num_seqs": 4},
     "policy_settings": {"chunk_size": 6},
     "arrival": {"process": "poisson", "rate_per_s": 0.8},
     "slo_classes": {"fast": {"ttft_ms": 4000, "tbt_ms": 2000}},
@@ -54,7 +54,7 @@ def chat_mix_manifest(num_blocks: int, num_requests: int) -> WorkloadManifest:
     """``examples/specs/chat_mix.json`` cut to ``num_requests`` requests on a
     ``num_blocks`` pool (small pools preempt: rebuilds, resumes), generated."""
     raw = json.loads(CHAT_MIX.read_text())
-    raw["kv"]["num_blocks"] = num_blocks
+    raw["kv"]["num_kv_blocks"] = num_blocks
     raw["num_requests"] = num_requests
     return generate_workload(parse_spec(raw, lambda path, fmt, column: trace_lengths(
         CHAT_MIX.parent / path, fmt, column)))

@@ -159,7 +159,7 @@ def test_bad_urls(url):
 
 def test_plans_use_token_ids_else_synthetic_ids_and_hidden_output_lengths():
     manifest = parse_workload({
-        "workload_id": "w", "clock": "ms", "capacity": {"token_budget": 8, "sequence_budget": 2},
+        "workload_id": "w", "clock": "ms", "capacity": {"max_num_batched_tokens": 8, "max_num_seqs": 2},
         "requests": [
             {"request_id": "a", "arrival": 5, "prompt_tokens": [7, 8, 9],
              "max_output_tokens": 9},

@@ -87,7 +87,7 @@ def _shared_prefix_manifest() -> WorkloadManifest:
     shared = tuple(range(100, 132))
     requests = tuple(RequestSpec(f"r{i}", float(i * 3), 36, 30 if i == 0 else 4,
                                  prompt_token_ids=shared + (i, i, i, i)) for i in range(6))
-    kv = KvSpec(num_blocks=64, block_size=4, bytes_per_row=8, plan_prefix_hits=True)
+    kv = KvSpec(num_kv_blocks=64, block_size=4, bytes_per_row=8, plan_prefix_hits=True)
     online = OnlineWorkload("shared", "iteration", Capacity(64, 8), requests, kv=kv)
     return WorkloadManifest(online, HiddenTruth({r.request_id: r.max_output_tokens
                                                  for r in requests}))

@@ -66,8 +66,8 @@ def test_streamed_report_equals_the_event_list_report(runs, tmp_path, window) ->
     unit = clock_time_unit(online.clock, in_memory.recorder.seconds_per_clock_unit)
     expected_summary = summarize_run(
         list(log), observation, unit, label="L", iterations=in_memory.recorder.iterations,
-        resources=in_memory.recorder.samples, token_budget=online.capacity.token_budget,
-        sequence_budget=online.capacity.sequence_budget)
+        resources=in_memory.recorder.samples, max_num_batched_tokens=online.capacity.max_num_batched_tokens,
+        max_num_seqs=online.capacity.max_num_seqs)
     expected_report = evaluate(log, SLO, observation, label="L",
                                service_weights=service_weights_of(online)[0])
     outputs = write_metric_outputs(streamed_dir, streamed, online, SLO,

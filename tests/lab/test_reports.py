@@ -58,7 +58,7 @@ def test_a_run_without_slo_reports_distributions_throughput_preemptions_kv(small
     emitted = sum(r["emitted_tokens"] for r in report["requests"].values())
     assert summary["throughput"]["emitted_token_throughput_per_iteration"] == pytest.approx(
         emitted / summary["throughput"]["window_iterations"])
-    assert summary["preemptions"]["swap"] == report["kv"]["preemptions"]["preserve"] > 0
+    assert summary["preemptions"]["swap"] == report["kv"]["preemptions"]["swap"] > 0
     assert summary["kv_blocks"]["num_blocks_total"] == report["kv"]["num_blocks_total"]
     assert 0 < summary["kv_blocks"]["mean_usage_fraction"] <= 1
     text = (out / "report.md").read_text()
@@ -87,18 +87,18 @@ def test_queue_plot_shows_suspended_requests(small_kv_run):
     lines = {line.get_label(): line for line in queue_axis.get_lines()}
     assert "suspended (preempted)" in lines
     assert max(lines["suspended (preempted)"].get_ydata()) >= 1
-    assert report["kv"]["preemptions"]["preserve"] > 0
+    assert report["kv"]["preemptions"]["swap"] > 0
 
 
 def test_slot_occupancy_and_token_budget_utilisation_are_named_apart(small_kv_run):
     out, report, figures = small_kv_run
     summary = report["summary"]
-    slots, rows = summary["logical_slot_occupancy"], summary["token_budget_utilisation"]
+    slots, rows = summary["logical_slot_occupancy"], summary["batched_tokens_utilisation"]
     assert "sequences" in slots["label"] and "token rows" in rows["label"]
     assert "sequences" in report["slot_occupancy_label"]
     assert slots["num_used"] == report["useful_slot_iterations"]
     assert slots["num_available"] == report["available_slot_iterations"]
-    assert report["token_budget_utilisation"] == rows
+    assert report["batched_tokens_utilisation"] == rows
     assert rows["num_used"] == sum(report["token_rows"].values())
     assert slots["fraction"] != rows["fraction"]
     for line in (out / "report.md").read_text().splitlines():

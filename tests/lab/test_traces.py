@@ -60,7 +60,7 @@ def test_convert_writes_a_loadable_workload(tmp_path, fmt) -> None:
     manifest = load_workload(out)
     trace = read_trace(TRACES / SAMPLES[fmt], fmt)
     assert len(manifest.online.requests) == len(trace.records)
-    assert manifest.online.kv is not None and manifest.online.kv.num_blocks == 256
+    assert manifest.online.kv is not None and manifest.online.kv.num_kv_blocks == 256
     for spec, record in zip(manifest.online.requests, trace.records, strict=True):
         assert spec.max_output_tokens == 300  # the declared cap, never the realized length
         assert spec.arrival == pytest.approx(record.arrival_s * 1000)

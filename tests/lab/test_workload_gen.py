@@ -14,7 +14,7 @@ from lab_helpers import CHAT_MIX, small_spec
 from iterserve.cli.main import main
 from iterserve.records.workload import load_workload, online_to_json
 from iterserve.records.workload_json import dumps_workload
-from iterserve.sim.distributions import GammaArrivals, OnOffArrivals, PoissonArrivals
+from iterserve.sim.arrivals import GammaArrivals, OnOffArrivals, PoissonArrivals
 from iterserve.sim.generators import generate_document, generate_workload
 from iterserve.sim.workload_spec import parse_spec
 
@@ -143,7 +143,7 @@ BAD_SPECS = {
                           "clients[0].slo_class: no such entry 'gold'"),
     "unknown-field": (lambda s: s["clients"][1].update(weigth=2), "clients[1]: unknown field"),
     "zero-weight": (lambda s: s["clients"][0].update(weight=0), "clients[0].weight"),
-    "capacity": (lambda s: s["capacity"].pop("token_budget"), "capacity.token_budget: missing"),
+    "capacity": (lambda s: s["capacity"].pop("max_num_batched_tokens"), "capacity.max_num_batched_tokens: missing"),
     "policy-settings": (lambda s: s.update(policy_settings={"chunk_size": [1]}),
                         "policy_settings.chunk_size"),
     "uniform-order": (lambda s: s["clients"][0]["output_tokens"].update(min=9, max=2),

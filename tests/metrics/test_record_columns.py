@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from iterserve.metrics import run_summary
 from iterserve.metrics.capacity import (
     IterationComposition,
+    batched_tokens_utilisation,
     sequence_slot_occupancy,
-    token_budget_utilisation,
 )
 from iterserve.metrics.columns import RecordColumns, field_values
 from iterserve.metrics.series import ResourceSample
@@ -83,12 +83,12 @@ def test_the_run_figures_read_from_columns_equal_those_read_from_records(
         resources.append(sample)
     assert list(field_values(iterations, "num_decode_rows")) == field_values(
         compositions, "num_decode_rows")
-    assert token_budget_utilisation(iterations, 64) == token_budget_utilisation(compositions, 64)
+    assert batched_tokens_utilisation(iterations, 64) == batched_tokens_utilisation(compositions, 64)
     assert (sequence_slot_occupancy(iterations, 64)
             == sequence_slot_occupancy(compositions, 64))
     assert run_summary._kv_use(resources) == run_summary._kv_use(samples)
     expected = sum(record.num_rows for record in compositions)
-    assert token_budget_utilisation(iterations, 64).num_used == expected
+    assert batched_tokens_utilisation(iterations, 64).num_used == expected
     bounded = [sample for sample in samples if sample.num_kv_blocks_total > 0]
     kv = run_summary._kv_use(resources)
     assert (kv is None) is not bounded

@@ -99,7 +99,7 @@ def test_llm_by_hub_id_is_named_by_it(tiny_dir, hf_home) -> None:
     from iterserve.llm import LLM
 
     _place_in_cache(tiny_dir, hf_home / "hub", "acme/tiny-llama")
-    llm = LLM("acme/tiny-llama", kv_blocks=32)
+    llm = LLM("acme/tiny-llama", num_kv_blocks=32)
     try:
         assert llm.runtime.model_name == "acme/tiny-llama"
         assert llm.generate(["Hello"])[0].token_ids

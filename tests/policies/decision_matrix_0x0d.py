@@ -42,20 +42,20 @@ def snapshots() -> dict[str, SchedulerState]:
     s1 = state_of([partial_prefill("P", 0, num_prompt=10, num_computed=4),
                    decoding_view("D1", 1, num_prompt=2, num_emitted=1),
                    decoding_view("D2", 2, num_prompt=2, num_emitted=1),
-                   waiting_view("W", 3, num_prompt=6)], token_budget=6, sequence_budget=4)
+                   waiting_view("W", 3, num_prompt=6)], max_num_batched_tokens=6, max_num_seqs=4)
     s2 = state_of([decoding_view("A", 0, num_prompt=2, num_emitted=2, priority=10),
                    decoding_view("B", 1, num_prompt=3, num_emitted=2, priority=1),
-                   waiting_view("W", 2, num_prompt=1)], token_budget=16, sequence_budget=8,
+                   waiting_view("W", 2, num_prompt=1)], max_num_batched_tokens=16, max_num_seqs=8,
                   capacity=CapacityFacts(block_size=1, num_blocks_total=7, num_blocks_free=0))
     remote = waiting_view("R", 1, num_prompt=3, priority=1)._replace(is_ready=False)
     s3 = state_of([decoding_view("D", 0, num_prompt=2, num_emitted=1), remote,
                    waiting_view("X", 2, num_prompt=3, priority=5),
-                   waiting_view("Y", 3, num_prompt=3, priority=0)], token_budget=8,
-                  sequence_budget=2)
+                   waiting_view("Y", 3, num_prompt=3, priority=0)], max_num_batched_tokens=8,
+                  max_num_seqs=2)
     s4 = state_of([decoding_view("D1", 0, num_prompt=3, num_emitted=2),
                    decoding_view("D2", 1, num_prompt=3, num_emitted=2),
-                   waiting_view("W", 2, num_prompt=7, max_output_tokens=4)], token_budget=8,
-                  sequence_budget=3)
+                   waiting_view("W", 2, num_prompt=7, max_output_tokens=4)], max_num_batched_tokens=8,
+                  max_num_seqs=3)
     return {"S1_prefill_vs_decode": s1, "S2_kv_exhausted_priority": s2,
             "S3_foreign_not_ready": s3, "S4_long_prompt_behind_decodes": s4}
 

@@ -127,7 +127,7 @@ def waiting_view(request_id: str, order: int, *, num_prompt: int, priority: int 
                        max_output_tokens)
 
 
-def state_of(views: Iterable[RequestView], *, token_budget: int, sequence_budget: int,
+def state_of(views: Iterable[RequestView], *, max_num_batched_tokens: int, max_num_seqs: int,
              capacity: CapacityFacts | None = None, decision_id: int = 3,
              state_version: int = 9) -> SchedulerState:
     """A published cut holding ``views``; queues follow each view's lifecycle
@@ -138,8 +138,8 @@ def state_of(views: Iterable[RequestView], *, token_budget: int, sequence_budget
         decision_id=decision_id, state_version=state_version, now=float(decision_id),
         waiting=tuple(v.request_id for v in views if v.lifecycle is Lifecycle.WAITING),
         running=tuple(v.request_id for v in views if v.lifecycle is Lifecycle.RUNNING),
-        suspended=(), finished=(), views=by_id, token_budget=token_budget,
-        sequence_budget=sequence_budget, capacity=capacity or CapacityFacts(),
+        suspended=(), finished=(), views=by_id, max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs, capacity=capacity or CapacityFacts(),
     )
 
 

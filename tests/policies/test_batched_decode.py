@@ -54,7 +54,7 @@ def running_states(draw) -> SchedulerState:
         decision_id=3, state_version=5, now=0.0, waiting=(),
         running=tuple(v.request_id for v in order), suspended=(), finished=(),
         views={v.request_id: v for v in views},
-        token_budget=draw(st.integers(1, 60)), sequence_budget=draw(st.integers(1, 30)),
+        max_num_batched_tokens=draw(st.integers(1, 60)), max_num_seqs=draw(st.integers(1, 30)),
         capacity=CapacityFacts(block_size, total, free),
     )
 

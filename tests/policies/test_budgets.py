@@ -45,13 +45,13 @@ def plan_for(state: SchedulerState, intervals: list[tuple[str, int, int]]) -> It
 
 
 def check(state: SchedulerState, plan: IterationPlan) -> None:
-    workload = workload_for(state, Capacity(state.token_budget, state.sequence_budget))
+    workload = workload_for(state, Capacity(state.max_num_batched_tokens, state.max_num_seqs))
     validate_plan(bind_policy(workload, POLICY), state, plan)
 
 
 def test_three_prefills_fit_sequences_but_overflow_tokens() -> None:
     state = state_of([waiting_view(f"p{i}", i, num_prompt=8) for i in range(3)],
-                     token_budget=B_TOK, sequence_budget=B_SEQ)
+                     max_num_batched_tokens=B_TOK, max_num_seqs=B_SEQ)
     check(state, plan_for(state, [("p0", 0, 2), ("p1", 0, 2), ("p2", 0, 2)]))  # 6 tokens, 3 seqs
     with pytest.raises(E.TokenBudgetExceeded):
         check(state, plan_for(state, [("p0", 0, 2), ("p1", 0, 2), ("p2", 0, 3)]))
@@ -59,15 +59,15 @@ def test_three_prefills_fit_sequences_but_overflow_tokens() -> None:
 
 def test_four_decodes_fit_tokens_but_overflow_sequences() -> None:
     views = [decoding_view(f"d{i}", i, num_prompt=4, num_emitted=2) for i in range(4)]
-    state = state_of(views, token_budget=B_TOK, sequence_budget=B_SEQ)
+    state = state_of(views, max_num_batched_tokens=B_TOK, max_num_seqs=B_SEQ)
     check(state, plan_for(state, [(f"d{i}", 5, 6) for i in range(3)]))  # 3 tokens, 3 seqs
     with pytest.raises(E.SequenceBudgetExceeded):
         check(state, plan_for(state, [(f"d{i}", 5, 6) for i in range(4)]))
 
 
 def test_ledger_drift_is_rejected_even_within_budget() -> None:
-    state = state_of([waiting_view("p0", 0, num_prompt=8)], token_budget=B_TOK,
-                     sequence_budget=B_SEQ)
+    state = state_of([waiting_view("p0", 0, num_prompt=8)], max_num_batched_tokens=B_TOK,
+                     max_num_seqs=B_SEQ)
     plan = plan_for(state, [("p0", 0, 4)])
     with pytest.raises(E.LedgerDrift):
         check(state, dataclasses.replace(plan, tokens_used=3))
@@ -77,7 +77,7 @@ def test_ledger_drift_is_rejected_even_within_budget() -> None:
 def test_every_policy_respects_both_ledgers_on_the_counterexample_state(policy_name) -> None:
     views = [decoding_view(f"d{i}", i, num_prompt=4, num_emitted=2) for i in range(4)]
     views += [waiting_view(f"p{i}", 4 + i, num_prompt=8) for i in range(3)]
-    state = state_of(views, token_budget=B_TOK, sequence_budget=B_SEQ)
+    state = state_of(views, max_num_batched_tokens=B_TOK, max_num_seqs=B_SEQ)
     capacity = Capacity(B_TOK, B_SEQ)
     knobs = dict(chunk_size=2, tau=B_TOK, long_prefill_token_threshold=2)
     policy = policy_for(policy_name, None, knobs, strict=False)
@@ -92,11 +92,11 @@ def test_new_kv_blocks_beyond_free_blocks_are_rejected() -> None:
     facts = CapacityFacts(block_size=4, num_blocks_total=4, num_blocks_free=1)
     views = [waiting_view("p0", 0, num_prompt=8),
              decoding_view("d0", 1, num_prompt=3, num_emitted=1)]  # c = 3: block has room
-    state = state_of(views, token_budget=16, sequence_budget=4, capacity=facts)
+    state = state_of(views, max_num_batched_tokens=16, max_num_seqs=4, capacity=facts)
     check(state, plan_for(state, [("p0", 0, 4), ("d0", 3, 4)]))
     with pytest.raises(E.KvCapacityExceeded):
         check(state, plan_for(state, [("p0", 0, 5)]))
-    full = state_of(views, token_budget=16, sequence_budget=4,
+    full = state_of(views, max_num_batched_tokens=16, max_num_seqs=4,
                     capacity=CapacityFacts(block_size=4, num_blocks_total=4, num_blocks_free=0))
     check(full, plan_for(full, [("d0", 3, 4)]))
     with pytest.raises(E.KvCapacityExceeded):
@@ -122,7 +122,7 @@ def test_any_legal_prefill_width_validates(case, block_size: int) -> None:
     view, width = case
     c, p = view.num_computed, view.num_prompt_tokens
     facts = CapacityFacts(block_size, 64, -(-p // block_size))  # room for the whole prompt
-    state = state_of([view], token_budget=width, sequence_budget=1, capacity=facts)
+    state = state_of([view], max_num_batched_tokens=width, max_num_seqs=1, capacity=facts)
     check(state, plan_for(state, [("r", c, c + width)]))
     if c + width == p:
         with pytest.raises(E.IntervalBeyondTarget):

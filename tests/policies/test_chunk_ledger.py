@@ -46,7 +46,7 @@ def test_s12_partition_is_the_full_causal_triangle(chunk_size: int, tmp_path, ca
     workload = write_workload(
         tmp_path / "s12.json",
         [{"request_id": "p12", "arrival": 0, "prompt_tokens": 12, "max_output_tokens": 2}],
-        {"token_budget": 12, "sequence_budget": 2, "chunk_size": chunk_size}, {"p12": 1})
+        {"max_num_batched_tokens": 12, "max_num_seqs": 2, "chunk_size": chunk_size}, {"p12": 1})
     out, log = tmp_path / "out", tmp_path / "decisions.jsonl"
     assert main(["simulate", "--workload", str(workload), "--policy", "sarathi", "--no-plots",
                  "--out", str(out), "--decision-log", str(log)]) == 0, capsys.readouterr().err
@@ -114,7 +114,7 @@ def test_simulated_sarathi_run_reports_the_ledger(tmp_path, capsys) -> None:
     workload = write_workload(
         tmp_path / "ten.json",
         [{"request_id": "p10", "arrival": 0, "prompt_tokens": 10, "max_output_tokens": 3}],
-        {"token_budget": 8, "sequence_budget": 4, "chunk_size": 4},
+        {"max_num_batched_tokens": 8, "max_num_seqs": 4, "chunk_size": 4},
         {"p10": 2},
     )
     out = tmp_path / "out"

@@ -18,7 +18,7 @@ KNOBS = dict(chunk_size=16, tau=48, max_num_seqs=8, long_prefill_token_threshold
 @pytest.mark.parametrize("policy_name", policy_names())
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_policy_finishes_every_request(policy_name: str, seed: int) -> None:
-    capacity = Capacity(token_budget=64, sequence_budget=8)
+    capacity = Capacity(max_num_batched_tokens=64, max_num_seqs=8)
     manifest = random_workload(RandomWorkloadConfig(num_requests=24), capacity, seed)
     engine = Engine(manifest.online, policy_for(policy_name, manifest.online, KNOBS, strict=False),
                     make_simulated_executor(manifest))
@@ -31,7 +31,7 @@ def test_policy_finishes_every_request(policy_name: str, seed: int) -> None:
 @pytest.mark.parametrize("seed", [4, 5])
 def test_preempting_policy_finishes_under_small_kv(policy_name: str, seed: int) -> None:
     """KV pool far below demand: the preempting policies still finish all."""
-    capacity = Capacity(token_budget=64, sequence_budget=8, kv_rows=160)
+    capacity = Capacity(max_num_batched_tokens=64, max_num_seqs=8, kv_rows=160)
     config = RandomWorkloadConfig(num_requests=24, max_prompt_tokens=48, max_output_tokens=48,
                                   mean_interarrival=0.2)
     manifest = random_workload(config, capacity, seed)

@@ -40,7 +40,7 @@ def finished_at(recorder) -> dict[str, int]:
 
 
 def orca_run(requests):
-    capacity = Capacity(token_budget=16, sequence_budget=8, kv_rows=N_SLOTS)
+    capacity = Capacity(max_num_batched_tokens=16, max_num_seqs=8, kv_rows=N_SLOTS)
     manifest = manifest_of(requests, capacity, {r.request_id: REALIZED[r.request_id]
                                                 for r in requests}, "orca-break")
     engine, recorder = run_engine(manifest, "orca", max_iterations=50)
@@ -81,7 +81,7 @@ def test_reservation_never_exceeds_n_slots() -> None:
 
 def test_max_batch_size_is_respected() -> None:
     requests = [RequestSpec(f"q{i}", 0.0, 1, 6) for i in range(5)]
-    capacity = Capacity(token_budget=16, sequence_budget=8, kv_rows=1000)
+    capacity = Capacity(max_num_batched_tokens=16, max_num_seqs=8, kv_rows=1000)
     manifest = manifest_of(requests, capacity, {r.request_id: 6 for r in requests}, "orca-max-bs",
                            {"max_num_seqs": 2})
     engine, recorder = run_engine(manifest, "orca", max_iterations=100)
@@ -95,7 +95,7 @@ def test_max_batch_size_is_respected() -> None:
 
 def test_sequence_budget_bounds_the_batch_when_max_num_seqs_is_unset() -> None:
     requests = [RequestSpec(f"q{i}", 0.0, 1, 6) for i in range(5)]
-    capacity = Capacity(token_budget=16, sequence_budget=3, kv_rows=1000)
+    capacity = Capacity(max_num_batched_tokens=16, max_num_seqs=3, kv_rows=1000)
     manifest = manifest_of(requests, capacity, {r.request_id: 6 for r in requests}, "orca-seq")
     _, recorder = run_engine(manifest, "orca", max_iterations=100)
     assert max(len(plan.work) for _, plan, _, _ in recorder.iterations) == 3

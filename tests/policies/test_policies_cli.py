@@ -57,7 +57,7 @@ def tiny_workload(tmp_path, **knobs: int):
     return write_workload(
         tmp_path / "tiny.json",
         [{"request_id": "a", "arrival": 0, "prompt_tokens": 3, "max_output_tokens": 2}],
-        {"token_budget": 8, "sequence_budget": 2, **knobs},
+        {"max_num_batched_tokens": 8, "max_num_seqs": 2, **knobs},
     )
 
 

@@ -49,10 +49,10 @@ def zero_free_state():
         waiting_view("W", 2, num_prompt=1, priority=0),
     ]
     facts = CapacityFacts(block_size=1, num_blocks_total=TOTAL_ROWS, num_blocks_free=0)
-    state = state_of(views, token_budget=16, sequence_budget=8, capacity=facts)
+    state = state_of(views, max_num_batched_tokens=16, max_num_seqs=8, capacity=facts)
     assert state.running == ("A", "B") and state.waiting == ("W",)
     assert state.view("B").num_computed == 4
-    return state, workload_for(state, Capacity(token_budget=16, sequence_budget=8))
+    return state, workload_for(state, Capacity(max_num_batched_tokens=16, max_num_seqs=8))
 
 
 def hidden() -> HiddenTruth:
@@ -126,8 +126,8 @@ def test_a_victim_already_placed_in_this_plan_is_unscheduled(policy_name, victim
     views = [decoding_view("M", 0, num_prompt=2, num_emitted=2, priority=10),
              decoding_view("L", 1, num_prompt=3, num_emitted=2, priority=1)]
     facts = CapacityFacts(block_size=1, num_blocks_total=8, num_blocks_free=1)
-    state = state_of(views, token_budget=16, sequence_budget=8, capacity=facts)
-    workload = workload_for(state, Capacity(token_budget=16, sequence_budget=8))
+    state = state_of(views, max_num_batched_tokens=16, max_num_seqs=8, capacity=facts)
+    workload = workload_for(state, Capacity(max_num_batched_tokens=16, max_num_seqs=8))
     _, plan = choose_validated(make_policy(policy_name), workload, state)
     assert [(i.kind, i.request_id) for i in plan.intents] == [
         (IntentKind.PREEMPT_RECOMPUTE, victim)]
@@ -142,7 +142,7 @@ def test_engine_releases_the_rows_of_a_request_that_preempts_itself() -> None:
     itself and the plan holds no work. Its three rows must still be released
     by the memory owner, so B can keep decoding and both finish."""
     requests = [RequestSpec("A", 0.0, 2, 8, priority=10), RequestSpec("B", 1.0, 2, 8, priority=1)]
-    manifest = manifest_of(requests, Capacity(token_budget=16, sequence_budget=4, kv_rows=5),
+    manifest = manifest_of(requests, Capacity(max_num_batched_tokens=16, max_num_seqs=4, kv_rows=5),
                            {"A": 3, "B": 3}, "0x0d-self-preemption")
     policy = make_policy("vllm-priority")
     recorder = Recorder(bind_policy(manifest.online, policy))

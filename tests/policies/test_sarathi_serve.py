@@ -76,7 +76,7 @@ def run_logged(tmp_path) -> list[dict]:
                      "max_output_tokens": 4})
     workload = write_workload(
         tmp_path / "steady.json", requests,
-        {"token_budget": 64, "sequence_budget": 8, "tau": TAU},
+        {"max_num_batched_tokens": 64, "max_num_seqs": 8, "tau": TAU},
         {**DECODE_REALIZED, LONG: 4, LATER: 4},
     )
     log = tmp_path / "decisions.jsonl"

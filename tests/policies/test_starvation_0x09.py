@@ -21,7 +21,7 @@ NUM_ITERATIONS = 4
 def four_pressured_iterations(policy_name: str):
     requests = [RequestSpec(rid, 0.0, 1, 256) for rid in DECODE_IDS]
     requests.append(RequestSpec(PROMPT, 1.0, 64, 8))
-    manifest = manifest_of(requests, Capacity(token_budget=6, sequence_budget=16),
+    manifest = manifest_of(requests, Capacity(max_num_batched_tokens=6, max_num_seqs=16),
                            {rid: 256 for rid in DECODE_IDS}, "m5-2-loop6-starvation")
     _, recorder = run_engine(manifest, policy_name, max_iterations=1 + NUM_ITERATIONS)
     steps = [(state, plan) for state, plan, _, _ in recorder.iterations if PROMPT in state.views]

@@ -18,7 +18,7 @@ def timeline_manifest(**knobs: int):
     decoding before D (S=4096) and E (S=512) arrive at t=2."""
     requests = [RequestSpec(rid, 0.0, 1, 64) for rid in DECODES]
     requests += [RequestSpec("D", 2.0, 4096, 4), RequestSpec("E", 2.0, 512, 4)]
-    capacity = Capacity(token_budget=768, sequence_budget=8)
+    capacity = Capacity(max_num_batched_tokens=768, max_num_seqs=8)
     return manifest_of(requests, capacity, {rid: 64 for rid in DECODES}, "m5-2-0x0b", knobs)
 
 

@@ -62,9 +62,9 @@ def test_a_broken_rule_is_exit_2_and_one_line_from_the_cli(tmp_path, capsys) -> 
 
 def test_max_num_batched_tokens_tightens_the_token_budget() -> None:
     views = [waiting_view("W", 0, num_prompt=10)]
-    state = state_of(views, token_budget=16, sequence_budget=4)
+    state = state_of(views, max_num_batched_tokens=16, max_num_seqs=4)
     _, plan = choose_validated(make_policy("vllm", max_num_batched_tokens=3), workload_for(
-        state, Capacity(token_budget=16, sequence_budget=4)), state)
+        state, Capacity(max_num_batched_tokens=16, max_num_seqs=4)), state)
     assert [(w.start, w.end) for w in plan.work] == [(0, 3)] and plan.tokens_used == 3
 
 
@@ -76,8 +76,8 @@ def full_isl_state(num_emitted: int = 0):
     if num_emitted:  # a recompute-preempted request: computed 0, outputs kept
         view = view._replace(num_emitted=num_emitted, snapshot_version=2)
     facts = CapacityFacts(block_size=1, num_blocks_total=8, num_blocks_free=4)
-    state = state_of([view], token_budget=16, sequence_budget=4, capacity=facts)
-    return state, workload_for(state, Capacity(token_budget=16, sequence_budget=4))
+    state = state_of([view], max_num_batched_tokens=16, max_num_seqs=4, capacity=facts)
+    return state, workload_for(state, Capacity(max_num_batched_tokens=16, max_num_seqs=4))
 
 
 @pytest.mark.parametrize("policy", ["vllm", "vllm-priority"])
@@ -108,8 +108,8 @@ def test_reserve_full_isl_counts_a_resumed_requests_outputs() -> None:
 def test_reserve_full_isl_still_aborts_a_request_that_can_never_fit() -> None:
     view = waiting_view("W", 0, num_prompt=12)
     facts = CapacityFacts(block_size=1, num_blocks_total=8, num_blocks_free=8)
-    state = state_of([view], token_budget=16, sequence_budget=4, capacity=facts)
-    workload = workload_for(state, Capacity(token_budget=16, sequence_budget=4))
+    state = state_of([view], max_num_batched_tokens=16, max_num_seqs=4, capacity=facts)
+    workload = workload_for(state, Capacity(max_num_batched_tokens=16, max_num_seqs=4))
     policy = make_policy("vllm", long_prefill_token_threshold=3, reserve_full_isl=1)
     _, plan = choose_validated(policy, workload, state)
     assert [(i.kind, i.request_id) for i in plan.intents] == [(IntentKind.ABORT, "W")]

@@ -31,7 +31,7 @@ def _workload(path: Path, num_requests: int = 6, spacing_ms: float = 20.0) -> Pa
                          "prompt_tokens": prompt, "max_output_tokens": 3 + i % 3,
                          "client_id": "alice" if i % 3 else "bob"})
     path.write_text(json.dumps({"workload_id": "bench-url", "clock": "ms",
-                                "capacity": {"token_budget": 64, "sequence_budget": 8},
+                                "capacity": {"max_num_batched_tokens": 64, "max_num_seqs": 8},
                                 "requests": requests}))
     return path
 

@@ -93,7 +93,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def server(serve):
-    return serve(kv_blocks=KV_BLOCKS, max_model_len=MAX_MODEL_LEN)
+    return serve(num_kv_blocks=KV_BLOCKS, max_model_len=MAX_MODEL_LEN)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

@@ -55,7 +55,7 @@ def _outcomes(base_url: str) -> dict[str, float]:
 
 @pytest.mark.slow
 def test_64_streams_with_a_third_disconnected(serve, tmp_path):
-    served = serve(max_num_seqs=64, token_budget=512)
+    served = serve(max_num_seqs=64, max_num_batched_tokens=512)
     disconnects = set(random.Random(7).sample(range(NUM_REQUESTS), NUM_REQUESTS // 3))
     results = asyncio.run(_run_all(served.base_url, disconnects))
     for index, result in enumerate(results):

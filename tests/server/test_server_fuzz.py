@@ -14,7 +14,7 @@ schemathesis = pytest.importorskip("schemathesis")
 
 @pytest.mark.slow
 def test_no_5xx_on_any_operation(serve):
-    served = serve(max_model_len=48, kv_blocks=64)
+    served = serve(max_model_len=48, num_kv_blocks=64)
     schema = schemathesis.openapi.from_url(served.base_url + "/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
     assert {op.path for op in operations} >= {"/v1/completions", "/v1/chat/completions",

@@ -125,7 +125,7 @@ def test_preemption_causes_are_a_closed_set():
 
 @pytest.mark.slow
 def test_preemptions_are_labelled_by_mode_and_cause_only(serve):
-    served = serve(kv_blocks=6, max_num_seqs=8, token_budget=64)
+    served = serve(num_kv_blocks=6, max_num_seqs=8, max_num_batched_tokens=64)
     body = {"model": "tiny", "prompt": "tell me a long story " * 2, "max_tokens": 24,
             "temperature": 0.0, "ignore_eos": True}
 

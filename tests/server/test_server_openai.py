@@ -23,7 +23,7 @@ def offline(tiny_dir):
     from iterserve.llm import LLM
     from iterserve.records.sampling_params import SamplingParams
 
-    llm = LLM(tiny_dir, kv_blocks=256)
+    llm = LLM(tiny_dir, num_kv_blocks=256)
     out = llm.generate([PROMPT], SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, seed=3))
     return out[0], llm.tokenizer
 

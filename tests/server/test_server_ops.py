@@ -157,7 +157,7 @@ def _wait_for_line(caplog, text: str) -> str:
 def _snapshot(prompt: float, generation: float, running: tuple[str, ...]) -> MetricsSnapshot:
     state = SchedulerState(decision_id=0, state_version=0, now=0.0, waiting=(),
                            running=running, suspended=(), finished=(), views={},
-                           token_budget=8, sequence_budget=8,
+                           max_num_batched_tokens=8, max_num_seqs=8,
                            capacity=CapacityFacts(16, 10, 6))
     counts = {("vllm:prompt_tokens", ()): prompt, ("vllm:generation_tokens", ()): generation}
     return MetricsSnapshot(state, counts)

@@ -92,7 +92,7 @@ class SloFeasible:
             state.now * seconds, arrival_s=spec.arrival * seconds, last_emission_s=None,
             num_outputs_emitted=0, num_prompt_rows_remaining=spec.num_prompt_tokens,
             slo=SloConfig(ttft_ms=slo.ttft_ms), cost_model=self.cost_model,
-            max_prefill_rows_per_iteration=state.token_budget,
+            max_prefill_rows_per_iteration=state.max_num_batched_tokens,
         )
         return "slo_infeasible" if round(estimate.slack_s, _QUANTUM_DIGITS) < 0 else None
 

@@ -39,7 +39,7 @@ class PreemptionReason(enum.Enum):
 
 
 _FALLBACKS: dict[PreemptionMode, frozenset[FallbackMode]] = {
-    PreemptionMode.PRESERVE_EXACT: frozenset(FallbackMode),
+    PreemptionMode.SWAP: frozenset(FallbackMode),
     PreemptionMode.RECOMPUTE: frozenset({FallbackMode.REMAIN_SUSPENDED, FallbackMode.ABORT}),
     PreemptionMode.ABORT: frozenset({FallbackMode.ABORT}),
 }
@@ -50,7 +50,7 @@ class PreemptionIntent:
     """A policy's request to stop one request generation; not a release (0x0C).
 
     ``semantic_target_tokens`` is T_target, the frozen semantic frontier
-    (``prompt + emitted - 1`` for a decoding request). Recompute, as mode or
+    (:func:`records.frontier.target` of a decoding request). Recompute, as mode or
     fallback, is legal only with immutable token history.
     """
 

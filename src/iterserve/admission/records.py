@@ -16,6 +16,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from iterserve.records import frontier
+
 
 @dataclass(frozen=True, slots=True)
 class QuantileForecast:
@@ -92,10 +94,10 @@ class AdmissionCandidate:
 
     @property
     def committed_rows(self) -> int:
-        """T: rows already committed (0x05 first-token frontier: p + E - 1 once E >= 1)."""
+        """T: rows already committed (0x05 first-token frontier: the target once E >= 1)."""
         if self.emitted_outputs == 0:
             return self.prompt_rows - self.uncached_prompt_rows
-        return self.prompt_rows + self.emitted_outputs - 1
+        return frontier.target(self.prompt_rows, self.emitted_outputs)
 
 
 def future_append_rows(candidate: AdmissionCandidate, total_outputs: int) -> int:
@@ -150,33 +152,6 @@ class AllocationRequest:
     allocation_epoch: int
     requested_append_rows: int
     requested_append_bytes: int
-
-
-class AllocationStatus(enum.Enum):
-    GRANTED = "granted"
-    TEMPORARILY_UNAVAILABLE = "temporarily_unavailable"
-    FAILED = "failed"
-
-
-@dataclass(frozen=True, slots=True)
-class PhysicalAllocationResult:
-    """M5.3's answer to an :class:`AllocationRequest`; the only proof of memory (0x06)."""
-
-    request_id: str
-    generation: int
-    allocation_epoch: int
-    status: AllocationStatus
-    granted_rows: int
-
-    def __post_init__(self) -> None:
-        if self.granted_rows < 0 or (self.status is not AllocationStatus.GRANTED
-                                     and self.granted_rows):
-            raise ValueError("only a GRANTED result grants rows")
-
-    def answers(self, request: AllocationRequest) -> bool:
-        """True when this result is for exactly that request generation and epoch."""
-        return (self.request_id, self.generation, self.allocation_epoch) == (
-            request.request_id, request.generation, request.allocation_epoch)
 
 
 class AdmissionDecision(enum.Enum):

@@ -137,7 +137,7 @@ def _preserved_prefix(intent: PreemptionIntent, preservation: PreservationResult
                       current: ForeignBinding
                       ) -> tuple[int, FallbackMode | None, list[ResumeBlocker]]:
     """``(exact preserved tokens, fallback taken, blockers)`` for the intent's mode."""
-    if intent.mode is not PreemptionMode.PRESERVE_EXACT:
+    if intent.mode is not PreemptionMode.SWAP:
         return 0, None, []
     if preservation is None:
         return 0, None, [ResumeBlocker.PRESERVATION_MISSING]

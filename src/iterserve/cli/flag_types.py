@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
+from iterserve.records.vocabulary import warn_renamed
+
 
 class UsageError(Exception):
     """A flag is malformed; ``str()`` is the whole one-line message."""
@@ -91,3 +93,16 @@ POSITIVE_INT = int_at_least(1)
 NON_NEGATIVE_INT = int_at_least(0)
 SEED = int_at_least(0, 2**63 - 1)
 POSITIVE_MS = finite_float(0.0, exclusive_min=True)
+
+
+def renamed_flag(new: str) -> type[argparse.Action]:
+    """An action for an older flag spelling: stores into the new flag's
+    destination and warns once, naming the flag to use instead."""
+
+    class _Renamed(argparse.Action):
+        def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                     values: object, option_string: str | None = None) -> None:
+            warn_renamed(f"flag {option_string}", new)
+            setattr(namespace, self.dest, values)
+
+    return _Renamed

@@ -6,7 +6,14 @@ import argparse
 import json
 from pathlib import Path
 
-from iterserve.cli.flag_types import POSITIVE_INT, SEED, finite_float, int_at_least, non_empty
+from iterserve.cli.flag_types import (
+    POSITIVE_INT,
+    SEED,
+    finite_float,
+    int_at_least,
+    non_empty,
+    renamed_flag,
+)
 from iterserve.cli.simulate import FlagError
 from iterserve.policies.settings import add_policy_setting_flag
 from iterserve.records.limits import MAX_BLOCK_SIZE, MAX_BUDGET, MAX_NUM_BLOCKS, MAX_OUTPUT_TOKENS
@@ -37,10 +44,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="stop string (repeatable)")
     parser.add_argument("--ignore-eos", action="store_true",
                         help="keep going past the end-of-sequence token up to --max-tokens")
-    parser.add_argument("--token-budget", type=int_at_least(1, MAX_BUDGET), default=512,
-                        help="most tokens computed in one scheduler step (token budget; default 512)")
+    parser.add_argument("--max-num-batched-tokens", type=int_at_least(1, MAX_BUDGET), default=512,
+                        help="most prompt and output tokens computed in one scheduler step "
+                             "(default 512)")
+    parser.add_argument("--token-budget", dest="max_num_batched_tokens",
+                        type=int_at_least(1, MAX_BUDGET), action=renamed_flag(
+                            "--max-num-batched-tokens"), help=argparse.SUPPRESS)
     parser.add_argument("--max-num-seqs", type=int_at_least(1, MAX_BUDGET), default=64,
-                        help="most requests in one scheduler step (sequence budget; default 64)")
+                        help="most requests in one scheduler step (default 64)")
     kv = parser.add_mutually_exclusive_group()
     kv.add_argument("--num-kv-blocks", "--kv-blocks", dest="num_kv_blocks",
                     type=int_at_least(1, MAX_NUM_BLOCKS), default=None,
@@ -89,8 +100,8 @@ def run(args: argparse.Namespace) -> int:
     check_device(args.device)
     try:
         config = EngineConfig(
-            policy=args.policy, token_budget=args.token_budget, max_num_seqs=args.max_num_seqs,
-            kv_blocks=args.num_kv_blocks, kv_cache_memory=args.kv_cache_memory,
+            policy=args.policy, max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
+            num_kv_blocks=args.num_kv_blocks, kv_cache_memory=args.kv_cache_memory,
             block_size=args.block_size, chunk_size=args.chunk_size,
             extra_policy_settings=tuple(dict(args.policy_setting).items()),
             dtype=args.dtype, device=args.device,

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from iterserve.cli.simulate import FlagError
-from iterserve.policies.settings import add_policy_setting_flag, parse_settings
+from iterserve.policies.settings import add_policy_setting_flag
 from iterserve.server.client_labels import DEFAULT_MAX_CLIENT_LABELS
 
 if TYPE_CHECKING:
@@ -180,15 +180,15 @@ def build_config(args: argparse.Namespace, model_dir: Path) -> EngineConfig:
     dtype = args.dtype
     try:
         return EngineConfig(
-            policy=args.policy, token_budget=args.max_num_batched_tokens,
-            max_num_seqs=args.max_num_seqs, kv_blocks=_num_kv_blocks(args, model_dir, dtype),
+            policy=args.policy, max_num_batched_tokens=args.max_num_batched_tokens,
+            max_num_seqs=args.max_num_seqs, num_kv_blocks=_num_kv_blocks(args, model_dir, dtype),
             block_size=args.block_size, dtype=dtype, device=args.device,
             max_model_len=args.max_model_len, admission=args.admission, overload=args.overload,
             max_live=args.max_live, cost_model=args.cost_model,
             # a server runs long: its whole pool is faulted in at start-up, as vLLM's is,
             # so no request's step stalls on a first touch (model/host_memory.py)
             commit_kv=True,
-            extra_policy_settings=tuple(parse_settings(args.policy_setting).items()))
+            extra_policy_settings=tuple(dict(args.policy_setting).items()))
     except ValueError as exc:
         raise FlagError(str(exc)) from None
 

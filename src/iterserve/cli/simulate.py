@@ -43,7 +43,7 @@ from iterserve.cost import (
 )
 from iterserve.lab.run_record import report_results, run_coordinates
 from iterserve.metrics import ObservationWindow, SloConfig
-from iterserve.metrics.capacity import token_budget_utilisation
+from iterserve.metrics.capacity import batched_tokens_utilisation
 from iterserve.plan.feasibility import check_run
 from iterserve.policies.registry import bind_fairness, policy_for
 from iterserve.policies.settings import add_policy_setting_flag, settings_of
@@ -311,8 +311,8 @@ def _report(setup: RunSetup, policy_id: str, result: SimulationRun,
     report["cost_model"] = {"spec": setup.cost_model.spec, "model_id": setup.cost_model.model_id}
     report["overload"] = {"contract": setup.gate.gate_id, "params": setup.gate.params(),
                           "num_rejected": len(result.engine.rejected)}
-    report["token_budget_utilisation"] = token_budget_utilisation(
-        result.recorder.iterations, online.capacity.token_budget).to_dict()
+    report["batched_tokens_utilisation"] = batched_tokens_utilisation(
+        result.recorder.iterations, online.capacity.max_num_batched_tokens).to_dict()
     return report
 
 

@@ -61,6 +61,7 @@ from iterserve.policies.registry import bind_fairness, policy_for
 from iterserve.policies.settings import add_policy_setting_flag
 from iterserve.records.limits import MAX_ARRIVAL
 from iterserve.records.spec import WorkloadManifest
+from iterserve.sim.arrivals import poisson_gap_s
 from iterserve.sim.report import RunConfig, run_simulation
 
 SCHEMA = "iterserve.sweep/v1"
@@ -153,7 +154,7 @@ def arrival_units(num_requests: int, rate_per_s: float, trial_seed: str,
     now_s = 0.0
     arrivals = []
     for _ in range(num_requests):
-        now_s += rng.expovariate(1.0) / rate_per_s
+        now_s += poisson_gap_s(rng, rate_per_s)
         arrivals.append(now_s / seconds_per_unit)
     if arrivals and arrivals[-1] > MAX_ARRIVAL:
         raise FlagError(f"--rates {rate_per_s:g}: {num_requests} arrivals at this rate reach "

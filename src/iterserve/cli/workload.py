@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from iterserve.cli.flag_types import POSITIVE_INT, non_empty, output_file
+from iterserve.cli.flag_types import POSITIVE_INT, non_empty, output_file, renamed_flag
 from iterserve.cli.simulate import FlagError, writing_to
 from iterserve.records.workload import parse_workload, read_json_document
 from iterserve.records.workload_json import write_workload
@@ -54,8 +54,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     convert.add_argument("--max-output-tokens", type=int, default=4096,
                          help="declared output cap of every request (realized lengths stay "
                               "hidden; longer ones are truncated to it)")
-    convert.add_argument("--token-budget", type=int, default=2048)
-    convert.add_argument("--sequence-budget", type=int, default=256)
+    convert.add_argument("--max-num-batched-tokens", type=int, default=2048,
+                         help="the workload's per-step token cap")
+    convert.add_argument("--token-budget", dest="max_num_batched_tokens", type=int,
+                         action=renamed_flag("--max-num-batched-tokens"), help=argparse.SUPPRESS)
+    convert.add_argument("--max-num-seqs", type=int, default=256,
+                         help="the workload's per-step request cap")
+    convert.add_argument("--sequence-budget", dest="max_num_seqs", type=int,
+                         action=renamed_flag("--max-num-seqs"), help=argparse.SUPPRESS)
     convert.add_argument("--num-kv-blocks", "--kv-blocks", dest="num_kv_blocks", type=int,
                          default=None,
                          help="paged KV pool size in blocks (default: unbounded; --kv-blocks "
@@ -85,8 +91,8 @@ def run_convert(args: argparse.Namespace) -> int:
         selection = TraceSelection(args.start, args.end, args.limit, args.sample, args.seed,
                                    args.time_scale)
         target = TraceTarget(args.workload_id or args.trace.name,
-                             {"token_budget": args.token_budget,
-                              "sequence_budget": args.sequence_budget},
+                             {"max_num_batched_tokens": args.max_num_batched_tokens,
+                              "max_num_seqs": args.max_num_seqs},
                              args.max_output_tokens, kv=_kv(args))
     except ValueError as exc:
         raise FlagError(str(exc)) from None

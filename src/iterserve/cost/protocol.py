@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
-MS_PER_S = 1000.0
+from iterserve.records.time_units import MS_PER_S
 
 
 class CostModelError(ValueError):

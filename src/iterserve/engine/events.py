@@ -45,9 +45,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from itertools import compress, repeat
+from itertools import compress
 from json.encoder import encode_basestring_ascii
-from operator import and_, is_, itemgetter, not_, truth
+from operator import itemgetter, not_
 from typing import IO
 
 from iterserve.engine.composition import BatchComposition
@@ -68,11 +68,13 @@ from iterserve.metrics.events import (
     RejectEvent,
     ResumeEvent,
     TokenEvent,
+    TokenRuns,
     event_line,
     json_text,
     tokens_line,
 )
 from iterserve.metrics.series import ResourceSample
+from iterserve.records import frontier
 from iterserve.records.columns import field_columns
 from iterserve.records.plan import (
     IntentKind,
@@ -117,7 +119,7 @@ class EventRecorder(EngineObserver):
         self._events: list[Event] = []  # without a sink: every fact
         # with a sink: (time, lines with their newlines, or a run of tokens) not yet written
         self._pending: list[tuple[float, str | _TokenRun]] = []
-        self._held_run: _TokenRun | None = None  # written when a fact follows it, or at close
+        self._runs = TokenRuns()  # the open run is written when a fact follows it, or at close
         self._admitted: set[str] = set()
         self._preempted: set[str] = set()
         self._sink = sink
@@ -169,9 +171,9 @@ class EventRecorder(EngineObserver):
         """Write the pending facts to the sink (nothing to do without one)."""
         if self._sink is not None:
             self._write_pending()
-            if self._held_run is not None:
-                self._sink.write(self._held_run.line())
-                self._held_run = None
+            parts: list[str] = []
+            self._runs.flush(parts)
+            self._sink.write("".join(parts))
 
     def _record(self, event: Event) -> None:
         if self._sink is None:
@@ -217,22 +219,13 @@ class EventRecorder(EngineObserver):
             line = first.line() if isinstance(first, _TokenRun) else first
             raise EventLogError(f"{line.partition(chr(10))[0]} precedes a fact already written "
                                 f"at {self._written_s} s")  # an entry may hold several lines
-        parts, run = [], self._held_run
+        parts: list[str] = []
+        runs = self._runs
         for _, entry in pending:
             if isinstance(entry, _TokenRun):
-                if run is not None and run.time_text == entry.time_text:
-                    run.ids += entry.ids
-                    run.indices += entry.indices
-                    continue
-                if run is not None:
-                    parts.append(run.line())
-                run = entry
+                runs.add_run(entry.time_text, entry.ids, entry.indices, parts)
             else:
-                if run is not None:
-                    parts.append(run.line())
-                    run = None
-                parts.append(entry)
-        self._held_run = run
+                runs.add_line(entry, parts)
         self._sink.write("".join(parts))  # one write a cut
         self._written_s = pending[-1][0]
 
@@ -283,8 +276,7 @@ class EventRecorder(EngineObserver):
         completed = result.completed
         rids, _, _, _, emitted, _, reasons = field_columns(completed)
         befores = list(map(view_num_emitted, map(state.views.__getitem__, rids)))
-        is_plain = map(and_, map(and_, map(truth, befores), emitted),
-                       map(is_, reasons, repeat(None)))
+        is_plain = frontier.plain_decode_tokens(befores, emitted, reasons)
         kinds: dict[str, WorkKind] | None = None  # made only for a completion off the hot path
         plain_from = 0  # the plain tokens since the last other fact
         for index in compress(range(len(rids)), map(not_, is_plain)):

@@ -285,11 +285,11 @@ class KvResidency:
                     prompt_of: Callable[[str], Sequence[int] | None]) -> dict[str, int]:
         """Claimed hits of the waiting requests that have computed nothing
         yet and whose prompt tokens ``prompt_of`` knows (0x0E). Only the
-        first ``sequence_budget`` waiting requests are looked up: no plan
+        first ``max_num_seqs`` waiting requests are looked up: no plan
         admits more, and a long queue would otherwise be hashed every step."""
         hits = {}
         views = state.views
-        for rid in state.waiting[:state.sequence_budget]:
+        for rid in state.waiting[:state.max_num_seqs]:
             view = views[rid]
             if view.num_computed or view.num_emitted:
                 continue

@@ -25,6 +25,7 @@ from iterserve.engine.decision_log import (
     READABLE_FORMATS,
 )
 from iterserve.records.codec import COMPLETED_COLUMNS, WORK_COLUMNS, rows_of_columns
+from iterserve.records.jsonl import json_kind, parse_lines
 from iterserve.records.receipts import ForeignStatus
 from iterserve.records.view import FinishReason
 
@@ -92,7 +93,7 @@ def read_log(path: Path) -> DecisionLogFile:
 
 
 def _read_log(path: Path) -> DecisionLogFile:
-    lines = [line for line in _parsed_lines(path) if line is not None]
+    lines = _parsed_lines(path)
     if not lines or lines[0].fields.get("type") != "header":
         number = lines[0].number if lines else 1
         raise MalformedLog(f"line {number}: missing decision-log header")
@@ -125,46 +126,19 @@ def _with_rows(line: LogLine) -> LogLine:
     return LogLine(line.number, obj, rows)
 
 
-def _parsed_lines(path: Path) -> list[LogLine | None]:
+def _parsed_lines(path: Path) -> list[LogLine]:
     try:
         data = path.read_bytes()
     except IsADirectoryError:
         raise MalformedLog("is a directory, not a decision log") from None
     except PermissionError:
         raise MalformedLog("permission denied") from None
-    return [_parse(number, raw) for number, raw in enumerate(data.split(b"\n"), 1)]
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _parse(number: int, raw: bytes) -> LogLine | None:
-    if not raw.strip():
-        return None
-    if len(raw) > MAX_LINE_BYTES:
-        raise MalformedLog(f"line {number}: longer than {MAX_LINE_BYTES} bytes")
-    try:
-        obj = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except UnicodeDecodeError:
-        raise MalformedLog(f"line {number}: not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise MalformedLog(f"line {number}: not valid JSON ({exc.msg} at column {exc.colno})") \
-            from None
-    except (ValueError, RecursionError) as exc:
-        raise MalformedLog(f"line {number}: not valid JSON ({exc})") from None
-    if not isinstance(obj, dict):
-        raise MalformedLog(f"line {number}: must be a JSON object, got {_kind(obj)}")
-    return LogLine(number, obj)
+    return [LogLine(number, obj) for number, obj in parse_lines(
+        data.split(b"\n"), MalformedLog, where=lambda number: f"line {number}",
+        strict_numbers=True, max_line_bytes=MAX_LINE_BYTES)]
 
 
 # --- field checks -------------------------------------------------------------------------
-def _kind(value: Any) -> str:
-    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
-             int: "an integer", float: "a number", type(None): "null"}
-    return names.get(type(value), type(value).__name__)
-
-
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -205,7 +179,7 @@ def _require(obj: Mapping[str, Any], name: str, check: str, where: str) -> Any:
 
 def _brief(value: Any) -> str:
     text = json.dumps(value) if not isinstance(value, float) or math.isfinite(value) else "inf"
-    return text if len(text) <= 40 else f"{_kind(value)} ({text[:30]}...)"
+    return text if len(text) <= 40 else f"{json_kind(value)} ({text[:30]}...)"
 
 
 def _exact_keys(obj: Mapping[str, Any], required: set[str], optional: set[str],
@@ -361,7 +335,7 @@ def _check_result(obj: Mapping[str, Any], where: str) -> None:
 
 def _check_record(item: Any, fields: Mapping[str, str], where: str) -> None:
     if not isinstance(item, dict):
-        raise MalformedLog(f"{where}: must be an object, got {_kind(item)}")
+        raise MalformedLog(f"{where}: must be an object, got {json_kind(item)}")
     _exact_keys(item, set(fields), set(), where)
     for name, check in fields.items():
         _require(item, name, check, where)

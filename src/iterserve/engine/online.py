@@ -51,6 +51,7 @@ from iterserve.policies.settings import settings_of
 from iterserve.records.sampling_params import SamplingParams
 from iterserve.records.spec import Capacity, KvSpec, OnlineWorkload, RequestSpec, SloTargets
 from iterserve.records.state import SchedulerState
+from iterserve.records.time_units import ms_to_s, s_to_ms
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +102,7 @@ class OnlineEngine:
         self._failure_source = executor if isinstance(executor, FailureSource) else None
         self.max_model_len = max_model_len
         self.publisher = StreamPublisher(executor.streams)
-        self.events = EventRecorder(seconds_per_clock_unit=1e-3)
+        self.events = EventRecorder(seconds_per_clock_unit=ms_to_s(1.0))
         workload = OnlineWorkload("online", "ms", capacity, (), kv=kv)
         # caller observers see a step before the streams do
         self.engine = Engine(workload, policy, executor,
@@ -127,7 +128,7 @@ class OnlineEngine:
 
     # -- any thread -----------------------------------------------------------
     def now_ms(self) -> float:
-        return (self._clock() - self._start_s) * 1000.0
+        return s_to_ms(self._clock() - self._start_s)
 
     @property
     def state(self) -> SchedulerState:
@@ -319,7 +320,7 @@ class OnlineEngine:
             self._abort_failed(self._failure_source.take_failures())
         if engine.num_iterations == before_iterations:  # an idle jump (or intents only)
             self._published_through = engine.state.now
-            self.executor.reset_clock(self._start_s + engine.state.now / 1000.0)
+            self.executor.reset_clock(self._start_s + ms_to_s(engine.state.now))
         else:
             self._published_through = before_now
 

@@ -22,6 +22,7 @@ from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import RequestSpec
 from iterserve.records.state import SchedulerState
+from iterserve.records.time_units import ms_to_s
 from iterserve.records.view import FinishReason
 
 OUTCOMES = ("finished", "cancelled", "rejected", "aborted")
@@ -46,7 +47,7 @@ class StreamPublisher(EngineObserver):
     def __init__(self, sources: MutableMapping[str, Any],  # request id -> OutputSource
                  ms_per_clock_unit: float = 1.0) -> None:
         self._sources = sources  # the executor's per-request outputs; dropped at the end
-        self._s_per_unit = ms_per_clock_unit / 1000.0
+        self._s_per_unit = ms_to_s(ms_per_clock_unit)
         self._sinks: dict[str, StreamSink] = {}
         self._clients: dict[str, str] = {}
         self._num_chars: dict[str, int] = {}

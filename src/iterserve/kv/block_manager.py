@@ -48,6 +48,7 @@ from iterserve.kv.results import (
     SwapGranted,
     SwapResult,
 )
+from iterserve.records.kv_abi import blocks_for
 
 
 @dataclass(slots=True)
@@ -235,7 +236,7 @@ class BlockManager:
             return resident.num_committed_rows
         if token_ids is not None and len(token_ids) < grow:
             return self._grow_general(key, num_rows, token_ids)
-        needed = -(-num_rows // self._block_size) - len(resident.block_ids)
+        needed = blocks_for(num_rows, self._block_size) - len(resident.block_ids)
         if needed > 0:
             device = self._device
             if needed > device.num_blocks_available:
@@ -257,7 +258,7 @@ class BlockManager:
         if resident is not None and token_ids is None and resident.token_ids is None:
             # anonymous rows: no cache identity to advance (the common simulated case)
             if num_rows > resident.num_rows:
-                needed = -(-num_rows // self._block_size) - len(resident.block_ids)
+                needed = blocks_for(num_rows, self._block_size) - len(resident.block_ids)
                 if needed > 0:
                     device = self._device
                     if needed > device.num_blocks_available:
@@ -393,7 +394,7 @@ class BlockManager:
     # -------------------------------------------------------------- internals
 
     def _num_blocks_for(self, num_rows: int) -> int:
-        return -(-num_rows // self._block_size)
+        return blocks_for(num_rows, self._block_size)
 
     def _match(self, token_ids: Sequence[int] | None, max_rows: int) -> _Match:
         """Verified cached chain over the full blocks of ``token_ids[:max_rows]``."""

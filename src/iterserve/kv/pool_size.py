@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from iterserve.records.kv_abi import blocks_for
+
 #: Share of the available memory the default pool may take (vLLM's GPU default is 0.9
 #: of the device; on a host the weights, activations and other processes share it).
 DEFAULT_MEMORY_FRACTION = 0.5
@@ -44,7 +46,7 @@ def num_pool_blocks(request: KvPoolRequest, bytes_per_block: int,
         return request.num_blocks
     if request.memory_bytes is not None:
         return _blocks_in(request.memory_bytes, bytes_per_block, "--kv-cache-memory")
-    worst_case = request.max_num_seqs * -(-request.max_model_len // request.block_size)
+    worst_case = request.max_num_seqs * blocks_for(request.max_model_len, request.block_size)
     if available_bytes is None:
         return worst_case
     budget = int(available_bytes * DEFAULT_MEMORY_FRACTION)

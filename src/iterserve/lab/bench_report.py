@@ -41,7 +41,7 @@ NOT_OBSERVABLE = {
     "preemptions": "preemption and resumption happen inside the server",
     "kv_blocks": "KV use is the server's; scrape its /metrics",
     "logical_slot_occupancy": "iterations are the server's",
-    "token_budget_utilisation": "iterations are the server's",
+    "batched_tokens_utilisation": "iterations are the server's",
 }
 
 METRIC_DEFINITIONS = {
@@ -141,7 +141,7 @@ def summary_sections(log: EventLog, label: str,
         return None, None
     window = default_window(log)
     summary = summarize_run(list(log), window, SECONDS, label=label, iterations=(),
-                            resources=(), token_budget=1, sequence_budget=1)
+                            resources=(), max_num_batched_tokens=1, max_num_seqs=1)
     metrics = None if slo is None else evaluate(log, slo, window, label=label)
     return summary, metrics
 
@@ -151,7 +151,7 @@ def summary_dict(summary: RunSummary) -> dict[str, Any]:
     reason named (``not_observable``)."""
     out = summary.to_dict()
     for name in ("preemptions", "kv_blocks", "logical_slot_occupancy",
-                 "token_budget_utilisation"):
+                 "batched_tokens_utilisation"):
         out[name] = None
     out["not_observable"] = NOT_OBSERVABLE
     return out

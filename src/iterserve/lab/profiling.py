@@ -39,6 +39,7 @@ from iterserve.model.executor import TorchExecutor
 from iterserve.model.llama import PackedCausalLM
 from iterserve.model.runtime import dtype_name, num_threads, torch_version
 from iterserve.policies.registry import policy_for
+from iterserve.records.kv_abi import blocks_for
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.sampling_params import SamplingParams
@@ -53,7 +54,7 @@ class ProfileGrid:
     num_sequences: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
     prompt_lens: tuple[int, ...] = (16, 64, 160, 320)
     max_output_tokens: int = 10
-    token_budget: int = 512
+    max_num_batched_tokens: int = 512
     block_size: int = 16
     arrival_gap_ms: float = 4.0
     policy: str = "vllm"  # the scheduler's own time is part of an iteration
@@ -62,7 +63,7 @@ class ProfileGrid:
 
     def __post_init__(self) -> None:
         values = (*self.num_sequences, *self.prompt_lens, self.max_output_tokens,
-                  self.token_budget, self.block_size)
+                  self.max_num_batched_tokens, self.block_size)
         if not self.num_sequences or not self.prompt_lens or min(values) < 1:
             raise ValueError("profile grid: every count and length must be >= 1")
 
@@ -70,7 +71,7 @@ class ProfileGrid:
     def num_blocks(self) -> int:
         """A pool that holds the largest cell without preemption."""
         rows = max(self.num_sequences) * (max(self.prompt_lens) * 3 // 2 + self.max_output_tokens)
-        return -(-rows // self.block_size) + max(self.num_sequences)
+        return blocks_for(rows, self.block_size) + max(self.num_sequences)
 
 
 QUICK_GRID = ProfileGrid(num_sequences=(1, 2, 4, 16), prompt_lens=(16, 48, 128, 320),
@@ -120,7 +121,7 @@ def measure_cell(executor: TorchExecutor, grid: ProfileGrid, num_sequences: int,
         executor.add_request(request_id, prompt, params, seed=index)
         specs.append(RequestSpec(request_id, index * gap_ms, num_prompt, num_output,
                                  prompt_token_ids=tuple(prompt)))
-    capacity = Capacity(token_budget=grid.token_budget, sequence_budget=max(num_sequences, 1))
+    capacity = Capacity(max_num_batched_tokens=grid.max_num_batched_tokens, max_num_seqs=max(num_sequences, 1))
     workload = OnlineWorkload(f"profile-{tag}", "ms", capacity, tuple(specs))
     times = _IterationTimes()
     executor.reset_clock()

@@ -32,6 +32,8 @@ from iterserve.records.spec import (
     RequestSpec,
     WorkloadManifest,
 )
+from iterserve.records.time_units import s_to_ms
+from iterserve.sim.arrivals import poisson_gap_s
 from iterserve.sim.report import RunConfig, run_simulation
 
 FIRST_PLAIN_TOKEN = 4  # ids below are special tokens of the built tokenizers
@@ -55,7 +57,7 @@ def poisson_workload(shape: PoissonShape, capacity: Capacity, kv: KvSpec) -> Onl
     arrival_ms = 0.0
     specs = []
     for index in range(shape.num_requests):
-        arrival_ms += rng.expovariate(shape.rate_per_s) * 1000.0
+        arrival_ms += s_to_ms(poisson_gap_s(rng, shape.rate_per_s))
         num_prompt = rng.randint(*shape.prompt_lens)
         prompt = tuple(rng.randrange(FIRST_PLAIN_TOKEN, shape.vocab_size)
                        for _ in range(num_prompt))
@@ -67,7 +69,7 @@ def poisson_workload(shape: PoissonShape, capacity: Capacity, kv: KvSpec) -> Onl
 #: The fidelity experiment (simulator against the real engine): its policies and its KV pool,
 #: shared by tests/engine_model/test_fidelity.py and benchmarks/diag_fidelity_shapes.py.
 FIDELITY_POLICIES: dict[str, dict[str, int]] = {"vllm": {}, "sarathi": {"chunk_size": 64}}
-FIDELITY_KV = KvSpec(num_blocks=1024, block_size=16)
+FIDELITY_KV = KvSpec(num_kv_blocks=1024, block_size=16)
 
 
 def fidelity_workload(vocab_size: int) -> OnlineWorkload:
@@ -75,7 +77,7 @@ def fidelity_workload(vocab_size: int) -> OnlineWorkload:
     budget 256, on :data:`FIDELITY_KV` (seed 7)."""
     shape = PoissonShape(num_requests=200, rate_per_s=40.0, prompt_lens=(16, 96),
                          output_lens=(8, 24), vocab_size=vocab_size, seed=7)
-    return poisson_workload(shape, Capacity(token_budget=256, sequence_budget=32), FIDELITY_KV)
+    return poisson_workload(shape, Capacity(max_num_batched_tokens=256, max_num_seqs=32), FIDELITY_KV)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +90,7 @@ class RunFigures:
     num_requests: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"mean_ttft_ms": self.mean_ttft_s * 1000, "mean_tbt_ms": self.mean_tbt_s * 1000,
+        return {"mean_ttft_ms": s_to_ms(self.mean_ttft_s), "mean_tbt_ms": s_to_ms(self.mean_tbt_s),
                 "output_tokens_per_s": self.output_tokens_per_s,
                 "num_requests": self.num_requests}
 

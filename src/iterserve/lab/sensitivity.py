@@ -53,8 +53,8 @@ class SensitivityFixture:
     prompt_tokens: int = 16  # S
     chunk_size: int = 4  # C
     num_decodes: int = 4  # D
-    token_budget: int = 8  # B_tok
-    sequence_budget: int = 8  # B_seq
+    max_num_batched_tokens: int = 8  # B_tok
+    max_num_seqs: int = 8  # B_seq
     bytes_per_row: int = 131072
     reservation_ceiling_rows: int = 28  # H
     reserved_rows: int = 8  # R_live
@@ -72,8 +72,8 @@ BASE = SensitivityFixture()
 CASES: tuple[tuple[str, str, int], ...] = (
     ("chunk size", "chunk_size", 2),
     ("chunk size", "chunk_size", 8),
-    ("token budget", "token_budget", 6),
-    ("sequence budget", "sequence_budget", 3),
+    ("token budget", "max_num_batched_tokens", 6),
+    ("sequence budget", "max_num_seqs", 3),
     ("reservation forecast", "forecast_rows", 4),
     ("hidden output", "hidden_output_tokens", 1),
     ("hidden output", "hidden_output_tokens", 8),
@@ -98,7 +98,7 @@ def formula_ledgers(f: SensitivityFixture) -> Ledgers:
     """F68-F71 evaluated directly (the oracle the runs must agree with)."""
     s, c = f.prompt_tokens, f.chunk_size
     starts = range(0, s, c)
-    room = min(f.num_decodes, max(f.token_budget - min(c, s), 0), max(f.sequence_budget - 1, 0))
+    room = min(f.num_decodes, max(f.max_num_batched_tokens - min(c, s), 0), max(f.max_num_seqs - 1, 0))
     return Ledgers(math.ceil(s / c), s * (s + 1) // 2, sum(starts), sum(starts) * f.bytes_per_row,
                    room, (f.reservation_ceiling_rows - f.reserved_rows) // f.forecast_rows,
                    aging_crossover_tick(f))
@@ -127,7 +127,7 @@ def workload_document(f: SensitivityFixture) -> dict[str, Any]:
               "max_output_tokens": 16, "client_id": "B", "priority": f.low_priority}
     return {
         "workload_id": "0x0E-sensitivity", "clock": "iteration",
-        "capacity": {"token_budget": f.token_budget, "sequence_budget": f.sequence_budget},
+        "capacity": {"max_num_batched_tokens": f.max_num_batched_tokens, "max_num_seqs": f.max_num_seqs},
         "requests": [*decodes, prompt],
         "fixture_only_hidden_truth": {"realized_output_tokens": {
             LONG_ID: f.hidden_output_tokens, **{d["request_id"]: 64 for d in decodes}}},

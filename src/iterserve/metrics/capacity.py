@@ -16,11 +16,11 @@ from iterserve.metrics.columns import field_values
 
 SLOT_OCCUPANCY_LABEL = "logical slot occupancy (not measured GPU utilization)"
 SEQUENCE_SLOT_OCCUPANCY_LABEL = (
-    "logical slot occupancy: sequences per iteration / sequence_budget "
+    "logical slot occupancy: sequences per iteration / max_num_seqs "
     "(not measured GPU utilization)"
 )
 TOKEN_BUDGET_UTILISATION_LABEL = (
-    "token-budget utilisation: token rows per iteration / token_budget "
+    "token-budget utilisation: token rows per iteration / max_num_batched_tokens "
     "(not measured GPU utilization)"
 )
 _ROW_FIELDS = ("num_prefill_rows", "num_decode_rows", "num_rebuild_rows")  # num_rows' terms
@@ -98,8 +98,8 @@ def slot_occupancy(
 @dataclass(frozen=True, slots=True)
 class BudgetUse:
     """A used / available ratio over executed iterations with the name of
-    what it counts: sequences against sequence_budget (logical slot
-    occupancy) or token rows against token_budget (token-budget
+    what it counts: sequences against max_num_seqs (logical slot
+    occupancy) or token rows against max_num_batched_tokens (token-budget
     utilisation). The two are different figures and never share a name."""
 
     label: str
@@ -115,27 +115,27 @@ class BudgetUse:
                 "num_available": self.num_available, "fraction": self.fraction}
 
 
-def token_budget_utilisation(
-    iterations: Sequence[IterationComposition], token_budget: int
+def batched_tokens_utilisation(
+    iterations: Sequence[IterationComposition], max_num_batched_tokens: int
 ) -> BudgetUse:
-    """Token rows carried / (token_budget x iterations)."""
-    if token_budget < 1:
-        raise ValueError("token_budget must be >= 1")
+    """Token rows carried / (max_num_batched_tokens x iterations)."""
+    if max_num_batched_tokens < 1:
+        raise ValueError("max_num_batched_tokens must be >= 1")
     num_rows = sum(sum(field_values(iterations, name)) for name in _ROW_FIELDS)
-    return BudgetUse(TOKEN_BUDGET_UTILISATION_LABEL, num_rows, token_budget * len(iterations))
+    return BudgetUse(TOKEN_BUDGET_UTILISATION_LABEL, num_rows, max_num_batched_tokens * len(iterations))
 
 
 def sequence_slot_occupancy(
-    iterations: Sequence[IterationComposition], sequence_budget: int
+    iterations: Sequence[IterationComposition], max_num_seqs: int
 ) -> BudgetUse | None:
-    """Sequences with work / (sequence_budget x iterations); None when the
+    """Sequences with work / (max_num_seqs x iterations); None when the
     iterations do not record their sequence counts."""
-    if sequence_budget < 1:
-        raise ValueError("sequence_budget must be >= 1")
+    if max_num_seqs < 1:
+        raise ValueError("max_num_seqs must be >= 1")
     counts = field_values(iterations, "num_sequences")
     if any(count is None for count in counts):
         return None
-    return BudgetUse(SEQUENCE_SLOT_OCCUPANCY_LABEL, sum(counts), sequence_budget * len(iterations))
+    return BudgetUse(SEQUENCE_SLOT_OCCUPANCY_LABEL, sum(counts), max_num_seqs * len(iterations))
 
 
 def num_window_iterations(window_s: float, iteration_s: float) -> int:

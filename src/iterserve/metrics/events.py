@@ -352,25 +352,58 @@ def event_lines(events: Iterable[Event]) -> Iterator[str]:
     :class:`TokenEvent` s with the same time (the same ``time_s`` text) is
     one ``tokens`` line (:func:`tokens_line`; most of a long run's facts are
     output tokens, and one cut emits a token for each decode row)."""
-    time_text = ""
-    request_ids: list[str] = []  # the run of tokens not yet written, as JSON texts
-    indices: list[str] = []
+    runs, out = TokenRuns(), list[str]()
     for event in events:
         if type(event) is TokenEvent:
-            text = json_text(event.time_s)
-            if request_ids and text != time_text:
-                yield tokens_line(time_text, request_ids, indices)
-                request_ids, indices = [], []
-            time_text = text
-            request_ids.append(encode_basestring_ascii(event.request_id))
-            indices.append(json_text(event.token_index))
-            continue
-        if request_ids:
-            yield tokens_line(time_text, request_ids, indices)
-            request_ids, indices = [], []
-        yield event_line(event) + "\n"
-    if request_ids:
-        yield tokens_line(time_text, request_ids, indices)
+            runs.add_one(json_text(event.time_s), encode_basestring_ascii(event.request_id),
+                         json_text(event.token_index), out)
+        else:
+            runs.add_line(event_line(event) + "\n", out)
+        if out:
+            yield from out
+            out.clear()
+    runs.flush(out)
+    yield from out
+
+
+class TokenRuns:
+    """The one writer that joins token facts into runs: consecutive tokens
+    with the same time text become one :func:`tokens_line`; any other line
+    ends the run. The open run is held until another fact or :meth:`flush`,
+    since the next tokens may share its time. Lines go to the ``out`` list
+    each call is given (with their newlines)."""
+
+    __slots__ = ("_time_text", "_ids", "_indices")
+
+    def __init__(self) -> None:
+        self._time_text = ""
+        self._ids: list[str] = []  # the open run's request ids, as JSON strings
+        self._indices: list[Any] = []  # its token indices, as ints or JSON texts
+
+    def add_one(self, time_text: str, encoded_id: str, token_index: int | str,
+                out: list[str]) -> None:
+        if self._ids and time_text != self._time_text:
+            self.flush(out)
+        self._time_text = time_text
+        self._ids.append(encoded_id)
+        self._indices.append(token_index)
+
+    def add_run(self, time_text: str, encoded_ids: Sequence[str],
+                token_indices: Sequence[int] | Sequence[str], out: list[str]) -> None:
+        if self._ids and time_text != self._time_text:
+            self.flush(out)
+        self._time_text = time_text
+        self._ids += encoded_ids
+        self._indices += token_indices
+
+    def add_line(self, line: str, out: list[str]) -> None:
+        self.flush(out)
+        out.append(line)
+
+    def flush(self, out: list[str]) -> None:
+        if self._ids:
+            out.append(tokens_line(self._time_text, self._ids, self._indices))
+            self._ids, self._indices = [], []
 
 
 #: The kind of a line holding a run of token events (not an event kind).

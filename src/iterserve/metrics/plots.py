@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 from iterserve.metrics.capacity import (
     TOKEN_BUDGET_UTILISATION_LABEL,
     IterationComposition,
-    token_budget_utilisation,
+    batched_tokens_utilisation,
 )
 from iterserve.metrics.columns import RecordColumns
 from iterserve.metrics.counted_sample import CountedSample
@@ -36,8 +36,8 @@ from iterserve.metrics.service_scan import client_service_curves, last_per_x
 from iterserve.metrics.slo import ObservationWindow
 from iterserve.metrics.time_unit import SECONDS, TimeUnit
 from iterserve.metrics.timeline import RequestTimeline, build_timelines
+from iterserve.records.time_units import MS_PER_S, ms_to_s
 
-_MS_PER_S = 1000.0
 _DPI = 110
 MAX_BAR_ARTISTS = 2000  # iterations drawn as a bar each; beyond, as a line each
 MAX_STEP_VERTICES = 100_000  # step curves drawn point by point; beyond, one per distinct x
@@ -57,7 +57,7 @@ def plot_latency_cdfs(reports: Sequence[Report], path: str | Path) -> Path:
     ):
         for report in reports:
             samples = report.samples.named()[name]
-            _step_cdf(axis, samples, f"{report.label} (n={len(samples)})", scale=_MS_PER_S)
+            _step_cdf(axis, samples, f"{report.label} (n={len(samples)})", scale=MS_PER_S)
         if limit_ms is not None:
             axis.axvline(limit_ms, color="black", linestyle=":", label=f"limit {limit_ms:g} ms")
         axis.set_xlabel(f"{name.upper()} (ms)")
@@ -90,7 +90,7 @@ def plot_latency_distributions(
         _step_cdf(axis, values, f"{label} (n={len(values)})", scale=unit.latency_scale)
         limit_ms = limits.get(name)
         if limit_ms is not None:
-            shown = limit_ms / 1000.0 * unit.latency_scale
+            shown = ms_to_s(limit_ms) * unit.latency_scale
             axis.axvline(shown, color="black", linestyle=":",
                          label=f"limit {limit_ms:g} ms")
         axis.set_xlabel(f"{title} ({unit.latency_name})")
@@ -130,7 +130,7 @@ def plot_batch_composition(
     tallest = max(int((rows[0] + rows[1] + rows[2]).max(initial=0)),
                   max_rows_per_iteration or 0, 1)
     if max_rows_per_iteration is not None:
-        fraction = token_budget_utilisation(iterations, max_rows_per_iteration).fraction
+        fraction = batched_tokens_utilisation(iterations, max_rows_per_iteration).fraction
         if fraction is not None:
             title += f"\n{TOKEN_BUDGET_UTILISATION_LABEL}: {100 * fraction:.1f}%"
     axis.set_title(title)

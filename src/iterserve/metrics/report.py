@@ -66,9 +66,9 @@ from iterserve.metrics.series import ServiceWeights
 from iterserve.metrics.service_scan import client_service_totals
 from iterserve.metrics.slo import ObservationWindow, SloConfig
 from iterserve.metrics.timeline import RequestTimeline, build_timelines
+from iterserve.records.time_units import MS_PER_S
 
 REPORT_SCHEMA = "iterserve.metrics.report/v1"
-_MS_PER_S = 1000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,14 +135,14 @@ class Report:
             "rates": self.rates.to_dict(),
             "attainment": self.attainment.to_dict(),
             "latency_ms": {
-                name: summarize(values).to_dict(scale=_MS_PER_S)
+                name: summarize(values).to_dict(scale=MS_PER_S)
                 for name, values in self.samples.named().items()
             },
             "per_client": {client.client_id: client.to_dict() for client in self.per_client},
         }
         if include_samples:
             record["samples_ms"] = {
-                name: (np.asarray(values) * _MS_PER_S).tolist()  # the same products, as floats
+                name: (np.asarray(values) * MS_PER_S).tolist()  # the same products, as floats
                 for name, values in self.samples.named().items()
             }
         return record

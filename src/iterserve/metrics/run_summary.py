@@ -24,8 +24,8 @@ from typing import Any
 from iterserve.metrics.capacity import (
     BudgetUse,
     IterationComposition,
+    batched_tokens_utilisation,
     sequence_slot_occupancy,
-    token_budget_utilisation,
 )
 from iterserve.metrics.clocks import request_clocks
 from iterserve.metrics.columns import field_values
@@ -70,7 +70,7 @@ class RunSummary:
     num_resumes: int
     kv: KvUse | None
     slot_occupancy: BudgetUse | None
-    token_budget_utilisation: BudgetUse
+    batched_tokens_utilisation: BudgetUse
 
     def window_in_units(self) -> float:
         return self.unit.from_s(self.window.duration_s)
@@ -109,7 +109,7 @@ class RunSummary:
             },
             "logical_slot_occupancy": (None if self.slot_occupancy is None
                                        else self.slot_occupancy.to_dict()),
-            "token_budget_utilisation": self.token_budget_utilisation.to_dict(),
+            "batched_tokens_utilisation": self.batched_tokens_utilisation.to_dict(),
         }
 
 
@@ -125,16 +125,16 @@ def summarize_run(
     label: str,
     iterations: Sequence[IterationComposition],
     resources: Sequence[ResourceSample],
-    token_budget: int,
-    sequence_budget: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
 ) -> RunSummary:
     inside = [e for e in events if window.contains(e.time_s)]
     modes = [e.mode for e in inside if isinstance(e, PreemptEvent)]
     return summarize_timelines(
         build_timelines(events, end_s=window.end_s), window, unit, label=label,
         preempt_modes=modes, num_resumes=sum(isinstance(e, ResumeEvent) for e in inside),
-        iterations=iterations, resources=resources, token_budget=token_budget,
-        sequence_budget=sequence_budget)
+        iterations=iterations, resources=resources, max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs)
 
 
 def summarize_timelines(
@@ -147,8 +147,8 @@ def summarize_timelines(
     num_resumes: int,
     iterations: Sequence[IterationComposition],
     resources: Sequence[ResourceSample],
-    token_budget: int,
-    sequence_budget: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
 ) -> RunSummary:
     """:func:`summarize_run` over timelines built with facts before the
     window's end, given the modes of the preemptions and the number of
@@ -173,8 +173,8 @@ def summarize_timelines(
                          "swap": preempt_modes.count("swap")},
         num_resumes=num_resumes,
         kv=_kv_use(resources),
-        slot_occupancy=sequence_slot_occupancy(iterations, sequence_budget),
-        token_budget_utilisation=token_budget_utilisation(iterations, token_budget),
+        slot_occupancy=sequence_slot_occupancy(iterations, max_num_seqs),
+        batched_tokens_utilisation=batched_tokens_utilisation(iterations, max_num_batched_tokens),
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-_MS_PER_S = 1000.0
+from iterserve.records.time_units import MS_PER_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,19 +44,19 @@ class SloConfig:
 
     @property
     def ttft_s(self) -> float | None:
-        return None if self.ttft_ms is None else self.ttft_ms / _MS_PER_S
+        return None if self.ttft_ms is None else self.ttft_ms / MS_PER_S
 
     @property
     def tbt_s(self) -> float | None:
-        return None if self.tbt_ms is None else self.tbt_ms / _MS_PER_S
+        return None if self.tbt_ms is None else self.tbt_ms / MS_PER_S
 
     @property
     def tpot_s(self) -> float | None:
-        return None if self.tpot_ms is None else self.tpot_ms / _MS_PER_S
+        return None if self.tpot_ms is None else self.tpot_ms / MS_PER_S
 
     @property
     def clock_tolerance_s(self) -> float:
-        return self.clock_tolerance_ms / _MS_PER_S
+        return self.clock_tolerance_ms / MS_PER_S
 
     def meets(self, observed_s: float, limit_s: float) -> bool:
         """Whether an observed clock meets a limit, within the declared tolerance."""

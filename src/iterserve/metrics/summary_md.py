@@ -102,7 +102,7 @@ def _kv_rows(summary: RunSummary) -> dict[str, Any]:
 
 def _capacity_rows(summary: RunSummary) -> dict[str, Any]:
     rows = {}
-    for use in (summary.slot_occupancy, summary.token_budget_utilisation):
+    for use in (summary.slot_occupancy, summary.batched_tokens_utilisation):
         if use is not None:
             fraction = use.fraction
             rows[use.label] = (f"{use.num_used}/{use.num_available} = "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-_MS_PER_S = 1000.0
+from iterserve.records.time_units import MS_PER_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +40,7 @@ class TimeUnit:
     @property
     def latency_scale(self) -> float:
         """Multiply seconds by this for latency figures."""
-        return 1.0 / self.seconds_per_unit if self.is_iterations else _MS_PER_S
+        return 1.0 / self.seconds_per_unit if self.is_iterations else MS_PER_S
 
     @property
     def rate_suffix(self) -> str:

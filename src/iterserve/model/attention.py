@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch._ops import _OpNamespace as OpNamespace
 
 from iterserve.model.packing import PackedBatch
+from iterserve.records.kv_abi import blocks_for
 
 Window = int | None
 
@@ -338,7 +339,7 @@ def _chunk_rows(batch: PackedBatch, segment: int, windows: frozenset[Window],
         row_begin=row_begin,
         row_end=row_begin + num_rows,
         start=start,
-        block_ids=batch.block_tables[segment, : -(-end // batch.block_size)],
+        block_ids=batch.block_tables[segment, : blocks_for(end, batch.block_size)],
         masks=masks,
     )
 

@@ -41,6 +41,7 @@ from iterserve.records.plan import IterationPlan, WorkItem
 from iterserve.records.result import IterationResult
 from iterserve.records.sampling_params import SamplingParams
 from iterserve.records.state import CapacityFacts, SchedulerState
+from iterserve.records.time_units import MS_PER_S
 from iterserve.records.view import FinishReason, RequestView
 
 logger = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ class TorchExecutor:
         tokenizer: TextTokenizer | None = None,
         num_host_blocks: int = 0,
         enable_prefix_caching: bool = True,
-        time_scale: float = 1000.0,
+        time_scale: float = MS_PER_S,
         timer: Callable[[], float] = time.perf_counter,
         commit_kv: bool = False,
         isolate_failures: bool = False,

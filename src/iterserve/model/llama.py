@@ -107,11 +107,11 @@ class PackedCausalLM:
     def device(self) -> torch.device:
         return self.weights.embed_tokens.device
 
-    def warm(self, max_num_seqs: int, token_budget: int | None) -> int:
+    def warm(self, max_num_seqs: int, max_num_batched_tokens: int | None) -> int:
         """Prepare the projections for the batch sizes a run with these
         budgets takes most (see model.projection.warm) before its first
         request; returns how many products that ran."""
-        return warm(self.weights, warm_row_counts(max_num_seqs, token_budget))
+        return warm(self.weights, warm_row_counts(max_num_seqs, max_num_batched_tokens))
 
     def allocate_cache(self, num_blocks: int, block_size: int = 16, *,
                        commit: bool = False) -> PagedKVCache:

@@ -22,6 +22,7 @@ from iterserve.model.llama import PackedCausalLM
 from iterserve.model.loader import load_model
 from iterserve.model.packing import SegmentSpec, pack
 from iterserve.model.runtime import DTYPES
+from iterserve.records.kv_abi import blocks_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +52,7 @@ def measure_decode(
     the cost of a step depends on context lengths, not on cache contents."""
     rng = random.Random(seed)
     vocab_size = model.config.vocab_size
-    blocks_per_sequence = -(-(context_len + num_steps + 8) // block_size)
+    blocks_per_sequence = blocks_for(context_len + num_steps + 8, block_size)
     cache = model.allocate_cache(num_sequences * blocks_per_sequence, block_size)
     tables = [
         list(range(i * blocks_per_sequence, (i + 1) * blocks_per_sequence))

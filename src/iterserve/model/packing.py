@@ -20,6 +20,8 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from iterserve.records.kv_abi import blocks_for
+
 
 class SegmentRows(Protocol):
     """What pack reads of a segment: SegmentSpec, or a caller's own record of
@@ -168,7 +170,7 @@ def pack(
 def _check_block_tables(segments: Sequence[SegmentRows], ends: np.ndarray,
                         num_blocks: np.ndarray, flat_blocks: np.ndarray, block_size: int) -> None:
     """Each table covers rows [0, end) with ids >= 0; the first bad segment raises."""
-    num_blocks_needed = -(-ends // block_size)
+    num_blocks_needed = blocks_for(ends, block_size)
     if (num_blocks >= num_blocks_needed).all() and flat_blocks.min() >= 0:
         return
     for index, segment in enumerate(segments):
@@ -177,7 +179,7 @@ def _check_block_tables(segments: Sequence[SegmentRows], ends: np.ndarray,
 
 def _check_block_table(index: int, segment: SegmentRows, block_size: int) -> None:
     end = segment.start + len(segment.token_ids)
-    num_blocks_needed = -(-end // block_size)
+    num_blocks_needed = blocks_for(end, block_size)
     if len(segment.block_ids) < num_blocks_needed:
         raise ValueError(
             f"segment {index}: rows [0, {end}) need {num_blocks_needed} blocks "

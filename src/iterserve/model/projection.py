@@ -73,14 +73,14 @@ def _packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")[:num_rows]
 
 
-def warm_row_counts(max_num_seqs: int, token_budget: int | None) -> list[int]:
+def warm_row_counts(max_num_seqs: int, max_num_batched_tokens: int | None) -> list[int]:
     """The row counts worth building before the first request: every decode
     bucket up to ``max_num_seqs`` rows and a batch filling the token budget
     (the common size of a step that carries a prefill chunk)."""
     top = min(max_num_seqs, MAX_BUCKETED_ROWS)
     counts = set(range(DECODE_ROW_BUCKET, top + DECODE_ROW_BUCKET, DECODE_ROW_BUCKET))
-    if token_budget is not None and token_budget > 0:
-        counts.add(bucketed_rows(token_budget))
+    if max_num_batched_tokens is not None and max_num_batched_tokens > 0:
+        counts.add(bucketed_rows(max_num_batched_tokens))
     return sorted(counts)
 
 

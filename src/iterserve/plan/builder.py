@@ -17,6 +17,7 @@ from iterserve.plan.contract import Policy
 from iterserve.records import frontier
 from iterserve.records.frontier import next_interval
 from iterserve.records.keys import key_function
+from iterserve.records.kv_abi import blocks_opened
 from iterserve.records.plan import (
     IntentKind,
     IterationPlan,
@@ -47,14 +48,14 @@ class PlanBuilder:
     """
 
     __slots__ = ("_state", "_policy", "_key", "_work", "_intents", "tokens_left", "seqs_left",
-                 "_facts", "num_blocks_free", "_token_budget", "_screen", "_preempt_kind",
+                 "_facts", "num_blocks_free", "_max_num_batched_tokens", "_screen", "_preempt_kind",
                  "_max_running", "_num_joined", "_aborted", "_blocks")
 
     def __init__(self, policy: Policy, state: SchedulerState,
-                 token_budget: int | None = None, *, sequence_budget: int | None = None,
-                 max_num_seqs: int | None = None) -> None:
-        """``token_budget`` and ``sequence_budget`` may only tighten the
-        state's budgets (e.g. tau, ORCA's max batch size). ``max_num_seqs``
+                 max_num_batched_tokens: int | None = None, *, max_num_seqs: int | None = None,
+                 max_running: int | None = None) -> None:
+        """``max_num_batched_tokens`` and ``max_num_seqs`` may only tighten the
+        state's budgets (e.g. tau, ORCA's max batch size). ``max_running``
         caps the running set (running + resumed + admitted; vLLM's
         ``max_num_seqs``), the state's sequence budget when None. The
         state's run rules bring the admission screen and preemption mode."""
@@ -65,11 +66,11 @@ class PlanBuilder:
         self._blocks: dict[str, int] = {}  # id -> KV blocks its item charged, when any
         self._intents: list[QueueIntent] = []
         self._facts = state.capacity
-        self._token_budget = _tightened(state.token_budget, token_budget)
-        self.tokens_left = self._token_budget
-        self.seqs_left = _tightened(state.sequence_budget, sequence_budget)
+        self._max_num_batched_tokens = _tightened(state.max_num_batched_tokens, max_num_batched_tokens)
+        self.tokens_left = self._max_num_batched_tokens
+        self.seqs_left = _tightened(state.max_num_seqs, max_num_seqs)
         self.num_blocks_free = state.capacity.num_blocks_free  # None: unbounded
-        self._max_running = state.sequence_budget if max_num_seqs is None else max_num_seqs
+        self._max_running = state.max_num_seqs if max_running is None else max_running
         self._num_joined = 0  # requests resumed or admitted into the running set
         self._screen = ReservationScreen.for_state(state)
         self._preempt_kind = preemption_kind(state.rules)
@@ -82,7 +83,7 @@ class PlanBuilder:
 
     @property
     def running_slots_left(self) -> int:
-        """Room left under ``max_num_seqs`` for requests joining the running
+        """Room left under ``max_running`` for requests joining the running
         set (the running queue counts whole, preempted victims included)."""
         return self._max_running - len(self._state.running) - self._num_joined
 
@@ -100,9 +101,7 @@ class PlanBuilder:
         return next_interval(view.num_prompt_tokens, view.num_emitted, view.num_computed, left)[0]
 
     def blocks_needed(self, view: RequestView, num_rows: int) -> int:
-        size = self._facts.block_size  # CapacityFacts.blocks_for, inlined (hot path)
-        c = view.num_computed
-        return (-c // size) - (-(c + num_rows) // size)
+        return blocks_opened(view.num_computed, num_rows, self._facts.block_size)
 
     def fits_memory(self, view: RequestView, num_rows: int) -> bool:
         free = self.num_blocks_free
@@ -113,18 +112,16 @@ class PlanBuilder:
         pass asks it of every running request); False, changing nothing,
         when ``num_rows`` more rows do not fit the KV ledger."""
         free = self.num_blocks_free
-        if free is not None:
-            size = self._facts.block_size  # blocks_needed, inlined (hot path)
-            c = view.num_computed
-            if (-c // size) - (-(c + num_rows) // size) > free:
-                return False
+        if free is not None and blocks_opened(view.num_computed, num_rows,
+                                              self._facts.block_size) > free:
+            return False
         self.add(view, num_rows)
         return True
 
     def add_decode_rows(self, views: list[RequestView], start: int,
                         skip: Callable[[RequestView], bool] | None = None) -> int:
         """The running pass's batched path: from ``views[start]`` on, give
-        each request in a plain decode step (0x01A: ``c == p + e - 1``) its
+        each request in a plain decode step (0x01A: :func:`frontier.is_decode_step`) its
         one row, exactly as :meth:`add_if_fits` with one row would, and stop
         at the first view that needs more than that (another kind of
         interval, budgets spent, or a KV shortfall that may preempt). A
@@ -136,6 +133,7 @@ class PlanBuilder:
         view; the budgets become one count of rows left (a row costs a
         token and a sequence)."""
         work, blocks_of, aborted, key = self._work, self._blocks, self._aborted, self._key
+        is_decode_step = frontier.is_decode_step
         size = self._facts.block_size
         free = self.num_blocks_free
         rows_left = min(self.tokens_left, self.seqs_left)
@@ -144,11 +142,11 @@ class PlanBuilder:
         for index in range(start, len(views)):
             view = views[index]
             rid, generation, version, p, e, c, is_ready = _decode_fields(view)
-            if not e or c != p + e - 1 or num_rows >= rows_left:
+            if not is_decode_step(p, e, c) or num_rows >= rows_left:
                 break
             if skip is not None and skip(view):
                 continue
-            opens_block = free is not None and c % size == 0
+            opens_block = free is not None and blocks_opened(c, 1, size) == 1
             # a shortfall: the per-row path may preempt
             if opens_block and free < 1:  # type: ignore[operator]
                 break
@@ -189,8 +187,7 @@ class PlanBuilder:
         end = c + rows
         free = self.num_blocks_free
         if free is not None:
-            size = self._facts.block_size  # blocks_needed, inlined (hot path)
-            blocks = (-c // size) - (-end // size)
+            blocks = blocks_opened(c, rows, self._facts.block_size)
             if blocks > free:
                 return 0
             self.num_blocks_free = free - blocks
@@ -340,7 +337,7 @@ class PlanBuilder:
             policy_id=self._policy.policy_id,
             policy_version=self._policy.policy_version,
             work=Work(work),
-            tokens_used=self._token_budget - self.tokens_left,
+            tokens_used=self._max_num_batched_tokens - self.tokens_left,
             sequences_used=len(work),
             tie_break_key=self._policy.tie_break_key,
             intents=tuple(self._intents),

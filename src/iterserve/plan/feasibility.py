@@ -12,7 +12,7 @@ what the policy declares (its ``running_set``):
 - ``COHORT``: a cohort admitted at once from an empty pool, in arrival order,
   stopping at the first request that does not fit (``static``); members
   decode in lockstep and leave at ``max_output_tokens``;
-- ``CAPPED``: at most ``sequence_budget`` running requests (``refill``);
+- ``CAPPED``: at most ``max_num_seqs`` running requests (``refill``);
 - ``UNBOUNDED``: any live request may hold memory at once (decodes can be
   left unscheduled while new requests are admitted).
 
@@ -27,6 +27,7 @@ import enum
 from collections.abc import Sequence
 
 from iterserve.plan.contract import Policy
+from iterserve.records import frontier
 from iterserve.records.spec import OnlineWorkload, RequestSpec
 from iterserve.records.state import CapacityFacts
 
@@ -49,7 +50,7 @@ class RunningSet(enum.Enum):
 def check_run(policy: Policy, workload: OnlineWorkload, facts: CapacityFacts) -> None:
     """Raise :class:`InfeasibleRun` if ``policy`` cannot finish ``workload``
     on the pool ``facts`` describe; return otherwise."""
-    budget = workload.capacity.token_budget
+    budget = workload.capacity.max_num_batched_tokens
     if getattr(policy, "whole_prompt_prefill", False):
         too_long = [r for r in workload.requests if r.num_prompt_tokens > budget]
         if too_long:
@@ -80,7 +81,7 @@ def worst_running_blocks(running_set: RunningSet, workload: OnlineWorkload,
                    default=0)
     peaks = sorted((_peak_blocks(spec, facts) for spec in specs), reverse=True)
     if running_set is RunningSet.CAPPED:
-        peaks = peaks[: workload.capacity.sequence_budget]
+        peaks = peaks[: workload.capacity.max_num_seqs]
     return sum(peaks)
 
 
@@ -94,7 +95,8 @@ def _rows_at(spec: RequestSpec, step: int, facts: CapacityFacts) -> int:
     """Blocks held after ``step`` decode steps past the prompt (capped at
     the peak, and at the pool: the request is aborted before outgrowing it)."""
     total = facts.num_blocks_total
-    rows = spec.num_prompt_tokens + min(step, spec.max_output_tokens - 1)
+    rows = frontier.rows_held_after_outputs(spec.num_prompt_tokens,
+                                            min(step + 1, spec.max_output_tokens))
     if total is not None:
         rows = min(rows, total * facts.block_size)
     return facts.blocks_for(rows)
@@ -110,8 +112,8 @@ def _cohort_peak(candidates: Sequence[RequestSpec], workload: OnlineWorkload,
     into an empty pool: whole prompts while the token budget lasts, the
     last one possibly partial (it lags; counted at its growth bound and
     never leaving); full members leave after ``max_output_tokens - 1`` steps."""
-    tokens = workload.capacity.token_budget
-    seqs = workload.capacity.sequence_budget
+    tokens = workload.capacity.max_num_batched_tokens
+    seqs = workload.capacity.max_num_seqs
     free = facts.num_blocks_total or 0
     full: list[RequestSpec] = []
     partial: RequestSpec | None = None

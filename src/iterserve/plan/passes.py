@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 from iterserve.plan.builder import PlanBuilder, views_of
 from iterserve.plan.victims import VictimChooser, add_or_preempt, least_urgent_victim
+from iterserve.records import frontier
 from iterserve.records.keys import key_function
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import Lifecycle, RequestView
@@ -126,7 +127,8 @@ def waiting_pass(builder: PlanBuilder, waiting: Iterable[RequestView],
 def _whole_sequence_rows(view: RequestView) -> int:
     """Rows of the sequence so far not yet computed: p + e - c (vLLM's
     ``request.num_tokens`` less its computed tokens)."""
-    return view.num_prompt_tokens + view.num_emitted - view.num_computed
+    return frontier.rows_of_sequence_left(view.num_prompt_tokens, view.num_emitted,
+                                          view.num_computed)
 
 
 def resume_then_admit(builder: PlanBuilder, state: SchedulerState,

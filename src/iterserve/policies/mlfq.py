@@ -24,10 +24,10 @@ from iterserve.plan.feasibility import RunningSet
 from iterserve.plan.passes import schedule_ranked
 from iterserve.policies.policy import PolicyBase
 from iterserve.policies.settings import PolicyConfigError, check_count
+from iterserve.records import frontier
 from iterserve.records.state import SchedulerState
+from iterserve.records.time_units import MS_PER_S
 from iterserve.records.view import RequestView
-
-_MS_PER_S = 1000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,21 +85,21 @@ class Mlfq(PolicyBase[MlfqConfig]):
         return type(self)(dataclasses.replace(self.config, cost_model=cost_model))
 
     def _cost_ms(self, num_prefill_rows: int, num_decode_rows: int) -> float:
-        model = self.config.cost_model or FixedIterationCost(1000.0)
-        return model.predict_iteration_s(num_prefill_rows, num_decode_rows) * _MS_PER_S
+        model = self.config.cost_model or FixedIterationCost(MS_PER_S)
+        return model.predict_iteration_s(num_prefill_rows, num_decode_rows) * MS_PER_S
 
     def queue_level(self, view: RequestView, state: SchedulerState, ms_per_unit: float) -> int:
         """0-based queue of ``view`` at this cut (see the module docstring)."""
         last = view.arrival if view.last_output_time is None else view.last_output_time
         if (state.now - last) * ms_per_unit >= self.config.alpha_ms:
             return 0  # promoted: waited alpha
-        t_init = self._cost_ms(min(view.num_prompt_tokens, state.token_budget), 0)
+        t_init = self._cost_ms(min(view.num_prompt_tokens, state.max_num_batched_tokens), 0)
         top = self.config.num_queues - 1
         level = next((j for j in range(top + 1) if self.config.quantum_ms(j) >= t_init), top)
         attained = 0.0
         if view.num_computed:
             attained = self._cost_ms(min(view.num_computed, view.num_prompt_tokens), 0)
-            attained += max(view.num_emitted - 1, 0) * self._cost_ms(0, 1)
+            attained += frontier.num_decode_rows_done(view.num_emitted) * self._cost_ms(0, 1)
         while level < top and attained >= self.config.quantum_ms(level):
             attained -= self.config.quantum_ms(level)
             level += 1
@@ -117,4 +117,4 @@ def _ms_per_unit(clock: str, cost_model: IterationCostModel | None) -> float:
     """ms in one clock unit: 1 on the ms clock; one (fixed) iteration else."""
     if clock == "ms":
         return 1.0
-    return _MS_PER_S if cost_model is None else cost_model.predict_iteration_s(0, 0) * _MS_PER_S
+    return MS_PER_S if cost_model is None else cost_model.predict_iteration_s(0, 0) * MS_PER_S

@@ -78,7 +78,7 @@ class Orca(PolicyBase[OrcaConfig]):
     """)
 
     def ledgers(self) -> dict[str, int | None]:
-        return {"sequence_budget": self.config.max_num_seqs}  # max_bs
+        return {"max_num_seqs": self.config.max_num_seqs}  # max_bs
 
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         slots = num_slots(self.config, state)

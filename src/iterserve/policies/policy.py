@@ -70,8 +70,9 @@ class PolicyBase(Generic[C]):
         self.config = self.config_type() if config is None else config
 
     def ledgers(self) -> dict[str, int | None]:
-        """Builder limits from the config: ``token_budget``,
-        ``sequence_budget`` (tighten the state's), ``max_num_seqs``."""
+        """Builder limits from the config: ``max_num_batched_tokens``,
+        ``max_num_seqs`` (tighten the state's), ``max_running`` (the
+        running-set cap a policy's ``max_num_seqs`` setting sets)."""
         return {}
 
     def check_rules(self, rules: RunRules) -> None:

@@ -29,7 +29,7 @@ class IterationRefill(PolicyBase):
         assumptions: unbounded KV memory unless the workload sets a ceiling
         foreign_owners: KV allocator (capacity facts)
         source: spec 0x02 iteration refill; ORCA iteration-level scheduling
-        denominator: sequence_budget x iterations
+        denominator: max_num_seqs x iterations
         premises: none (a mechanism baseline)
         evidence_class: simulated or measured here (iterserve); never source-reported
         source_version: spec M5.2 0x02

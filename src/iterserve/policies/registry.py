@@ -69,7 +69,7 @@ def policy_names() -> list[str]:
     return sorted(POLICIES)
 
 
-def _policy_class(name: str) -> type[PolicyBase]:
+def policy_class(name: str) -> type[PolicyBase]:
     cls = POLICIES.get(name)
     if cls is None:
         raise UnknownPolicy(f"unknown policy {name!r}; valid policies: {', '.join(policy_names())}")
@@ -79,7 +79,7 @@ def _policy_class(name: str) -> type[PolicyBase]:
 def make_policy(name: str, **settings: Any) -> Policy:
     """The policy ``name`` with ``settings``; raises :class:`UnknownPolicy` or
     :class:`PolicyConfigError` (one line naming the field) before any run."""
-    cls = _policy_class(name)
+    cls = policy_class(name)
     policy: Policy = cls(build_config(name, cls.config_type, settings))
     return policy
 
@@ -87,7 +87,7 @@ def make_policy(name: str, **settings: Any) -> Policy:
 def describe_policy(name: str) -> Policy:
     """The policy with its default settings, for listing its identity and
     contract; a policy with a required setting is described by its class."""
-    cls = _policy_class(name)
+    cls = policy_class(name)
     try:
         return make_policy(name)
     except PolicyConfigError:
@@ -106,7 +106,7 @@ def settings_for(name: str, workload: OnlineWorkload | None = None,
     name no policy takes is an error; a name only other policies take is an
     error in ``overrides`` when ``strict`` (one policy run) and is left out
     otherwise (a sweep hands one flag list to every policy)."""
-    takes = set(setting_names(_policy_class(name).config_type))
+    takes = set(setting_names(policy_class(name).config_type))
     known = all_setting_names()
     suggested: dict[str, Any] = {}
     if workload is not None:
@@ -131,7 +131,7 @@ def policy_for(name: str, workload: OnlineWorkload | None = None,
     """:func:`make_policy` with :func:`settings_for`; ``bound`` are run-level
     objects a policy takes when its config has them (a cost model). With a
     workload, the policy also checks the run's rules now, not mid-run."""
-    cls = _policy_class(name)
+    cls = policy_class(name)
     settings = settings_for(name, workload, overrides, strict=strict)
     takes = setting_names(cls.config_type)
     settings.update({key: value for key, value in bound.items() if key in takes})

@@ -54,7 +54,7 @@ class SarathiServe(PolicyBase[SarathiServeConfig]):
     """)
 
     def ledgers(self) -> dict[str, int | None]:
-        return {"token_budget": self.config.tau, "max_num_seqs": self.config.max_num_seqs}
+        return {"max_num_batched_tokens": self.config.tau, "max_running": self.config.max_num_seqs}
 
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         running = sorted(views_of(state, state.running), key=lambda v: v.arrival_order)

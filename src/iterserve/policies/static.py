@@ -31,7 +31,7 @@ class StaticBatching(PolicyBase):
         assumptions: membership frozen until every member finishes
         foreign_owners: none
         source: spec 0x02; ORCA paper Figure 3 (the baseline it replaces)
-        denominator: sequence_budget x iterations
+        denominator: max_num_seqs x iterations
         premises: none (the baseline ORCA replaces)
         evidence_class: simulated or measured here (iterserve); never source-reported
         source_version: spec M5.2 0x02; ORCA, OSDI 2022, Figure 3

@@ -39,7 +39,7 @@ _CONTRACT = PolicyContract.parse("""
     metric: throughput, TTFT, TBT
     assumptions: recompute preemption; no waiting pass after a running-path preemption;
         declared deviations from vLLM 0.32: (R1) whole-sequence admission only with
-        reserve_full_isl=1 (vLLM's default is on); (R2) a resumed request rebuilds p + e - 1
+        reserve_full_isl=1 (vLLM's default is on); (R2) a resumed request rebuilds to its target
         rows and decodes in a later step (vLLM recomputes p + e and samples in the same step);
         (R3) long_prefill_token_threshold binds a lone request too (vLLM ignores it then)
     foreign_owners: KV allocator (capacity facts), prefix cache
@@ -84,8 +84,8 @@ class VllmFrontier(PolicyBase[VllmConfig]):
         return waiting  # lazy: the waiting pass stops at its first misfit
 
     def ledgers(self) -> dict[str, int | None]:
-        return {"max_num_seqs": self.config.max_num_seqs,
-                "token_budget": self.config.max_num_batched_tokens}
+        return {"max_running": self.config.max_num_seqs,
+                "max_num_batched_tokens": self.config.max_num_batched_tokens}
 
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         threshold = self.config.long_prefill_token_threshold

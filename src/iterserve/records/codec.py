@@ -59,8 +59,10 @@ def state_fields_to_json(state: SchedulerState, views: object,
         "suspended": list(state.suspended),
         "finished": list(state.finished),
         "views": views,
-        "token_budget": state.token_budget,
-        "sequence_budget": state.sequence_budget,
+        # the decision log's wire keys, fixed by its format (replay and the
+        # state digest read them): the fields are max_num_batched_tokens, max_num_seqs
+        "token_budget": state.max_num_batched_tokens,
+        "sequence_budget": state.max_num_seqs,
         "capacity": capacity_to_json(state.capacity),
         "service": dict(sorted(state.service.items())),
     }

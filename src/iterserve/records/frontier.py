@@ -27,7 +27,7 @@ import enum
 import sys
 from collections.abc import Iterable, Sequence
 from itertools import repeat
-from operator import add, and_, eq, ge, is_, is_not, lt, or_
+from operator import add, and_, eq, ge, is_, is_not, lt, or_, truth
 
 from iterserve.records import errors as E
 
@@ -63,6 +63,50 @@ def next_kind(p: int, e: int, c: int) -> WorkKind:
     if e == 0:
         return PREFILL
     return DECODE if c == p + e - 1 else REBUILD
+
+
+def is_decode_step(p: int, e: int, c: int) -> bool:
+    """Whether the next interval is a plain decode row (``next_kind`` is
+    DECODE), written out for the plan builder's per-view loop."""
+    return e != 0 and c == p + e - 1
+
+
+def num_decode_rows_done(e: int) -> int:
+    """Decode rows a request with ``e`` outputs has completed: prefill
+    emits output 1, each later output is one decode row."""
+    return e - 1 if e > 1 else 0
+
+
+def rows_held_after_outputs(p: int, e: int) -> int:
+    """K/V rows a request holds once ``e >= 1`` outputs are emitted: the
+    target, because the newest output's row is computed by the next decode."""
+    return target(p, max(e, 1))
+
+
+def rows_of_sequence_left(p: int, e: int, c: int) -> int:
+    """Rows of the whole sequence so far not yet computed: ``p + e - c``
+    (vLLM's ``num_tokens - num_computed_tokens``)."""
+    return rows_through_next_emission(p, e) - c
+
+
+def interval_emits(p: int, e: int, start: int, end: int) -> bool:
+    """Whether completing the legal interval ``[start, end)`` emits."""
+    return emits(next_kind(p, e, start), p, end)
+
+
+def interval_earns_service(p: int, e: int, start: int) -> bool:
+    """Whether the legal interval starting at ``start`` earns service (not a rebuild)."""
+    return earns_service(next_kind(p, e, start))
+
+
+def plain_decode_tokens(nums_emitted_before: Iterable[int], emitted: Iterable[bool],
+                        finish_reasons: Iterable[object]) -> Iterable[bool]:
+    """For each completion: whether it is a plain decode token, an emission
+    after output 1 that finishes nothing (prefill runs only while nothing is
+    emitted and rebuild emits nothing, so it is a decode row); lazily, with
+    no Python-level call per row (the event stream's hot path)."""
+    return map(and_, map(and_, map(truth, nums_emitted_before), emitted),
+               map(is_, finish_reasons, repeat(None)))
 
 
 def rows_to_target(p: int, e: int, c: int) -> int:

@@ -8,7 +8,7 @@ its line number. One reader for the files a user hands in line by line
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,23 +19,35 @@ def json_objects(path: str | Path, error: type[Exception]) -> Iterator[tuple[int
     """``(line number, object)`` for each non-blank line of ``path``, in file
     order, one at a time (the file is never held whole); a line that is not
     UTF-8, not JSON or not an object raises ``error`` naming path and line."""
-    loads = orjson.loads
     with Path(path).open("rb") as stream:
-        for number, raw in enumerate(stream, start=1):
-            # orjson first (an events file can hold millions of lines), but
-            # not where it would read an integer as a float, maybe
-            try:
-                obj = (loads(raw) if _LONG_DIGITS not in raw.translate(_DIGITS_TO_ZERO)
-                       else _UNREAD)
-            except orjson.JSONDecodeError:  # blank, or what orjson refuses
-                obj = _UNREAD
-            if obj is _UNREAD:  # the stdlib decides
-                if not raw.strip():
-                    continue
-                obj = _stdlib_object(raw, f"{path}:{number}", error)
-            if type(obj) is not dict:
-                raise error(f"{path}:{number}: must be a JSON object")
-            yield number, obj
+        yield from parse_lines(stream, error, where=lambda number: f"{path}:{number}")
+
+
+def parse_lines(lines: Iterable[bytes], error: type[Exception], *,
+                where: Callable[[int], str], strict_numbers: bool = False,
+                max_line_bytes: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` for each non-blank line of ``lines``; a bad
+    line raises ``error`` prefixed with ``where(number)``. ``strict_numbers``
+    refuses NaN and Infinity (the decision log's canonical text has none);
+    ``max_line_bytes`` refuses a longer line before parsing it."""
+    loads = orjson.loads
+    for number, raw in enumerate(lines, start=1):
+        if max_line_bytes is not None and len(raw) > max_line_bytes:
+            raise error(f"{where(number)}: longer than {max_line_bytes} bytes")
+        # orjson first (an events file can hold millions of lines), but not
+        # where it would read an integer as a float, maybe
+        try:
+            obj = (loads(raw) if _LONG_DIGITS not in raw.translate(_DIGITS_TO_ZERO)
+                   else _UNREAD)
+        except orjson.JSONDecodeError:  # blank, or what orjson refuses
+            obj = _UNREAD
+        if obj is _UNREAD:  # the stdlib decides
+            if not raw.strip():
+                continue
+            obj = _stdlib_object(raw, where(number), error, strict_numbers)
+        if type(obj) is not dict:
+            raise error(f"{where(number)}: must be a JSON object, got {json_kind(obj)}")
+        yield number, obj
 
 
 _UNREAD = object()  # a line orjson did not read
@@ -46,15 +58,30 @@ _DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _LONG_DIGITS = b"0" * 19
 
 
-def _stdlib_object(raw: bytes, where: str, error: type[Exception]) -> object:
+def _stdlib_object(raw: bytes, where: str, error: type[Exception],
+                   strict_numbers: bool) -> object:
     """``json.loads`` of a line orjson refused or may misread: the value the
-    stdlib reads (NaN and Infinity, integers past 64 bits, lone surrogates,
-    1e400), else ``error`` naming the line and what is wrong."""
+    stdlib reads (NaN and Infinity unless ``strict_numbers``, integers past
+    64 bits, lone surrogates, 1e400), else ``error`` naming the line and
+    what is wrong."""
     try:
-        return json.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
+        return (json.loads(text, parse_constant=_reject_constant) if strict_numbers
+                else json.loads(text))
     except UnicodeDecodeError:
         raise error(f"{where}: not UTF-8 text") from None
     except json.JSONDecodeError as exc:
-        raise error(f"{where}: not valid JSON ({exc.msg})") from None
+        raise error(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
     except (ValueError, RecursionError) as exc:  # e.g. an integer past int's limit
         raise error(f"{where}: not valid JSON ({exc})") from None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def json_kind(value: Any) -> str:
+    """How a message names the JSON type of ``value`` ('an object', 'null', ...)."""
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+             int: "an integer", float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)

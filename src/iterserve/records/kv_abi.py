@@ -17,8 +17,11 @@ the block manager's facts, not these numbers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
+from operator import floordiv, mod, neg
+from typing import Any
 
 DTYPE_BYTES: Mapping[str, int] = {
     "float32": 4,
@@ -107,6 +110,32 @@ def active_bytes(committed_rows: Iterable[int], row_bytes: int) -> int:
 def block_bytes(block_size_rows: int, row_bytes: int) -> int:
     """Physical bytes of one paged block (every row slot, used or not)."""
     return block_size_rows * row_bytes
+
+
+def blocks_for(num_rows: Any, block_size: int) -> Any:
+    """Blocks of ``block_size`` rows that hold ``num_rows`` rows: the one
+    ceiling division of paged accounting (ints, or numpy/torch arrays
+    elementwise)."""
+    return -(-num_rows // block_size)
+
+
+def blocks_opened(num_computed: int, num_rows: int, block_size: int) -> int:
+    """Blocks that rows ``[c, c + num_rows)`` open beyond the ``c`` rows
+    already held: ``blocks_for(c + n) - blocks_for(c)``, written out for the
+    plan builder's per-request path."""
+    return (-num_computed // block_size) - (-(num_computed + num_rows) // block_size)
+
+
+def blocks_opened_total(starts: Sequence[int], ends: Sequence[int], widths: tuple[int, ...],
+                        block_size: int) -> int:
+    """:func:`blocks_opened` summed over intervals ``[starts[i], ends[i])``,
+    in C-level passes (the validator's whole-plan check). A one-row
+    interval opens a block exactly when it starts on a block boundary, so
+    all-decode work counts those."""
+    if widths.count(1) == len(widths):
+        return tuple(map(mod, starts, repeat(block_size))).count(0)
+    return (sum(map(floordiv, map(neg, starts), repeat(block_size)))
+            - sum(map(floordiv, map(neg, ends), repeat(block_size))))
 
 
 def num_blocks_for_bytes(budget_bytes: int, block_size_rows: int, row_bytes: int) -> int:

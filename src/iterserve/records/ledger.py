@@ -26,6 +26,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from iterserve.records import frontier
 from iterserve.records.spec import FairnessSpec
 from iterserve.records.view import RequestView
 
@@ -65,14 +66,12 @@ def interval_cost(weights: FairnessSpec, view: RequestView, start: int, end: int
     """Weighted service of interval [start, end) of ``view`` if it completes:
     prompt rows at w_p (rebuild rows earn 0), w_q when it emits (0x01A)."""
     p, e = view.num_prompt_tokens, view.num_emitted
-    if e == 0:
-        cost = weights.prompt_weight * (end - start)
-        if end == p:
-            cost += weights.output_weight
-    elif end <= p + e - 1:  # rebuild [c, p + e - 1): emits nothing, earns nothing
-        cost = 0.0
-    else:
-        cost = weights.output_weight
+    kind = frontier.next_kind(p, e, start)
+    cost = 0.0
+    if kind is frontier.PREFILL:
+        cost = weights.prompt_weight * frontier.service_rows(kind, start, end)
+    if frontier.emits(kind, p, end):
+        cost += weights.output_weight
     return cost / weights.client_weight(view.client_id)
 
 
@@ -122,7 +121,9 @@ def charge(ledger: ClientLedger, charges: Iterable[Charge], active_before: set[s
         done[client] = done.get(client, 0.0) + cost
         if _is_service_event(item):
             served[client] = now
-        if item.end > item.view.num_prompt_tokens + item.view.num_emitted - 1:  # emitted
+        view = item.view
+        if frontier.interval_emits(view.num_prompt_tokens, view.num_emitted, item.start,
+                                   item.end):
             output = weights.output_weight / weights.client_weight(client)
             counters[client] = counters.get(client, 0.0) + output
     departed = active_before - active_after
@@ -135,4 +136,4 @@ def charge(ledger: ClientLedger, charges: Iterable[Charge], active_before: set[s
 def _is_service_event(item: Charge) -> bool:
     """A completed prefill chunk or an emission: not a rebuild (0x0C)."""
     view = item.view
-    return view.num_emitted == 0 or item.end > view.num_prompt_tokens + view.num_emitted - 1
+    return frontier.interval_earns_service(view.num_prompt_tokens, view.num_emitted, item.start)

@@ -103,7 +103,7 @@ class IntentKind(enum.Enum):
 
 
 _PREEMPT_KINDS = {PreemptionMode.RECOMPUTE: IntentKind.PREEMPT_RECOMPUTE,
-                  PreemptionMode.PRESERVE_EXACT: IntentKind.PREEMPT_PRESERVE_EXACT,
+                  PreemptionMode.SWAP: IntentKind.PREEMPT_PRESERVE_EXACT,
                   PreemptionMode.ABORT: IntentKind.ABORT}
 _MODES = {kind: mode for mode, kind in _PREEMPT_KINDS.items()}
 

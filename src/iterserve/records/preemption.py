@@ -1,21 +1,28 @@
 """The one preemption vocabulary (0x0C).
 
 :class:`PreemptionMode` is the only spelling of how a preempted request's
-K/V is handled. Its values are the workload file's spellings
-(``kv.preemption_mode``); the plan's queue intents name the mode through
-:func:`iterserve.records.plan.preempt_intent_kind`, and the decision log
-keeps the intent kinds' own strings (``preempt_recompute``,
-``preempt_preserve``).
+K/V is handled: ``recompute`` or ``swap`` (vLLM's words; ``swap`` is the
+spec's exact preservation, PRESERVE_EXACT, here through the host swap
+pool). Its values are the workload file's and the flags' spellings
+(``kv.preemption_mode``); the older file spelling ``preserve`` is read as
+``swap`` with a deprecation warning. The plan's queue intents carry the
+spec's record names (``PREEMPT_RECOMPUTE``, ``PREEMPT_PRESERVE_EXACT``)
+through :func:`iterserve.records.plan.preempt_intent_kind`.
 """
 
 from __future__ import annotations
 
 import enum
 
+from iterserve.records.vocabulary import warn_renamed
+
+#: the older spelling of ``swap`` in workload files
+DEPRECATED_SWAP_NAME = "preserve"
+
 
 class PreemptionMode(enum.Enum):
     RECOMPUTE = "recompute"  # drop K/V, rebuild [T_ready, T_target) from token history
-    PRESERVE_EXACT = "preserve"  # keep exact K/V (e.g. host swap), restore on resume
+    SWAP = "swap"  # keep exact K/V in the host swap pool, restore on resume (PRESERVE_EXACT)
     ABORT = "abort"  # end the request
 
     __hash__ = object.__hash__
@@ -23,7 +30,7 @@ class PreemptionMode(enum.Enum):
 
 #: the modes a workload's ``kv.preemption_mode`` may name
 KV_PREEMPTION_MODES: tuple[PreemptionMode, ...] = (PreemptionMode.RECOMPUTE,
-                                                    PreemptionMode.PRESERVE_EXACT)
+                                                    PreemptionMode.SWAP)
 KV_PREEMPTION_MODE_NAMES: tuple[str, ...] = tuple(mode.value for mode in KV_PREEMPTION_MODES)
 
 
@@ -33,6 +40,9 @@ def parse_kv_preemption_mode(value: str | PreemptionMode) -> PreemptionMode:
         return value
     if isinstance(value, str) and value in KV_PREEMPTION_MODE_NAMES:
         return PreemptionMode(value)
+    if value == DEPRECATED_SWAP_NAME:
+        warn_renamed("kv.preemption_mode 'preserve'", "'swap'")
+        return PreemptionMode.SWAP
     raise ValueError(f"kv.preemption_mode must be one of {list(KV_PREEMPTION_MODE_NAMES)}")
 
 

@@ -68,22 +68,22 @@ class RequestSpec:
 class Capacity:
     """Per-iteration budgets and the machine's logical KV rows (0x05).
 
-    token_budget: max token rows per iteration (K_token).
-    sequence_budget: max distinct requests per iteration (K_seq).
+    max_num_batched_tokens: max token rows per iteration (K_token).
+    max_num_seqs: max distinct requests per iteration (K_seq).
     kv_rows: a logical KV pool of this many rows (block size 1) when the
     workload has no ``kv`` section. Policy settings (chunk size, tau, ...)
     belong to the policy, not here (``OnlineWorkload.policy_settings``).
     """
 
-    token_budget: int
-    sequence_budget: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
     kv_rows: int | None = None
 
     def __post_init__(self) -> None:
-        if self.token_budget < 1:
-            raise ValueError("capacity.token_budget must be >= 1")
-        if self.sequence_budget < 1:
-            raise ValueError("capacity.sequence_budget must be >= 1")
+        if self.max_num_batched_tokens < 1:
+            raise ValueError("capacity.max_num_batched_tokens must be >= 1")
+        if self.max_num_seqs < 1:
+            raise ValueError("capacity.max_num_seqs must be >= 1")
         if self.kv_rows is not None and self.kv_rows < 1:
             raise ValueError("capacity.kv_rows must be >= 1 when set")
 
@@ -116,12 +116,12 @@ def check_admission(name: str) -> None:
 @dataclass(frozen=True, slots=True)
 class KvSpec:
     """The workload's ``kv`` section (0x05, 0x06, 0x0C): a paged pool of
-    ``num_blocks`` blocks of ``block_size`` rows, an optional host swap pool,
+    ``num_kv_blocks`` blocks of ``block_size`` rows, an optional host swap pool,
     the logical bytes per row (for byte reports), the admission estimate and
     the preemption mode (:class:`PreemptionMode`; the file spells it
-    ``recompute`` or ``preserve``)."""
+    ``recompute`` or ``swap``)."""
 
-    num_blocks: int
+    num_kv_blocks: int
     block_size: int = 16
     num_host_blocks: int = 0
     bytes_per_row: int | None = None
@@ -130,8 +130,9 @@ class KvSpec:
     plan_prefix_hits: bool = False  # claim verified hits before the policy runs (0x0E)
 
     def __post_init__(self) -> None:
-        if self.num_blocks < 1 or self.block_size < 1 or self.num_host_blocks < 0:
-            raise ValueError("kv: num_blocks and block_size must be >= 1, num_host_blocks >= 0")
+        if self.num_kv_blocks < 1 or self.block_size < 1 or self.num_host_blocks < 0:
+            raise ValueError("kv: num_kv_blocks and block_size must be >= 1, "
+                             "num_host_blocks >= 0")
         object.__setattr__(self, "preemption_mode",
                            parse_kv_preemption_mode(self.preemption_mode))
         if self.bytes_per_row is not None and self.bytes_per_row < 1:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from iterserve.records.kv_abi import blocks_for
 from iterserve.records.ledger import ClientLedger
 from iterserve.records.preemption import PreemptionMode
 from iterserve.records.rows_bound import RowsBound
@@ -38,7 +39,7 @@ class CapacityFacts:
         return self.num_blocks_free is not None
 
     def blocks_for(self, num_rows: int) -> int:
-        return -(-num_rows // self.block_size)
+        return blocks_for(num_rows, self.block_size)
 
 
 def blocks_used_of_total(facts: CapacityFacts) -> tuple[int, int]:
@@ -87,8 +88,8 @@ class SchedulerState:
     suspended: tuple[str, ...]
     finished: tuple[str, ...]
     views: Mapping[str, RequestView]
-    token_budget: int
-    sequence_budget: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
     capacity: CapacityFacts = CapacityFacts()
     service: Mapping[str, int] = field(default_factory=dict)
     ledger: ClientLedger | None = None

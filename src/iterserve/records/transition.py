@@ -239,7 +239,7 @@ def _relabel(view: RequestView, *path: Lifecycle, epoch_step: int = 0) -> Reques
 
 def _recompute_reset(view: RequestView) -> RequestView:
     """RECOMPUTE drops computed rows; emitted output stays, so a rebuild
-    [0, p + e - 1) that emits nothing comes next (0x0C)."""
+    from 0 to the target that emits nothing comes next (0x0C)."""
     relabelled = _relabel(view, Lifecycle.PREEMPT_PENDING, Lifecycle.SUSPENDED_RECOMPUTE,
                           Lifecycle.WAITING, epoch_step=1)
     return relabelled._replace(num_computed=0, num_committed=0)
@@ -371,8 +371,8 @@ def _successor(
         suspended=suspended,
         finished=finished,
         views=views,
-        token_budget=state.token_budget,
-        sequence_budget=state.sequence_budget,
+        max_num_batched_tokens=state.max_num_batched_tokens,
+        max_num_seqs=state.max_num_seqs,
         capacity=facts,
         service=state.service if service is None else service,
         rules=state.rules,

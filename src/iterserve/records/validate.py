@@ -14,8 +14,7 @@ from __future__ import annotations
 import operator
 from collections import Counter
 from collections.abc import Mapping
-from itertools import islice, repeat
-from operator import floordiv, mod, neg
+from itertools import islice
 from typing import NoReturn
 
 from iterserve.records import errors as E
@@ -26,6 +25,7 @@ from iterserve.records.frontier import (
     interval_kind,
 )
 from iterserve.records.keys import KEY_FIELDS, keys_function
+from iterserve.records.kv_abi import blocks_opened_total
 from iterserve.records.plan import (
     IntentKind,
     IterationPlan,
@@ -260,11 +260,11 @@ def _validate_ledger(state: SchedulerState, plan: IterationPlan, tokens: int) ->
             f"ledger says {plan.tokens_used} tokens/{plan.sequences_used} seqs, "
             f"work has {tokens}/{len(plan.work)}"
         )
-    if tokens > state.token_budget:
-        raise E.TokenBudgetExceeded(f"{tokens} token rows > budget {state.token_budget}")
-    if len(plan.work) > state.sequence_budget:
+    if tokens > state.max_num_batched_tokens:
+        raise E.TokenBudgetExceeded(f"{tokens} token rows > budget {state.max_num_batched_tokens}")
+    if len(plan.work) > state.max_num_seqs:
         raise E.SequenceBudgetExceeded(
-            f"{len(plan.work)} sequences > budget {state.sequence_budget}"
+            f"{len(plan.work)} sequences > budget {state.max_num_seqs}"
         )
 
 
@@ -285,22 +285,12 @@ def _validate_kv(state: SchedulerState, plan: IterationPlan, columns: WorkColumn
             freed += held
         elif intent.kind is IntentKind.RESUME:
             resumed += held  # swapped-in rows need device blocks again
-    needed = resumed + _new_blocks(columns, facts.block_size)
+    needed = resumed + blocks_opened_total(columns.starts, columns.ends, columns.widths,
+                                           facts.block_size)
     if needed > facts.num_blocks_free + freed:
         raise E.KvCapacityExceeded(
             f"plan needs {needed} new KV blocks, {facts.num_blocks_free} free + {freed} released"
         )
-
-
-def _new_blocks(columns: WorkColumns, size: int) -> int:
-    """The sum of ``blocks_for(end) - blocks_for(start)`` over the work, in
-    C. A one-row interval opens a block exactly when it starts on a block
-    boundary (``start % size == 0``), so all-decode work counts those."""
-    starts = columns.starts
-    if columns.widths.count(1) == len(starts):
-        return tuple(map(mod, starts, repeat(size))).count(0)
-    return (sum(map(floordiv, map(neg, starts), repeat(size)))
-            - sum(map(floordiv, map(neg, columns.ends), repeat(size))))
 
 
 _RELEASING = frozenset({IntentKind.PREEMPT_RECOMPUTE, IntentKind.PREEMPT_PRESERVE_EXACT, IntentKind.ABORT})

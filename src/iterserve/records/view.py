@@ -149,12 +149,12 @@ class RequestView(NamedTuple):
     @property
     def target(self) -> int:
         """Computed frontier the request must reach before its next decode row:
-        the prompt while nothing is emitted, else p + e - 1 (0x01A, 0x0C)."""
+        see :func:`frontier.target` (0x01A, 0x0C)."""
         return frontier.target(self.num_prompt_tokens, self.num_emitted)
 
     @property
     def logical_length(self) -> int:
-        return self.num_prompt_tokens + self.num_emitted
+        return frontier.rows_through_next_emission(self.num_prompt_tokens, self.num_emitted)
 
     @property
     def next_kind(self) -> WorkKind:

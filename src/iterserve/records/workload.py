@@ -7,7 +7,7 @@ builds the records. Shape (documented in docs/workloads.md):
     {
       "workload_id": str,
       "clock": "iteration" | "ms",
-      "capacity": {"token_budget": int, "sequence_budget": int, "kv_rows": int?},
+      "capacity": {"max_num_batched_tokens": int, "max_num_seqs": int, "kv_rows": int?},
       "policy_settings": {name: number | str}?,   # e.g. {"chunk_size": 4}
       "requests": [{"request_id": str, "arrival": number, "prompt_tokens": int | [int],
                     "max_output_tokens": int, "client_id": str, "priority": int,
@@ -31,12 +31,17 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from iterserve.records.kv_abi import kv_row_abi_from_hf_config
 from iterserve.records.limits import MAX_BYTES_PER_ROW
-from iterserve.records.preemption import parse_kv_preemption_mode
+from iterserve.records.preemption import (
+    DEPRECATED_SWAP_NAME,
+    PreemptionMode,
+    parse_kv_preemption_mode,
+)
 from iterserve.records.spec import (
     Capacity,
     FairnessSpec,
@@ -47,6 +52,7 @@ from iterserve.records.spec import (
     SloTargets,
     WorkloadManifest,
 )
+from iterserve.records.vocabulary import CAPACITY_RENAMES, KV_RENAMES, warn_renamed
 from iterserve.records.workload_schema import (
     CapacityDoc,
     FairnessDoc,
@@ -60,10 +66,10 @@ from iterserve.records.workload_schema import (
 )
 
 CLOCKS = ("iteration", "ms")
-_CAPACITY_FIELDS = ("token_budget", "sequence_budget", "kv_rows")
+_CAPACITY_FIELDS = ("max_num_batched_tokens", "max_num_seqs", "kv_rows")
 #: deprecated policy knobs still read from ``capacity`` into ``policy_settings``
-LEGACY_CAPACITY_KNOBS = ("max_num_seqs", "long_prefill_token_threshold", "chunk_size", "tau")
-_KV_FIELDS = ("num_blocks", "block_size", "num_host_blocks", "bytes_per_row", "admission",
+LEGACY_CAPACITY_KNOBS = ("long_prefill_token_threshold", "chunk_size", "tau")
+_KV_FIELDS = ("num_kv_blocks", "block_size", "num_host_blocks", "bytes_per_row", "admission",
               "preemption_mode")
 
 
@@ -109,7 +115,7 @@ def parse_workload(raw: Any) -> WorkloadManifest:
     """Validate ``raw`` against the one schema (``records/workload_schema.py``),
     then the cross-field rules; raises :class:`WorkloadError` naming the field."""
     try:
-        doc = validate_workload(raw)
+        doc = validate_workload(_with_current_names(raw))
     except SchemaError as exc:
         raise WorkloadError(str(exc)) from None
     except RecursionError:
@@ -131,12 +137,61 @@ def parse_workload(raw: Any) -> WorkloadManifest:
     return WorkloadManifest(online, _hidden(doc.fixture_only_hidden_truth, set(ids)))
 
 
+def _with_current_names(raw: Any) -> Any:
+    """``raw`` with the older field names of its ``capacity`` and ``kv``
+    sections read as today's (:mod:`records.vocabulary`), each with a
+    deprecation warning; both spellings of one field is an error. In a file
+    of the older names, ``capacity.max_num_seqs`` was the policy's running
+    cap: it moves to ``policy_settings`` as before. ``raw`` is not changed."""
+    if not isinstance(raw, dict):
+        return raw
+    out = dict(raw)
+    capacity = raw.get("capacity")
+    if isinstance(capacity, dict) and any(old in capacity for old in CAPACITY_RENAMES):
+        capacity = dict(capacity)
+        if "sequence_budget" in capacity and "max_num_seqs" in capacity:
+            out["policy_settings"] = _with_setting(raw, "max_num_seqs",
+                                                   capacity.pop("max_num_seqs"))
+        out["capacity"] = _renamed(capacity, CAPACITY_RENAMES, "capacity")
+    kv = raw.get("kv")
+    if isinstance(kv, dict) and (any(old in kv for old in KV_RENAMES)
+                                 or kv.get("preemption_mode") == DEPRECATED_SWAP_NAME):
+        kv = _renamed(dict(kv), KV_RENAMES, "kv")
+        if kv.get("preemption_mode") == DEPRECATED_SWAP_NAME:
+            warn_renamed("workload kv.preemption_mode 'preserve'", "'swap'")
+            kv["preemption_mode"] = PreemptionMode.SWAP.value
+        out["kv"] = kv
+    return out
+
+
+def _renamed(section: dict[str, Any], renames: Mapping[str, str], where: str) -> dict[str, Any]:
+    for old, new in renames.items():
+        if old not in section:
+            continue
+        if new in section:
+            raise WorkloadError(f"workload: {where}.{old} and {where}.{new} are one field; "
+                                f"keep {new}")
+        warn_renamed(f"workload field {where}.{old}", f"{where}.{new}")
+        section[new] = section.pop(old)
+    return section
+
+
+def _with_setting(raw: dict[str, Any], name: str, value: Any) -> dict[str, Any]:
+    settings = raw.get("policy_settings", {})
+    if not isinstance(settings, dict):
+        raise WorkloadError("workload: policy_settings: must be an object")
+    if name in settings:
+        raise WorkloadError(f"workload: capacity.{name}: also set in policy_settings; keep "
+                            "that one (capacity policy knobs are deprecated)")
+    return {**settings, name: value}
+
+
 def _kv(doc: KvDoc) -> KvSpec:
     bytes_per_row = doc.bytes_per_row
     if doc.model_config_ is not None:
         bytes_per_row = _bytes_per_row_from(doc.model_config_, bytes_per_row)
     try:
-        return KvSpec(doc.num_blocks, doc.block_size, doc.num_host_blocks, bytes_per_row,
+        return KvSpec(doc.num_kv_blocks, doc.block_size, doc.num_host_blocks, bytes_per_row,
                       doc.admission, parse_kv_preemption_mode(doc.preemption_mode),
                       doc.plan_prefix_hits)
     except ValueError as exc:

@@ -92,9 +92,8 @@ class RequestDoc(_Strict):
 class CapacityDoc(_Strict):
     """Budgets, plus the deprecated policy knobs (read into ``policy_settings``)."""
 
-    token_budget: Budget
-    sequence_budget: Budget
-    max_num_seqs: Budget | None = None
+    max_num_batched_tokens: Budget
+    max_num_seqs: Budget
     long_prefill_token_threshold: Budget | None = None
     chunk_size: Budget | None = None
     tau: Budget | None = None
@@ -102,7 +101,7 @@ class CapacityDoc(_Strict):
 
 
 class KvDoc(_Strict):
-    num_blocks: NumBlocks
+    num_kv_blocks: NumBlocks
     block_size: Annotated[int, Field(ge=1, le=limits.MAX_BLOCK_SIZE)] = 16
     num_host_blocks: Annotated[int, Field(ge=0, le=limits.MAX_NUM_BLOCKS)] = 0
     bytes_per_row: Annotated[int, Field(ge=1, le=limits.MAX_BYTES_PER_ROW)] | None = None

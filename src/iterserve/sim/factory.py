@@ -18,7 +18,7 @@ def make_simulated_executor(manifest: WorkloadManifest,
     kv_rows = manifest.online.capacity.kv_rows
     kv = None
     if spec is not None:
-        kv = KvResidency(BlockManagerConfig(spec.num_blocks, spec.block_size,
+        kv = KvResidency(BlockManagerConfig(spec.num_kv_blocks, spec.block_size,
                                             spec.num_host_blocks),
                          bytes_per_row=spec.bytes_per_row)
     elif kv_rows is not None:

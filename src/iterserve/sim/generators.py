@@ -28,6 +28,7 @@ from iterserve.records.spec import (
     WorkloadManifest,
 )
 from iterserve.records.workload import parse_workload
+from iterserve.sim.arrivals import poisson_gap_s
 from iterserve.sim.workload_spec import ClientSpec, GeneratorSpec, PrefixGroup
 
 _STREAMS = ("arrivals", "clients", "prompts", "outputs", "tokens")
@@ -147,7 +148,7 @@ def random_workload(config: RandomWorkloadConfig, capacity: Capacity, seed: int,
     requests = []
     realized = {}
     for i in range(config.num_requests):
-        now += rng.expovariate(1.0 / config.mean_interarrival) if config.mean_interarrival else 0.0
+        now += poisson_gap_s(rng, 1.0 / config.mean_interarrival) if config.mean_interarrival else 0.0
         rid = f"req-{i:04d}"
         max_out = rng.randint(config.min_output_tokens, config.max_output_tokens)
         requests.append(RequestSpec(

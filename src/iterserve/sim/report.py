@@ -1,7 +1,7 @@
 """``iterserve simulate`` runs and their reports (0x02, 0x07).
 
 report.json: slot occupancy counts (request, iteration) pairs that held work
-against sequence_budget slots per iteration. It is a scheduling abstraction
+against max_num_seqs slots per iteration. It is a scheduling abstraction
 and is labelled "not measured GPU utilization" wherever it appears (0x02).
 
 :func:`run_simulation` wires one run: the workload's simulated executor timed
@@ -72,7 +72,7 @@ from iterserve.sim.forked import BesideCall, ForkedCall, ForkedError
 from iterserve.sim.ledger_trace import LedgerTrace
 
 _T = TypeVar("_T")
-OCCUPANCY_LABEL = ("logical slot occupancy: sequences per iteration / sequence_budget; "
+OCCUPANCY_LABEL = ("logical slot occupancy: sequences per iteration / max_num_seqs; "
                    "not measured GPU utilization")
 
 
@@ -110,7 +110,7 @@ def simulate_report(workload: OnlineWorkload, policy_id: str, trace: RunTrace,
                     bytes_per_row: int | None = None) -> dict[str, Any]:
     iterations = len(trace.iterations)
     useful = sum(record.num_sequences for record in trace.iterations)
-    available = workload.capacity.sequence_budget * iterations
+    available = workload.capacity.max_num_seqs * iterations
     requests = {}
     for spec in workload.requests:
         record = trace.requests.get(spec.request_id)
@@ -427,7 +427,7 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
         series = None
         if beside:
             series = draw_beside(partial(_plot_series, out_dir, recorder,
-                                         workload.capacity.token_budget, unit))
+                                         workload.capacity.max_num_batched_tokens, unit))
         scanned = _scan_window(events_path, window)
         if scanned is None:
             (out_dir / "report.md").write_text(
@@ -447,8 +447,8 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
         summary = summarize_timelines(
             observed, window, unit, label=label, preempt_modes=scan.preempt_modes(window),
             num_resumes=scan.num_resumes(window), iterations=recorder.iterations,
-            resources=recorder.samples, token_budget=workload.capacity.token_budget,
-            sequence_budget=workload.capacity.sequence_budget)
+            resources=recorder.samples, max_num_batched_tokens=workload.capacity.max_num_batched_tokens,
+            max_num_seqs=workload.capacity.max_num_seqs)
         latency = None
         if beside:
             latency = draw_beside(partial(_plot_latency, out_dir, summary, slo, unit))
@@ -466,7 +466,7 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
                          bound, guard, unit))
         if plots and not beside:
             _plot_latency(out_dir, summary, slo, unit)
-            _plot_series(out_dir, recorder, workload.capacity.token_budget, unit)
+            _plot_series(out_dir, recorder, workload.capacity.max_num_batched_tokens, unit)
         for child in (series, service, latency):
             if child is not None:
                 _child_value(child.value, "drawing the plots")
@@ -544,7 +544,7 @@ def _plot_latency(out_dir: Path, summary: RunSummary, slo: SloConfig | None,
                                tbt_limit_ms=None if slo is None else slo.tbt_ms)
 
 
-def _plot_series(out_dir: Path, recorder: EventRecorder, token_budget: int,
+def _plot_series(out_dir: Path, recorder: EventRecorder, max_num_batched_tokens: int,
                  unit: TimeUnit) -> None:
     """The plots of the recorder's per-iteration series (what the other child draws)."""
     if not recorder.iterations:
@@ -552,5 +552,5 @@ def _plot_series(out_dir: Path, recorder: EventRecorder, token_budget: int,
     from iterserve.metrics.plots import plot_batch_composition, plot_queue_and_kv
 
     plot_batch_composition(recorder.iterations, out_dir / "batch_composition.png",
-                           max_rows_per_iteration=token_budget, unit=unit)
+                           max_rows_per_iteration=max_num_batched_tokens, unit=unit)
     plot_queue_and_kv(recorder.samples, out_dir / "queue_and_kv.png", unit=unit)

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from iterserve.records.time_units import s_to_ms
 from iterserve.sim.traces import TraceRecord
 
 
@@ -87,7 +88,7 @@ def trace_document(records: list[TraceRecord], selection: TraceSelection,
     requests, realized, num_truncated = [], {}, 0
     for i, record in enumerate(records):
         rid = f"t{i:0{width}d}"
-        arrival_ms = (record.arrival_s - selection.start_s) * selection.time_scale * 1000.0
+        arrival_ms = s_to_ms((record.arrival_s - selection.start_s) * selection.time_scale)
         requests.append({
             "request_id": rid, "arrival": round(arrival_ms, 6),
             "prompt_tokens": record.num_prompt_tokens,

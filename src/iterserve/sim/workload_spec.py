@@ -17,16 +17,18 @@ from typing import Any
 from iterserve.records.limits import MAX_REQUESTS
 from iterserve.records.spec import SloTargets
 from iterserve.records.workload import WorkloadError, parse_workload
-from iterserve.sim.distributions import (
+from iterserve.sim.arrivals import (
     ArrivalProcess,
-    EmpiricalLength,
     ExplicitArrivals,
-    FixedLength,
     GammaArrivals,
-    LengthDistribution,
-    LognormalLength,
     OnOffArrivals,
     PoissonArrivals,
+)
+from iterserve.sim.distributions import (
+    EmpiricalLength,
+    FixedLength,
+    LengthDistribution,
+    LognormalLength,
     UniformLength,
 )
 
