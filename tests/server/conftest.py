@@ -35,7 +35,8 @@ class Served:
 
 @pytest.fixture(scope="module")
 def serve(tiny_dir: Path) -> Iterator[Callable[..., Served]]:
-    """``serve(**EngineConfig overrides, api_key=None)`` -> a running server
+    """``serve(**EngineConfig overrides, api_key=None, strict_fields=False,
+    chat_template=None)`` -> a running server
     (each call starts a fresh one; all stop when the test module ends)."""
     import uvicorn
 
@@ -46,10 +47,13 @@ def serve(tiny_dir: Path) -> Iterator[Callable[..., Served]]:
     started: list[Served] = []
 
     def start(api_key: str | None = None, max_body_bytes: int = 1 << 20,
+              strict_fields: bool = False, chat_template: str | None = None,
               **overrides: object) -> Served:
         config = EngineConfig(**{"kv_blocks": 256, **overrides})  # type: ignore[arg-type]
-        runtime = load_runtime(tiny_dir, config, served_model_name="tiny")
-        app = create_app(runtime, ServerSettings(api_key, max_body_bytes))
+        runtime = load_runtime(tiny_dir, config, served_model_name="tiny",
+                               chat_template=chat_template)
+        app = create_app(runtime, ServerSettings(api_key, max_body_bytes,
+                                                 strict_fields=strict_fields))
         port = free_port()
         server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                                log_level="warning"))

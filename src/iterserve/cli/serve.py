@@ -53,6 +53,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model-cache-dir", type=Path, default=None,
                         help="where the built-in tiny model is kept ($XDG_CACHE_HOME/iterserve, "
                              "~/.cache/iterserve when unset)")
+    parser.add_argument("--strict-fields", action="store_true",
+                        help="refuse unknown request fields with a 400 (default: ignore them "
+                             "with one logged warning per field name, as vLLM does)")
+    parser.add_argument("--chat-template", type=Path, default=None, metavar="FILE",
+                        help="a Jinja chat template file to use instead of the checkpoint's")
     parser.set_defaults(run=run)
 
 
@@ -120,6 +125,19 @@ def build_config(args: argparse.Namespace, model_dir: Path) -> EngineConfig:
         raise FlagError(str(exc)) from None
 
 
+def read_chat_template(path: Path | None) -> str | None:
+    """The --chat-template file's text, or a flag error naming the problem."""
+    if path is None:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FlagError(f"--chat-template {path}: cannot be read ({type(exc).__name__})") from None
+    if not text.strip():
+        raise FlagError(f"--chat-template {path}: the file is empty")
+    return text
+
+
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -130,8 +148,11 @@ def run(args: argparse.Namespace) -> int:
     _check_flags(args)
     model_dir = args.model_dir or builtin_model(args.model_cache_dir)
     config = build_config(args, model_dir)
-    runtime = load_runtime(model_dir, config, served_model_name=args.served_model_name)
-    app = create_app(runtime, ServerSettings(args.api_key, args.max_body_bytes))
+    chat_template = read_chat_template(args.chat_template)
+    runtime = load_runtime(model_dir, config, served_model_name=args.served_model_name,
+                           chat_template=chat_template)
+    app = create_app(runtime, ServerSettings(args.api_key, args.max_body_bytes,
+                                             strict_fields=args.strict_fields))
     server = DrainingServer(uvicorn.Config(app, host=args.host, port=args.port,
                                            log_level="warning"),
                             app.state.gatekeeper, runtime.engine, args.drain_timeout)

@@ -39,6 +39,10 @@ class OutputSource(Protocol):
     @property
     def logprobs(self) -> Sequence[float]: ...
 
+    @property
+    def alternatives(self) -> Sequence[tuple[tuple[int, float], ...]]:
+        """One entry per output token when its params ask for top logprobs, else empty."""
+
 
 class StreamPublisher(EngineObserver):
     """Routes engine facts to the sinks registered by the online front."""
@@ -100,8 +104,10 @@ class StreamPublisher(EngineObserver):
         text = source.text
         delta = text[self._num_chars.get(request_id, 0):]
         self._num_chars[request_id] = len(text)
+        alternatives = source.alternatives
+        top = (alternatives[-1],) if alternatives else ()
         self._put(request_id, StreamEvent(request_id, (token_id,), delta, (source.logprobs[-1],),
-                                          (time_s,)))
+                                          (time_s,), top_logprobs=top))
 
     def _end(self, request_id: str, outcome: str, finish_reason: str, reason: str | None) -> None:
         source = self._sources.pop(request_id, None)

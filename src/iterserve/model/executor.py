@@ -24,7 +24,7 @@ from iterserve.kv.results import SwapDirection
 from iterserve.model.kv_cache import PagedKVCache
 from iterserve.model.llama import PackedCausalLM
 from iterserve.model.packing import pack
-from iterserve.model.sampling import SampleRow, sample_ids
+from iterserve.model.sampling import Alternatives, SampledBatch, SampleRow, sample_batch
 from iterserve.model.stopping import IncrementalDetokenizer, StopReason, token_stop_reason
 from iterserve.model.tokenizer import TextTokenizer
 from iterserve.records.frontier import emits
@@ -64,6 +64,7 @@ class RequestStream:
     token_ids: list[int] = field(default_factory=list)  # prompt + outputs (the logical stream)
     output_token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    alternatives: list[Alternatives] = field(default_factory=list)  # when params ask for them
     stop_reason: StopReason | None = None
 
     @property
@@ -176,9 +177,9 @@ class TorchExecutor:
                         self.kv.block_table(work.request_id), sample_here)
 
     def _forward(self, segments: list[_Segment],
-                 backed: list[tuple[WorkItem, RequestView, bool]]) -> list[tuple[int, float]]:
+                 backed: list[tuple[WorkItem, RequestView, bool]]) -> SampledBatch | None:
         if not segments:
-            return []
+            return None
         batch = pack(segments, self.cache.block_size, self.model.device)
         self.num_computed_rows += batch.num_rows
         logits = self.model.forward(batch, self.cache)
@@ -186,17 +187,17 @@ class TorchExecutor:
         for work, _, sample_here in backed:
             if sample_here:
                 stream = self.streams[work.request_id]
-                rows.append(SampleRow(stream.params, stream.seed, len(stream.output_token_ids)))
-        token_ids, logprobs = sample_ids(logits, rows)
-        return list(zip(token_ids, logprobs, strict=True))
+                rows.append(SampleRow(stream.params, stream.seed, len(stream.output_token_ids),
+                                      stream.token_ids, len(stream.prompt_token_ids)))
+        return sample_batch(logits, rows, self._eos)
 
     def _publish(self, builder: ResultBuilder, backed: list[tuple[WorkItem, RequestView, bool]],
-                 sampled: list[tuple[int, float]]) -> None:
+                 sampled: SampledBatch | None) -> None:
         """Hand every backed interval to the builder, with its sampled token
         and the stop that token triggers where the interval emits: one
         :meth:`ResultBuilder.complete_rows` call for the step (the same facts
         as a ``complete`` call per interval, in order)."""
-        tokens = iter(sampled)
+        next_row = 0
         token_ids: list[int | None] = []
         stops: list[FinishReason | None] = []
         streams = self.streams
@@ -205,9 +206,14 @@ class TorchExecutor:
                 token_ids.append(None)
                 stops.append(None)
                 continue
-            token_id, logprob = next(tokens)
+            assert sampled is not None, "a sampling row without a forward"
+            stream = streams[work.request_id]
+            token_id = sampled.token_ids[next_row]
+            if stream.params.num_top_logprobs:
+                stream.alternatives.append(sampled.alternatives[next_row])
             token_ids.append(token_id)
-            stops.append(self._emit(streams[work.request_id], token_id, logprob))
+            stops.append(self._emit(stream, token_id, sampled.logprobs[next_row]))
+            next_row += 1
         builder.complete_rows([work for work, _, _ in backed], [view for _, view, _ in backed],
                               token_ids, stops)
 
