@@ -17,6 +17,7 @@ from iterserve.cli.main import main
     (["--kv-cache-memory", "10"], "holds no block"),
     (["--policy", "nope"], "nope"),
     (["--policy-setting", "chunk_size"], "expected NAME=VALUE"),
+    (["--chat-template", "/nonexistent/template.jinja"], "--chat-template /nonexistent"),
 ])
 def test_bad_serve_flags_exit_2_with_one_line(tiny_dir, capsys, flags, says):
     assert main(["serve", str(tiny_dir), *flags]) == 2

@@ -169,8 +169,10 @@ def make_submission(body: SamplingFields, prompt_ids: tuple[int, ...], default_m
             frequency_penalty=body.frequency_penalty or 0.0,
             repetition_penalty=1.0 if body.repetition_penalty is None else body.repetition_penalty,
             min_tokens=body.min_tokens or 0)
-    except ValueError as exc:
-        raise APIError(400, str(exc)) from None
+    except ValueError as exc:  # SamplingParams names the field first in its message
+        named = str(exc).split(" ", 1)[0]
+        raise APIError(400, str(exc),
+                       param=named if named in type(body).model_fields else None) from None
     slo = None
     if body.ttft_ms is not None or body.tbt_ms is not None:
         slo = SloTargets(body.ttft_ms, body.tbt_ms)
