@@ -215,13 +215,6 @@ class Mailboxes:
         return self._mailbox
 
 
-async def start(runtime: Runtime, sub: Submission,
-                mailboxes: Mailboxes | None = None) -> tuple[str, AsyncOutputStream]:
-    """Submit one request and wait until the arrival gate admitted it."""
-    started = await start_all(runtime, [sub], mailboxes)
-    return started[0]
-
-
 async def start_all(runtime: Runtime, subs: Sequence[Submission],
                     mailboxes: Mailboxes | None = None) -> list[tuple[str, AsyncOutputStream]]:
     """Submit requests as one batch (one arrival instant) and wait until the
