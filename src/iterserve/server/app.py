@@ -108,30 +108,22 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None,
         client = client_identity(body.user, x_client_id)
         prompts = submit.completion_prompts(body, runtime)
         subs = submit.submissions(body, prompts, submit.DEFAULT_COMPLETION_MAX_TOKENS, client)
-        started = await submit.start_all(runtime, subs, mailboxes)
         n = body.num_choices_per_prompt
         echo_texts = tuple(echo_text(body, runtime, prompts, i // n) for i in range(len(subs))) \
             if body.echo else ()
         want_logprobs = body.logprobs is not None
         num_prompt_tokens = sum(len(ids) for ids in prompts)
+        started = await submit.start_all(runtime, subs, mailboxes)
         if body.wants_stream:
             settings_ = stream_settings(body, num_prompt_tokens, want_logprobs, echo_texts)
             return StreamingResponse(completion_stream(runtime, started, settings_),
                                      media_type="text/event-stream")
         outs = await submit.collect_all(runtime, started, request.is_disconnected)
-        choices = []
-        for index, out in enumerate(outs):
-            echoed = echo_texts[index] if echo_texts else ""
-            logprobs = completion_logprobs(runtime.tokenizer, out.token_ids, out.logprobs,
-                                           out.top_logprobs, len(echoed)) \
-                if want_logprobs else None
-            choices.append(CompletionChoice(
-                index=index, text=echoed + out.text, logprobs=logprobs,
-                finish_reason=submit.openai_finish_reason(out.finish_reason)))
         num_tokens = sum(len(out.token_ids) for out in outs)
         return JSONResponse(CompletionResponse(
             id=f"cmpl-{started[0][0]}", created=int(time.time()), model=runtime.model_name,
-            choices=choices, usage=usage(num_prompt_tokens, num_tokens)).model_dump())
+            choices=completion_choices(runtime, outs, echo_texts, want_logprobs),
+            usage=usage(num_prompt_tokens, num_tokens)).model_dump())
 
     @app.post("/v1/chat/completions", response_model=ChatCompletionResponse, responses=_ERRORS)
     async def chat(body: ChatCompletionRequest, request: Request,
@@ -209,6 +201,19 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None,
         return Response(metrics.render(), media_type=metrics.content_type)
 
     return app
+
+
+def completion_choices(runtime: Runtime, outs: list[submit.Generation],
+                       echo_texts: tuple[str, ...], want_logprobs: bool) -> list[CompletionChoice]:
+    choices = []
+    for index, out in enumerate(outs):
+        echoed = echo_texts[index] if echo_texts else ""
+        logprobs = completion_logprobs(runtime.tokenizer, out.token_ids, out.logprobs,
+                                       out.top_logprobs, len(echoed)) if want_logprobs else None
+        choices.append(CompletionChoice(
+            index=index, text=echoed + out.text, logprobs=logprobs,
+            finish_reason=submit.openai_finish_reason(out.finish_reason)))
+    return choices
 
 
 def echo_text(body: CompletionRequest, runtime: Runtime, prompts: list[tuple[int, ...]],
