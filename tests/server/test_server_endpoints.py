@@ -80,16 +80,18 @@ def test_tokenize_bad_bodies_are_a_400(server, body, param):
     assert response.json()["error"]["param"] == param
 
 
-@pytest.fixture(scope="module")
-def jinja_dir(tiny_dir: Path, tmp_path_factory) -> Path:
+@pytest.fixture(scope="module", params=["jinja only", "jinja and config"])
+def jinja_dir(request, tiny_dir: Path, tmp_path_factory) -> Path:
     """The tiny checkpoint as transformers 5 saves one: the template in
-    ``chat_template.jinja``, none in ``tokenizer_config.json``."""
+    ``chat_template.jinja`` and none in ``tokenizer_config.json``; or both
+    (the file wins, as in transformers)."""
     out = tmp_path_factory.mktemp("jinja") / "tiny"
     shutil.copytree(tiny_dir, out)
-    config_path = out / "tokenizer_config.json"
-    config = json.loads(config_path.read_text())
-    del config["chat_template"]
-    config_path.write_text(json.dumps(config))
+    if request.param == "jinja only":
+        config_path = out / "tokenizer_config.json"
+        config = json.loads(config_path.read_text())
+        del config["chat_template"]
+        config_path.write_text(json.dumps(config))
     (out / "chat_template.jinja").write_text(JINJA_TEMPLATE)
     return out
 
