@@ -222,6 +222,41 @@ def test_echo_prepends_the_prompt(server):
     assert "".join(texts) == echoed["choices"][0]["text"]
 
 
+def _prompt_reference(reference, prompt_ids):
+    import torch
+
+    with torch.no_grad():
+        logits = reference(torch.tensor([prompt_ids])).logits[0].float()
+    return torch.log_softmax(logits, dim=-1)  # row q scores token q + 1
+
+
+@pytest.mark.parametrize("token_budget", [512, 5])  # 5: the prompt prefills in chunks
+def test_echo_with_logprobs_scores_the_prompt_like_transformers(serve, tiny_reference,
+                                                                 token_budget):
+    served = serve(token_budget=token_budget)
+    prompt = [1, *range(30, 50)]  # past one 16-row block: a repeat would hit the prefix cache
+    rows = _prompt_reference(tiny_reference, prompt)
+    decode = served.runtime.tokenizer.decode
+    for _ in range(2):  # the second time its blocks are cached; it must still score every row
+        reply = post(served, "/v1/completions", {"prompt": prompt, "max_tokens": 1,
+                                                 "temperature": 0, "echo": True, "logprobs": 2})
+        logprobs = reply["choices"][0]["logprobs"]
+        assert logprobs["tokens"][:len(prompt)] == [decode([t]) for t in prompt]
+        assert logprobs["token_logprobs"][0] is None and logprobs["top_logprobs"][0] is None
+        assert len(logprobs["tokens"]) == len(prompt) + 1
+        for position in range(1, len(prompt)):
+            row = rows[position - 1]
+            got = logprobs["token_logprobs"][position]
+            assert math.isclose(got, float(row[prompt[position]]), abs_tol=ATOL)
+            values, ids = row.topk(2)
+            top = logprobs["top_logprobs"][position]
+            for value, token_id in zip(values.tolist(), ids.tolist(), strict=True):
+                assert math.isclose(top[decode([token_id])], value, abs_tol=ATOL)
+        last = rows[len(prompt) - 1]
+        assert math.isclose(logprobs["token_logprobs"][-1], float(last.max()), abs_tol=ATOL)
+        assert reply["choices"][0]["text"].startswith(decode(prompt))
+
+
 def test_list_of_text_parts_is_the_joined_text(server):
     parts = [{"type": "text", "text": "first"}, {"type": "text", "text": "second"}]
     as_parts = post(server, "/v1/chat/completions", {

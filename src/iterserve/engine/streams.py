@@ -46,6 +46,8 @@ class StreamEvent:
     reason: str | None = None
     is_accepted: bool = False
     top_logprobs: tuple[tuple[tuple[int, float], ...], ...] = ()
+    # with the first token, when asked: (logprob, alternatives) of prompt tokens 1..
+    prompt_logprobs: tuple[tuple[float, tuple[tuple[int, float], ...]], ...] = ()
 
     @property
     def is_final(self) -> bool:

@@ -11,6 +11,7 @@ never changes the plan's intervals; rebuild rows emit nothing (0x0C).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from iterserve.kv.config import BlockManagerConfig
 from iterserve.kv.results import SwapDirection
 from iterserve.model.kv_cache import PagedKVCache
 from iterserve.model.llama import PackedCausalLM
-from iterserve.model.packing import pack
+from iterserve.model.packing import PackedBatch, pack
 from iterserve.model.sampling import Alternatives, SampledBatch, SampleRow, sample_batch
 from iterserve.model.stopping import IncrementalDetokenizer, StopReason, token_stop_reason
 from iterserve.model.tokenizer import TextTokenizer
@@ -51,6 +52,8 @@ class _Segment:
     start: int
     block_ids: tuple[int, ...]
     sample: bool
+    request_id: str = ""
+    all_logits: bool = False  # every row's logits (prompt logprobs), not only the sampling row
 
 
 @dataclass(slots=True)
@@ -65,6 +68,8 @@ class RequestStream:
     output_token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     alternatives: list[Alternatives] = field(default_factory=list)  # when params ask for them
+    # prompt positions 1.. (position 0 has none): (logprob, alternatives), when params ask
+    prompt_logprobs: list[tuple[float, Alternatives]] = field(default_factory=list)
     stop_reason: StopReason | None = None
 
     @property
@@ -130,7 +135,9 @@ class TorchExecutor:
 
     def _prompt_of(self, request_id: str) -> tuple[int, ...] | None:
         stream = self.streams.get(request_id)
-        return None if stream is None else stream.prompt_token_ids
+        if stream is None or stream.params.prompt_logprobs:  # it must compute every prompt row
+            return None
+        return stream.prompt_token_ids
 
     def capacity(self) -> CapacityFacts:
         return self.kv.facts()
@@ -164,8 +171,11 @@ class TorchExecutor:
         the sampling row never is. None when blocks are short."""
         stream = self.streams[work.request_id]
         fresh = self.kv.key(work.request_id) is None
-        tokens = stream.token_ids[0 if fresh else work.start: work.end]
+        tokens: list[int] | None = stream.token_ids[0 if fresh else work.start: work.end]
         lookahead = stream.token_ids[: view.target] if fresh else None
+        all_logits = stream.params.prompt_logprobs and work.start < view.num_prompt_tokens - 1
+        if stream.params.prompt_logprobs:  # anonymous rows: no prefix hit may skip a prompt row
+            tokens = lookahead = None
         ready = self.kv.prepare(work.request_id, work.generation, work.start, work.end, tokens,
                                 lookahead)
         if ready is None:
@@ -174,7 +184,8 @@ class TorchExecutor:
         self.num_cached_rows_skipped += first - work.start
         sample_here = emits(work.kind, view.num_prompt_tokens, work.end)
         return _Segment(tuple(stream.token_ids[first: work.end]), first,
-                        self.kv.block_table(work.request_id), sample_here)
+                        self.kv.block_table(work.request_id), sample_here, work.request_id,
+                        all_logits)
 
     def _forward(self, segments: list[_Segment],
                  backed: list[tuple[WorkItem, RequestView, bool]]) -> SampledBatch | None:
@@ -182,7 +193,10 @@ class TorchExecutor:
             return None
         batch = pack(segments, self.cache.block_size, self.model.device)
         self.num_computed_rows += batch.num_rows
-        logits = self.model.forward(batch, self.cache)
+        if any(segment.all_logits for segment in segments):
+            logits = self._forward_with_prompt_logprobs(batch, segments)
+        else:
+            logits = self.model.forward(batch, self.cache)
         rows = []
         for work, _, sample_here in backed:
             if sample_here:
@@ -190,6 +204,53 @@ class TorchExecutor:
                 rows.append(SampleRow(stream.params, stream.seed, len(stream.output_token_ids),
                                       stream.token_ids, len(stream.prompt_token_ids)))
         return sample_batch(logits, rows, self._eos)
+
+    def _forward_with_prompt_logprobs(self, batch: PackedBatch,
+                                      segments: list[_Segment]) -> torch.Tensor:
+        """The forward with every row's logits for segments that want prompt
+        logprobs: records them, and returns the sampling rows' logits only."""
+        rows: list[int] = []
+        sample_index: list[int] = []
+        offset = 0
+        for segment in segments:
+            num_rows = len(segment.token_ids)
+            if segment.all_logits:
+                rows.extend(range(offset, offset + num_rows))
+            elif segment.sample:
+                rows.append(offset + num_rows - 1)
+            if segment.sample:
+                sample_index.append(len(rows) - 1)
+            offset += num_rows
+        device = self.model.device
+        batch = dataclasses.replace(batch, sample_rows=torch.tensor(rows, dtype=torch.long,
+                                                                     device=device))
+        logits = self.model.forward(batch, self.cache)
+        first_row = 0
+        for segment in segments:
+            num_rows = len(segment.token_ids) if segment.all_logits else int(segment.sample)
+            if segment.all_logits:
+                self._record_prompt_logprobs(segment, logits[first_row: first_row + num_rows])
+            first_row += num_rows
+        return logits.index_select(0, torch.tensor(sample_index, dtype=torch.long, device=device))
+
+    def _record_prompt_logprobs(self, segment: _Segment, logits: torch.Tensor) -> None:
+        """Row q's logits score prompt token q + 1. Positions already recorded
+        (rows recomputed after a preemption) are skipped."""
+        stream = self.streams[segment.request_id]
+        prompt = stream.prompt_token_ids
+        log_probs = torch.log_softmax(logits.float(), dim=-1)
+        num_top = stream.params.num_top_logprobs
+        top_values, top_ids = log_probs.topk(num_top, dim=-1) if num_top else (None, None)
+        for i in range(log_probs.shape[0]):
+            position = segment.start + i + 1
+            if position >= len(prompt):
+                break
+            if position != len(stream.prompt_logprobs) + 1:
+                continue
+            alternatives: Alternatives = ()
+            if top_values is not None and top_ids is not None:
+                alternatives = tuple(zip(top_ids[i].tolist(), top_values[i].tolist(), strict=True))
+            stream.prompt_logprobs.append((float(log_probs[i, prompt[position]]), alternatives))
 
     def _publish(self, builder: ResultBuilder, backed: list[tuple[WorkItem, RequestView, bool]],
                  sampled: SampledBatch | None) -> None:

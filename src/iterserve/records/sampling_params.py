@@ -25,7 +25,10 @@ class SamplingParams:
     in the prompt or the output. ``min_tokens`` masks the EOS and stop token
     ids until that many tokens were emitted. ``num_top_logprobs`` asks for
     that many most likely alternatives per emitted token (raw model
-    distribution) besides the sampled token's logprob.
+    distribution) besides the sampled token's logprob. ``prompt_logprobs``
+    asks for the logprob (and as many alternatives) of every prompt token
+    after the first; such a request computes its whole prompt, reading no
+    prefix cache.
     """
 
     max_tokens: int = 16
@@ -42,6 +45,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     min_tokens: int = 0
+    prompt_logprobs: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))

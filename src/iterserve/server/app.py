@@ -46,6 +46,7 @@ from iterserve.server.sse import (
     chat_stream,
     completion_logprobs,
     completion_stream,
+    echoed_logprobs,
     usage,
 )
 
@@ -122,7 +123,8 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None,
         num_tokens = sum(len(out.token_ids) for out in outs)
         return JSONResponse(CompletionResponse(
             id=f"cmpl-{started[0][0]}", created=int(time.time()), model=runtime.model_name,
-            choices=completion_choices(runtime, outs, echo_texts, want_logprobs),
+            choices=completion_choices(runtime, outs, echo_texts, want_logprobs,
+                                       [prompts[i // n] for i in range(len(outs))]),
             usage=usage(num_prompt_tokens, num_tokens)).model_dump())
 
     @app.post("/v1/chat/completions", response_model=ChatCompletionResponse, responses=_ERRORS)
@@ -204,12 +206,16 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None,
 
 
 def completion_choices(runtime: Runtime, outs: list[submit.Generation],
-                       echo_texts: tuple[str, ...], want_logprobs: bool) -> list[CompletionChoice]:
+                       echo_texts: tuple[str, ...], want_logprobs: bool,
+                       prompts: list[tuple[int, ...]]) -> list[CompletionChoice]:
     choices = []
     for index, out in enumerate(outs):
         echoed = echo_texts[index] if echo_texts else ""
         logprobs = completion_logprobs(runtime.tokenizer, out.token_ids, out.logprobs,
-                                       out.top_logprobs, len(echoed)) if want_logprobs else None
+                                       out.top_logprobs) if want_logprobs else None
+        if logprobs is not None and echoed:
+            logprobs = echoed_logprobs(runtime.tokenizer, prompts[index], out.prompt_logprobs,
+                                       logprobs)
         choices.append(CompletionChoice(
             index=index, text=echoed + out.text, logprobs=logprobs,
             finish_reason=submit.openai_finish_reason(out.finish_reason)))

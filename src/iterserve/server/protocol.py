@@ -183,8 +183,8 @@ def refused_field(body: SamplingFields) -> tuple[str, str] | None:
                                "structured_outputs"))
     if isinstance(body, CompletionRequest):
         checks.append(("suffix", bool(body.suffix), "suffix (insertion) is not supported"))
-        checks.append(("echo", bool(body.echo) and body.logprobs is not None,
-                       "echo with logprobs (prompt logprobs) is not supported"))
+        checks.append(("echo", bool(body.echo) and body.logprobs is not None and bool(body.stream),
+                       "echo with logprobs is served without streaming only"))
     if isinstance(body, ChatCompletionRequest):
         checks.extend(_chat_checks(body))
     return next(((name, why) for name, bad, why in checks if bad), None)

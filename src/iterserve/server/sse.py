@@ -77,6 +77,24 @@ def completion_logprobs(tokenizer: TextTokenizer, token_ids: Sequence[int],
                               text_offset=offsets)
 
 
+def echoed_logprobs(tokenizer: TextTokenizer, prompt_ids: Sequence[int],
+                    prompt_logprobs: Sequence[tuple[float, tuple[tuple[int, float], ...]]],
+                    output: CompletionLogprobs) -> CompletionLogprobs:
+    """``output`` preceded by the prompt's tokens (echo): the first prompt
+    token has no logprob (``null``), as in OpenAI's and vLLM's responses."""
+    prompt = completion_logprobs(tokenizer, prompt_ids[1:], [lp for lp, _ in prompt_logprobs],
+                                 [alts for _, alts in prompt_logprobs])
+    first = tokenizer.decode(prompt_ids[:1])
+    offsets = [0] + [len(first) + o for o in prompt.text_offset]
+    tokens = [first, *prompt.tokens]
+    end = offsets[-1] + len(tokens[-1])
+    return CompletionLogprobs(
+        tokens=tokens + output.tokens,
+        token_logprobs=[None, *prompt.token_logprobs, *output.token_logprobs],
+        top_logprobs=[None, *(prompt.top_logprobs or []), *(output.top_logprobs or [])],
+        text_offset=offsets + [end + o for o in output.text_offset])
+
+
 def _top_logprob(tokenizer: TextTokenizer, token_id: int, logprob: float) -> TopLogprob:
     token = tokenizer.decode([token_id])
     return TopLogprob(token=token, logprob=logprob, bytes=list(token.encode("utf-8")))

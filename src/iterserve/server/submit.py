@@ -52,6 +52,8 @@ class Generation:
     text: str = ""
     logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[tuple[tuple[int, float], ...]] = field(default_factory=list)
+    prompt_logprobs: list[tuple[float, tuple[tuple[int, float], ...]]] = field(
+        default_factory=list)
     finish_reason: str | None = None
     reason: str | None = None  # why the engine ended it early
 
@@ -60,6 +62,7 @@ class Generation:
         self.text += event.text
         self.logprobs.extend(event.logprobs)
         self.top_logprobs.extend(event.top_logprobs)
+        self.prompt_logprobs.extend(event.prompt_logprobs)
         self.finish_reason = event.finish_reason or self.finish_reason
         self.reason = event.reason or self.reason
 
@@ -168,7 +171,8 @@ def make_submission(body: SamplingFields, prompt_ids: tuple[int, ...], default_m
             presence_penalty=body.presence_penalty or 0.0,
             frequency_penalty=body.frequency_penalty or 0.0,
             repetition_penalty=1.0 if body.repetition_penalty is None else body.repetition_penalty,
-            min_tokens=body.min_tokens or 0)
+            min_tokens=body.min_tokens or 0,
+            prompt_logprobs=isinstance(body, CompletionRequest) and bool(body.echo) and wants_logprobs)
     except ValueError as exc:  # SamplingParams names the field first in its message
         named = str(exc).split(" ", 1)[0]
         raise APIError(400, str(exc),
