@@ -128,7 +128,7 @@ def instrument(llm: Any, clock: PhaseClock,
     loop.advance = timed(clock, "advance", loop.advance)
     engine.policy.choose = timed(clock, "schedule", engine.policy.choose)
     executor_module.pack = timed(clock, "pack", executor_module.pack)
-    for name in ("sample", "sample_ids"):  # whichever the executor calls
+    for name in ("sample", "sample_ids", "sample_batch"):  # whichever the executor calls
         if hasattr(executor_module, name):
             setattr(executor_module, name, timed(clock, "sample", getattr(executor_module, name)))
     llama.rotary_tables = timed(clock, "attn-meta", llama.rotary_tables)

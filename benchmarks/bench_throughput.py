@@ -248,7 +248,8 @@ _BUCKETS: list[tuple[str, Callable[[tuple[str, int, str]], bool]]] = [
     ("        _gather_rows (KV gather)", lambda k: k[2] == "_gather_rows"),
     ("        SDPA kernel", lambda k: "scaled_dot_product_attention" in k[2]),
     ("      cache.write (K/V scatter)", lambda k: k[2] == "write" and "kv_cache" in k[0]),
-    ("    sample", lambda k: k[2] == "sample" and k[0].endswith("sampling.py")),
+    ("    sample", lambda k: k[2] in {"sample", "sample_ids", "sample_batch"}
+     and k[0].endswith("sampling.py")),
     ("    _emit (stop + detokenize)", lambda k: k[2] == "_emit"),
     ("    kv apply_intents/prepare/commit",
      lambda k: k[2] in {"apply_intents", "prepare", "commit"} and "kv_residency" in k[0]),

@@ -57,7 +57,7 @@ from iterserve.policies.registry import policy_for
 from iterserve.records.sampling_params import SamplingParams
 
 POLICIES = FIDELITY_POLICIES
-NUM_BLOCKS, BLOCK_SIZE = FIDELITY_KV.num_blocks, FIDELITY_KV.block_size
+NUM_BLOCKS, BLOCK_SIZE = FIDELITY_KV.num_kv_blocks, FIDELITY_KV.block_size
 TIMER = time.process_time
 CELL_EVERY_S = 0.12  # as the test
 GRIDS = {**GRIDS, "fidelity": FIDELITY_GRID}

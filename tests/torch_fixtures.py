@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["_one_torch_thread", "tiny_dir"]
+__all__ = ["_one_torch_thread", "tiny_dir", "tiny_reference"]
 
 # Nothing here may reach a model hub; transformers must read local files only.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -37,6 +37,15 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from iterserve.model.make_model import make_model
 
     return make_model(tmp_path_factory.mktemp("tiny"), preset="tiny", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_reference(tiny_dir: Path):  # -> transformers LlamaForCausalLM, float32, eval, CPU
+    """The independent reference: transformers' own model on the tiny checkpoint."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).eval()
 
 
 def fail_on_call(executor: object, call: int, error: Exception) -> None:

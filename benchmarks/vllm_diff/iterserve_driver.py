@@ -33,7 +33,7 @@ def workload_document(regime: Regime, trace: list[TraceRequest]) -> dict[str, An
         "workload_id": f"vllm-diff-{regime.name}", "clock": "iteration",
         "capacity": {"max_num_batched_tokens": regime.max_num_batched_tokens,
                      "max_num_seqs": regime.max_num_seqs},
-        "kv": {"num_blocks": regime.num_blocks, "block_size": regime.block_size,
+        "kv": {"num_kv_blocks": regime.num_blocks, "block_size": regime.block_size,
                "preemption_mode": "recompute"},
         "requests": [{"request_id": r.request_id, "arrival": 0, "prompt_tokens": r.prompt_tokens,
                       "max_output_tokens": r.output_tokens, "priority": r.priority}

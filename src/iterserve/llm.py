@@ -77,6 +77,7 @@ class RequestOutput:
 
 
 Prompt = str | Sequence[int]
+Conversation = Sequence[Mapping[str, str]]
 
 
 class LLM:
@@ -140,12 +141,15 @@ class LLM:
             decision_log.write(self.engine.decision_log())
         return outputs
 
-    def chat(self, messages: Sequence[Mapping[str, str]],
-             sampling_params: SamplingParams | None = None,
+    def chat(self, messages: Conversation | Sequence[Conversation],
+             sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
              use_tqdm: bool = False) -> list[RequestOutput]:
-        """One conversation, rendered with the tokenizer's chat template."""
-        ids = self.tokenizer.apply_chat_template(messages)
-        return self.generate([ids], sampling_params, use_tqdm=use_tqdm)
+        """One conversation (a list of messages) or a list of conversations,
+        each rendered with the tokenizer's chat template: one output per
+        conversation, in order (as vLLM's ``LLM.chat``)."""
+        conversations = _as_conversations(messages)
+        batch = [self.tokenizer.apply_chat_template(c) for c in conversations]
+        return self.generate(batch, sampling_params, use_tqdm=use_tqdm)
 
     def _ids(self, prompt: Prompt) -> list[int]:
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
@@ -249,6 +253,18 @@ def _as_prompts(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
     if items and all(isinstance(t, int) for t in items):
         return [[int(t) for t in items]]  # type: ignore[arg-type]
     return items  # type: ignore[return-value]
+
+
+def _as_conversations(messages: Conversation | Sequence[Conversation]) -> list[Conversation]:
+    """A list of messages is one conversation; a list of such lists is many."""
+    items = list(messages)
+    if not items:
+        raise ValueError("chat needs at least one message")
+    if all(isinstance(m, Mapping) for m in items):
+        return [items]  # type: ignore[list-item]
+    if all(isinstance(c, Sequence) and not isinstance(c, str) for c in items):
+        return items  # type: ignore[return-value]
+    raise ValueError("chat takes a list of messages or a list of conversations, not a mix")
 
 
 def _expand(params: SamplingParams | Sequence[SamplingParams] | None,

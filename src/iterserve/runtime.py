@@ -98,16 +98,18 @@ def _load_executor(model_dir: str | Path, config: EngineConfig,
 
 def load_runtime(model_dir: str | Path, config: EngineConfig, *,
                  served_model_name: str | None = None,
-                 observers: Sequence[EngineObserver] = ()) -> Runtime:
+                 observers: Sequence[EngineObserver] = (),
+                 chat_template: str | None = None) -> Runtime:
     """Load the checkpoint (a directory, or a hub id in the local Hugging Face
-    cache: model/hub.py) and start its online engine thread."""
+    cache: model/hub.py) and start its online engine thread; ``chat_template``
+    (a Jinja template's text) replaces the checkpoint's."""
     policy = make_engine_policy(config)  # a bad name or setting fails before any model work
     gate = make_overload_gate(config)
     if config.device.startswith("cuda") and not cuda_available():
         raise ValueError(f"device {config.device!r}: this torch build has no usable CUDA device")
     source = resolve_model(model_dir)
     model_dir = source.path
-    tokenizer = load_tokenizer(model_dir)
+    tokenizer = load_tokenizer(model_dir, chat_template)
     # the engine thread's OpenMP pool must be the process's only one (model/omp_pools.py)
     executor, max_model_len = on_passing_thread(
         lambda: _load_executor(model_dir, config, tokenizer))

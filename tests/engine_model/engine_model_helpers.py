@@ -71,6 +71,8 @@ class EngineRun:
     executor: TorchExecutor
     trace: RunTrace
     preemptions: PreemptionLog
+    prompt_logprobs: list[list[tuple[float, tuple[tuple[int, float], ...]]]] = field(
+        default_factory=list)  # per request, when its params asked
 
 
 def run_engine(
@@ -104,4 +106,5 @@ def run_engine(
         executor,
         trace,
         log,
+        [list(s.prompt_logprobs) for s in streams],
     )

@@ -131,3 +131,25 @@ def test_seeded_sampling_survives_preemption(tiny_model, tiny_tokenizer, prompts
 def _assert_close_logprobs(got, want) -> None:
     for g, w in zip(got, want, strict=True):
         assert max(abs(a - b) for a, b in zip(g, w, strict=True)) < LOGPROB_ATOL
+
+
+@pytest.mark.slow
+def test_prompt_logprobs_are_scored_once_through_recompute_preemption(
+        tiny_model, tiny_tokenizer, prompts) -> None:
+    """A rebuilt request recomputes its prompt rows; their logprobs are not
+    recorded twice, and equal an unconstrained run's."""
+    params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True,
+                            prompt_logprobs=True, num_top_logprobs=2)
+    executor = TorchExecutor(tiny_model, NUM_BLOCKS, BLOCK_SIZE, tiny_tokenizer)
+    kv = KvSpec(num_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE, preemption_mode="recompute")
+    run = run_engine(executor, prompts, "vllm", kv=kv, params=params)
+    want = _unconstrained(tiny_model, tiny_tokenizer, prompts, params)
+    _assert_mid_generation_preemptions(run, IntentKind.PREEMPT_RECOMPUTE)
+    assert run.outputs == want.outputs
+    for got, expected, prompt in zip(run.prompt_logprobs, want.prompt_logprobs, prompts,
+                                     strict=True):
+        assert len(got) == len(expected) == len(prompt) - 1
+        assert [ids for _, alts in got for ids, _ in alts] == \
+            [ids for _, alts in expected for ids, _ in alts]
+        assert max(abs(g - e) for (g, _), (e, _) in zip(got, expected, strict=True)) \
+            < LOGPROB_ATOL

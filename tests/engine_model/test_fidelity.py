@@ -56,7 +56,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.fidelity]
 
 POLICIES = FIDELITY_POLICIES
 BOUNDS = {"mean_ttft": 0.15, "mean_tbt": 0.15, "output_throughput": 0.10}
-NUM_BLOCKS, BLOCK_SIZE = FIDELITY_KV.num_blocks, FIDELITY_KV.block_size
+NUM_BLOCKS, BLOCK_SIZE = FIDELITY_KV.num_kv_blocks, FIDELITY_KV.block_size
 TIMER = time.process_time  # see the module docstring
 CELL_EVERY_S = 0.12  # run CPU seconds between two profile cells: about two grid passes a run
 

@@ -7,7 +7,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iterserve.model.sampling import SampleRow, greedy_token_ids, row_seed, sample, sample_ids
+from iterserve.model.sampling import (
+    SampleRow,
+    greedy_token_ids,
+    row_seed,
+    sample,
+    sample_batch,
+    sample_ids,
+)
 from iterserve.records.sampling_params import SamplingParams
 
 VOCAB = 50
@@ -150,3 +157,47 @@ def test_sample_ids_matches_sample() -> None:
     token_ids, logprobs = sample_ids(logits, rows)
     assert [(s.token_id, s.logprob) for s in sample(logits, rows)] == list(
         zip(token_ids, logprobs, strict=True))
+
+
+def test_repetition_penalty_equals_transformers_processor() -> None:
+    from transformers import RepetitionPenaltyLogitsProcessor
+
+    logits = _logits(3, seed=4)
+    histories = [[1, 5, 5, 9], [2, 3], [7, 7, 7, 40, 1]]
+    params = SamplingParams(temperature=0.0, repetition_penalty=1.7)
+    rows = [SampleRow(params, seed=0, output_index=0, history=h, num_prompt_tokens=2)
+            for h in histories]
+    got = sample_batch(logits, rows).token_ids
+    processor = RepetitionPenaltyLogitsProcessor(1.7)
+    want = [int(processor(torch.tensor([h]), logits[i:i + 1].clone()).argmax())
+            for i, h in enumerate(histories)]
+    assert got == want
+
+
+def test_presence_and_frequency_read_only_the_outputs() -> None:
+    logits = torch.zeros(1, 8)
+    logits[0, 3] = 1.0  # in the prompt only: not penalised
+    logits[0, 5] = 1.2  # output twice: 1.2 - 0.2 - 2 * 0.3 = 0.4
+    params = SamplingParams(temperature=0.0, presence_penalty=0.2, frequency_penalty=0.3)
+    row = SampleRow(params, seed=0, output_index=2, history=[3, 3, 5, 5], num_prompt_tokens=2)
+    assert sample_batch(logits, [row]).token_ids == [3]
+
+
+def test_min_tokens_masks_eos_and_stop_ids_until_reached() -> None:
+    logits = torch.zeros(2, 8)
+    logits[:, 7] = 5.0  # eos
+    logits[:, 6] = 4.0  # a stop token id
+    params = SamplingParams(temperature=0.0, min_tokens=2, stop_token_ids=(6,))
+    rows = [SampleRow(params, seed=0, output_index=i) for i in (1, 2)]
+    assert sample_batch(logits, rows, eos_token_ids=(7,)).token_ids == [0, 7]
+
+
+def test_alternatives_are_the_top_raw_logprobs() -> None:
+    logits = _logits(2, seed=2)
+    rows = [SampleRow(SamplingParams(temperature=0.0, num_top_logprobs=k, repetition_penalty=2.0),
+                      seed=0, output_index=0, history=[0, 1]) for k in (0, 3)]
+    batch = sample_batch(logits, rows)
+    assert batch.alternatives[0] == ()
+    values, ids = torch.log_softmax(logits[1], dim=-1).topk(3)
+    assert [t for t, _ in batch.alternatives[1]] == ids.tolist()
+    assert [lp for _, lp in batch.alternatives[1]] == pytest.approx(values.tolist())

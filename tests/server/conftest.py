@@ -35,9 +35,9 @@ class Served:
 
 @pytest.fixture(scope="module")
 def serve(tiny_dir: Path) -> Iterator[Callable[..., Served]]:
-    """``serve(**EngineConfig overrides, api_key=None, server={ServerSettings
-    fields})`` -> a running server (each call starts a fresh one; all stop
-    when the test module ends)."""
+    """``serve(**EngineConfig overrides, api_key=None, strict_fields=False,
+    chat_template=None, server={ServerSettings fields})`` -> a running server
+    (each call starts a fresh one; all stop when the test module ends)."""
     import uvicorn
 
     from iterserve.llm import EngineConfig
@@ -47,10 +47,12 @@ def serve(tiny_dir: Path) -> Iterator[Callable[..., Served]]:
     started: list[Served] = []
 
     def start(api_key: str | None = None, max_body_bytes: int = 1 << 20,
+              strict_fields: bool = False, chat_template: str | None = None,
               server: dict[str, object] | None = None, **overrides: object) -> Served:
-        config = EngineConfig(**{"kv_blocks": 256, **overrides})  # type: ignore[arg-type]
-        runtime = load_runtime(tiny_dir, config, served_model_name="tiny")
-        app = create_app(runtime, ServerSettings(api_key, max_body_bytes,
+        config = EngineConfig(**{"num_kv_blocks": 256, **overrides})  # type: ignore[arg-type]
+        runtime = load_runtime(tiny_dir, config, served_model_name="tiny",
+                               chat_template=chat_template)
+        app = create_app(runtime, ServerSettings(api_key, max_body_bytes, strict_fields=strict_fields,
                                                  **(server or {})))  # type: ignore[arg-type]
         port = free_port()
         server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,

@@ -64,9 +64,9 @@ CASES = [
     Case("negative token id", 400, "prompt", json=completion(prompt=[-1])),
     Case("unknown field", 400, "unknown field 'best_of_all'", json=completion(best_of_all=3),
          param="best_of_all"),
-    Case("n > 1", 400, "n", json=completion(n=2), param="n"),
-    Case("a repetition penalty", 400, "repetition_penalty",
-         json=completion(repetition_penalty=1.2), param="repetition_penalty"),
+    Case("n past the maximum", 400, "n", json=completion(n=10**3), param="n"),
+    Case("a zero repetition penalty", 400, "repetition_penalty",
+         json=completion(repetition_penalty=0), param="repetition_penalty"),
     Case("negative temperature", 400, "temperature", json=completion(temperature=-1),
          param="temperature"),
     Case("nan temperature", 400, "finite number",
@@ -93,7 +93,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def server(serve):
-    return serve(num_kv_blocks=KV_BLOCKS, max_model_len=MAX_MODEL_LEN)
+    return serve(num_kv_blocks=KV_BLOCKS, max_model_len=MAX_MODEL_LEN, strict_fields=True)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

@@ -124,6 +124,12 @@ def _add_ops_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-client-labels", type=int, default=DEFAULT_MAX_CLIENT_LABELS,
                         help="clients (user / X-Client-Id) with their own /metrics label; the "
                              "rest are counted as 'other' (default: %(default)s)")
+    parser.add_argument("--strict-fields", action="store_true",
+                        help="refuse unknown request fields with a 400 (default: ignore them "
+                             "with one logged warning per field name, as vLLM does)")
+    parser.add_argument("--chat-template", type=Path, default=None, metavar="FILE",
+                        help="a Jinja chat template file to use instead of the checkpoint's")
+    parser.set_defaults(run=run)
 
 
 def builtin_model(cache_dir: Path | None) -> Path:
@@ -254,7 +260,21 @@ def server_settings(args: argparse.Namespace) -> ServerSettings:
         api_key(args), args.max_body_bytes, args.max_client_labels,
         cors_values("allowed-origins", args.allowed_origins, ()),
         cors_values("allowed-methods", args.allowed_methods, ("*",)),
-        cors_values("allowed-headers", args.allowed_headers, ("*",)), args.stats_interval_s)
+        cors_values("allowed-headers", args.allowed_headers, ("*",)), args.stats_interval_s,
+        strict_fields=args.strict_fields)
+
+
+def read_chat_template(path: Path | None) -> str | None:
+    """The --chat-template file's text, or a flag error naming the problem."""
+    if path is None:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FlagError(f"--chat-template {path}: cannot be read ({type(exc).__name__})") from None
+    if not text.strip():
+        raise FlagError(f"--chat-template {path}: the file is empty")
+    return text
 
 
 def run(args: argparse.Namespace) -> int:
@@ -269,13 +289,15 @@ def run(args: argparse.Namespace) -> int:
     settings = server_settings(args)
     source = resolve_model(args.model_dir or builtin_model(args.model_cache_dir))
     config = build_config(args, source.path)
+    chat_template = read_chat_template(args.chat_template)
     make_engine_policy(config)  # a bad policy, setting or gate fails before the port is bound
     make_overload_gate(config)
     sock = bind_socket(args.host, args.port)  # before the model loads (seconds to minutes)
     try:
         configure_logging(args.log_level)
         runtime = load_runtime(source.path, config,
-                               served_model_name=args.served_model_name or source.name)
+                               served_model_name=args.served_model_name or source.name,
+                               chat_template=chat_template)
     except BaseException:
         sock.close()
         raise

@@ -40,6 +40,14 @@ class OutputSource(Protocol):
     @property
     def logprobs(self) -> Sequence[float]: ...
 
+    @property
+    def alternatives(self) -> Sequence[tuple[tuple[int, float], ...]]:
+        """One entry per output token when its params ask for top logprobs, else empty."""
+
+    @property
+    def prompt_logprobs(self) -> Sequence[tuple[float, tuple[tuple[int, float], ...]]]:
+        """(logprob, alternatives) of prompt tokens 1.., when its params ask; else empty."""
+
 
 class StreamPublisher(EngineObserver):
     """Routes engine facts to the sinks registered by the online front."""
@@ -104,8 +112,12 @@ class StreamPublisher(EngineObserver):
         text = source.text
         delta = text[self._num_chars.get(request_id, 0):]
         self._num_chars[request_id] = len(text)
-        self._put(request_id, StreamEvent(request_id, (token_id,), delta, (source.logprobs[-1],),
-                                          (time_s,)))
+        alternatives = source.alternatives
+        top = (alternatives[-1],) if alternatives else ()
+        logprobs = source.logprobs
+        prompt = tuple(source.prompt_logprobs) if len(logprobs) == 1 else ()
+        self._put(request_id, StreamEvent(request_id, (token_id,), delta, (logprobs[-1],),
+                                          (time_s,), top_logprobs=top, prompt_logprobs=prompt))
 
     def _end(self, request_id: str, outcome: str, finish_reason: str, reason: str | None) -> None:
         source = self._sources.pop(request_id, None)

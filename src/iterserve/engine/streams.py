@@ -33,6 +33,8 @@ class StreamEvent:
     which each token was published; ``text`` is the newly visible text
     (never past a stop string). ``reason`` says why a request was rejected
     or aborted (``max_live``, ``shutdown``, an engine error, ...).
+    ``top_logprobs`` has one entry per token, the most likely (token id,
+    logprob) pairs, when the request asked for them; else it is empty.
     """
 
     request_id: str
@@ -43,6 +45,9 @@ class StreamEvent:
     finish_reason: str | None = None
     reason: str | None = None
     is_accepted: bool = False
+    top_logprobs: tuple[tuple[tuple[int, float], ...], ...] = ()
+    # with the first token, when asked: (logprob, alternatives) of prompt tokens 1..
+    prompt_logprobs: tuple[tuple[float, tuple[tuple[int, float], ...]], ...] = ()
 
     @property
     def is_final(self) -> bool:

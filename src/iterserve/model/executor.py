@@ -18,6 +18,7 @@ own forward raises again fail, the others complete this iteration.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -32,8 +33,8 @@ from iterserve.kv.config import BlockManagerConfig
 from iterserve.kv.results import SwapDirection
 from iterserve.model.kv_cache import PagedKVCache
 from iterserve.model.llama import PackedCausalLM
-from iterserve.model.packing import pack
-from iterserve.model.sampling import SampleRow, sample_ids
+from iterserve.model.packing import PackedBatch, pack
+from iterserve.model.sampling import Alternatives, SampleRow, sample_batch
 from iterserve.model.stopping import IncrementalDetokenizer, StopReason, token_stop_reason
 from iterserve.model.tokenizer import TextTokenizer
 from iterserve.records.frontier import emits
@@ -54,6 +55,10 @@ _FINISH = {
 }
 
 
+#: one sampling row's token id, its logprob and its top alternatives
+_Sampled = tuple[int, float, Alternatives]
+
+
 @dataclass(frozen=True, slots=True)
 class _Segment:
     """A planned interval's rows to compute (maybe none: all cached); pack
@@ -63,6 +68,8 @@ class _Segment:
     start: int
     block_ids: tuple[int, ...]
     sample: bool
+    request_id: str = ""
+    all_logits: bool = False  # every row's logits (prompt logprobs), not only the sampling row
 
 
 @dataclass(slots=True)
@@ -76,6 +83,9 @@ class RequestStream:
     token_ids: list[int] = field(default_factory=list)  # prompt + outputs (the logical stream)
     output_token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    alternatives: list[Alternatives] = field(default_factory=list)  # when params ask for them
+    # prompt positions 1.. (position 0 has none): (logprob, alternatives), when params ask
+    prompt_logprobs: list[tuple[float, Alternatives]] = field(default_factory=list)
     stop_reason: StopReason | None = None
 
     @property
@@ -152,7 +162,9 @@ class TorchExecutor:
 
     def _prompt_of(self, request_id: str) -> tuple[int, ...] | None:
         stream = self.streams.get(request_id)
-        return None if stream is None else stream.prompt_token_ids
+        if stream is None or stream.params.prompt_logprobs:  # it must compute every prompt row
+            return None
+        return stream.prompt_token_ids
 
     def capacity(self) -> CapacityFacts:
         return self.kv.facts()
@@ -196,8 +208,11 @@ class TorchExecutor:
         the sampling row never is. None when blocks are short."""
         stream = self.streams[work.request_id]
         fresh = self.kv.key(work.request_id) is None
-        tokens = stream.token_ids[0 if fresh else work.start: work.end]
+        tokens: list[int] | None = stream.token_ids[0 if fresh else work.start: work.end]
         lookahead = stream.token_ids[: view.target] if fresh else None
+        all_logits = stream.params.prompt_logprobs and work.start < view.num_prompt_tokens - 1
+        if stream.params.prompt_logprobs:  # anonymous rows: no prefix hit may skip a prompt row
+            tokens = lookahead = None
         ready = self.kv.prepare(work.request_id, work.generation, work.start, work.end, tokens,
                                 lookahead)
         if ready is None:
@@ -206,10 +221,11 @@ class TorchExecutor:
         self.num_cached_rows_skipped += first - work.start
         sample_here = emits(work.kind, view.num_prompt_tokens, work.end)
         return _Segment(tuple(stream.token_ids[first: work.end]), first,
-                        self.kv.block_table(work.request_id), sample_here)
+                        self.kv.block_table(work.request_id), sample_here, work.request_id,
+                        all_logits)
 
     def _forward(self, segments: list[tuple[_Segment, WorkItem]]
-                 ) -> dict[str, tuple[int, float]]:
+                 ) -> dict[str, _Sampled]:
         """Each sampling request's (token id, logprob); a request whose own
         rows fail to run is in ``self._failures`` instead."""
         if not segments:
@@ -224,7 +240,7 @@ class TorchExecutor:
                 return {}
             logger.warning("a packed forward of %d requests failed; running them one at a "
                            "time to find the failing ones", len(segments), exc_info=exc)
-        sampled: dict[str, tuple[int, float]] = {}
+        sampled: dict[str, _Sampled] = {}
         for one in segments:
             try:
                 sampled.update(self._run([one]))
@@ -232,22 +248,74 @@ class TorchExecutor:
                 self._failures[one[1].request_id] = exc
         return sampled
 
-    def _run(self, segments: list[tuple[_Segment, WorkItem]]) -> dict[str, tuple[int, float]]:
-        batch = pack([segment for segment, _ in segments], self.cache.block_size,
-                     self.model.device)
-        logits = self.model.forward(batch, self.cache)
+    def _run(self, segments: list[tuple[_Segment, WorkItem]]) -> dict[str, _Sampled]:
+        only = [segment for segment, _ in segments]
+        batch = pack(only, self.cache.block_size, self.model.device)
+        if any(segment.all_logits for segment in only):
+            logits = self._forward_with_prompt_logprobs(batch, only)
+        else:
+            logits = self.model.forward(batch, self.cache)
         self.num_computed_rows += batch.num_rows
         rows, sampling_ids = [], []
         for segment, work in segments:
             if segment.sample:
                 stream = self.streams[work.request_id]
-                rows.append(SampleRow(stream.params, stream.seed, len(stream.output_token_ids)))
+                rows.append(SampleRow(stream.params, stream.seed, len(stream.output_token_ids),
+                                      stream.token_ids, len(stream.prompt_token_ids)))
                 sampling_ids.append(work.request_id)
-        token_ids, logprobs = sample_ids(logits, rows)
-        return dict(zip(sampling_ids, zip(token_ids, logprobs, strict=True), strict=True))
+        sampled = sample_batch(logits, rows, self._eos)
+        return dict(zip(sampling_ids, zip(sampled.token_ids, sampled.logprobs,
+                                          sampled.alternatives, strict=True), strict=True))
+
+    def _forward_with_prompt_logprobs(self, batch: PackedBatch,
+                                      segments: list[_Segment]) -> torch.Tensor:
+        """The forward with every row's logits for segments that want prompt
+        logprobs: records them, and returns the sampling rows' logits only."""
+        rows: list[int] = []
+        sample_index: list[int] = []
+        offset = 0
+        for segment in segments:
+            num_rows = len(segment.token_ids)
+            if segment.all_logits:
+                rows.extend(range(offset, offset + num_rows))
+            elif segment.sample:
+                rows.append(offset + num_rows - 1)
+            if segment.sample:
+                sample_index.append(len(rows) - 1)
+            offset += num_rows
+        device = self.model.device
+        batch = dataclasses.replace(batch, sample_rows=torch.tensor(rows, dtype=torch.long,
+                                                                     device=device))
+        logits = self.model.forward(batch, self.cache)
+        first_row = 0
+        for segment in segments:
+            num_rows = len(segment.token_ids) if segment.all_logits else int(segment.sample)
+            if segment.all_logits:
+                self._record_prompt_logprobs(segment, logits[first_row: first_row + num_rows])
+            first_row += num_rows
+        return logits.index_select(0, torch.tensor(sample_index, dtype=torch.long, device=device))
+
+    def _record_prompt_logprobs(self, segment: _Segment, logits: torch.Tensor) -> None:
+        """Row q's logits score prompt token q + 1. Positions already recorded
+        (rows recomputed after a preemption) are skipped."""
+        stream = self.streams[segment.request_id]
+        prompt = stream.prompt_token_ids
+        log_probs = torch.log_softmax(logits.float(), dim=-1)
+        num_top = stream.params.num_top_logprobs
+        top_values, top_ids = log_probs.topk(num_top, dim=-1) if num_top else (None, None)
+        for i in range(log_probs.shape[0]):
+            position = segment.start + i + 1
+            if position >= len(prompt):
+                break
+            if position != len(stream.prompt_logprobs) + 1:
+                continue
+            alternatives: Alternatives = ()
+            if top_values is not None and top_ids is not None:
+                alternatives = tuple(zip(top_ids[i].tolist(), top_values[i].tolist(), strict=True))
+            stream.prompt_logprobs.append((float(log_probs[i, prompt[position]]), alternatives))
 
     def _publish(self, builder: ResultBuilder, backed: list[tuple[WorkItem, RequestView, bool]],
-                 sampled: dict[str, tuple[int, float]]) -> None:
+                 sampled: dict[str, _Sampled]) -> None:
         """Hand every backed interval to the builder, with its sampled token
         and the stop that token triggers where the interval emits: one
         :meth:`ResultBuilder.complete_rows` call for the step (the same facts
@@ -263,7 +331,9 @@ class TorchExecutor:
             token_id: int | None = None
             stop: FinishReason | None = None
             if sample_here and rid not in failures:
-                token_id, logprob = sampled[rid]
+                token_id, logprob, alternatives = sampled[rid]
+                if streams[rid].params.num_top_logprobs:
+                    streams[rid].alternatives.append(alternatives)
                 try:
                     stop = self._emit(streams[rid], token_id, logprob)
                 except Exception as exc:  # its detokenizer or stop strings: fail it alone

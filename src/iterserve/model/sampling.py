@@ -17,8 +17,10 @@ import torch
 
 from iterserve.records.sampling_params import SamplingParams
 
-__all__ = ["SampleRow", "SampledToken", "SamplingParams", "greedy_token_ids", "row_seed",
-           "sample", "sample_ids"]
+__all__ = ["SampleRow", "SampledBatch", "SampledToken", "SamplingParams", "greedy_token_ids",
+           "row_seed", "sample", "sample_batch", "sample_ids"]
+
+Alternatives = tuple[tuple[int, float], ...]  # (token id, logprob), most likely first
 
 _MASK_64 = (1 << 64) - 1
 
@@ -29,11 +31,15 @@ class SampleRow:
 
     seed: the request's resolved seed (params.seed, or one drawn by the engine).
     output_index: 0-based index of the output token being sampled.
+    history: the prompt then the outputs so far (read only when the params
+    have penalties); its first ``num_prompt_tokens`` are the prompt.
     """
 
     params: SamplingParams
     seed: int
     output_index: int
+    history: Sequence[int] = ()
+    num_prompt_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,20 +66,89 @@ def sample(logits: torch.Tensor, rows: Sequence[SampleRow]) -> list[SampledToken
             for t, lp in zip(token_ids, logprobs, strict=True)]
 
 
+@dataclass(frozen=True, slots=True)
+class SampledBatch:
+    """One entry per row: the token, its logprob, and the row's most likely
+    alternatives (empty unless its params ask for ``num_top_logprobs``).
+    Logprobs are of the raw model distribution, as vLLM's default reports."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    alternatives: list[Alternatives]
+
+
 def sample_ids(logits: torch.Tensor, rows: Sequence[SampleRow]) -> tuple[list[int], list[float]]:
     """:func:`sample` as two plain lists (token ids, logprobs), one entry per
-    row: what the executor's hot path reads, without an object per row."""
+    row, without an object per row."""
+    batch = sample_batch(logits, rows)
+    return batch.token_ids, batch.logprobs
+
+
+def sample_batch(logits: torch.Tensor, rows: Sequence[SampleRow],
+                 eos_token_ids: Sequence[int] = ()) -> SampledBatch:
+    """Penalties and min_tokens masks (rows that ask), then greedy or seeded
+    random choice; ``eos_token_ids`` are what ``min_tokens`` holds back."""
     if logits.shape[0] != len(rows):
         raise ValueError(f"{logits.shape[0]} logits rows but {len(rows)} sample rows")
-    logits = logits.float()
+    raw = logits.float()
+    logits = _processed(raw, rows, eos_token_ids)
     token_ids = greedy_token_ids(logits)
     random_rows = [i for i, row in enumerate(rows) if not row.params.is_greedy]
     if random_rows:
         index = torch.tensor(random_rows, device=logits.device)
         drawn = _sample_random(logits.index_select(0, index), [rows[i] for i in random_rows])
         token_ids = token_ids.index_copy(0, index, drawn.to(token_ids.device))
-    logprobs = torch.log_softmax(logits, dim=-1).gather(1, token_ids[:, None])[:, 0]
-    return token_ids.tolist(), logprobs.tolist()
+    log_probs = torch.log_softmax(raw, dim=-1)
+    logprobs = log_probs.gather(1, token_ids[:, None])[:, 0]
+    return SampledBatch(token_ids.tolist(), logprobs.tolist(), _alternatives(log_probs, rows))
+
+
+def _processed(logits: torch.Tensor, rows: Sequence[SampleRow],
+               eos_token_ids: Sequence[int]) -> torch.Tensor:
+    """``logits`` with each asking row's penalties and min_tokens mask
+    applied (a copy; the same tensor when no row asks)."""
+    asking = [i for i, row in enumerate(rows) if row.params.wants_logits_processing]
+    if not asking:
+        return logits
+    logits = logits.clone()
+    for i in asking:
+        _process_row(logits[i], rows[i], eos_token_ids)
+    return logits
+
+
+def _process_row(row_logits: torch.Tensor, row: SampleRow, eos_token_ids: Sequence[int]) -> None:
+    """In place, transformers' RepetitionPenaltyLogitsProcessor over prompt
+    and outputs, then OpenAI's presence / frequency penalties over outputs,
+    then the min_tokens mask."""
+    params = row.params
+    device = row_logits.device
+    if params.repetition_penalty != 1.0 and row.history:
+        seen = torch.tensor(sorted(set(row.history)), device=device)
+        score = row_logits[seen]
+        row_logits[seen] = torch.where(score < 0, score * params.repetition_penalty,
+                                       score / params.repetition_penalty)
+    outputs = row.history[row.num_prompt_tokens:]
+    if outputs and (params.presence_penalty or params.frequency_penalty):
+        vocab_size = row_logits.shape[0]
+        counts = torch.bincount(torch.tensor(list(outputs), device=device),
+                                minlength=vocab_size)[:vocab_size].float()
+        row_logits -= params.frequency_penalty * counts + params.presence_penalty * (counts > 0)
+    if row.output_index < params.min_tokens:
+        held = [*(() if params.ignore_eos else eos_token_ids), *params.stop_token_ids]
+        held = [t for t in held if t < row_logits.shape[0]]
+        if held:
+            row_logits[torch.tensor(held, device=device)] = float("-inf")
+
+
+def _alternatives(log_probs: torch.Tensor, rows: Sequence[SampleRow]) -> list[Alternatives]:
+    max_k = max((row.params.num_top_logprobs for row in rows), default=0)
+    if max_k == 0:
+        return [()] * len(rows)
+    values, ids = log_probs.topk(min(max_k, log_probs.shape[1]), dim=-1)
+    values_list, ids_list = values.tolist(), ids.tolist()
+    return [tuple(zip(ids_list[i][:row.params.num_top_logprobs],
+                      values_list[i][:row.params.num_top_logprobs], strict=True))
+            for i, row in enumerate(rows)]
 
 
 def greedy_token_ids(logits: torch.Tensor) -> torch.Tensor:

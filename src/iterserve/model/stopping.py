@@ -34,12 +34,15 @@ def token_stop_reason(
 ) -> StopReason | None:
     """Why generation ends at this token (token-level rules only), or None.
 
-    `num_output_tokens` counts outputs including `token_id`.
+    `num_output_tokens` counts outputs including `token_id`; the first
+    ``params.min_tokens`` outputs never stop on EOS or a stop token (the
+    sampler masks them too).
     """
-    if not params.ignore_eos and token_id in eos_token_ids:
-        return StopReason.EOS
-    if token_id in params.stop_token_ids:
-        return StopReason.STOP_TOKEN
+    if num_output_tokens > params.min_tokens:
+        if not params.ignore_eos and token_id in eos_token_ids:
+            return StopReason.EOS
+        if token_id in params.stop_token_ids:
+            return StopReason.STOP_TOKEN
     if num_output_tokens >= params.max_tokens:
         return StopReason.MAX_TOKENS
     return None

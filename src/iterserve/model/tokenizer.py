@@ -65,6 +65,10 @@ class HFTokenizer:
         return int(self._tokenizer.get_vocab_size())
 
     @property
+    def chat_template(self) -> str | None:
+        return self._chat_template
+
+    @property
     def bos_token_id(self) -> int | None:
         return self._bos_token_id
 
@@ -89,15 +93,26 @@ class HFTokenizer:
 
             self._chat_renderer = AutoTokenizer.from_pretrained(self._model_dir,
                                                                 local_files_only=True)
-        text = self._chat_renderer.apply_chat_template(
-            [dict(m) for m in messages], tokenize=False, add_generation_prompt=add_generation_prompt
-        )
+        from jinja2 import TemplateError
+
+        try:
+            text = self._chat_renderer.apply_chat_template(
+                [dict(m) for m in messages], tokenize=False,
+                add_generation_prompt=add_generation_prompt, chat_template=self._chat_template)
+        except TemplateError as exc:  # the template's own raise_exception, or a syntax error
+            raise ValueError(f"the chat template failed: {exc}") from None
         return self.encode(str(text), add_special_tokens=False)
 
 
-def load_tokenizer(model_dir: Path | str) -> HFTokenizer:
+def load_tokenizer(model_dir: Path | str, chat_template: str | None = None) -> HFTokenizer:
     """Read `tokenizer.json` (else a sentencepiece `tokenizer.model`, converted
-    through transformers) and the special tokens declared beside it."""
+    through transformers) and the special tokens declared beside it.
+
+    The chat template is ``chat_template`` when given (``--chat-template``),
+    else read as transformers 5 reads it: ``chat_template.jinja`` beside the
+    tokenizer wins over ``tokenizer_config.json``'s ``chat_template`` (a
+    string, or a list of named templates whose ``default`` is used).
+    """
     model_dir = Path(model_dir)
     tokenizer_path = model_dir / "tokenizer.json"
     settings = _optional_json(model_dir / "tokenizer_config.json")
@@ -112,10 +127,26 @@ def load_tokenizer(model_dir: Path | str) -> HFTokenizer:
     for name in ("generation_config.json", "config.json"):
         eos_ids.extend(_as_ids(_optional_json(model_dir / name).get("eos_token_id")))
     unique_eos = tuple(dict.fromkeys(i for i in eos_ids if i is not None))
+    template = chat_template if chat_template is not None else _directory_template(
+        model_dir, settings)
+    return HFTokenizer(tokenizer, model_dir, bos_id, unique_eos, template)
+
+
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+
+
+def _directory_template(model_dir: Path, settings: Mapping[str, Any]) -> str | None:
+    path = model_dir / CHAT_TEMPLATE_FILE
+    if path.is_file():
+        try:
+            return path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise CheckpointError(f"{path} is unreadable: {type(error).__name__}") from None
     template = settings.get("chat_template")
-    return HFTokenizer(
-        tokenizer, model_dir, bos_id, unique_eos, template if isinstance(template, str) else None
-    )
+    if isinstance(template, list):  # [{"name": ..., "template": ...}, ...]
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default")
+    return template if isinstance(template, str) else None
 
 
 def _read_tokenizer_json(path: Path) -> Tokenizer:

@@ -23,34 +23,43 @@ from iterserve.server import submit
 from iterserve.server.access_log import AccessLog, note_request
 from iterserve.server.client_labels import DEFAULT_MAX_CLIENT_LABELS
 from iterserve.server.errors import APIError, install_error_handlers
+from iterserve.server.fields import FieldPolicy
 from iterserve.server.guard import BodyLimit, Gatekeeper
 from iterserve.server.metrics import ServerMetrics
 from iterserve.server.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
+)
+from iterserve.server.responses import (
     AssistantMessage,
     ChatChoice,
-    ChatCompletionRequest,
     ChatCompletionResponse,
     CompletionChoice,
-    CompletionRequest,
     CompletionResponse,
+    DetokenizeResponse,
     ErrorResponse,
     Health,
     ModelCard,
     ModelList,
+    TokenizeResponse,
     Version,
 )
 from iterserve.server.sse import (
+    StreamSettings,
     chat_logprobs,
     chat_stream,
     completion_logprobs,
     completion_stream,
+    echoed_logprobs,
     usage,
 )
 from iterserve.server.stats_log import StatsLine, log_stats
 
 _CLIENT_ID = re.compile(r"^[\x21-\x7e]{1,128}$")  # printable ASCII, no spaces
 _ERRORS: dict[int | str, dict[str, object]] = {
-    code: {"model": ErrorResponse} for code in (400, 401, 413, 429, 503)}
+    code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 429, 503)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +80,7 @@ class ServerSettings:
             raise ValueError(f"max_client_labels must be >= 0, got {self.max_client_labels}")
         if not self.stats_interval_s >= 0:
             raise ValueError(f"stats_interval_s must be >= 0, got {self.stats_interval_s}")
+    strict_fields: bool = False  # unknown request fields are a 400 instead of ignored
 
 
 def client_identity(user: str | None, header: str | None) -> str:
@@ -125,68 +135,112 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None,
     created = int(time.time())
     mailboxes = submit.Mailboxes()  # one loop wake-up per engine step for all streams
 
-    def check_model(name: str) -> None:
-        if name != runtime.model_name:
+    fields = FieldPolicy(settings.strict_fields)
+    app.state.fields = fields  # fields.ignored: requests per ignored field name (a Counter)
+
+    def check_model(name: str | None) -> None:
+        if name is not None and name != runtime.model_name:
             raise APIError(404, f"the model {name!r} does not exist; this server serves "
                                 f"{runtime.model_name!r}", param="model", code="model_not_found")
+
+    def stream_settings(body: CompletionRequest | ChatCompletionRequest, num_prompt_tokens: int,
+                        want_logprobs: bool, echo_texts: tuple[str, ...] = ()) -> StreamSettings:
+        options = body.stream_options
+        return StreamSettings(num_prompt_tokens, bool(options and options.include_usage),
+                              bool(options and options.continuous_usage_stats), want_logprobs,
+                              echo_texts)
 
     @app.post("/v1/completions", response_model=CompletionResponse, responses=_ERRORS)
     async def completions(body: CompletionRequest, request: Request,
                           x_client_id: str | None = Header(default=None)) -> Response:
         gate.admit(request)
         check_model(body.model)
+        fields.check(body)
         client = client_identity(body.user, x_client_id)
-        ids = submit.completion_prompt(body, runtime)
-        sub = submit.make_submission(body, ids, body.max_tokens,
-                                     submit.DEFAULT_COMPLETION_MAX_TOKENS, client)
-        request_id, stream = await submit.start(runtime, sub, mailboxes)
-        note_request(request, request_id, client)
+        prompts = submit.completion_prompts(body, runtime)
+        subs = submit.submissions(body, prompts, submit.DEFAULT_COMPLETION_MAX_TOKENS, client)
+        n = body.num_choices_per_prompt
+        echo_texts = tuple(echo_text(body, runtime, prompts, i // n) for i in range(len(subs))) \
+            if body.echo else ()
         want_logprobs = body.logprobs is not None
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        if body.stream:
-            return StreamingResponse(completion_stream(runtime, request_id, stream, len(ids),
-                                                       include_usage, want_logprobs),
+        num_prompt_tokens = sum(len(ids) for ids in prompts)
+        started = await submit.start_all(runtime, subs, mailboxes)
+        for request_id, _ in started:
+            note_request(request, request_id, client)
+        if body.wants_stream:
+            settings_ = stream_settings(body, num_prompt_tokens, want_logprobs, echo_texts)
+            return StreamingResponse(completion_stream(runtime, started, settings_),
                                      media_type="text/event-stream")
-        out = await submit.collect(runtime, request_id, stream, request.is_disconnected)
-        logprobs = completion_logprobs(runtime.tokenizer, out.token_ids, out.logprobs) \
-            if want_logprobs else None
-        choice = CompletionChoice(text=out.text, logprobs=logprobs,
-                                  finish_reason=submit.openai_finish_reason(out.finish_reason))
+        outs = await submit.collect_all(runtime, started, request.is_disconnected)
+        num_tokens = sum(len(out.token_ids) for out in outs)
         return JSONResponse(CompletionResponse(
-            id=f"cmpl-{request_id}", created=int(time.time()), model=runtime.model_name,
-            choices=[choice], usage=usage(len(ids), len(out.token_ids))).model_dump())
+            id=f"cmpl-{started[0][0]}", created=int(time.time()), model=runtime.model_name,
+            choices=completion_choices(runtime, outs, echo_texts, want_logprobs,
+                                       [prompts[i // n] for i in range(len(outs))]),
+            usage=usage(num_prompt_tokens, num_tokens)).model_dump())
 
     @app.post("/v1/chat/completions", response_model=ChatCompletionResponse, responses=_ERRORS)
     async def chat(body: ChatCompletionRequest, request: Request,
                    x_client_id: str | None = Header(default=None)) -> Response:
         gate.admit(request)
         check_model(body.model)
+        fields.check(body)
         client = client_identity(body.user, x_client_id)
         ids = submit.chat_prompt(body, runtime)
-        max_tokens = body.max_completion_tokens or body.max_tokens
-        sub = submit.make_submission(body, ids, max_tokens, submit.DEFAULT_CHAT_MAX_TOKENS,
-                                     client)
-        request_id, stream = await submit.start(runtime, sub, mailboxes)
-        note_request(request, request_id, client)
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        if body.stream:
-            return StreamingResponse(chat_stream(runtime, request_id, stream, len(ids),
-                                                 include_usage, body.logprobs),
-                                     media_type="text/event-stream")
-        out = await submit.collect(runtime, request_id, stream, request.is_disconnected)
-        logprobs = chat_logprobs(runtime.tokenizer, out.token_ids, out.logprobs) \
-            if body.logprobs else None
-        choice = ChatChoice(message=AssistantMessage(content=out.text), logprobs=logprobs,
-                            finish_reason=submit.openai_finish_reason(out.finish_reason))
+        subs = submit.submissions(body, [ids], submit.DEFAULT_CHAT_MAX_TOKENS, client)
+        started = await submit.start_all(runtime, subs, mailboxes)
+        for request_id, _ in started:
+            note_request(request, request_id, client)
+        want_logprobs = bool(body.logprobs)
+        if body.wants_stream:
+            return StreamingResponse(
+                chat_stream(runtime, started, stream_settings(body, len(ids), want_logprobs)),
+                media_type="text/event-stream")
+        outs = await submit.collect_all(runtime, started, request.is_disconnected)
+        choices = [ChatChoice(
+            index=index, message=AssistantMessage(content=out.text),
+            logprobs=chat_logprobs(runtime.tokenizer, out.token_ids, out.logprobs,
+                                   out.top_logprobs) if want_logprobs else None,
+            finish_reason=submit.openai_finish_reason(out.finish_reason))
+            for index, out in enumerate(outs)]
+        num_tokens = sum(len(out.token_ids) for out in outs)
         return JSONResponse(ChatCompletionResponse(
-            id=f"chatcmpl-{request_id}", created=int(time.time()), model=runtime.model_name,
-            choices=[choice], usage=usage(len(ids), len(out.token_ids))).model_dump())
+            id=f"chatcmpl-{started[0][0]}", created=int(time.time()), model=runtime.model_name,
+            choices=choices, usage=usage(len(ids), num_tokens)).model_dump())
+
+    def card() -> ModelCard:
+        return ModelCard(id=runtime.model_name, created=created, root=runtime.model_name,
+                         max_model_len=runtime.max_model_len)
 
     @app.get("/v1/models", response_model=ModelList, responses=_ERRORS)
     async def models(request: Request) -> ModelList:
         gate.check_key(request)
-        return ModelList(data=[ModelCard(id=runtime.model_name, created=created,
-                                         max_model_len=runtime.max_model_len)])
+        return ModelList(data=[card()])
+
+    @app.get("/v1/models/{model_id:path}", response_model=ModelCard, responses=_ERRORS)
+    async def model(model_id: str, request: Request) -> ModelCard:
+        gate.check_key(request)
+        check_model(model_id)
+        return card()
+
+    @app.post("/tokenize", response_model=TokenizeResponse, responses=_ERRORS)
+    async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
+        gate.check_key(request)
+        check_model(body.model)
+        fields.check(body)
+        ids = tokenize_body(body, runtime)
+        strs = [runtime.tokenizer.decode([t], False) for t in ids] \
+            if body.return_token_strs else None
+        return TokenizeResponse(count=len(ids), max_model_len=runtime.max_model_len,
+                                tokens=list(ids), token_strs=strs)
+
+    @app.post("/detokenize", response_model=DetokenizeResponse, responses=_ERRORS)
+    async def detokenize(body: DetokenizeRequest, request: Request) -> DetokenizeResponse:
+        gate.check_key(request)
+        check_model(body.model)
+        fields.check(body)
+        ids = submit.checked_ids(body.tokens, runtime, "tokens")
+        return DetokenizeResponse(prompt=runtime.tokenizer.decode(ids))
 
     @app.get("/health", response_model=Health, responses={503: {"model": Health}})
     async def health() -> Response:
@@ -203,3 +257,43 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None,
         return Response(metrics.render(), media_type=metrics.content_type)
 
     return app
+
+
+def completion_choices(runtime: Runtime, outs: list[submit.Generation],
+                       echo_texts: tuple[str, ...], want_logprobs: bool,
+                       prompts: list[tuple[int, ...]]) -> list[CompletionChoice]:
+    choices = []
+    for index, out in enumerate(outs):
+        echoed = echo_texts[index] if echo_texts else ""
+        logprobs = completion_logprobs(runtime.tokenizer, out.token_ids, out.logprobs,
+                                       out.top_logprobs) if want_logprobs else None
+        if logprobs is not None and echoed:
+            logprobs = echoed_logprobs(runtime.tokenizer, prompts[index], out.prompt_logprobs,
+                                       logprobs)
+        choices.append(CompletionChoice(
+            index=index, text=echoed + out.text, logprobs=logprobs,
+            finish_reason=submit.openai_finish_reason(out.finish_reason)))
+    return choices
+
+
+def echo_text(body: CompletionRequest, runtime: Runtime, prompts: list[tuple[int, ...]],
+              index: int) -> str:
+    """Prompt ``index`` as echoed before its choices: the string sent, or
+    its token ids decoded."""
+    prompt = body.prompt
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt[index], str):
+        return str(prompt[index])
+    return runtime.tokenizer.decode(prompts[index])
+
+
+def tokenize_body(body: TokenizeRequest, runtime: Runtime) -> tuple[int, ...]:
+    """vLLM's /tokenize: exactly one of ``prompt`` and ``messages``."""
+    if (body.prompt is None) == (body.messages is None):
+        raise APIError(400, "send exactly one of prompt and messages", param="prompt")
+    if body.messages is not None:
+        return submit.render_chat(submit.template_messages(body.messages), runtime,
+                                  body.add_generation_prompt is not False)
+    add_special_tokens = body.add_special_tokens is not False
+    return tuple(runtime.tokenizer.encode(body.prompt or "", add_special_tokens))

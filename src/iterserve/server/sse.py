@@ -1,20 +1,25 @@
-"""Server-sent event bodies for streamed completions (final ``data: [DONE]``).
+"""Server-sent event bodies for streamed completions (final ``data: [DONE]``),
+and the logprobs objects both endpoints return.
 
-The generators own their request: when the client goes away mid-stream
-(the generator is closed or cancelled) the request is aborted, which frees
-its KV blocks at the next cut (0x0C)."""
+The generators own their requests: when the client goes away mid-stream
+(the generator is closed or cancelled) every unfinished request is aborted,
+which frees its KV blocks at the next cut (0x0C). A request with several
+choices (``n > 1``, batched prompts) streams each choice's events as they
+come, tagged with the choice index, as OpenAI does."""
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 
 from pydantic import BaseModel
 
 from iterserve.engine.streams import AsyncOutputStream, StreamEvent
 from iterserve.model.tokenizer import TextTokenizer
 from iterserve.runtime import Runtime
-from iterserve.server.protocol import (
+from iterserve.server.responses import (
     ChatChunkChoice,
     ChatCompletionChunk,
     ChatDelta,
@@ -23,9 +28,24 @@ from iterserve.server.protocol import (
     CompletionChoice,
     CompletionLogprobs,
     CompletionResponse,
+    TopLogprob,
     Usage,
 )
 from iterserve.server.submit import openai_finish_reason
+
+Started = Sequence[tuple[str, AsyncOutputStream]]  # (request id, stream) per choice
+TopLogprobs = Sequence[tuple[tuple[int, float], ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSettings:
+    """What one streamed response carries besides the text."""
+
+    num_prompt_tokens: int  # all prompts of the request, each counted once
+    include_usage: bool = False
+    continuous_usage: bool = False  # usage (so far) on every chunk, as vLLM's option
+    want_logprobs: bool = False
+    echo_texts: tuple[str, ...] = ()  # per choice, sent first (completions' echo)
 
 
 def sse(payload: BaseModel | str) -> str:
@@ -38,71 +58,157 @@ def usage(num_prompt_tokens: int, num_completion_tokens: int) -> Usage:
                  total_tokens=num_prompt_tokens + num_completion_tokens)
 
 
-def completion_logprobs(tokenizer: TextTokenizer, token_ids: list[int] | tuple[int, ...],
-                        logprobs: list[float] | tuple[float, ...]) -> CompletionLogprobs:
-    return CompletionLogprobs(tokens=[tokenizer.decode([t]) for t in token_ids],
-                              token_logprobs=list(logprobs))
+def completion_logprobs(tokenizer: TextTokenizer, token_ids: Sequence[int],
+                        logprobs: Sequence[float], top: TopLogprobs = (),
+                        first_offset: int = 0) -> CompletionLogprobs:
+    """OpenAI's legacy shape: each token's text, logprob, character offset
+    and a dict of alternatives (the sampled token and the top ones)."""
+    tokens = [tokenizer.decode([t]) for t in token_ids]
+    offsets, offset = [], first_offset
+    for token in tokens:
+        offsets.append(offset)
+        offset += len(token)
+    tops: list[dict[str, float] | None] = []
+    for i, (token, logprob) in enumerate(zip(tokens, logprobs, strict=True)):
+        alternatives = {tokenizer.decode([t]): lp for t, lp in (top[i] if i < len(top) else ())}
+        alternatives.setdefault(token, logprob)
+        tops.append(alternatives)
+    return CompletionLogprobs(tokens=tokens, token_logprobs=list(logprobs), top_logprobs=tops,
+                              text_offset=offsets)
 
 
-def chat_logprobs(tokenizer: TextTokenizer, token_ids: list[int] | tuple[int, ...],
-                  logprobs: list[float] | tuple[float, ...]) -> ChatLogprobs:
-    return ChatLogprobs(content=[ChatTokenLogprob(token=tokenizer.decode([t]), logprob=lp)
-                                 for t, lp in zip(token_ids, logprobs, strict=True)])
+def echoed_logprobs(tokenizer: TextTokenizer, prompt_ids: Sequence[int],
+                    prompt_logprobs: Sequence[tuple[float, tuple[tuple[int, float], ...]]],
+                    output: CompletionLogprobs) -> CompletionLogprobs:
+    """``output`` preceded by the prompt's tokens (echo): the first prompt
+    token has no logprob (``null``), as in OpenAI's and vLLM's responses."""
+    prompt = completion_logprobs(tokenizer, prompt_ids[1:], [lp for lp, _ in prompt_logprobs],
+                                 [alts for _, alts in prompt_logprobs])
+    first = tokenizer.decode(prompt_ids[:1])
+    offsets = [0] + [len(first) + o for o in prompt.text_offset]
+    tokens = [first, *prompt.tokens]
+    end = offsets[-1] + len(tokens[-1])
+    return CompletionLogprobs(
+        tokens=tokens + output.tokens,
+        token_logprobs=[None, *prompt.token_logprobs, *output.token_logprobs],
+        top_logprobs=[None, *(prompt.top_logprobs or []), *(output.top_logprobs or [])],
+        text_offset=offsets + [end + o for o in output.text_offset])
 
 
-async def _events(runtime: Runtime, request_id: str,
-                  stream: AsyncOutputStream) -> AsyncIterator[StreamEvent]:
-    finished = False
-    try:
+def _top_logprob(tokenizer: TextTokenizer, token_id: int, logprob: float) -> TopLogprob:
+    token = tokenizer.decode([token_id])
+    return TopLogprob(token=token, logprob=logprob, bytes=list(token.encode("utf-8")))
+
+
+def chat_logprobs(tokenizer: TextTokenizer, token_ids: Sequence[int], logprobs: Sequence[float],
+                  top: TopLogprobs = ()) -> ChatLogprobs:
+    content = []
+    for i, (token_id, logprob) in enumerate(zip(token_ids, logprobs, strict=True)):
+        sampled = _top_logprob(tokenizer, token_id, logprob)
+        content.append(ChatTokenLogprob(
+            token=sampled.token, logprob=logprob, bytes=sampled.bytes,
+            top_logprobs=[_top_logprob(tokenizer, t, lp) for t, lp in
+                          (top[i] if i < len(top) else ())]))
+    return ChatLogprobs(content=content)
+
+
+async def merged_events(runtime: Runtime,
+                        started: Started) -> AsyncIterator[tuple[int, StreamEvent]]:
+    """(choice index, event) as each choice's events arrive; the requests
+    still running when the consumer stops are aborted."""
+    finished: set[int] = set()
+    if len(started) == 1:  # one choice: no fan-in task on the per-token path
+        try:
+            async for event in started[0][1]:
+                if event.is_final:
+                    finished.add(0)
+                yield 0, event
+        finally:
+            _abort_unfinished(runtime, started, finished)
+        return
+    queue: asyncio.Queue[tuple[int, StreamEvent]] = asyncio.Queue()
+
+    async def pump(index: int, stream: AsyncOutputStream) -> None:
         async for event in stream:
-            finished = event.is_final
-            yield event
+            queue.put_nowait((index, event))
+
+    tasks = [asyncio.ensure_future(pump(i, stream)) for i, (_, stream) in enumerate(started)]
+    try:
+        while len(finished) < len(started):
+            index, event = await queue.get()
+            if event.is_final:
+                finished.add(index)
+            yield index, event
     finally:
-        if not finished:
+        for task in tasks:
+            task.cancel()
+        _abort_unfinished(runtime, started, finished)
+
+
+def _abort_unfinished(runtime: Runtime, started: Started, finished: set[int]) -> None:
+    for index, (request_id, _) in enumerate(started):
+        if index not in finished:
             runtime.engine.abort(request_id)
 
 
-async def completion_stream(runtime: Runtime, request_id: str, stream: AsyncOutputStream,
-                            num_prompt_tokens: int, include_usage: bool,
-                            want_logprobs: bool) -> AsyncIterator[str]:
+async def completion_stream(runtime: Runtime, started: Started,
+                            settings: StreamSettings) -> AsyncIterator[str]:
     created = int(time.time())
+    response_id = f"cmpl-{started[0][0]}"
     num_tokens = 0
-    async for event in _events(runtime, request_id, stream):
+    offsets = [len(text) for text in settings.echo_texts] or [0] * len(started)
+
+    def chunk(choices: list[CompletionChoice], usage_: Usage | None = None) -> str:
+        return sse(CompletionResponse(id=response_id, created=created, model=runtime.model_name,
+                                      choices=choices, usage=usage_))
+
+    for index, text in enumerate(settings.echo_texts):
+        yield chunk([CompletionChoice(index=index, text=text)], _so_far(settings, num_tokens))
+    async for index, event in merged_events(runtime, started):
         num_tokens += len(event.token_ids)
         if not (event.text or event.token_ids or event.is_final):
             continue
-        logprobs = completion_logprobs(runtime.tokenizer, event.token_ids, event.logprobs) \
-            if want_logprobs else None
-        choice = CompletionChoice(text=event.text, logprobs=logprobs,
+        logprobs = None
+        if settings.want_logprobs:
+            logprobs = completion_logprobs(runtime.tokenizer, event.token_ids, event.logprobs,
+                                           event.top_logprobs, offsets[index])
+            offsets[index] += sum(len(t) for t in logprobs.tokens)
+        choice = CompletionChoice(index=index, text=event.text, logprobs=logprobs,
                                   finish_reason=openai_finish_reason(event.finish_reason))
-        yield sse(CompletionResponse(id=f"cmpl-{request_id}", created=created,
-                                     model=runtime.model_name, choices=[choice]))
-    if include_usage:
-        yield sse(CompletionResponse(id=f"cmpl-{request_id}", created=created,
-                                     model=runtime.model_name, choices=[],
-                                     usage=usage(num_prompt_tokens, num_tokens)))
+        yield chunk([choice], _so_far(settings, num_tokens))
+    if settings.include_usage:
+        yield chunk([], usage(settings.num_prompt_tokens, num_tokens))
     yield sse("[DONE]")
 
 
-async def chat_stream(runtime: Runtime, request_id: str, stream: AsyncOutputStream,
-                      num_prompt_tokens: int, include_usage: bool,
-                      want_logprobs: bool) -> AsyncIterator[str]:
+def _so_far(settings: StreamSettings, num_tokens: int) -> Usage | None:
+    return usage(settings.num_prompt_tokens, num_tokens) if settings.continuous_usage else None
+
+
+async def chat_stream(runtime: Runtime, started: Started,
+                      settings: StreamSettings) -> AsyncIterator[str]:
     created = int(time.time())
+    response_id = f"chatcmpl-{started[0][0]}"
 
     def chunk(choices: list[ChatChunkChoice], usage_: Usage | None = None) -> str:
-        return sse(ChatCompletionChunk(id=f"chatcmpl-{request_id}", created=created,
-                                       model=runtime.model_name, choices=choices, usage=usage_))
+        return sse(ChatCompletionChunk(id=response_id, created=created, model=runtime.model_name,
+                                       choices=choices, usage=usage_))
 
-    yield chunk([ChatChunkChoice(delta=ChatDelta(role="assistant", content=""))])
+    for index in range(len(started)):
+        yield chunk([ChatChunkChoice(index=index, delta=ChatDelta(role="assistant", content=""))],
+                    _so_far(settings, 0))
     num_tokens = 0
-    async for event in _events(runtime, request_id, stream):
+    async for index, event in merged_events(runtime, started):
         num_tokens += len(event.token_ids)
         if not (event.text or event.token_ids or event.is_final):
             continue
-        logprobs = chat_logprobs(runtime.tokenizer, event.token_ids, event.logprobs) \
-            if want_logprobs and event.token_ids else None
-        yield chunk([ChatChunkChoice(delta=ChatDelta(content=event.text), logprobs=logprobs,
-                                     finish_reason=openai_finish_reason(event.finish_reason))])
-    if include_usage:
-        yield chunk([], usage(num_prompt_tokens, num_tokens))
+        logprobs = chat_logprobs(runtime.tokenizer, event.token_ids, event.logprobs,
+                                 event.top_logprobs) \
+            if settings.want_logprobs and event.token_ids else None
+        yield chunk([ChatChunkChoice(index=index, delta=ChatDelta(content=event.text),
+                                     logprobs=logprobs,
+                                     finish_reason=openai_finish_reason(event.finish_reason))],
+                    _so_far(settings, num_tokens))
+    if settings.include_usage:
+        yield chunk([], usage(settings.num_prompt_tokens, num_tokens))
     yield sse("[DONE]")
