@@ -126,7 +126,7 @@ def test_llm_chat_over_conversations_returns_one_output_each(tiny_dir):
     from iterserve.llm import LLM
     from iterserve.records.sampling_params import SamplingParams
 
-    llm = LLM(tiny_dir, kv_blocks=64)
+    llm = LLM(tiny_dir, num_kv_blocks=64)
     try:
         params = SamplingParams(max_tokens=4, temperature=0.0)
         conversations = [[{"role": "user", "content": "hello"}],

@@ -230,10 +230,10 @@ def _prompt_reference(reference, prompt_ids):
     return torch.log_softmax(logits, dim=-1)  # row q scores token q + 1
 
 
-@pytest.mark.parametrize("token_budget", [512, 5])  # 5: the prompt prefills in chunks
+@pytest.mark.parametrize("max_num_batched_tokens", [512, 5])  # 5: the prompt prefills in chunks
 def test_echo_with_logprobs_scores_the_prompt_like_transformers(serve, tiny_reference,
-                                                                 token_budget):
-    served = serve(token_budget=token_budget)
+                                                                 max_num_batched_tokens):
+    served = serve(max_num_batched_tokens=max_num_batched_tokens)
     prompt = [1, *range(30, 50)]  # past one 16-row block: a repeat would hit the prefix cache
     rows = _prompt_reference(tiny_reference, prompt)
     decode = served.runtime.tokenizer.decode
