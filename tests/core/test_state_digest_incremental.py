@@ -12,7 +12,7 @@ from iterserve.admission.overload import make_gate
 from iterserve.cost import parse_cost_model
 from iterserve.engine.observer import EngineObserver
 from iterserve.policies.registry import policy_for
-from iterserve.records.codec import dumps, multiset_hex, state_digest, state_digest_record
+from iterserve.records.codec import dumps, multiset_hex
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.state import SchedulerState
@@ -20,6 +20,7 @@ from iterserve.records.state_digest import StateDigester
 from iterserve.sim.generators import generate_workload
 from iterserve.sim.report import RunConfig, run_simulation
 from iterserve.sim.workload_spec import parse_spec
+from oracles.state_digest_reference import state_digest, state_digest_record
 
 SPEC = {
     "workload_id": "digest", "seed": 3, "num_requests": 120, "clock": "ms",
@@ -116,8 +117,8 @@ def test_the_waiting_pairs_follow_any_change_of_the_queue() -> None:
     the reference's after every change."""
     import random
 
-    from iterserve.records.codec import waiting_to_json
     from iterserve.records.state_digest import common_runs
+    from oracles.state_digest_reference import waiting_to_json
 
     rng = random.Random(4)
     digester = StateDigester()

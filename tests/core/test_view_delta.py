@@ -14,7 +14,6 @@ import pytest
 from iterserve.cost import parse_cost_model
 from iterserve.engine.observer import EngineObserver
 from iterserve.policies.registry import policy_for
-from iterserve.records.codec import state_digest
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.state import SchedulerState
@@ -31,6 +30,7 @@ from iterserve.sim.follower import can_fork
 from iterserve.sim.generators import generate_workload
 from iterserve.sim.report import RunConfig, run_simulation
 from iterserve.sim.workload_spec import parse_spec
+from oracles.state_digest_reference import state_digest
 
 from .test_state_digest_incremental import SPEC
 

@@ -141,7 +141,7 @@ def test_prompt_logprobs_are_scored_once_through_recompute_preemption(
     params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True,
                             prompt_logprobs=True, num_top_logprobs=2)
     executor = TorchExecutor(tiny_model, NUM_BLOCKS, BLOCK_SIZE, tiny_tokenizer)
-    kv = KvSpec(num_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE, preemption_mode="recompute")
+    kv = KvSpec(num_kv_blocks=NUM_BLOCKS, block_size=BLOCK_SIZE, preemption_mode="recompute")
     run = run_engine(executor, prompts, "vllm", kv=kv, params=params)
     want = _unconstrained(tiny_model, tiny_tokenizer, prompts, params)
     _assert_mid_generation_preemptions(run, IntentKind.PREEMPT_RECOMPUTE)

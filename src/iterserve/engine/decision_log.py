@@ -35,7 +35,7 @@ chain detects edits; it is not a signature (no secret: whoever rewrites the
 rest of the file can recompute it).
 
 An iteration line's ``state_digest`` binds it to its input state. Format 4
-(:func:`~iterserve.records.codec.state_digest`) hashes the canonical text
+(:func:`~iterserve.records.state_digest.state_digest`) hashes the canonical text
 of the state's fields in which ``views`` is ``{"others": H, "running":
 [...]}``: the RUNNING views' canonical texts in request-id order, and H,
 64 hex digits, the sum modulo 2**256 of sha256(canonical text of the view)
@@ -66,7 +66,6 @@ from iterserve.records.codec import (
     dumps,
     plan_to_json,
     result_to_json,
-    state_digest,
     state_text_digest,
     work_columns,
 )
@@ -74,7 +73,7 @@ from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import HiddenTruth, OnlineWorkload, RequestSpec
 from iterserve.records.state import CapacityFacts, SchedulerState
-from iterserve.records.state_digest import StateDigester
+from iterserve.records.state_digest import StateDigester, state_digest
 from iterserve.records.transition import claimed_prefix_rows
 from iterserve.records.workload import online_to_json
 

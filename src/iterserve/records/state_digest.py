@@ -1,7 +1,7 @@
 """Incremental state digests for a run's decision log (log format 4, 0x01A).
 
-:func:`~iterserve.records.codec.state_digest` defines the digest and is its
-reference: the canonical text of the state's fields with the RUNNING
+The digest (:func:`state_digest`) is sha256 of a canonical text: the
+canonical text of the state's fields with the RUNNING
 views' texts in id order and, for every other view, one 256-bit element in
 an additive multiset hash; the waiting queue enters as such a sum over its
 neighbour pairs. On a long overloaded run most views are waiting
@@ -60,9 +60,17 @@ _MARKER_TEXT = f',"views":"{_MARKER}"'.encode()
 _RUNNING = Lifecycle.RUNNING
 
 
+def state_digest(state: SchedulerState) -> str:
+    """The log-format-4 state digest of ``state`` on its own (a fresh
+    :class:`StateDigester`, which encodes every view once); a run digests
+    its states in order with one digester, which encodes only what changed."""
+    return StateDigester().digest(state)
+
+
 class StateDigester:
-    """``digest(state) == state_digest(state)``, one instance per run (it
-    holds the encoded views of the last state it saw)."""
+    """A run's state digests, one instance per run (it holds the encoded
+    views of the last state it saw); tests/oracles/state_digest_reference.py
+    writes the same digest out over every view."""
 
     __slots__ = ("_seen", "_running", "_elements", "_others", "_running_ids",
                  "_claim_ids", "_waiting", "_pairs")
@@ -97,7 +105,7 @@ class StateDigester:
         return hasher.hexdigest()
 
     def canonical_text(self, state: SchedulerState) -> str:
-        """``dumps(state_digest_record(state))``."""
+        """The canonical text the digest hashes."""
         return b"".join(self._pieces(state)).decode("ascii")
 
     def _pieces(self, state: SchedulerState) -> list[bytes]:

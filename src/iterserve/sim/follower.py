@@ -20,7 +20,7 @@ refuses ends it, and the run fails with that check's message.
 
 The follower's states are the run's only if the engine is a function of
 those answers, so the follower ends by reporting its :class:`RunEnd`
-(iterations and the full :func:`~iterserve.records.codec.state_digest` of
+(iterations and the full :func:`~iterserve.records.state_digest.state_digest` of
 its final state) and :meth:`FollowerProcess.finish` compares it with the
 run's: a difference, or a follower that failed, raises
 :class:`FollowerError` naming it. The files' bytes are the ones the

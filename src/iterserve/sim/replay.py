@@ -43,13 +43,12 @@ from iterserve.records.codec import (
     plan_to_json,
     result_from_json,
     result_to_json,
-    state_digest,
 )
 from iterserve.records.errors import ContractViolation
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.state import CapacityFacts, SchedulerState
-from iterserve.records.state_digest import StateDigester
+from iterserve.records.state_digest import StateDigester, state_digest
 from iterserve.records.view import Lifecycle
 from iterserve.sim.executor import SimulatedExecutor
 from iterserve.sim.replay_header import (

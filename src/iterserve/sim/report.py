@@ -51,8 +51,8 @@ from iterserve.metrics.time_unit import TimeUnit, clock_time_unit
 from iterserve.metrics.timeline import RequestTimeline
 from iterserve.plan import Policy
 from iterserve.policies.settings import settings_of
-from iterserve.records.codec import state_digest
 from iterserve.records.spec import OnlineWorkload, SloTargets, WorkloadManifest
+from iterserve.records.state_digest import state_digest
 from iterserve.sim.collector import collector_held_back
 from iterserve.sim.executor import SimulatedExecutor
 from iterserve.sim.factory import make_simulated_executor

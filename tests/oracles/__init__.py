@@ -1,0 +1,1 @@
+"""Reference implementations the product's fast paths are tested against."""
