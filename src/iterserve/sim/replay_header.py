@@ -5,6 +5,7 @@ hidden truth (checked against the header's digest)."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 from iterserve.admission.gate import ArrivalGate
@@ -18,6 +19,7 @@ from iterserve.policies.registry import UnknownPolicy, make_policy, settings_for
 from iterserve.policies.settings import PolicyConfigError
 from iterserve.records.codec import capacity_to_json, dumps
 from iterserve.records.spec import HiddenTruth, OnlineWorkload, WorkloadManifest
+from iterserve.records.vocabulary import RenamedWarning
 from iterserve.records.workload import WorkloadError, load_workload, parse_workload
 from iterserve.sim.executor import SimulatedExecutor
 from iterserve.sim.factory import make_simulated_executor
@@ -92,8 +94,13 @@ def rebuild_simulated_executor(header: LogLine, manifest: WorkloadManifest,
 
 
 def header_manifest(header: LogLine) -> WorkloadManifest:
+    """The workload a log's header records. A log written before the one
+    vocabulary holds the older field names: read without a warning, since
+    nobody can rewrite a log (a workload file still warns)."""
     try:
-        return parse_workload(header.fields["workload"])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RenamedWarning)
+            return parse_workload(header.fields["workload"])
     except WorkloadError as exc:
         raise MalformedLog(f"{header.where}: {exc}") from None  # exc names "workload: FIELD"
 
