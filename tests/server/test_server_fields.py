@@ -46,6 +46,29 @@ def test_one_warning_per_field_name_and_a_count_per_request(caplog):
     assert policy.ignored == {"store": 3, "metadata": 3}
 
 
+def test_names_from_clients_are_bounded_in_memory_logs_and_metrics(caplog):
+    policy = FieldPolicy(max_named=3)
+    with caplog.at_level(logging.WARNING, logger="iterserve.server"):
+        for index in range(50):  # a client inventing a new field name per request
+            policy.check(CompletionRequest.model_validate(completion(**{f"f{index}": 1})))
+    warned = [r.getMessage() for r in caplog.records if r.name == "iterserve.server"]
+    assert len(warned) == 4 and "further new unknown fields" in warned[-1]
+    assert policy.ignored == {"f0": 1, "f1": 1, "f2": 1, "other": 47}
+
+
+@pytest.mark.slow
+def test_ignored_fields_are_a_metric(server):
+    from iterserve.server.metrics import parse_metrics
+
+    before = parse_metrics(httpx.get(server.base_url + "/metrics", timeout=60).text)
+    response = httpx.post(server.base_url + "/v1/completions", json=completion(store=True),
+                          timeout=60)
+    assert response.status_code == 200
+    after = parse_metrics(httpx.get(server.base_url + "/metrics", timeout=60).text)
+    key = 'iterserve:ignored_request_fields_total{field="store"}'
+    assert after[key] == before.get(key, 0) + 1
+
+
 def test_strict_fields_refuse_the_first_unknown_field():
     from iterserve.server.errors import APIError
 

@@ -137,6 +137,7 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None,
 
     fields = FieldPolicy(settings.strict_fields)
     app.state.fields = fields  # fields.ignored: requests per ignored field name (a Counter)
+    metrics.watch_ignored_fields(fields.ignored)
 
     def check_model(name: str | None) -> None:
         if name is not None and name != runtime.model_name:

@@ -40,11 +40,18 @@ def field_name(path: str) -> str:
     return ".".join("*" if part.isdigit() else part for part in path.split("."))
 
 
+#: distinct ignored field names logged and counted by name; the names come
+#: from clients, so later ones are counted together as OTHER_FIELDS
+MAX_NAMED_FIELDS = 64
+OTHER_FIELDS = "other"
+
+
 class FieldPolicy:
     """What the app does with the fields of a parsed body (event loop only)."""
 
-    def __init__(self, is_strict: bool = False) -> None:
+    def __init__(self, is_strict: bool = False, max_named: int = MAX_NAMED_FIELDS) -> None:
         self.is_strict = is_strict
+        self.max_named = max_named
         self.ignored: Counter[str] = Counter()  # requests that sent each ignored field
 
     def check(self, body: BaseModel) -> None:
@@ -54,11 +61,19 @@ class FieldPolicy:
         if paths and self.is_strict:
             raise APIError(400, f"unknown field {paths[0]!r}", param=paths[0])
         for name in dict.fromkeys(field_name(p) for p in paths):
-            if name not in self.ignored:
-                logger.warning("ignoring the unknown request field %r (warned once per field)",
-                               name)
-            self.ignored[name] += 1
+            self.ignored[self._counted_name(name)] += 1
         if isinstance(body, SamplingFields):
             refused = refused_field(body)
             if refused is not None:
                 raise APIError(400, refused[1], param=refused[0])
+
+    def _counted_name(self, name: str) -> str:
+        if name in self.ignored:
+            return name
+        if len(self.ignored) < self.max_named:
+            logger.warning("ignoring the unknown request field %r (warned once per field)", name)
+            return name
+        if OTHER_FIELDS not in self.ignored:
+            logger.warning("ignoring the unknown request field %r; further new unknown fields "
+                           "are counted as %r and not logged", name, OTHER_FIELDS)
+        return OTHER_FIELDS

@@ -19,7 +19,7 @@ reasons come from closed sets. The process collector adds
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from prometheus_client import (
@@ -151,6 +151,25 @@ class SnapshotCollector:
         yield vtc
 
 
+class _IgnoredFields:
+    """Scrape-time view of the app's ignored-field counts."""
+
+    def __init__(self, ignored: Mapping[str, int]) -> None:
+        self._ignored = ignored
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "iterserve:ignored_request_fields", "requests that sent an unknown field, which "
+            "was ignored (by field name; names past a bound count as 'other')",
+            labels=["field"])
+        for name, count in sorted(self._ignored.items()):
+            family.add_metric([name], count)
+        yield family
+
+
 class ServerMetrics:
     """One app's registry: the engine observer, the snapshot collector and
     the process collector."""
@@ -177,6 +196,11 @@ class ServerMetrics:
         observers.insert(observers.index(engine.publisher), self.observer)
         engine.publisher.outcome_listeners.append(self.observer.on_outcome)
         observers.append(SnapshotPublisher(self.observer))
+
+    def watch_ignored_fields(self, ignored: Mapping[str, int]) -> None:
+        """Expose ``ignored`` (requests per ignored request field, bounded by
+        the field policy) as ``iterserve:ignored_request_fields_total``."""
+        self.registry.register(_IgnoredFields(ignored))
 
     @property
     def snapshot(self) -> MetricsSnapshot:
