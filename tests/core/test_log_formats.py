@@ -22,10 +22,10 @@ from iterserve.records.codec import (
     WORK_COLUMNS,
     dumps,
     rows_of_columns,
-    state_digest,
     state_text_digest,
 )
 from iterserve.records.state import SchedulerState
+from iterserve.records.state_digest import state_digest
 from iterserve.records.view import Lifecycle
 from iterserve.sim.replay import _Replay
 
