@@ -5,7 +5,9 @@ covers the Llama, Qwen2, Qwen3 and Mistral families, which share one decoder
 shape: RMSNorm -> GQA attention with RoPE -> RMSNorm -> SwiGLU MLP. Their
 differences are data, not code: Qwen2 has q/k/v biases, Qwen3 RMS-normalises
 each head of q and k before RoPE, Mistral and Qwen2 may declare a sliding
-window per layer, Llama 3.x scales its RoPE frequencies.
+window per layer, Llama 3.x scales its RoPE frequencies. Gemma 2/3, Phi-3,
+Qwen3-MoE and Mixtral change more of the layer; `ModelConfig.variant` says
+how (model/families.py, model/variant.py).
 
 `parse_model_config` checks the raw JSON; `model.hf_config` then resolves the
 per-family defaults and the RoPE frequencies through transformers' AutoConfig
@@ -18,22 +20,28 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from iterserve.model import families
 from iterserve.model.errors import (
     CheckpointError,
     UnsupportedArchitectureError,
     UnsupportedConfigError,
 )
+from iterserve.model.variant import DecoderVariant
 
 SUPPORTED_ARCHITECTURES: tuple[str, ...] = (
     "LlamaForCausalLM",
     "MistralForCausalLM",
     "Qwen2ForCausalLM",
     "Qwen3ForCausalLM",
+    *families.ARCHITECTURES,
 )
 #: RoPE variants whose frequencies transformers' ROPE_INIT_FUNCTIONS compute at load.
-SUPPORTED_ROPE_TYPES: tuple[str, ...] = ("default", "linear", "dynamic", "yarn", "llama3")
+SUPPORTED_ROPE_TYPES: tuple[str, ...] = ("default", "linear", "dynamic", "yarn", "llama3",
+                                         "longrope")
+#: Older names of a RoPE variant (Phi-3's first configs say "su" for longrope).
+ROPE_TYPE_ALIASES = {"su": "longrope"}
 #: Architectures that RMS-normalise every q and k head before RoPE (Qwen3).
-QK_NORM_ARCHITECTURES: tuple[str, ...] = ("Qwen3ForCausalLM",)
+QK_NORM_ARCHITECTURES: tuple[str, ...] = ("Qwen3ForCausalLM", *families.QK_NORM_ARCHITECTURES)
 QWEN_ARCHITECTURES: tuple[str, ...] = ("Qwen2ForCausalLM", "Qwen3ForCausalLM")
 DEFAULT_ROPE_THETA = 10000.0
 
@@ -68,6 +76,8 @@ class ModelConfig:
     #: from rope_theta) and the factor that scales cos/sin (yarn's mscale; 1.0 otherwise)
     rope_inv_freq: tuple[float, ...] = ()
     rope_attention_scaling: float = 1.0
+    #: what the family changes in the layer (model/variant.py); the default changes nothing
+    variant: DecoderVariant = DecoderVariant()
 
     def __post_init__(self) -> None:
         if self.num_heads % self.num_kv_heads:
@@ -99,9 +109,10 @@ def parse_model_config(raw: Mapping[str, Any]) -> ModelConfig:
 
     Raises UnsupportedArchitectureError for any family outside
     SUPPORTED_ARCHITECTURES, UnsupportedConfigError for features the packed
-    forward does not implement (longrope and other rope types, non-SiLU activations) and
+    forward does not implement (unknown rope types, activations other than SiLU and GeGLU) and
     CheckpointError naming the key for a missing or ill-typed value.
     """
+    _architecture(raw)  # an unsupported family is named before any key it lacks
     for key in REQUIRED_KEYS:
         _check_dimension(raw, key, required=True)
     for key in ("num_key_value_heads", "head_dim", "max_position_embeddings"):
@@ -128,6 +139,7 @@ def _check_dimension(raw: Mapping[str, Any], key: str, *, required: bool) -> Non
 def _parse(raw: Mapping[str, Any]) -> ModelConfig:
     architecture = _architecture(raw)
     _reject_unsupported_features(raw)
+    variant = DecoderVariant(activation=families.activation(architecture, raw))
     num_layers = int(raw["num_hidden_layers"])
     num_heads = int(raw["num_attention_heads"])
     hidden_size = int(raw["hidden_size"])
@@ -154,6 +166,7 @@ def _parse(raw: Mapping[str, Any]) -> ModelConfig:
         qk_norm=architecture in QK_NORM_ARCHITECTURES,
         torch_dtype=_dtype_name(raw),
         rope_type=_rope_type(raw),
+        variant=variant,
     )
 
 
@@ -172,16 +185,13 @@ def _architecture(raw: Mapping[str, Any]) -> str:
 
 
 def _reject_unsupported_features(raw: Mapping[str, Any]) -> None:
-    activation = raw.get("hidden_act", "silu")
-    if activation != "silu":
-        raise UnsupportedConfigError(f"hidden_act={activation!r}; only 'silu' is implemented")
     if raw.get("mlp_bias"):
         raise UnsupportedConfigError("mlp_bias=true is not implemented")
     for key in ("rope_scaling", "rope_parameters"):
         rope = raw.get(key)
         if rope is not None and not isinstance(rope, Mapping):
             raise UnsupportedConfigError(f"{key} must be an object or null, got {rope!r}")
-        rope_type = (rope or {}).get("rope_type", (rope or {}).get("type", "default"))
+        rope_type = _rope_type_name(rope or {})
         if rope_type not in SUPPORTED_ROPE_TYPES:
             raise UnsupportedConfigError(
                 f"{key} with rope_type={rope_type!r} is not implemented; "
@@ -193,8 +203,12 @@ def _reject_unsupported_features(raw: Mapping[str, Any]) -> None:
 
 
 def _rope_type(raw: Mapping[str, Any]) -> str:
-    rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
-    return str(rope.get("rope_type", rope.get("type", "default")))
+    return _rope_type_name(raw.get("rope_parameters") or raw.get("rope_scaling") or {})
+
+
+def _rope_type_name(rope: Mapping[str, Any]) -> str:
+    name = str(rope.get("rope_type", rope.get("type", "default")))
+    return ROPE_TYPE_ALIASES.get(name, name)
 
 
 def _dtype_name(raw: Mapping[str, Any]) -> str | None:

@@ -47,6 +47,7 @@ from iterserve.model.rope import (
     model_inverse_frequencies,
     rotary_tables,
 )
+from iterserve.model.variant_ops import gated, scaled_embedding, softcapped
 from iterserve.model.weights import LayerWeights, ModelWeights
 
 
@@ -82,6 +83,8 @@ class PackedCausalLM:
             embed.dtype, embed.device) else weights
         self.max_decode_groups = max_decode_groups  # see attention.decode_groups
         self._inv_freq = model_inverse_frequencies(config, self.device)
+        if config.variant.attn_logit_softcap is not None:  # the native kernels do not soft-cap
+            attention_backend = "torch"
         self.native_ops = resolve_in_place_decode(attention_backend, self.dtype, self.device)
         #: Multi-row chunks to the kernel too: where it runs them on the AMX tile
         #: unit (bf16), one call per layer for the whole batch beats SDPA per chunk.
@@ -130,7 +133,9 @@ class PackedCausalLM:
                                                self.native_ops, self.chunks_in_place)
             tables = rotary_tables(batch.positions, self._inv_freq, self.dtype,
                                    self.config.rope_attention_scaling)
-            residual = F.embedding(self._row_padded(batch.token_ids), self.weights.embed_tokens)
+            residual = scaled_embedding(
+                F.embedding(self._row_padded(batch.token_ids), self.weights.embed_tokens),
+                self.config.variant.embedding_multiplier)
             in_place = metadata.in_place
             update: torch.Tensor | None  # the last sublayer's output, not yet added
             if (self._native_layers is not None and in_place is not None
@@ -142,7 +147,8 @@ class PackedCausalLM:
             if update is not None:
                 sampled = sampled + update.index_select(0, batch.sample_rows)
             sampled = _rms_norm(sampled, self.weights.final_norm, self.config.rms_norm_eps)
-            return linear(sampled, self.weights.lm_head).float()
+            logits = linear(sampled, self.weights.lm_head)
+            return softcapped(logits, self.config.variant.final_logit_softcap).float()
 
     __call__ = forward
 
@@ -166,6 +172,8 @@ class PackedCausalLM:
         oneDNN-packed projections (bucketed rows)."""
         ops, layers = self.native_ops, self.weights.layers
         if ops is None or not self._buckets_rows or not hasattr(ops, "decoder_layers"):
+            return None
+        if not self.config.variant.is_plain:  # the native loop is the plain layer only
             return None
         weights: list[torch.Tensor] = []
         biases: list[torch.Tensor | None] = []
@@ -238,11 +246,12 @@ class PackedCausalLM:
         return update, residual
 
     def _mlp(self, layer: LayerWeights, normed: torch.Tensor) -> torch.Tensor:
-        """SwiGLU: down(silu(gate) * up), the gate/up product fused natively when it can be."""
+        """SwiGLU: down(silu(gate) * up), the gate/up product fused natively when it can
+        be; GeGLU where the family's activation is GELU (model/variant.py)."""
         gate_up = linear(normed, layer.gate_up_proj)
-        if self.native_ops is None:
-            gate, up = gate_up.chunk(2, dim=-1)
-            return linear(F.silu(gate) * up, layer.down_proj)
+        activation = self.config.variant.activation
+        if self.native_ops is None or activation != "silu":
+            return linear(gated(gate_up, activation), layer.down_proj)
         return linear(self.native_ops.silu_and_mul(gate_up), layer.down_proj)
 
     def _attention(
@@ -276,7 +285,8 @@ class PackedCausalLM:
                                      batch.slot_mapping, keys, values)
         attended = paged_attention(query, keys, values, cache.key_pools[index],
                                    cache.value_pools[index], metadata,
-                                   config.sliding_windows[index])
+                                   config.sliding_windows[index], config.variant.attention_scale,
+                                   config.variant.attn_logit_softcap)
         return attended if width == num_rows else F.pad(attended, (0, 0, 0, width - num_rows))
 
 

@@ -17,9 +17,10 @@ from safetensors import safe_open
 
 from iterserve.model.config import ModelConfig, parse_model_config
 from iterserve.model.errors import CheckpointError, MissingCheckpointFileError
+from iterserve.model.family_models import assemble, model_class
 from iterserve.model.hf_config import resolve
 from iterserve.model.llama import PackedCausalLM
-from iterserve.model.weights import assemble_weights, expected_shape
+from iterserve.model.weights import expected_shape
 
 CONFIG_FILE = "config.json"
 SINGLE_WEIGHTS_FILE = "model.safetensors"
@@ -65,8 +66,9 @@ def load_model(
                                       f"config.json implies {expected}")
             return tensor
 
-        weights = assemble_weights(config, get, dtype, device)
-    return PackedCausalLM(config, weights, prepack=prepack, attention_backend=attention_backend)
+        weights = assemble(config, get, dtype, device)
+    return model_class(config)(config, weights, prepack=prepack,
+                               attention_backend=attention_backend)
 
 
 def _open_safetensors(stack: ExitStack, path: Path) -> Any:

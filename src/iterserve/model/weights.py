@@ -17,6 +17,16 @@ from iterserve.model.errors import CheckpointError
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class ExpertWeights:
+    """A layer's routed experts (model/moe.py): the router and each expert's
+    fused gate/up and down matrices, stacked along a leading expert axis."""
+
+    router: torch.Tensor  # [E, d]
+    gate_up_proj: torch.Tensor  # [E, 2 I_e, d]
+    down_proj: torch.Tensor  # [E, d, I_e]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class LayerWeights:
     input_norm: torch.Tensor  # [d]
     qkv_proj: torch.Tensor  # [(H + 2 KV) * D, d]
@@ -28,6 +38,10 @@ class LayerWeights:
     down_proj: torch.Tensor  # [d, I]
     q_norm: torch.Tensor | None = None  # [D] per-head RMSNorm of q before RoPE (Qwen3)
     k_norm: torch.Tensor | None = None  # [D] per-head RMSNorm of k before RoPE (Qwen3)
+    pre_feedforward_norm: torch.Tensor | None = None  # [d] RMSNorm before the MLP (Gemma)
+    post_feedforward_norm: torch.Tensor | None = None  # [d] RMSNorm of the MLP output (Gemma)
+    #: set: the MLP is these routed experts, and gate_up_proj / down_proj are empty
+    experts: ExpertWeights | None = None
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -46,6 +60,8 @@ def expected_shape(config: ModelConfig, name: str) -> tuple[int, ...] | None:
     hidden, inter = config.hidden_size, config.intermediate_size
     q_size = config.num_heads * config.head_dim
     kv_size = config.num_kv_heads * config.head_dim
+    if ".experts." in name:  # routed experts have their own width (model/family_weights.py)
+        return None
     suffix = name.rsplit(".", 2)[-2:] if name.startswith("model.layers.") else [name]
     shapes = {
         "model.embed_tokens.weight": (config.vocab_size, hidden),

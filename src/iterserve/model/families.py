@@ -1,0 +1,108 @@
+"""The decoder families beyond the Llama shape, as config data (model/variant.py).
+
+Gemma 2 and Gemma 3 (text): GeGLU, (1 + weight) RMSNorm, sandwich norms,
+embeddings scaled by sqrt(hidden), query_pre_attn_scalar, logit soft-capping
+(Gemma 2), alternating sliding-window layers, a local RoPE base for the
+sliding layers and per-head q/k norms (Gemma 3). Phi-3: the Llama layer with
+fused q/k/v and gate/up tensors (split at load, model/family_weights.py) and
+LongRoPE. Qwen3-MoE and Mixtral: top-k routed SwiGLU experts.
+
+Everything a family's config leaves out takes transformers' default: the
+variant is read off the config object `transformers.AutoConfig.for_model`
+builds (model/hf_config.py), never off hard-coded copies of those defaults.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from iterserve.model.errors import UnsupportedConfigError
+from iterserve.model.variant import DecoderVariant, MoeSpec
+
+GEMMA_ARCHITECTURES = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
+MOE_ARCHITECTURES = ("Qwen3MoeForCausalLM", "MixtralForCausalLM")
+#: transformers' model_type of each architecture this module adds.
+MODEL_TYPES = {
+    "Gemma2ForCausalLM": "gemma2",
+    "Gemma3ForCausalLM": "gemma3_text",
+    "Phi3ForCausalLM": "phi3",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+    "MixtralForCausalLM": "mixtral",
+}
+ARCHITECTURES = tuple(MODEL_TYPES)
+#: Architectures whose per-head q and k are RMS-normalised before RoPE.
+QK_NORM_ARCHITECTURES = ("Gemma3ForCausalLM", "Qwen3MoeForCausalLM")
+#: Config activation names -> DecoderVariant.activation.
+ACTIVATION_NAMES = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
+
+
+def activation(architecture: str, raw: Mapping[str, Any]) -> str:
+    """The MLP activation `config.json` declares, as a DecoderVariant name;
+    refuses one the forward does not implement. Gemma reads `hidden_activation`
+    (its `hidden_act` is a legacy key transformers ignores)."""
+    if architecture in GEMMA_ARCHITECTURES:
+        name = raw.get("hidden_activation") or "gelu_pytorch_tanh"
+    else:
+        name = raw.get("hidden_act", "silu")
+    if name not in ACTIVATION_NAMES:
+        raise UnsupportedConfigError(
+            f"hidden activation {name!r} is not implemented; supported: "
+            f"{', '.join(ACTIVATION_NAMES)}")
+    return ACTIVATION_NAMES[name]
+
+
+def variant(architecture: str, hf_config: Any, base: DecoderVariant) -> DecoderVariant:
+    """`base` (the activation) with what the family's resolved config adds."""
+    if architecture in GEMMA_ARCHITECTURES:
+        return _gemma(architecture, hf_config, base)
+    if architecture in MOE_ARCHITECTURES:
+        return DecoderVariant(activation=base.activation, moe=_moe(architecture, hf_config))
+    return base
+
+
+def sliding_windows(hf_config: Any, num_layers: int) -> tuple[int | None, ...]:
+    """Per-layer windows as transformers applies them: its resolved
+    `sliding_window` (None where the family turns it off), on the layers
+    `layer_types` marks sliding, on every layer where it has no layer types."""
+    window = getattr(hf_config, "sliding_window", None)
+    if window is None:
+        return (None,) * num_layers
+    layer_types = getattr(hf_config, "layer_types", None)
+    if layer_types is None:
+        return (int(window),) * num_layers
+    return tuple(int(window) if kind == "sliding_attention" else None for kind in layer_types)
+
+
+def _gemma(architecture: str, hf_config: Any, base: DecoderVariant) -> DecoderVariant:
+    if getattr(hf_config, "use_bidirectional_attention", False):
+        raise UnsupportedConfigError("use_bidirectional_attention=true is not implemented "
+                                     "(a causal decoder only)")
+    return DecoderVariant(
+        activation=base.activation,
+        embedding_multiplier=math.sqrt(hf_config.hidden_size),
+        norm_weight_offset=1.0,
+        sandwich_norms=True,
+        attention_scale=float(hf_config.query_pre_attn_scalar) ** -0.5,
+        attn_logit_softcap=_optional_float(getattr(hf_config, "attn_logit_softcapping", None)),
+        final_logit_softcap=_optional_float(getattr(hf_config, "final_logit_softcapping", None)),
+    )
+
+
+def _moe(architecture: str, hf_config: Any) -> MoeSpec:
+    num_layers = int(hf_config.num_hidden_layers)
+    if architecture == "MixtralForCausalLM":
+        return MoeSpec(int(hf_config.num_local_experts), int(hf_config.num_experts_per_tok),
+                       int(hf_config.intermediate_size), True, (True,) * num_layers)
+    num_experts = int(hf_config.num_experts)
+    step = int(hf_config.decoder_sparse_step)
+    dense = set(hf_config.mlp_only_layers or ())
+    sparse = tuple(i not in dense and num_experts > 0 and (i + 1) % step == 0
+                   for i in range(num_layers))
+    return MoeSpec(num_experts, int(hf_config.num_experts_per_tok),
+                   int(hf_config.moe_intermediate_size), bool(hf_config.norm_topk_prob), sparse)
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
