@@ -43,13 +43,12 @@ def activation(architecture: str, raw: Mapping[str, Any]) -> str:
     refuses one the forward does not implement. Gemma reads `hidden_activation`
     (its `hidden_act` is a legacy key transformers ignores)."""
     if architecture in GEMMA_ARCHITECTURES:
-        name = raw.get("hidden_activation") or "gelu_pytorch_tanh"
+        key, name = "hidden_activation", raw.get("hidden_activation") or "gelu_pytorch_tanh"
     else:
-        name = raw.get("hidden_act", "silu")
+        key, name = "hidden_act", raw.get("hidden_act", "silu")
     if name not in ACTIVATION_NAMES:
         raise UnsupportedConfigError(
-            f"hidden activation {name!r} is not implemented; supported: "
-            f"{', '.join(ACTIVATION_NAMES)}")
+            f"{key}={name!r} is not implemented; supported: {', '.join(ACTIVATION_NAMES)}")
     return ACTIVATION_NAMES[name]
 
 
