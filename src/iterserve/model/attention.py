@@ -274,10 +274,8 @@ def _sdpa(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
         return F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=scale)
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     scores = softcapped(torch.matmul(query, keys.transpose(-1, -2)) * scale, softcap)
-    if mask.dtype == torch.bool:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    else:
-        scores = scores + mask
+    is_bool = mask.dtype == torch.bool
+    scores = scores.masked_fill(~mask, float("-inf")) if is_bool else scores + mask
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     return torch.matmul(weights, values)
 
