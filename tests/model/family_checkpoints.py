@@ -2,7 +2,8 @@
 
 Each family's config exercises what sets it apart: soft-capping tight enough
 to bend the scores and logits (Gemma 2), alternating sliding windows, a local
-RoPE base and linear-scaled global RoPE (Gemma 3), LongRoPE factors that move
+RoPE base and linear-scaled global RoPE (Gemma 3, also as the language model
+of an image-text checkpoint), LongRoPE factors that move
 every frequency (Phi-3), experts of their own width, a dense layer among
 sparse ones and renormalised top-k (Qwen3-MoE), Mixtral's block_sparse_moe.
 Weights are drawn wider than transformers' default (initializer_range 0.2)
@@ -33,7 +34,7 @@ COMMON = {
     "eos_token_id": 2,
 }
 
-FAMILIES = ("gemma2", "gemma3", "phi3", "qwen3_moe", "mixtral")
+FAMILIES = ("gemma2", "gemma3", "gemma3_multimodal", "phi3", "qwen3_moe", "mixtral")
 
 
 def _config(kind: str):
@@ -49,6 +50,14 @@ def _config(kind: str):
         return transformers.Gemma3ForCausalLM, transformers.Gemma3TextConfig(
             **COMMON, query_pre_attn_scalar=24, sliding_window=4, rope_parameters=rope,
             layer_types=["sliding_attention", "full_attention", "sliding_attention"])
+    if kind == "gemma3_multimodal":  # the language model of a Gemma 3 image-text checkpoint
+        _, text = _config("gemma3")
+        vision = transformers.SiglipVisionConfig(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+            image_size=28, patch_size=14)
+        return transformers.Gemma3ForConditionalGeneration, transformers.Gemma3Config(
+            text_config=text.to_dict(), vision_config=vision.to_dict(), mm_tokens_per_image=4,
+            image_token_index=300, boi_token_index=301, eoi_token_index=302)
     if kind == "phi3":
         half = COMMON["head_dim"] // 2
         rope = {"rope_type": "longrope", "rope_theta": 10000.0,

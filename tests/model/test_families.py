@@ -1,5 +1,6 @@
-"""Gemma 2, Gemma 3 (text), Phi-3, Qwen3-MoE and Mixtral checkpoints written by
-transformers load and match its reference: float32 logits on random packed
+"""Gemma 2, Gemma 3 (text, and the language model of an image-text checkpoint),
+Phi-3, Qwen3-MoE and Mixtral checkpoints written by transformers load and
+match its reference: float32 logits on random packed
 mixes (tight), bfloat16 logits (loose, and the same greedy choice wherever the
 reference's choice is clear), greedy tokens through the engine; each family
 feature is load-bearing (turning it off breaks the match). Architectures the
@@ -17,10 +18,9 @@ import torch
 from family_checkpoints import FAMILIES, build, reference
 from model_helpers import BlockHandout, assert_random_mix_matches, reference_logits, run_segments
 
-from iterserve.model.config import parse_model_config
-from iterserve.model.errors import UnsupportedArchitectureError
+from iterserve.model.errors import UnsupportedArchitectureError, UnsupportedConfigError
 from iterserve.model.family_models import model_class
-from iterserve.model.loader import load_model
+from iterserve.model.loader import load_config, load_model
 
 pytestmark = pytest.mark.slow
 
@@ -52,7 +52,7 @@ def _check_family_reading(kind: str, model) -> None:
         assert variant.attention_scale == pytest.approx(24 ** -0.5)
         assert config.sliding_windows == (4, None, 4)  # transformers' alternation
         assert model.weights.lm_head is model.weights.embed_tokens  # Gemma ties by default
-    elif kind == "gemma3":
+    elif kind in ("gemma3", "gemma3_multimodal"):
         assert variant.local_rope_layers == (True, False, True)
         assert config.sliding_windows == (4, None, 4)
         assert config.rope_type == "linear" and variant.local_rope_inv_freq
@@ -106,7 +106,7 @@ def test_bfloat16_logits_are_close_and_choose_the_same_tokens(kind: str, checkpo
 
 
 #: Per family, the variant fields that set it apart, each turned off in turn.
-MUTATIONS = {
+MUTATIONS: dict[str, list[dict[str, object]]] = {
     "gemma2": [{"attn_logit_softcap": None}, {"final_logit_softcap": None},
                {"embedding_multiplier": 1.0}, {"attention_scale": None},
                {"activation": "silu"}],
@@ -165,12 +165,21 @@ def test_greedy_tokens_through_the_engine_match_transformers(kind: str, checkpoi
 @pytest.mark.parametrize(("architecture", "model_type"), [
     ("GPT2LMHeadModel", "gpt2"),
     ("GPTNeoXForCausalLM", "gpt_neox"),
-    ("Gemma3ForConditionalGeneration", "gemma3"),
+    ("PhiForCausalLM", "phi"),
+    ("LlavaForConditionalGeneration", "llava"),
 ])
-def test_other_architectures_are_refused_naming_themselves(architecture: str,
-                                                           model_type: str) -> None:
+def test_other_architectures_are_refused_naming_themselves(architecture: str, model_type: str,
+                                                           tmp_path: Path) -> None:
     # GPT-2's config has n_layer, not num_hidden_layers: the family is named, not the key
     raw = {"architectures": [architecture], "model_type": model_type, "n_layer": 2}
+    (tmp_path / "config.json").write_text(json.dumps(raw))
     with pytest.raises(UnsupportedArchitectureError, match=f"unsupported architecture "
                                                            f"'{architecture}'"):
-        parse_model_config(json.loads(json.dumps(raw)))
+        load_config(tmp_path)
+
+
+def test_a_multimodal_config_without_text_config_is_refused(tmp_path: Path) -> None:
+    raw = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3"}
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(UnsupportedConfigError, match="no text_config"):
+        load_config(tmp_path)

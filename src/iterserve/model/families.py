@@ -5,7 +5,8 @@ embeddings scaled by sqrt(hidden), query_pre_attn_scalar, logit soft-capping
 (Gemma 2), alternating sliding-window layers, a local RoPE base for the
 sliding layers and per-head q/k norms (Gemma 3). Phi-3: the Llama layer with
 fused q/k/v and gate/up tensors (split at load, model/family_weights.py) and
-LongRoPE. Qwen3-MoE and Mixtral: top-k routed SwiGLU experts.
+LongRoPE. Qwen3-MoE and Mixtral: top-k routed SwiGLU experts. The language
+model of a Gemma 3 multimodal checkpoint loads as Gemma 3 text (`text_part`).
 
 Everything a family's config leaves out takes transformers' default: the
 variant is read off the config object `transformers.AutoConfig.for_model`
@@ -32,10 +33,43 @@ MODEL_TYPES = {
     "MixtralForCausalLM": "mixtral",
 }
 ARCHITECTURES = tuple(MODEL_TYPES)
+#: Multimodal checkpoints whose language model loads alone: its architecture
+#: and model_type, and the prefix of its tensor names (vision tower ignored).
+TEXT_PARTS = {"Gemma3ForConditionalGeneration": ("Gemma3ForCausalLM", "gemma3_text",
+                                                 "language_model.")}
 #: Architectures whose per-head q and k are RMS-normalised before RoPE.
 QK_NORM_ARCHITECTURES = ("Gemma3ForCausalLM", "Qwen3MoeForCausalLM")
 #: Config activation names -> DecoderVariant.activation.
 ACTIVATION_NAMES = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
+
+
+def text_part(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`raw` itself, or for a multimodal checkpoint of TEXT_PARTS its language
+    model's config: `text_config` completed with transformers' defaults (a
+    hub text_config states only what differs from them), under the text
+    architecture; the checkpoint's declared dtype carries over."""
+    architectures = raw.get("architectures")
+    if not isinstance(architectures, list) or not architectures:
+        return raw
+    if architectures[0] not in TEXT_PARTS:
+        return raw
+    architecture, model_type, _ = TEXT_PARTS[architectures[0]]
+    text = raw.get("text_config")
+    if not isinstance(text, Mapping):
+        raise UnsupportedConfigError(f"{architectures[0]}: config.json has no text_config object")
+    from transformers import AutoConfig
+
+    settings = {key: value for key, value in text.items() if key != "model_type"}
+    try:
+        completed = AutoConfig.for_model(model_type, **settings).to_dict()
+    except Exception as exc:  # transformers raises assorted types for a bad config
+        message = " ".join(str(exc).split())[:200]
+        raise UnsupportedConfigError(
+            f"config.json: transformers refuses text_config as {model_type!r} ({message})"
+        ) from None
+    dtype = raw.get("dtype") or raw.get("torch_dtype")
+    declared = {} if dtype is None or completed.get("dtype") else {"dtype": dtype}
+    return {**completed, **declared, "architectures": [architecture]}
 
 
 def activation(architecture: str, raw: Mapping[str, Any]) -> str:

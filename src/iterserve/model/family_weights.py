@@ -9,6 +9,7 @@ that presents its checkpoint under Llama names, plus what only it has:
 - Gemma's RMSNorm multiplies by (1 + weight): the 1 is added to every norm
   weight in float32 at load, so the forward's RMSNorm is the plain one; its
   pre/post feed-forward norms are read beside the Llama layer;
+- a multimodal checkpoint's language model (Gemma 3) is found under its prefix;
 - a mixture-of-experts layer's per-expert gate/up/down and router are stacked
   into ExpertWeights; the layer's dense MLP is left empty.
 """
@@ -22,12 +23,14 @@ import torch
 
 from iterserve.model.config import ModelConfig
 from iterserve.model.errors import CheckpointError
+from iterserve.model.families import TEXT_PARTS
 from iterserve.model.weights import (
     ExpertWeights,
     LayerWeights,
     ModelWeights,
     TensorSource,
     assemble_weights,
+    expected_shape,
 )
 
 Place = Callable[[torch.Tensor], torch.Tensor]
@@ -42,6 +45,9 @@ def assemble(config: ModelConfig, get: TensorSource, dtype: torch.dtype,
 
     variant = config.variant
     source = _phi3_source(config, get) if config.architecture == "Phi3ForCausalLM" else get
+    prefixes = [prefix for text, _, prefix in TEXT_PARTS.values() if text == config.architecture]
+    if prefixes:
+        source = _prefixed(config, source, prefixes[0])
     if variant.norm_weight_offset:
         source = _offset_norms(source, variant.norm_weight_offset)
     if variant.moe is not None:
@@ -95,6 +101,23 @@ def _phi3_source(config: ModelConfig, get: TensorSource) -> TensorSource:
         if module.endswith(".mlp") and kind in mlp_sizes:
             return split(f"{module}.gate_up_proj.weight", *mlp_sizes[kind], 2 * inter)
         return None
+
+    return source
+
+
+def _prefixed(config: ModelConfig, get: TensorSource, prefix: str) -> TensorSource:
+    """`get` that also finds a name under `prefix` (a multimodal checkpoint's
+    language model), checked against the shape its plain name implies."""
+    def source(name: str) -> torch.Tensor | None:
+        tensor = get(name)
+        if tensor is not None:
+            return tensor
+        tensor = get(prefix + name)
+        expected = expected_shape(config, name)
+        if tensor is not None and expected is not None and tuple(tensor.shape) != expected:
+            raise CheckpointError(f"tensor {prefix + name!r} has shape {tuple(tensor.shape)}, "
+                                  f"config.json implies {expected}")
+        return tensor
 
     return source
 
