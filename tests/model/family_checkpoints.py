@@ -34,12 +34,14 @@ COMMON = {
     "eos_token_id": 2,
 }
 
-FAMILIES = ("gemma2", "gemma3", "gemma3_multimodal", "phi3", "qwen3_moe", "mixtral")
+FAMILIES = ("gemma", "gemma2", "gemma3", "gemma3_multimodal", "phi3", "qwen3_moe", "mixtral")
 
 
 def _config(kind: str):
     import transformers
 
+    if kind == "gemma":
+        return transformers.GemmaForCausalLM, transformers.GemmaConfig(**COMMON)
     if kind == "gemma2":
         return transformers.Gemma2ForCausalLM, transformers.Gemma2Config(
             **COMMON, query_pre_attn_scalar=24, sliding_window=4, attn_logit_softcapping=2.0,

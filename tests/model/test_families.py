@@ -1,4 +1,4 @@
-"""Gemma 2, Gemma 3 (text, and the language model of an image-text checkpoint),
+"""Gemma, Gemma 2, Gemma 3 (text, and the language model of an image-text checkpoint),
 Phi-3, Qwen3-MoE and Mixtral checkpoints written by transformers load and
 match its reference: float32 logits on random packed
 mixes (tight), bfloat16 logits (loose, and the same greedy choice wherever the
@@ -47,7 +47,10 @@ def references(checkpoints: dict[str, Path]) -> dict[str, object]:
 def _check_family_reading(kind: str, model) -> None:
     """What the loader read off the family's config (the test configs' values)."""
     config, variant = model.config, model.config.variant
-    if kind == "gemma2":
+    if kind == "gemma":  # Gemma 1: the Llama layer with Gemma's norms, embedding and GeGLU
+        assert not variant.sandwich_norms and variant.activation == "gelu_tanh"
+        assert variant.embedding_multiplier == 8.0 and variant.attention_scale is None
+    elif kind == "gemma2":
         assert (variant.attn_logit_softcap, variant.final_logit_softcap) == (2.0, 3.0)
         assert variant.attention_scale == pytest.approx(24 ** -0.5)
         assert config.sliding_windows == (4, None, 4)  # transformers' alternation
@@ -110,6 +113,7 @@ MUTATIONS: dict[str, list[dict[str, object]]] = {
     "gemma2": [{"attn_logit_softcap": None}, {"final_logit_softcap": None},
                {"embedding_multiplier": 1.0}, {"attention_scale": None},
                {"activation": "silu"}],
+    "gemma": [{"embedding_multiplier": 1.0}, {"activation": "silu"}],
     "gemma3": [{"local_rope_layers": ()}, {"attention_scale": None}],
     "qwen3_moe": [{"moe": "normalize_top_k"}],
 }

@@ -1,6 +1,7 @@
 """The decoder families beyond the Llama shape, as config data (model/variant.py).
 
-Gemma 2 and Gemma 3 (text): GeGLU, (1 + weight) RMSNorm, sandwich norms,
+Gemma: GeGLU, (1 + weight) RMSNorm, embeddings scaled by sqrt(hidden), in
+the Llama layer. Gemma 2 and Gemma 3 (text): GeGLU, (1 + weight) RMSNorm, sandwich norms,
 embeddings scaled by sqrt(hidden), query_pre_attn_scalar, logit soft-capping
 (Gemma 2), alternating sliding-window layers, a local RoPE base for the
 sliding layers and per-head q/k norms (Gemma 3). Phi-3: the Llama layer with
@@ -22,10 +23,11 @@ from typing import Any
 from iterserve.model.errors import UnsupportedConfigError
 from iterserve.model.variant import DecoderVariant, MoeSpec
 
-GEMMA_ARCHITECTURES = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
+GEMMA_ARCHITECTURES = ("GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM")
 MOE_ARCHITECTURES = ("Qwen3MoeForCausalLM", "MixtralForCausalLM")
 #: transformers' model_type of each architecture this module adds.
 MODEL_TYPES = {
+    "GemmaForCausalLM": "gemma",
     "Gemma2ForCausalLM": "gemma2",
     "Gemma3ForCausalLM": "gemma3_text",
     "Phi3ForCausalLM": "phi3",
@@ -112,12 +114,13 @@ def _gemma(architecture: str, hf_config: Any, base: DecoderVariant) -> DecoderVa
     if getattr(hf_config, "use_bidirectional_attention", False):
         raise UnsupportedConfigError("use_bidirectional_attention=true is not implemented "
                                      "(a causal decoder only)")
+    scalar = getattr(hf_config, "query_pre_attn_scalar", None)  # Gemma 1: none, head_dim's
     return DecoderVariant(
         activation=base.activation,
         embedding_multiplier=math.sqrt(hf_config.hidden_size),
         norm_weight_offset=1.0,
-        sandwich_norms=True,
-        attention_scale=float(hf_config.query_pre_attn_scalar) ** -0.5,
+        sandwich_norms=architecture != "GemmaForCausalLM",
+        attention_scale=None if scalar is None else float(scalar) ** -0.5,
         attn_logit_softcap=_optional_float(getattr(hf_config, "attn_logit_softcapping", None)),
         final_logit_softcap=_optional_float(getattr(hf_config, "final_logit_softcapping", None)),
     )
