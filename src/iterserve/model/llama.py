@@ -84,6 +84,9 @@ class PackedCausalLM:
         self.max_decode_groups = max_decode_groups  # see attention.decode_groups
         self._inv_freq = model_inverse_frequencies(config, self.device)
         if config.variant.attn_logit_softcap is not None:  # the native kernels do not soft-cap
+            if attention_backend == "cpp":
+                raise ValueError("attention_backend 'cpp' cannot soft-cap attention scores "
+                                 f"({config.architecture}); use 'auto' or 'torch'")
             attention_backend = "torch"
         self.native_ops = resolve_in_place_decode(attention_backend, self.dtype, self.device)
         #: Multi-row chunks to the kernel too: where it runs them on the AMX tile
