@@ -11,9 +11,10 @@ Every norm multiplies by (1 + weight), folded into the weights at load
 applied by the shared steps of model/llama.py. Gemma 3's sliding-window
 layers rotate with their own RoPE base (`DecoderVariant.local_rope_inv_freq`).
 
-The native one-call layer loop runs the plain layer only, so these run op by
-op; Gemma 2's soft-capped attention runs on the torch path (the native
-kernel does not soft-cap), Gemma 3's attends in place where the kernel is built.
+Gemma 3 runs through the native one-call layer loop where it applies (bf16
+with oneDNN-packed projections; csrc/decoder_layers.cpp takes the sandwich
+norms, the local tables and GeGLU); Gemma 2's soft-capped attention runs op
+by op on the torch path (the native attention kernel does not soft-cap).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from iterserve.model.llama import PackedCausalLM, _rms_norm
 from iterserve.model.packing import PackedBatch
 from iterserve.model.projection import linear
 from iterserve.model.rope import RotaryTables, rotary_tables
+from iterserve.model.weights import LayerWeights
 
 
 class PackedGemmaLM(PackedCausalLM):
@@ -36,7 +38,7 @@ class PackedGemmaLM(PackedCausalLM):
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         config = self.config
         eps, local_layers = config.rms_norm_eps, config.variant.local_rope_layers
-        local_tables = self._local_tables(batch) if local_layers else tables
+        local_tables = self._local_tables(batch) or tables
         update: torch.Tensor | None = None  # the last sublayer's output, not yet added
         for index, layer in enumerate(self.weights.layers):
             assert layer.pre_feedforward_norm is not None
@@ -50,8 +52,23 @@ class PackedGemmaLM(PackedCausalLM):
             update = _rms_norm(self._mlp(layer, normed), layer.post_feedforward_norm, eps)
         return residual, update
 
-    def _local_tables(self, batch: PackedBatch) -> RotaryTables:
+    def _fits_native_loop(self) -> bool:
+        return self.config.variant.attn_logit_softcap is None  # the kernel does not soft-cap
+
+    def _native_layer_weights(self, layer: LayerWeights
+                              ) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+        """The norm before the MLP takes the plain layer's post-attention slot (it
+        is the one added to the residual); the attention and MLP outputs' norms
+        are the sandwich."""
+        assert layer.pre_feedforward_norm is not None
+        return [layer.input_norm, layer.qkv_proj, layer.o_proj, layer.pre_feedforward_norm,
+                layer.gate_up_proj, layer.down_proj], [layer.post_attention_norm,
+                                                       layer.post_feedforward_norm]
+
+    def _local_tables(self, batch: PackedBatch) -> RotaryTables | None:
         """RoPE tables of the sliding-window layers (Gemma 3's local base)."""
+        if not self.config.variant.local_rope_layers:
+            return None
         inv_freq = torch.tensor(self.config.variant.local_rope_inv_freq, dtype=torch.float32,
                                 device=self.device)
         return rotary_tables(batch.positions, inv_freq, self.dtype,

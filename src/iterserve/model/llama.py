@@ -55,13 +55,18 @@ from iterserve.model.weights import LayerWeights, ModelWeights
 class _NativeLayers:
     """csrc/decoder_layers.cpp's per-model arguments: per layer the input
     norm, qkv, o, post-attention norm, gate_up and down weights, the qkv and
-    o biases, the per-head q and k norms (Qwen3), and the sliding window (0:
-    none)."""
+    o biases, the per-head q and k norms (Qwen3), the norms of the attention
+    and MLP outputs (Gemma's sandwich), the sliding window (0: none) and
+    whether it rotates with the local RoPE tables (Gemma 3); whether the MLP
+    is GeGLU."""
 
     weights: list[torch.Tensor]
     biases: list[torch.Tensor | None]
     qk_norms: list[torch.Tensor | None]
     windows: list[int]
+    sandwich_norms: list[torch.Tensor | None]
+    local_rope: list[int]
+    gelu: bool
 
 
 class PackedCausalLM:
@@ -176,22 +181,46 @@ class PackedCausalLM:
         ops, layers = self.native_ops, self.weights.layers
         if ops is None or not self._buckets_rows or not hasattr(ops, "decoder_layers"):
             return None
-        if not self.config.variant.is_plain:  # the native loop is the plain layer only
+        if not self._fits_native_loop():
             return None
         weights: list[torch.Tensor] = []
         biases: list[torch.Tensor | None] = []
         qk_norms: list[torch.Tensor | None] = []
+        sandwich_norms: list[torch.Tensor | None] = []
         for layer in layers:
             if not all(weight.is_mkldnn for weight in (
                     layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj)):
                 return None
-            weights += [layer.input_norm, layer.qkv_proj, layer.o_proj, layer.post_attention_norm,
-                        layer.gate_up_proj, layer.down_proj]
+            layer_weights, layer_sandwich = self._native_layer_weights(layer)
+            weights += layer_weights
+            sandwich_norms += layer_sandwich
             biases += [layer.qkv_bias, layer.o_bias]
             qk_norms += ([layer.q_norm, layer.k_norm] if layer.q_norm is not None
                          and layer.k_norm is not None else [None, None])
-        windows = [window or 0 for window in self.config.sliding_windows]
-        return _NativeLayers(weights, biases, qk_norms, windows)
+        config = self.config
+        windows = [window or 0 for window in config.sliding_windows]
+        local_rope = [int(is_local) for is_local in config.variant.local_rope_layers] or [0] * len(
+            layers)
+        return _NativeLayers(weights, biases, qk_norms, windows, sandwich_norms, local_rope,
+                             config.variant.activation == "gelu_tanh")
+
+    def _fits_native_loop(self) -> bool:
+        """Whether csrc/decoder_layers.cpp computes this model's layer: the
+        plain one, GeGLU allowed (Gemma's embedding scale and final soft cap
+        lie outside the loop); model/gemma.py widens it to Gemma's layer."""
+        variant = self.config.variant
+        return (variant.attn_logit_softcap is None and variant.moe is None
+                and not variant.sandwich_norms and not variant.local_rope_layers)
+
+    def _native_layer_weights(self, layer: LayerWeights
+                              ) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+        """`layer`'s six weights for csrc/decoder_layers.cpp and its two sandwich norms."""
+        return [layer.input_norm, layer.qkv_proj, layer.o_proj, layer.post_attention_norm,
+                layer.gate_up_proj, layer.down_proj], [None, None]
+
+    def _local_tables(self, batch: PackedBatch) -> RotaryTables | None:
+        """RoPE tables of the layers that rotate with their own (None: none do)."""
+        return None
 
     def _layers_in_one_call(self, residual: torch.Tensor, batch: PackedBatch,
                             cache: PagedKVCache, in_place: InPlaceRows,
@@ -201,13 +230,17 @@ class PackedCausalLM:
         leaves them (the same kernels in the same order)."""
         assert self.native_ops is not None and self._native_layers is not None
         config, native = self.config, self._native_layers
+        local = self._local_tables(batch)
+        scale = config.variant.attention_scale
         return self.native_ops.decoder_layers(
             residual, batch.num_rows, native.weights, native.biases, native.qk_norms,
-            native.windows,
+            native.sandwich_norms, native.windows, native.local_rope,
             cache.key_pools, cache.value_pools, batch.slot_mapping, tables.cos,
-            tables.signed_sin, in_place.block_tables, in_place.request_offsets,
-            in_place.context_lens, config.num_heads, config.num_kv_heads, config.head_dim,
-            config.rms_norm_eps, config.head_dim ** -0.5)
+            tables.signed_sin, None if local is None else local.cos,
+            None if local is None else local.signed_sin, in_place.block_tables,
+            in_place.request_offsets, in_place.context_lens, config.num_heads,
+            config.num_kv_heads, config.head_dim, config.rms_norm_eps,
+            config.head_dim ** -0.5 if scale is None else scale, native.gelu)
 
     def _row_padded(self, token_ids: torch.Tensor) -> torch.Tensor:
         """The batch's token ids, padded (with id 0) to the row count its packed
