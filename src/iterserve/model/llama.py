@@ -14,6 +14,11 @@ rows, and only rows of the same segment. The forward mutates nothing but the
 pool rows named by `slot_mapping`; committing those rows as service progress
 is the engine's job after the whole IterationResult validates (0x04 closing
 paragraph).
+
+Other families change this layer through `config.variant` (model/variant.py):
+the shared steps here honour its activation, embedding scale, softmax scale
+and soft caps; model/gemma.py and model/moe.py override the layer loop and
+the MLP where the family's layer differs in shape.
 """
 
 from __future__ import annotations
