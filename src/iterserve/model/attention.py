@@ -41,8 +41,8 @@ import torch
 import torch.nn.functional as F
 from torch._ops import _OpNamespace as OpNamespace
 
+from iterserve.model.eager_attention import causal_mask, sdpa
 from iterserve.model.packing import PackedBatch
-from iterserve.model.variant_ops import softcapped
 
 Window = int | None
 
@@ -205,7 +205,7 @@ def _attend_decode(
     values = _gather_rows(value_pool, decode.flat_block_ids).view(
         num_rows, -1, num_kv_heads, head_dim
     )
-    out = _sdpa(
+    out = sdpa(
         query.reshape(num_rows, num_kv_heads, num_heads // num_kv_heads, head_dim),
         keys.transpose(1, 2),  # [B, KV, L, D]
         values.transpose(1, 2),
@@ -260,29 +260,10 @@ def _attend_chunk(
                                              scale=scale)
     else:  # the eager path: query head h uses kv head h // G (repeat_kv)
         repeats = num_heads // num_kv_heads
-        out = _sdpa(query, keys.repeat_interleave(repeats, dim=1),
-                    values.repeat_interleave(repeats, dim=1),
-                    _causal(query.shape[2], query.device) if mask is None else mask, scale, softcap)
+        causal = causal_mask(query.shape[2], query.device) if mask is None else mask
+        out = sdpa(query, keys.repeat_interleave(repeats, dim=1),
+                   values.repeat_interleave(repeats, dim=1), causal, scale, softcap)
     return out[0].transpose(0, 1)  # [q, H, D]
-
-
-def _sdpa(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-          mask: torch.Tensor, scale: float | None, softcap: float | None) -> torch.Tensor:
-    """SDPA, or with `softcap` its eager form with soft-capped scores (transformers'
-    eager attention: scores capped before the mask, softmax in float32)."""
-    if softcap is None:
-        return F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=scale)
-    scale = query.shape[-1] ** -0.5 if scale is None else scale
-    scores = softcapped(torch.matmul(query, keys.transpose(-1, -2)) * scale, softcap)
-    is_bool = mask.dtype == torch.bool
-    scores = scores.masked_fill(~mask, float("-inf")) if is_bool else scores + mask
-    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-    return torch.matmul(weights, values)
-
-
-def _causal(num_rows: int, device: torch.device) -> torch.Tensor:
-    """The plain causal mask of a chunk starting at position 0 (bool, [q, q])."""
-    return torch.ones(num_rows, num_rows, dtype=torch.bool, device=device).tril()
 
 
 def _gather_rows(pool: torch.Tensor, block_ids: torch.Tensor) -> torch.Tensor:
