@@ -106,7 +106,7 @@ def test_gemma3_image_text_release_loads_its_language_model_config(tmp_path: Pat
     assert config.rope_type == "linear"  # the global layers' scaled RoPE
     assert config.rope_inv_freq[0] == pytest.approx(1 / 8)
     assert config.variant.local_rope_inv_freq[0] == 1.0  # the local layers' plain RoPE
-    assert config.torch_dtype == "bfloat16"
+    assert config.torch_dtype == "bfloat16" and config.eos_token_ids == (1, 106)
 
 
 def test_phi3_longrope_is_served_up_to_its_original_length(tmp_path: Path) -> None:

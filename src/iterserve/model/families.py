@@ -49,7 +49,7 @@ def text_part(raw: Mapping[str, Any]) -> Mapping[str, Any]:
     """`raw` itself, or for a multimodal checkpoint of TEXT_PARTS its language
     model's config: `text_config` completed with transformers' defaults (a
     hub text_config states only what differs from them), under the text
-    architecture; the checkpoint's declared dtype carries over."""
+    architecture; the checkpoint's declared dtype and token ids carry over."""
     architectures = raw.get("architectures")
     if not isinstance(architectures, list) or not architectures:
         return raw
@@ -71,6 +71,8 @@ def text_part(raw: Mapping[str, Any]) -> Mapping[str, Any]:
         ) from None
     dtype = raw.get("dtype") or raw.get("torch_dtype")
     declared = {} if dtype is None or completed.get("dtype") else {"dtype": dtype}
+    # the checkpoint's own token ids (Gemma 3's end-of-turn 106 beside EOS 1) over the defaults
+    declared.update({key: raw[key] for key in ("bos_token_id", "eos_token_id") if key in raw})
     return {**completed, **declared, "architectures": [architecture]}
 
 
