@@ -72,10 +72,13 @@ def _check_family_reading(kind: str, model) -> None:
         assert dense == ([False, True, False] if kind == "qwen3_moe" else [False] * 3)
 
 
+@pytest.mark.parametrize("backend", ["auto", "torch"])
 @pytest.mark.parametrize("kind", FAMILIES)
-def test_float32_logits_match_the_reference(kind: str, checkpoints, references,
+def test_float32_logits_match_the_reference(kind: str, backend: str, checkpoints, references,
                                             test_device: str) -> None:
-    model = load_model(checkpoints[kind], device=test_device)
+    """"auto": the native attention kernel where it is built (CPU); "torch": SDPA
+    (and the eager soft-capped form), the path a CUDA model takes."""
+    model = load_model(checkpoints[kind], device=test_device, attention_backend=backend)
     _check_family_reading(kind, model)
     for seed in range(3):
         assert_random_mix_matches(model, references[kind], seed=seed, block_size=4)
@@ -106,6 +109,11 @@ def test_bfloat16_logits_are_close_and_choose_the_same_tokens(kind: str, checkpo
     clear = (top2[:, 0] - top2[:, 1]) >= BF16_CLEAR_MARGIN
     assert clear.sum() >= len(clear) // 2  # the check below is not vacuous
     assert torch.equal(ours.argmax(-1)[clear], expected.argmax(-1)[clear])
+
+
+def test_soft_capped_attention_refuses_the_native_kernel(checkpoints) -> None:
+    with pytest.raises(ValueError, match="cannot soft-cap attention"):
+        load_model(checkpoints["gemma2"], attention_backend="cpp")
 
 
 #: Per family, the variant fields that set it apart, each turned off in turn.
