@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from iterserve.model.attention import MAX_DECODE_GROUPS
 from iterserve.model.config import ModelConfig
 from iterserve.model.llama import PackedCausalLM
 from iterserve.model.projection import linear
@@ -28,10 +29,15 @@ from iterserve.model.weights import ExpertWeights, LayerWeights, ModelWeights
 class PackedMoeLM(PackedCausalLM):
     """PackedCausalLM whose sparse layers route each row to its top-k experts."""
 
-    def __init__(self, config: ModelConfig, weights: ModelWeights, **options: object) -> None:
+    def __init__(self, config: ModelConfig, weights: ModelWeights,
+                 max_decode_groups: int = MAX_DECODE_GROUPS, prepack: bool = True,
+                 attention_backend: str = "auto", layers_in_one_call: bool = True) -> None:
+        """As PackedCausalLM, never prepacked: the sparse layers' dense MLP
+        matrices are empty and the experts are 3-D (`prepack` is ignored)."""
         assert config.variant.moe is not None
-        options["prepack"] = False  # the sparse layers' dense MLP matrices are empty
-        super().__init__(config, weights, **options)  # type: ignore[arg-type]
+        super().__init__(config, weights, max_decode_groups, prepack=False,
+                         attention_backend=attention_backend,
+                         layers_in_one_call=layers_in_one_call)
 
     def _mlp(self, layer: LayerWeights, normed: torch.Tensor) -> torch.Tensor:
         if layer.experts is None:
