@@ -118,6 +118,13 @@ def test_phi3_longrope_is_served_up_to_its_original_length(tmp_path: Path) -> No
     assert config.variant.is_plain
 
 
+def test_phi3_legacy_su_rope_reads_as_longrope(tmp_path: Path) -> None:
+    legacy = {**PHI3_MINI_128K, "rope_scaling": {**PHI3_MINI_128K["rope_scaling"], "type": "su"}}
+    config = _load(legacy, tmp_path)
+    assert config.rope_type == "longrope"
+    assert config.rope_inv_freq == _load(PHI3_MINI_128K, tmp_path).rope_inv_freq
+
+
 def test_qwen3_moe_routes_every_layer(tmp_path: Path) -> None:
     config = _load(QWEN3_30B_A3B, tmp_path)
     moe = config.variant.moe

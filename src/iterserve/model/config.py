@@ -39,7 +39,7 @@ SUPPORTED_ARCHITECTURES: tuple[str, ...] = (
 SUPPORTED_ROPE_TYPES: tuple[str, ...] = ("default", "linear", "dynamic", "yarn", "llama3",
                                          "longrope")
 #: Older names of a RoPE variant (Phi-3's first configs say "su" for longrope).
-ROPE_TYPE_ALIASES = {"su": "longrope"}
+ROPE_TYPE_ALIASES = families.LEGACY_ROPE_TYPES
 #: Architectures that RMS-normalise every q and k head before RoPE (Qwen3).
 QK_NORM_ARCHITECTURES: tuple[str, ...] = ("Qwen3ForCausalLM", *families.QK_NORM_ARCHITECTURES)
 QWEN_ARCHITECTURES: tuple[str, ...] = ("Qwen2ForCausalLM", "Qwen3ForCausalLM")

@@ -45,6 +45,22 @@ QK_NORM_ARCHITECTURES = ("Gemma3ForCausalLM", "Qwen3MoeForCausalLM")
 ACTIVATION_NAMES = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
 
 
+#: Older names of a RoPE variant that transformers reads only under the new one
+#: (Phi-3's first configs say "su" for longrope).
+LEGACY_ROPE_TYPES = {"su": "longrope"}
+
+
+def canonical_config(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`raw` as the loader reads it: the language model's config of a
+    multimodal checkpoint (`text_part`), legacy RoPE type names renamed."""
+    raw = text_part(raw)
+    rope = raw.get("rope_scaling")
+    if isinstance(rope, Mapping) and rope.get("type") in LEGACY_ROPE_TYPES:
+        rope = {**rope, "type": LEGACY_ROPE_TYPES[rope["type"]]}
+        return {**raw, "rope_scaling": rope}
+    return raw
+
+
 def text_part(raw: Mapping[str, Any]) -> Mapping[str, Any]:
     """`raw` itself, or for a multimodal checkpoint of TEXT_PARTS its language
     model's config: `text_config` completed with transformers' defaults (a

@@ -17,7 +17,7 @@ from safetensors import safe_open
 
 from iterserve.model.config import ModelConfig, parse_model_config
 from iterserve.model.errors import CheckpointError, MissingCheckpointFileError
-from iterserve.model.families import text_part
+from iterserve.model.families import canonical_config
 from iterserve.model.family_models import assemble, model_class
 from iterserve.model.hf_config import resolve
 from iterserve.model.llama import PackedCausalLM
@@ -84,7 +84,7 @@ def _open_safetensors(stack: ExitStack, path: Path) -> Any:
 def load_config(model_dir: Path) -> ModelConfig:
     """The checked config, with per-family defaults and RoPE resolved by transformers
     where they need it (see hf_config.resolve)."""
-    raw = text_part(_read_json(Path(model_dir) / CONFIG_FILE))
+    raw = canonical_config(_read_json(Path(model_dir) / CONFIG_FILE))
     return resolve(parse_model_config(raw), raw)
 
 
