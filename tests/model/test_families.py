@@ -33,15 +33,27 @@ BF16_MEDIAN_ERROR = 0.04
 BF16_CLEAR_MARGIN = 0.25
 
 
+class _Lazy(dict):
+    """kind -> value, each made on first use (a test pays for its own family only)."""
+
+    def __init__(self, make) -> None:
+        super().__init__()
+        self._make = make
+
+    def __missing__(self, kind: str):
+        self[kind] = value = self._make(kind)
+        return value
+
+
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory: pytest.TempPathFactory, tiny_dir: Path) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("families")
-    return {kind: build(kind, root / kind, tokenizer_dir=tiny_dir) for kind in FAMILIES}
+    return _Lazy(lambda kind: build(kind, root / kind, tokenizer_dir=tiny_dir))
 
 
 @pytest.fixture(scope="module")
 def references(checkpoints: dict[str, Path]) -> dict[str, object]:
-    return {kind: reference(path) for kind, path in checkpoints.items()}
+    return _Lazy(lambda kind: reference(checkpoints[kind]))
 
 
 def _check_family_reading(kind: str, model) -> None:
