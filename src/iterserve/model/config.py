@@ -5,7 +5,7 @@ covers the Llama, Qwen2, Qwen3 and Mistral families, which share one decoder
 shape: RMSNorm -> GQA attention with RoPE -> RMSNorm -> SwiGLU MLP. Their
 differences are data, not code: Qwen2 has q/k/v biases, Qwen3 RMS-normalises
 each head of q and k before RoPE, Mistral and Qwen2 may declare a sliding
-window per layer, Llama 3.x scales its RoPE frequencies. Gemma 2/3, Phi-3,
+window per layer, Llama 3.x scales its RoPE frequencies. Gemma 1/2/3, Phi-3,
 Qwen3-MoE and Mixtral change more of the layer; `ModelConfig.variant` says
 how (model/families.py, model/variant.py).
 
