@@ -35,6 +35,9 @@ SUPPORTED_ARCHITECTURES: tuple[str, ...] = (
     "Qwen3ForCausalLM",
     *families.ARCHITECTURES,
 )
+#: What an unsupported architecture's refusal lists: the above, and the
+#: multimodal checkpoints whose language model loads (model/families.py).
+LOADABLE_ARCHITECTURES: tuple[str, ...] = (*SUPPORTED_ARCHITECTURES, *families.TEXT_PARTS)
 #: RoPE variants whose frequencies transformers' ROPE_INIT_FUNCTIONS compute at load.
 SUPPORTED_ROPE_TYPES: tuple[str, ...] = ("default", "linear", "dynamic", "yarn", "llama3",
                                          "longrope")
@@ -176,11 +179,11 @@ def _architecture(raw: Mapping[str, Any]) -> str:
         raise CheckpointError(f"config.json: architectures must be a list, got {architectures!r}")
     if not architectures:
         raise UnsupportedArchitectureError(
-            f"<none declared; model_type={raw.get('model_type')!r}>", SUPPORTED_ARCHITECTURES
+            f"<none declared; model_type={raw.get('model_type')!r}>", LOADABLE_ARCHITECTURES
         )
     architecture = str(architectures[0])
     if architecture not in SUPPORTED_ARCHITECTURES:
-        raise UnsupportedArchitectureError(architecture, SUPPORTED_ARCHITECTURES)
+        raise UnsupportedArchitectureError(architecture, LOADABLE_ARCHITECTURES)
     return architecture
 
 
