@@ -4,7 +4,7 @@ Each family's config exercises what sets it apart: soft-capping tight enough
 to bend the scores and logits (Gemma 2), alternating sliding windows, a local
 RoPE base and linear-scaled global RoPE (Gemma 3, also as the language model
 of an image-text checkpoint), LongRoPE factors that move
-every frequency (Phi-3), experts of their own width, a dense layer among
+every frequency (Phi-3; Phi-4 mini rotating 3/4 of each head, tied embeddings), experts of their own width, a dense layer among
 sparse ones and renormalised top-k (Qwen3-MoE), Mixtral's block_sparse_moe.
 Weights are drawn wider than transformers' default (initializer_range 0.2)
 so that scores reach the soft caps, and every parameter transformers starts
@@ -34,7 +34,8 @@ COMMON = {
     "eos_token_id": 2,
 }
 
-FAMILIES = ("gemma", "gemma2", "gemma3", "gemma3_multimodal", "phi3", "qwen3_moe", "mixtral")
+FAMILIES = ("gemma", "gemma2", "gemma3", "gemma3_multimodal", "phi3", "phi4_mini", "qwen3_moe",
+            "mixtral")
 
 
 def _config(kind: str):
@@ -60,15 +61,17 @@ def _config(kind: str):
         return transformers.Gemma3ForConditionalGeneration, transformers.Gemma3Config(
             text_config=text.to_dict(), vision_config=vision.to_dict(), mm_tokens_per_image=4,
             image_token_index=300, boi_token_index=301, eoi_token_index=302)
-    if kind == "phi3":
-        half = COMMON["head_dim"] // 2
+    if kind in ("phi3", "phi4_mini"):  # Phi-4 mini: Phi-3's layer, 3/4 of each head rotated
+        partial = 0.75 if kind == "phi4_mini" else 1.0
+        half = int(COMMON["head_dim"] * partial) // 2
         rope = {"rope_type": "longrope", "rope_theta": 10000.0,
                 "short_factor": [1.0 + 0.25 * i for i in range(half)],
                 "long_factor": [2.0 + 0.5 * i for i in range(half)],
-                "original_max_position_embeddings": 64}
+                "original_max_position_embeddings": 64, "partial_rotary_factor": partial}
         settings = {key: value for key, value in COMMON.items() if key != "head_dim"}
         return transformers.Phi3ForCausalLM, transformers.Phi3Config(
-            **settings, rope_parameters=rope, original_max_position_embeddings=64)
+            **settings, rope_parameters=rope, original_max_position_embeddings=64,
+            tie_word_embeddings=kind == "phi4_mini")
     if kind == "qwen3_moe":
         return transformers.Qwen3MoeForCausalLM, transformers.Qwen3MoeConfig(
             **COMMON, num_experts=6, num_experts_per_tok=2, moe_intermediate_size=48,

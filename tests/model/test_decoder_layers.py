@@ -91,11 +91,12 @@ def test_biases_windows_and_scaled_rope_go_native_with_the_same_bits(
     _assert_same_bits(model)
 
 
-@pytest.mark.parametrize("kind", ["gemma", "gemma3", "gemma3_multimodal", "phi3"])
+@pytest.mark.parametrize("kind", ["gemma", "gemma3", "gemma3_multimodal", "phi3", "phi4_mini"])
 def test_gemma_and_phi3_go_native_with_the_same_bits(kind: str, tmp_path,
                                                       paged_decode_kernel) -> None:
     """Gemma's GeGLU, Gemma 3's sandwich norms, local RoPE tables and
-    query_pre_attn_scalar, Phi-3's split fused tensors (family_checkpoints)."""
+    query_pre_attn_scalar, Phi-3's split fused tensors, Phi-4 mini's partial
+    rotary (family_checkpoints)."""
     from family_checkpoints import build
 
     model = load_model(build(kind, tmp_path), dtype=torch.bfloat16)

@@ -1,5 +1,5 @@
 """Gemma, Gemma 2, Gemma 3 (text, and the language model of an image-text checkpoint),
-Phi-3, Qwen3-MoE and Mixtral checkpoints written by transformers load and
+Phi-3, Phi-4 mini (partial rotary), Qwen3-MoE and Mixtral checkpoints written by transformers load and
 match its reference: float32 logits on random packed
 mixes (tight), bfloat16 logits (loose, and the same greedy choice wherever the
 reference's choice is clear), greedy tokens through the engine; each family
@@ -71,10 +71,11 @@ def _check_family_reading(kind: str, model) -> None:
         assert variant.local_rope_layers == (True, False, True)
         assert config.sliding_windows == (4, None, 4)
         assert config.rope_type == "linear" and variant.local_rope_inv_freq
-    elif kind == "phi3":
+    elif kind in ("phi3", "phi4_mini"):
         assert config.rope_type == "longrope"
+        assert config.rotary_dim == (12 if kind == "phi4_mini" else 16)
+        assert (model.weights.lm_head is model.weights.embed_tokens) == (kind == "phi4_mini")
         assert config.max_position_embeddings == 64  # original_max_position_embeddings
-        assert config.variant.is_plain  # the Llama layer once the fused tensors are split
         if model._buckets_rows and hasattr(model.native_ops, "decoder_layers"):
             assert model._native_layers is not None  # so it takes the native layer loop
     else:

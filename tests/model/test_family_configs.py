@@ -54,6 +54,10 @@ PHI3_MINI_128K = {
     "rope_theta": 10000.0, "sliding_window": 262144, "tie_word_embeddings": False,
     "torch_dtype": "bfloat16", "vocab_size": 32064,
 }
+PHI4_MINI = {
+    **PHI3_MINI_128K, "num_attention_heads": 24, "num_key_value_heads": 8,
+    "partial_rotary_factor": 0.75, "tie_word_embeddings": True, "vocab_size": 200064,
+}
 QWEN3_30B_A3B = {
     "architectures": ["Qwen3MoeForCausalLM"], "decoder_sparse_step": 1, "head_dim": 128,
     "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 6144,
@@ -155,8 +159,16 @@ def test_gemma_features_outside_the_forward_are_refused(change: dict[str, Any], 
         _load({**GEMMA3_1B, **change}, tmp_path)
 
 
-def test_phi4_mini_partial_rotary_is_refused(tmp_path: Path) -> None:
+def test_phi4_mini_rotates_three_quarters_of_each_head(tmp_path: Path) -> None:
+    config = _load(PHI4_MINI, tmp_path)
+    assert (config.head_dim, config.rotary_dim) == (128, 96)
+    assert len(config.rope_inv_freq) == 48 and config.max_position_embeddings == 4096
+    assert config.tie_word_embeddings
+
+
+def test_partial_rotary_is_refused_where_transformers_rotates_whole_heads(tmp_path) -> None:
     from iterserve.model.errors import UnsupportedConfigError
 
-    with pytest.raises(UnsupportedConfigError, match="partial_rotary_factor"):
-        _load({**PHI3_MINI_128K, "partial_rotary_factor": 0.75}, tmp_path)
+    with pytest.raises(UnsupportedConfigError, match="partial_rotary_factor=0.5 is not "
+                                                     "implemented for MixtralForCausalLM"):
+        _load({**MIXTRAL_8X7B, "partial_rotary_factor": 0.5}, tmp_path)

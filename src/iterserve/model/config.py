@@ -17,7 +17,7 @@ and rope initialisation functions.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from iterserve.model import families
@@ -92,10 +92,20 @@ class ModelConfig:
             raise UnsupportedConfigError("sliding_windows needs one entry per layer")
         if self.head_dim % 2:
             raise UnsupportedConfigError(f"head_dim={self.head_dim} must be even for RoPE")
-        if self.rope_inv_freq and len(self.rope_inv_freq) != self.head_dim // 2:
+        rotary_dim = self.rotary_dim
+        if rotary_dim % 2 or not 0 < rotary_dim <= self.head_dim:
             raise UnsupportedConfigError(
-                f"rope gives {len(self.rope_inv_freq)} frequencies for head_dim={self.head_dim}"
-            )
+                f"rotary dimension {rotary_dim} must be even and in (0, head_dim={self.head_dim}]")
+        if self.rope_inv_freq and len(self.rope_inv_freq) != rotary_dim // 2:
+            raise UnsupportedConfigError(
+                f"rope gives {len(self.rope_inv_freq)} frequencies for rotary dimension "
+                f"{rotary_dim}")
+
+    @property
+    def rotary_dim(self) -> int:
+        """How many leading dimensions of each q/k head RoPE rotates (all but
+        where the family's partial_rotary_factor says fewer)."""
+        return self.variant.rotary_dim or self.head_dim
 
     @property
     def num_queries_per_kv(self) -> int:
@@ -141,7 +151,7 @@ def _check_dimension(raw: Mapping[str, Any], key: str, *, required: bool) -> Non
 
 def _parse(raw: Mapping[str, Any]) -> ModelConfig:
     architecture = _architecture(raw)
-    _reject_unsupported_features(raw)
+    _reject_unsupported_features(raw, architecture)
     variant = DecoderVariant(activation=families.activation(architecture, raw))
     num_layers = int(raw["num_hidden_layers"])
     num_heads = int(raw["num_attention_heads"])
@@ -169,7 +179,7 @@ def _parse(raw: Mapping[str, Any]) -> ModelConfig:
         qk_norm=architecture in QK_NORM_ARCHITECTURES,
         torch_dtype=_dtype_name(raw),
         rope_type=_rope_type(raw),
-        variant=variant,
+        variant=_with_rotary_dim(variant, raw, int(head_dim)),
     )
 
 
@@ -187,7 +197,7 @@ def _architecture(raw: Mapping[str, Any]) -> str:
     return architecture
 
 
-def _reject_unsupported_features(raw: Mapping[str, Any]) -> None:
+def _reject_unsupported_features(raw: Mapping[str, Any], architecture: str) -> None:
     if raw.get("mlp_bias"):
         raise UnsupportedConfigError("mlp_bias=true is not implemented")
     for key in ("rope_scaling", "rope_parameters"):
@@ -200,9 +210,26 @@ def _reject_unsupported_features(raw: Mapping[str, Any]) -> None:
                 f"{key} with rope_type={rope_type!r} is not implemented; "
                 f"supported: {', '.join(SUPPORTED_ROPE_TYPES)}"
             )
-    factor = raw.get("partial_rotary_factor", 1.0)
-    if factor != 1.0:
-        raise UnsupportedConfigError(f"partial_rotary_factor={factor!r} is not implemented")
+    factor = _partial_rotary_factor(raw)
+    if factor != 1.0 and architecture not in families.PARTIAL_ROTARY_ARCHITECTURES:
+        raise UnsupportedConfigError(
+            f"partial_rotary_factor={factor!r} is not implemented for {architecture}")
+
+
+def _partial_rotary_factor(raw: Mapping[str, Any]) -> float:
+    """The key at the top level, or inside the rope parameters (transformers 5 writes it there)."""
+    rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+    return float(raw.get("partial_rotary_factor", rope.get("partial_rotary_factor", 1.0)))
+
+
+def _with_rotary_dim(variant: DecoderVariant, raw: Mapping[str, Any],
+                     head_dim: int) -> DecoderVariant:
+    """`variant` rotating int(head_dim * partial_rotary_factor) dimensions, as
+    transformers sizes them (None: the whole head)."""
+    factor = _partial_rotary_factor(raw)
+    if factor == 1.0:
+        return variant
+    return replace(variant, rotary_dim=int(head_dim * factor))
 
 
 def _rope_type(raw: Mapping[str, Any]) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from iterserve.model.errors import UnsupportedConfigError
@@ -39,6 +40,8 @@ ARCHITECTURES = tuple(MODEL_TYPES)
 #: and model_type, and the prefix of its tensor names (vision tower ignored).
 TEXT_PARTS = {"Gemma3ForConditionalGeneration": ("Gemma3ForCausalLM", "gemma3_text",
                                                  "language_model.")}
+#: Architectures whose transformers code rotates only partial_rotary_factor of each head.
+PARTIAL_ROTARY_ARCHITECTURES = ("Phi3ForCausalLM",)
 #: Architectures whose per-head q and k are RMS-normalised before RoPE.
 QK_NORM_ARCHITECTURES = ("Gemma3ForCausalLM", "Qwen3MoeForCausalLM")
 #: Config activation names -> DecoderVariant.activation.
@@ -111,7 +114,7 @@ def variant(architecture: str, hf_config: Any, base: DecoderVariant) -> DecoderV
     if architecture in GEMMA_ARCHITECTURES:
         return _gemma(architecture, hf_config, base)
     if architecture in MOE_ARCHITECTURES:
-        return DecoderVariant(activation=base.activation, moe=_moe(architecture, hf_config))
+        return replace(base, moe=_moe(architecture, hf_config))
     return base
 
 
@@ -133,8 +136,8 @@ def _gemma(architecture: str, hf_config: Any, base: DecoderVariant) -> DecoderVa
         raise UnsupportedConfigError("use_bidirectional_attention=true is not implemented "
                                      "(a causal decoder only)")
     scalar = getattr(hf_config, "query_pre_attn_scalar", None)  # Gemma 1: none, head_dim's
-    return DecoderVariant(
-        activation=base.activation,
+    return replace(
+        base,
         embedding_multiplier=math.sqrt(hf_config.hidden_size),
         norm_weight_offset=1.0,
         sandwich_norms=architecture != "GemmaForCausalLM",

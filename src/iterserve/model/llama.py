@@ -313,10 +313,15 @@ class PackedCausalLM:
         qkv = qkv.view(width, config.num_heads + 2 * config.num_kv_heads, config.head_dim)
         qkv = qkv[:num_rows]  # the batch's own rows (see _row_padded)
         rotated = _qk_normed(qkv, layer, config)
-        if self.native_ops is None:
+        rotary_dim = config.rotary_dim  # partial rotary: the rest of each head passes through
+        if self.native_ops is None and rotary_dim == config.head_dim:
             rotated = apply_rotary(rotated, tables)
+        elif self.native_ops is None:
+            rotated = torch.cat((apply_rotary(rotated[..., :rotary_dim], tables),
+                                 rotated[..., rotary_dim:]), dim=-1)
         else:  # in place on qkv (or on the q/k norm's fresh output)
-            self.native_ops.rotary_in_place(rotated, tables.cos, tables.signed_sin)
+            self.native_ops.rotary_in_place(rotated[..., :rotary_dim], tables.cos,
+                                            tables.signed_sin)
         query, keys = rotated[:, : config.num_heads], rotated[:, config.num_heads :]
         values = qkv[:, config.num_heads + config.num_kv_heads :]
         if self.native_ops is None:

@@ -50,7 +50,8 @@ class DecoderVariant:
     and logits pass through cap * tanh(x / cap). `local_rope_inv_freq`: the
     RoPE frequencies of the sliding-window layers when they differ from the
     global ones (Gemma 3), and `local_rope_layers` the layers that use them;
-    empty: every layer uses the model's.
+    empty: every layer uses the model's. `rotary_dim`: partial rotary (Phi-4
+    mini's 0.75 of each head; the rest passes through unrotated).
     """
 
     activation: str = "silu"
@@ -62,6 +63,7 @@ class DecoderVariant:
     final_logit_softcap: float | None = None
     local_rope_inv_freq: tuple[float, ...] = ()
     local_rope_layers: tuple[bool, ...] = ()  # per layer: rotates with local_rope_inv_freq
+    rotary_dim: int | None = None  # RoPE on this many leading dims of a head (None: all)
     moe: MoeSpec | None = None
 
     def __post_init__(self) -> None:

@@ -139,7 +139,10 @@ at::Tensor decoder_layers(const at::Tensor& residual, int64_t num_rows, at::Tens
     const bool is_local = local_rope[layer] != 0;
     TORCH_CHECK(!is_local || local_cos.has_value(), "decoder_layers: a local-rope layer needs "
                 "local_cos and local_signed_sin");
-    o.rotary.call(rotated, is_local ? *local_cos : cos,
+    const at::Tensor& layer_cos = is_local ? *local_cos : cos;
+    // partial rotary (tables narrower than a head): the leading dimensions only
+    const int64_t rotary_dim = layer_cos.size(-1);
+    o.rotary.call(rotary_dim == head_dim ? rotated : rotated.narrow(2, 0, rotary_dim), layer_cos,
                   is_local ? *local_signed_sin : signed_sin);
     at::Tensor query = rotated.narrow(1, 0, num_heads);
     o.write_kv.call(key_pools[layer], value_pools[layer], slot_mapping,
