@@ -172,3 +172,24 @@ def test_partial_rotary_is_refused_where_transformers_rotates_whole_heads(tmp_pa
     with pytest.raises(UnsupportedConfigError, match="partial_rotary_factor=0.5 is not "
                                                      "implemented for MixtralForCausalLM"):
         _load({**MIXTRAL_8X7B, "partial_rotary_factor": 0.5}, tmp_path)
+
+
+@pytest.mark.parametrize(("base", "change", "words"), [
+    (GEMMA2_2B, {"query_pre_attn_scalar": 0}, "query_pre_attn_scalar=0"),
+    (GEMMA2_2B, {"sliding_window": -5}, "sliding_window"),
+    (GEMMA2_2B, {"attn_logit_softcapping": "x"}, "attn_logit_softcapping"),
+    (GEMMA3_1B, {"rope_local_base_freq": "x"}, "could not convert"),
+    (GEMMA3_1B, {"layer_types": ["full_attention"]}, "one entry per layer"),
+    (QWEN3_30B_A3B, {"decoder_sparse_step": 0}, "decoder_sparse_step=0"),
+    (QWEN3_30B_A3B, {"moe_intermediate_size": 0}, "intermediate size 0"),
+    (MIXTRAL_8X7B, {"num_experts_per_tok": 9}, "num_experts_per_tok=9"),
+    (PHI3_MINI_128K, {"partial_rotary_factor": 2}, "rotary dimension 192"),
+    (GEMMA3_4B, {"text_config": "x"}, "no text_config"),
+])
+def test_a_bad_family_value_is_one_checkpoint_error_naming_it(base: dict[str, Any],
+                                                             change: dict[str, Any], words: str,
+                                                             tmp_path: Path) -> None:
+    from iterserve.model.errors import CheckpointError
+
+    with pytest.raises(CheckpointError, match=words):
+        _load({**base, **change}, tmp_path)

@@ -90,6 +90,10 @@ class ModelConfig:
             )
         if len(self.sliding_windows) != self.num_layers:
             raise UnsupportedConfigError("sliding_windows needs one entry per layer")
+        if any(window is not None and window < 1 for window in self.sliding_windows):
+            raise UnsupportedConfigError(
+                f"sliding_window must be a positive number of tokens, got "
+                f"{sorted({w for w in self.sliding_windows if w is not None})[0]}")
         if self.head_dim % 2:
             raise UnsupportedConfigError(f"head_dim={self.head_dim} must be even for RoPE")
         rotary_dim = self.rotary_dim

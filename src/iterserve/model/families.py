@@ -136,6 +136,8 @@ def _gemma(architecture: str, hf_config: Any, base: DecoderVariant) -> DecoderVa
         raise UnsupportedConfigError("use_bidirectional_attention=true is not implemented "
                                      "(a causal decoder only)")
     scalar = getattr(hf_config, "query_pre_attn_scalar", None)  # Gemma 1: none, head_dim's
+    if scalar is not None and not float(scalar) > 0:
+        raise UnsupportedConfigError(f"query_pre_attn_scalar={scalar!r} must be positive")
     return replace(
         base,
         embedding_multiplier=math.sqrt(hf_config.hidden_size),
@@ -154,6 +156,8 @@ def _moe(architecture: str, hf_config: Any) -> MoeSpec:
                        int(hf_config.intermediate_size), True, (True,) * num_layers)
     num_experts = int(hf_config.num_experts)
     step = int(hf_config.decoder_sparse_step)
+    if step < 1:
+        raise UnsupportedConfigError(f"decoder_sparse_step={step} must be at least 1")
     dense = set(hf_config.mlp_only_layers or ())
     sparse = tuple(i not in dense and num_experts > 0 and (i + 1) % step == 0
                    for i in range(num_layers))

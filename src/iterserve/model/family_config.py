@@ -22,7 +22,7 @@ from typing import Any
 
 from iterserve.model import families
 from iterserve.model.config import SUPPORTED_ROPE_TYPES, ModelConfig
-from iterserve.model.errors import UnsupportedConfigError
+from iterserve.model.errors import CheckpointError, UnsupportedConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +32,17 @@ LAYER_TYPED_ROPE = ("Gemma3ForCausalLM",)
 
 def refine(config: ModelConfig, hf_config: Any) -> ModelConfig:
     """`config` with the family's variant, windows and RoPE tables, and a
-    LongRoPE model's length bound."""
+    LongRoPE model's length bound; a value transformers let through but the
+    forward cannot use is a CheckpointError naming it."""
+    try:
+        return _refine(config, hf_config)
+    except (TypeError, ValueError, KeyError, AttributeError, ArithmeticError) as exc:
+        if isinstance(exc, CheckpointError):
+            raise
+        raise CheckpointError(f"config.json: bad value ({type(exc).__name__}: {exc})") from None
+
+
+def _refine(config: ModelConfig, hf_config: Any) -> ModelConfig:
     if config.architecture in families.ARCHITECTURES:
         config = replace(
             config,

@@ -36,6 +36,9 @@ class MoeSpec:
             raise UnsupportedConfigError(
                 f"num_experts_per_tok={self.num_experts_per_token} must be in "
                 f"[1, num_experts={self.num_experts}]")
+        if self.expert_intermediate_size < 1:
+            raise UnsupportedConfigError(
+                f"the experts' intermediate size {self.expert_intermediate_size} must be positive")
 
 
 @dataclass(frozen=True, slots=True)
