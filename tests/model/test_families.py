@@ -208,3 +208,43 @@ def test_a_multimodal_config_without_text_config_is_refused(tmp_path: Path) -> N
     (tmp_path / "config.json").write_text(json.dumps(raw))
     with pytest.raises(UnsupportedConfigError, match="no text_config"):
         load_config(tmp_path)
+
+
+def _set(name: str, shape: tuple[int, ...]):
+    return lambda tensors: tensors.__setitem__(name, torch.zeros(shape))
+
+
+def _drop(name: str):
+    return lambda tensors: tensors.pop(name)
+
+
+@pytest.mark.parametrize(("kind", "damage", "words"), [
+    ("phi3", _set("model.layers.0.self_attn.qkv_proj.weight", (10, 64)), "qkv_proj.*(128, 64)"),
+    ("phi3", _set("model.layers.1.mlp.gate_up_proj.weight", (128, 64)), "gate_up_proj.*(256, 64)"),
+    ("gemma2", _drop("model.layers.1.pre_feedforward_layernorm.weight"),
+     "no tensor 'model.layers.1.pre_feedforward_layernorm.weight'"),
+    ("gemma2", _set("model.layers.1.post_feedforward_layernorm.weight", (3,)), r"\(64,\)"),
+    ("gemma3", _set("model.layers.1.self_attn.q_norm.weight", (3,)), r"q_norm.*\(16,\)"),
+    ("gemma3_multimodal", _set("language_model.model.layers.0.self_attn.q_proj.weight", (3, 64)),
+     "language_model.model.layers.0.self_attn.q_proj.weight"),
+    ("qwen3_moe", _set("model.layers.0.mlp.experts.1.up_proj.weight", (47, 64)), r"\(48, 64\)"),
+    ("qwen3_moe", _drop("model.layers.2.mlp.experts.5.down_proj.weight"), "experts.5.down_proj"),
+    ("qwen3_moe", _set("model.layers.0.mlp.gate.weight", (5, 64)), r"mlp.gate.weight.*\(6, 64\)"),
+    ("mixtral", _drop("model.layers.0.block_sparse_moe.gate.weight"), "block_sparse_moe.gate"),
+])
+def test_a_damaged_family_tensor_is_one_checkpoint_error_naming_it(kind: str, damage, words: str,
+                                                                   checkpoints,
+                                                                   tmp_path: Path) -> None:
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from iterserve.model.errors import CheckpointError
+
+    model_dir = tmp_path / kind
+    shutil.copytree(checkpoints[kind], model_dir)
+    tensors = load_file(model_dir / "model.safetensors")
+    damage(tensors)
+    save_file(tensors, model_dir / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match=words):
+        load_model(model_dir)

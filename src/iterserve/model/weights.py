@@ -71,6 +71,8 @@ def expected_shape(config: ModelConfig, name: str) -> tuple[int, ...] | None:
         "q_proj": (q_size, hidden), "k_proj": (kv_size, hidden), "v_proj": (kv_size, hidden),
         "o_proj": (hidden, q_size), "gate_proj": (inter, hidden), "up_proj": (inter, hidden),
         "down_proj": (hidden, inter),
+        "q_norm": (config.head_dim,), "k_norm": (config.head_dim,),
+        "pre_feedforward_layernorm": (hidden,), "post_feedforward_layernorm": (hidden,),
     }
     if len(suffix) == 2 and suffix[1] == "weight":
         return shapes.get(suffix[0])
