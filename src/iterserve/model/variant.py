@@ -1,10 +1,12 @@
 """What a decoder family changes in the Llama-shaped layer, as data.
 
 `ModelConfig.variant` holds it; the default (every field at rest) is the
-plain Llama/Qwen2/Qwen3/Mistral decoder, which runs unchanged and, where it
-fits, through the native layer loop. A family that sets any field runs the
-op-by-op forward of its own module (model/gemma.py, model/moe.py), which
-reads these fields; model/families.py maps a `config.json` to them.
+plain Llama/Qwen2/Qwen3/Mistral decoder. The shared steps of model/llama.py
+read the fields that change a step (activation, scales, soft caps, rotary
+width); a layer of another shape has its own module (model/gemma.py's
+sandwich norms, model/moe.py's routed experts). Which of them the native
+layer loop also runs: PackedCausalLM._fits_native_loop. model/families.py
+maps a `config.json` to these fields.
 """
 
 from __future__ import annotations
@@ -78,8 +80,3 @@ class DecoderVariant:
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise UnsupportedConfigError(f"{name}={value!r} must be positive")
-
-    @property
-    def is_plain(self) -> bool:
-        """Whether this is the plain decoder (the native layer loop's shape)."""
-        return self == DecoderVariant()
