@@ -35,7 +35,7 @@ COMMON = {
 }
 
 FAMILIES = ("gemma", "gemma2", "gemma3", "gemma3_multimodal", "phi3", "phi4_mini", "qwen3_moe",
-            "mixtral")
+            "qwen2_moe", "mixtral")
 
 
 def _config(kind: str):
@@ -76,6 +76,11 @@ def _config(kind: str):
         return transformers.Qwen3MoeForCausalLM, transformers.Qwen3MoeConfig(
             **COMMON, num_experts=6, num_experts_per_tok=2, moe_intermediate_size=48,
             mlp_only_layers=[1], norm_topk_prob=True)
+    if kind == "qwen2_moe":  # q/k/v biases, a gated shared expert, top-k not renormalised
+        settings = {key: value for key, value in COMMON.items() if key != "head_dim"}
+        return transformers.Qwen2MoeForCausalLM, transformers.Qwen2MoeConfig(
+            **settings, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48,
+            shared_expert_intermediate_size=80, mlp_only_layers=[2], norm_topk_prob=False)
     if kind == "mixtral":
         return transformers.MixtralForCausalLM, transformers.MixtralConfig(
             **COMMON, num_local_experts=4, num_experts_per_tok=2)

@@ -1,10 +1,11 @@
-"""Gemma, Gemma 2, Gemma 3 (text, and the language model of an image-text checkpoint),
-Phi-3, Phi-4 mini (partial rotary), Qwen3-MoE and Mixtral checkpoints written by transformers load and
-match its reference: float32 logits on random packed
-mixes (tight), bfloat16 logits (loose, and the same greedy choice wherever the
-reference's choice is clear), greedy tokens through the engine; each family
-feature is load-bearing (turning it off breaks the match). Architectures the
-packed forward does not implement are refused naming themselves."""
+"""Gemma, Gemma 2, Gemma 3 (text, and the language model of an image-text
+checkpoint), Phi-3, Phi-4 mini (partial rotary), Qwen3-MoE, Qwen2-MoE and
+Mixtral checkpoints written by transformers load and match its reference:
+float32 logits on random packed mixes (tight), bfloat16 logits (loose, and
+the same greedy choice wherever the reference's choice is clear), greedy
+tokens through the engine; each family feature is load-bearing (turning it
+off breaks the match); a damaged tensor is one error naming it. Architectures
+the packed forward does not implement are refused naming themselves."""
 
 from __future__ import annotations
 
@@ -82,7 +83,11 @@ def _check_family_reading(kind: str, model) -> None:
         moe = variant.moe
         assert moe is not None
         dense = [layer.experts is None for layer in model.weights.layers]
-        assert dense == ([False, True, False] if kind == "qwen3_moe" else [False] * 3)
+        assert dense == {"qwen3_moe": [False, True, False], "qwen2_moe": [False, False, True],
+                         "mixtral": [False] * 3}[kind]
+        shared = model.weights.layers[0].experts.shared_gate  # type: ignore[union-attr]
+        assert (shared is not None) == (kind == "qwen2_moe")
+        assert (model.weights.layers[0].qkv_bias is not None) == (kind == "qwen2_moe")
 
 
 @pytest.mark.parametrize("backend", ["auto", "torch"])
@@ -137,6 +142,7 @@ MUTATIONS: dict[str, list[dict[str, object]]] = {
     "gemma": [{"embedding_multiplier": 1.0}, {"activation": "silu"}],
     "gemma3": [{"local_rope_layers": ()}, {"attention_scale": None}],
     "qwen3_moe": [{"moe": "normalize_top_k"}],
+    "qwen2_moe": [{"moe": "normalize_top_k"}],
 }
 
 
@@ -148,7 +154,8 @@ def test_each_family_feature_is_needed_to_match(kind: str, change: dict, checkpo
     variant = model.config.variant
     if change == {"moe": "normalize_top_k"}:
         assert variant.moe is not None
-        change = {"moe": dataclasses.replace(variant.moe, normalize_top_k=False)}
+        change = {"moe": dataclasses.replace(variant.moe,
+                                             normalize_top_k=not variant.moe.normalize_top_k)}
     config = dataclasses.replace(model.config, variant=dataclasses.replace(variant, **change))
     mutated = model_class(config)(config, model.weights)
     tokens = list(range(3, 15))
@@ -231,6 +238,9 @@ def _drop(name: str):
     ("qwen3_moe", _drop("model.layers.2.mlp.experts.5.down_proj.weight"), "experts.5.down_proj"),
     ("qwen3_moe", _set("model.layers.0.mlp.gate.weight", (5, 64)), r"mlp.gate.weight.*\(6, 64\)"),
     ("mixtral", _drop("model.layers.0.block_sparse_moe.gate.weight"), "block_sparse_moe.gate"),
+    ("qwen2_moe", _drop("model.layers.1.mlp.shared_expert_gate.weight"), "shared_expert_gate"),
+    ("qwen2_moe", _set("model.layers.0.mlp.shared_expert.down_proj.weight", (64, 79)),
+     r"shared_expert.down_proj.*\(64, 80\)"),
 ])
 def test_a_damaged_family_tensor_is_one_checkpoint_error_naming_it(kind: str, damage, words: str,
                                                                    checkpoints,

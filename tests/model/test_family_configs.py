@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from iterserve.model.loader import load_config
+from iterserve.model.variant import DecoderVariant
 
 GEMMA2_2B = {
     "architectures": ["Gemma2ForCausalLM"], "attn_logit_softcapping": 50.0,
@@ -68,6 +69,15 @@ QWEN3_30B_A3B = {
     "rope_scaling": None, "rope_theta": 1000000.0, "sliding_window": None,
     "tie_word_embeddings": False, "use_sliding_window": False, "vocab_size": 151936,
 }
+QWEN15_MOE_A27B = {
+    "architectures": ["Qwen2MoeForCausalLM"], "decoder_sparse_step": 1, "hidden_size": 2048,
+    "intermediate_size": 5632, "max_position_embeddings": 8192, "max_window_layers": 21,
+    "model_type": "qwen2_moe", "moe_intermediate_size": 1408, "norm_topk_prob": False,
+    "num_attention_heads": 16, "num_experts": 60, "num_experts_per_tok": 4,
+    "num_hidden_layers": 24, "num_key_value_heads": 16, "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0, "shared_expert_intermediate_size": 5632, "sliding_window": 32768,
+    "tie_word_embeddings": False, "use_sliding_window": False, "vocab_size": 151936,
+}
 MIXTRAL_8X7B = {
     "architectures": ["MixtralForCausalLM"], "hidden_act": "silu", "hidden_size": 4096,
     "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mixtral",
@@ -119,7 +129,7 @@ def test_phi3_longrope_is_served_up_to_its_original_length(tmp_path: Path) -> No
     assert config.rope_inv_freq[1] == pytest.approx(1 / ((1 + 1 / 64) * 10000 ** (2 / 96)))
     assert config.rope_attention_scaling > 1.0  # sqrt(1 + ln(32) / ln(4096))
     assert config.sliding_windows == (262144,) * 32
-    assert config.variant.is_plain
+    assert config.variant == DecoderVariant()  # the Llama layer once its tensors are split
 
 
 def test_phi3_legacy_su_rope_reads_as_longrope(tmp_path: Path) -> None:
@@ -137,6 +147,16 @@ def test_qwen3_moe_routes_every_layer(tmp_path: Path) -> None:
         128, 8, 768)
     assert moe.normalize_top_k and config.qk_norm
     assert config.sliding_windows == (None,) * 48
+
+
+def test_qwen2_moe_adds_a_shared_expert_and_keeps_top_k_weights(tmp_path: Path) -> None:
+    config = _load(QWEN15_MOE_A27B, tmp_path)
+    moe = config.variant.moe
+    assert moe is not None and moe.sparse_layers == (True,) * 24
+    assert (moe.num_experts, moe.num_experts_per_token, moe.shared_expert_intermediate_size) == (
+        60, 4, 5632)
+    assert not moe.normalize_top_k and not config.qk_norm
+    assert config.sliding_windows == (None,) * 24  # use_sliding_window is false
 
 
 def test_mixtral_routes_top_two_of_eight(tmp_path: Path) -> None:

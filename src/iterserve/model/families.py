@@ -6,7 +6,8 @@ embeddings scaled by sqrt(hidden), query_pre_attn_scalar, logit soft-capping
 (Gemma 2), alternating sliding-window layers, a local RoPE base for the
 sliding layers and per-head q/k norms (Gemma 3). Phi-3: the Llama layer with
 fused q/k/v and gate/up tensors (split at load, model/family_weights.py) and
-LongRoPE. Qwen3-MoE and Mixtral: top-k routed SwiGLU experts. The language
+LongRoPE. Qwen3-MoE, Qwen2-MoE (with its gated shared expert) and Mixtral:
+top-k routed SwiGLU experts. The language
 model of a Gemma 3 multimodal checkpoint loads as Gemma 3 text (`text_part`).
 
 Everything a family's config leaves out takes transformers' default: the
@@ -25,7 +26,7 @@ from iterserve.model.errors import UnsupportedConfigError
 from iterserve.model.variant import DecoderVariant, MoeSpec
 
 GEMMA_ARCHITECTURES = ("GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM")
-MOE_ARCHITECTURES = ("Qwen3MoeForCausalLM", "MixtralForCausalLM")
+MOE_ARCHITECTURES = ("Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "MixtralForCausalLM")
 #: transformers' model_type of each architecture this module adds.
 MODEL_TYPES = {
     "GemmaForCausalLM": "gemma",
@@ -33,6 +34,7 @@ MODEL_TYPES = {
     "Gemma3ForCausalLM": "gemma3_text",
     "Phi3ForCausalLM": "phi3",
     "Qwen3MoeForCausalLM": "qwen3_moe",
+    "Qwen2MoeForCausalLM": "qwen2_moe",
     "MixtralForCausalLM": "mixtral",
 }
 ARCHITECTURES = tuple(MODEL_TYPES)
@@ -161,8 +163,10 @@ def _moe(architecture: str, hf_config: Any) -> MoeSpec:
     dense = set(hf_config.mlp_only_layers or ())
     sparse = tuple(i not in dense and num_experts > 0 and (i + 1) % step == 0
                    for i in range(num_layers))
+    shared = int(getattr(hf_config, "shared_expert_intermediate_size", 0) or 0)
     return MoeSpec(num_experts, int(hf_config.num_experts_per_tok),
-                   int(hf_config.moe_intermediate_size), bool(hf_config.norm_topk_prob), sparse)
+                   int(hf_config.moe_intermediate_size), bool(hf_config.norm_topk_prob), sparse,
+                   shared)
 
 
 def _optional_float(value: Any) -> float | None:

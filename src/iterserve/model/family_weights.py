@@ -189,5 +189,32 @@ def _experts(config: ModelConfig, index: int, layer: LayerWeights, get: TensorSo
     experts = range(moe.num_experts)
     gate_up = torch.stack([torch.cat([expert(e, "gate"), expert(e, "up")]) for e in experts])
     down = torch.stack([expert(e, "down") for e in experts])
-    return dataclasses.replace(layer, experts=ExpertWeights(
-        router=place(router), gate_up_proj=place(gate_up), down_proj=place(down)))
+    stacked = ExpertWeights(router=place(router), gate_up_proj=place(gate_up),
+                            down_proj=place(down))
+    if moe.shared_expert_intermediate_size:
+        stacked = _with_shared_expert(stacked, block, config, get, place)
+    return dataclasses.replace(layer, experts=stacked)
+
+
+def _with_shared_expert(experts: ExpertWeights, block: str, config: ModelConfig,
+                        get: TensorSource, place: Place) -> ExpertWeights:
+    """Qwen2-MoE's shared expert (a SwiGLU on every row) and its sigmoid gate."""
+    assert config.variant.moe is not None
+    hidden, inter = config.hidden_size, config.variant.moe.shared_expert_intermediate_size
+    shapes = {"gate_proj": (inter, hidden), "up_proj": (inter, hidden),
+              "down_proj": (hidden, inter)}
+
+    def tensor(name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        found = _required(get, name)
+        if tuple(found.shape) != shape:
+            raise CheckpointError(f"tensor {name!r} has shape {tuple(found.shape)}, "
+                                  f"config.json implies {shape}")
+        return found
+
+    shared = {kind: tensor(f"{block}.shared_expert.{kind}.weight", shape)
+              for kind, shape in shapes.items()}
+    return dataclasses.replace(
+        experts,
+        shared_gate_up_proj=place(torch.cat([shared["gate_proj"], shared["up_proj"]])),
+        shared_down_proj=place(shared["down_proj"]),
+        shared_gate=place(tensor(f"{block}.shared_expert_gate.weight", (1, hidden))))

@@ -1,4 +1,5 @@
-"""Packed forward of a mixture-of-experts decoder: Qwen3-MoE, Mixtral (model/families.py).
+"""Packed forward of a mixture-of-experts decoder: Qwen3-MoE, Qwen2-MoE, Mixtral
+(model/families.py).
 
 The Llama layer with the MLP of its sparse layers replaced by routed experts
 (`DecoderVariant.moe`). Routing is row-wise, so it runs once over the packed
@@ -6,7 +7,8 @@ axis like every other row-wise stage (spec 0x04): each row's router picks its
 top-k experts; then the rows are grouped by expert (one stable sort of the
 row x choice pairs), and every expert that some row chose runs one SwiGLU
 over exactly its gathered rows, its outputs weighted and scattered back
-(index_add) onto those rows. Experts no row chose cost nothing.
+(index_add) onto those rows. Experts no row chose cost nothing. Qwen2-MoE's
+shared expert then runs on every row, scaled by its sigmoid gate.
 
 The native one-call layer loop runs the plain layer only, so these run op by
 op, the projections unpacked (experts are stacked 3-D tensors).
@@ -66,7 +68,18 @@ def routed_experts(rows: torch.Tensor, experts: ExpertWeights, moe: MoeSpec,
         expert_out = F.linear(gated(hidden, activation), experts.down_proj[expert])
         out.index_add_(0, group, (expert_out * weight_of[begin:begin + count, None]).to(rows.dtype))
         begin += count
-    return out
+    if experts.shared_gate_up_proj is None:
+        return out
+    return out + _shared_expert(rows, experts, activation)
+
+
+def _shared_expert(rows: torch.Tensor, experts: ExpertWeights, activation: str) -> torch.Tensor:
+    """Qwen2-MoE's shared expert on every row, scaled by its sigmoid gate."""
+    assert experts.shared_gate_up_proj is not None and experts.shared_down_proj is not None
+    assert experts.shared_gate is not None
+    hidden = linear(gated(linear(rows, experts.shared_gate_up_proj), activation),
+                    experts.shared_down_proj)
+    return torch.sigmoid(linear(rows, experts.shared_gate)) * hidden
 
 
 def route(router_logits: torch.Tensor, moe: MoeSpec) -> tuple[torch.Tensor, torch.Tensor]:

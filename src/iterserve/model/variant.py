@@ -25,13 +25,16 @@ class MoeSpec:
     `num_experts` SwiGLU experts (width `expert_intermediate_size`) and adds
     their outputs weighted by the router's softmax probabilities (renormalised
     over the chosen experts when `normalize_top_k`). `sparse_layers[i]` says
-    whether layer i has experts (the others keep a dense MLP)."""
+    whether layer i has experts (the others keep a dense MLP). A shared
+    expert of width `shared_expert_intermediate_size` (0: none, Qwen2-MoE)
+    runs on every row, its output scaled by a sigmoid gate, and is added."""
 
     num_experts: int
     num_experts_per_token: int
     expert_intermediate_size: int
     normalize_top_k: bool
     sparse_layers: tuple[bool, ...]
+    shared_expert_intermediate_size: int = 0
 
     def __post_init__(self) -> None:
         if not 1 <= self.num_experts_per_token <= self.num_experts:

@@ -24,6 +24,9 @@ class ExpertWeights:
     router: torch.Tensor  # [E, d]
     gate_up_proj: torch.Tensor  # [E, 2 I_e, d]
     down_proj: torch.Tensor  # [E, d, I_e]
+    shared_gate_up_proj: torch.Tensor | None = None  # [2 I_s, d] the shared expert (Qwen2-MoE)
+    shared_down_proj: torch.Tensor | None = None  # [d, I_s]
+    shared_gate: torch.Tensor | None = None  # [1, d] its sigmoid gate
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -60,8 +63,8 @@ def expected_shape(config: ModelConfig, name: str) -> tuple[int, ...] | None:
     hidden, inter = config.hidden_size, config.intermediate_size
     q_size = config.num_heads * config.head_dim
     kv_size = config.num_kv_heads * config.head_dim
-    if ".experts." in name:  # routed experts have their own width (model/family_weights.py)
-        return None
+    if ".experts." in name or ".shared_expert." in name:  # experts have their own width,
+        return None  # checked where they are stacked (model/family_weights.py)
     suffix = name.rsplit(".", 2)[-2:] if name.startswith("model.layers.") else [name]
     shapes = {
         "model.embed_tokens.weight": (config.vocab_size, hidden),
