@@ -50,9 +50,12 @@ def _config(kind: str):
     if kind == "gemma3":
         rope = {"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6},
                 "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}
+        # transformers applies the final cap and ignores the attention one in Gemma 3 text
+        # (and the final one too in the image-text model)
         return transformers.Gemma3ForCausalLM, transformers.Gemma3TextConfig(
             **COMMON, query_pre_attn_scalar=24, sliding_window=4, rope_parameters=rope,
-            layer_types=["sliding_attention", "full_attention", "sliding_attention"])
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            attn_logit_softcapping=2.0, final_logit_softcapping=3.0)
     if kind == "gemma3_multimodal":  # the language model of a Gemma 3 image-text checkpoint
         _, text = _config("gemma3")
         vision = transformers.SiglipVisionConfig(

@@ -72,6 +72,8 @@ def _check_family_reading(kind: str, model) -> None:
         assert variant.local_rope_layers == (True, False, True)
         assert config.sliding_windows == (4, None, 4)
         assert config.rope_type == "linear" and variant.local_rope_inv_freq
+        assert variant.attn_logit_softcap is None  # stated, but transformers never applies it
+        assert variant.final_logit_softcap == (3.0 if kind == "gemma3" else None)
     elif kind in ("phi3", "phi4_mini"):
         assert config.rope_type == "longrope"
         assert config.rotary_dim == (12 if kind == "phi4_mini" else 16)
@@ -134,13 +136,16 @@ def test_soft_capped_attention_refuses_the_native_kernel(checkpoints) -> None:
         load_model(checkpoints["gemma2"], attention_backend="cpp")
 
 
-#: Per family, the variant fields that set it apart, each turned off in turn.
+#: Per family, the variant fields that set it apart, each turned off in turn (or,
+#: for a cap transformers states but does not apply, turned on).
 MUTATIONS: dict[str, list[dict[str, object]]] = {
     "gemma2": [{"attn_logit_softcap": None}, {"final_logit_softcap": None},
                {"embedding_multiplier": 1.0}, {"attention_scale": None},
                {"activation": "silu"}],
     "gemma": [{"embedding_multiplier": 1.0}, {"activation": "silu"}],
-    "gemma3": [{"local_rope_layers": ()}, {"attention_scale": None}],
+    "gemma3": [{"local_rope_layers": ()}, {"attention_scale": None},
+               {"final_logit_softcap": None}, {"attn_logit_softcap": 2.0}],
+    "gemma3_multimodal": [{"final_logit_softcap": 3.0}],
     "qwen3_moe": [{"moe": "normalize_top_k"}],
     "qwen2_moe": [{"moe": "normalize_top_k"}],
 }

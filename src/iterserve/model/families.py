@@ -42,6 +42,9 @@ ARCHITECTURES = tuple(MODEL_TYPES)
 #: and model_type, and the prefix of its tensor names (vision tower ignored).
 TEXT_PARTS = {"Gemma3ForConditionalGeneration": ("Gemma3ForCausalLM", "gemma3_text",
                                                  "language_model.")}
+#: Architectures whose transformers code soft-caps attention scores / final logits.
+ATTENTION_SOFTCAP = ("Gemma2ForCausalLM",)
+FINAL_SOFTCAP = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
 #: Architectures whose transformers code rotates only partial_rotary_factor of each head.
 PARTIAL_ROTARY_ARCHITECTURES = ("Phi3ForCausalLM",)
 #: Architectures whose per-head q and k are RMS-normalised before RoPE.
@@ -94,6 +97,8 @@ def text_part(raw: Mapping[str, Any]) -> Mapping[str, Any]:
     declared = {} if dtype is None or completed.get("dtype") else {"dtype": dtype}
     # the checkpoint's own token ids (Gemma 3's end-of-turn 106 beside EOS 1) over the defaults
     declared.update({key: raw[key] for key in ("bos_token_id", "eos_token_id") if key in raw})
+    # the image-text model computes its logits without the text model's final soft cap
+    declared["final_logit_softcapping"] = None
     return {**completed, **declared, "architectures": [architecture]}
 
 
@@ -140,14 +145,18 @@ def _gemma(architecture: str, hf_config: Any, base: DecoderVariant) -> DecoderVa
     scalar = getattr(hf_config, "query_pre_attn_scalar", None)  # Gemma 1: none, head_dim's
     if scalar is not None and not float(scalar) > 0:
         raise UnsupportedConfigError(f"query_pre_attn_scalar={scalar!r} must be positive")
+    # transformers soft-caps attention in Gemma 2 only (Gemma 3 keeps the key but
+    # never passes it on) and the final logits in Gemma 2 and Gemma 3 text
+    attn_cap = getattr(hf_config, "attn_logit_softcapping", None)
+    final_cap = getattr(hf_config, "final_logit_softcapping", None)
     return replace(
         base,
         embedding_multiplier=math.sqrt(hf_config.hidden_size),
         norm_weight_offset=1.0,
         sandwich_norms=architecture != "GemmaForCausalLM",
         attention_scale=None if scalar is None else float(scalar) ** -0.5,
-        attn_logit_softcap=_optional_float(getattr(hf_config, "attn_logit_softcapping", None)),
-        final_logit_softcap=_optional_float(getattr(hf_config, "final_logit_softcapping", None)),
+        attn_logit_softcap=_optional_float(attn_cap if architecture in ATTENTION_SOFTCAP else None),
+        final_logit_softcap=_optional_float(final_cap if architecture in FINAL_SOFTCAP else None),
     )
 
 
