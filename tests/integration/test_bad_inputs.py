@@ -347,9 +347,13 @@ CHECKPOINTS: dict[str, tuple[Callable[[Path], None], tuple[str, ...]]] = {
     "config-hidden-size-absurd": (_config_edit(hidden_size=10**12), ("hidden_size",)),
     "config-rope-scaling-string": (_config_edit(rope_scaling="linear"), ("rope_scaling",)),
     "config-rope-scaling-list": (_config_edit(rope_scaling=[1, 2]), ("rope_scaling",)),
-    # linear/dynamic/yarn/llama3 load since issue 12; an unimplemented type is still named
-    "config-rope-scaling-longrope": (_config_edit(rope_scaling={"type": "longrope", "factor": 2}),
-                                     ("rope_scaling", "longrope")),
+    # linear/dynamic/yarn/llama3 load since issue 12, longrope too; an
+    # unimplemented type is still named
+    "config-rope-scaling-mrope": (_config_edit(rope_scaling={"type": "mrope", "factor": 2}),
+                                  ("rope_scaling", "mrope")),
+    "config-rope-longrope-incomplete": (_config_edit(rope_scaling={"type": "longrope",
+                                                                   "factor": 2}),
+                                        ("rope_parameters", "longrope")),
     "config-rope-llama3-incomplete": (_config_edit(rope_scaling={"rope_type": "llama3"}),
                                       ("rope_parameters", "llama3")),
     "config-architectures-string": (_config_edit(architectures="LlamaForCausalLM"),

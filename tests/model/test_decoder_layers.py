@@ -91,6 +91,29 @@ def test_biases_windows_and_scaled_rope_go_native_with_the_same_bits(
     _assert_same_bits(model)
 
 
+@pytest.mark.parametrize("kind", ["gemma", "gemma3", "gemma3_multimodal", "phi3", "phi4_mini"])
+def test_gemma_and_phi3_go_native_with_the_same_bits(kind: str, tmp_path,
+                                                      paged_decode_kernel) -> None:
+    """Gemma's GeGLU, Gemma 3's sandwich norms, local RoPE tables and
+    query_pre_attn_scalar, Phi-3's split fused tensors, Phi-4 mini's partial
+    rotary (family_checkpoints)."""
+    from family_checkpoints import build
+
+    model = load_model(build(kind, tmp_path), dtype=torch.bfloat16)
+    native = model._native_layers
+    assert native is not None and native.gelu == kind.startswith("gemma")
+    if kind.startswith("gemma3"):
+        assert native.local_rope == [1, 0, 1] and native.sandwich_norms[0] is not None
+    _assert_same_bits(model)
+
+
+@pytest.mark.parametrize("kind", ["gemma2", "qwen3_moe", "mixtral"])
+def test_soft_capped_and_routed_models_keep_the_python_loop(kind: str, tmp_path) -> None:
+    from family_checkpoints import build
+
+    assert load_model(build(kind, tmp_path), dtype=torch.bfloat16)._native_layers is None
+
+
 def test_models_the_native_loop_does_not_fit_keep_the_python_loop(tiny_dir) -> None:
     assert load_model(tiny_dir, dtype=torch.float32)._native_layers is None  # not packed
     assert load_model(tiny_dir, dtype=torch.bfloat16, prepack=False)._native_layers is None

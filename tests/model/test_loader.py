@@ -70,10 +70,11 @@ def test_pickle_only_checkpoint_is_refused(tiny_dir, tmp_path) -> None:
 
 
 def test_unimplemented_rope_scaling_is_rejected(tiny_dir, tmp_path) -> None:
-    """linear/dynamic/yarn/llama3 load (test_architectures); any other rope type is named."""
+    """linear/dynamic/yarn/llama3 (test_architectures) and longrope (test_families)
+    load; any other rope type is named."""
     model_dir = _copy(tiny_dir, tmp_path / "m")
-    _edit_config(model_dir, rope_scaling={"rope_type": "longrope", "factor": 2.0})
-    with pytest.raises(UnsupportedConfigError, match="longrope.*supported: default, linear"):
+    _edit_config(model_dir, rope_scaling={"rope_type": "mrope", "factor": 2.0})
+    with pytest.raises(UnsupportedConfigError, match="mrope.*supported: default, linear"):
         load_config(model_dir)
 
 

@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch._ops import _OpNamespace as OpNamespace
 
+from iterserve.model.eager_attention import causal_mask, sdpa
 from iterserve.model.packing import PackedBatch
 from iterserve.records.kv_abi import blocks_for
 
@@ -145,32 +146,41 @@ def paged_attention(
     value_pool: torch.Tensor,
     metadata: AttentionMetadata,
     window: Window,
+    scale: float | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Attend query [Q, H, D] request-locally; returns [Q, H * D].
 
     `new_keys`/`new_values` [Q, KV, D] must already be written into the pools.
+    `scale`: the softmax scale (None: D ** -0.5). `softcap`: scores pass
+    through cap * tanh(s / cap) before the mask (Gemma 2); the native kernel
+    does not do it, so a soft-capped model builds its metadata without it.
     """
+    if softcap is not None and metadata.in_place is not None:
+        raise ValueError("attention soft-capping runs on the torch path only")
     num_rows, num_heads, head_dim = query.shape
     groups = metadata.decode_groups
     in_place = metadata.in_place
     if in_place is not None and in_place.rows is None:
-        return _attend_in_place(query, key_pool, value_pool, in_place, window).view(num_rows, -1)
+        return _attend_in_place(query, key_pool, value_pool, in_place, window,
+                                scale).view(num_rows, -1)
     if len(groups) == 1 and groups[0].covers_all_rows:
-        return _attend_decode(query, key_pool, value_pool, groups[0], window).view(num_rows, -1)
+        return _attend_decode(query, key_pool, value_pool, groups[0], window, scale,
+                              softcap).view(num_rows, -1)
     out = query.new_empty(num_rows, num_heads, head_dim)
     if in_place is not None and in_place.rows is not None:
         out.index_copy_(0, in_place.rows, _attend_in_place(
-            query.index_select(0, in_place.rows), key_pool, value_pool, in_place, window))
+            query.index_select(0, in_place.rows), key_pool, value_pool, in_place, window, scale))
     for decode in groups:
         decoded = _attend_decode(
-            query.index_select(0, decode.rows), key_pool, value_pool, decode, window
-        )
+            query.index_select(0, decode.rows), key_pool, value_pool, decode, window, scale,
+            softcap)
         out.index_copy_(0, decode.rows, decoded)
     for chunk in metadata.chunks:
         rows = slice(chunk.row_begin, chunk.row_end)
         out[rows] = _attend_chunk(
-            query[rows], new_keys[rows], new_values[rows], key_pool, value_pool, chunk, window
-        )
+            query[rows], new_keys[rows], new_values[rows], key_pool, value_pool, chunk, window,
+            scale, softcap)
     return out.view(num_rows, -1)
 
 
@@ -180,6 +190,8 @@ def _attend_decode(
     value_pool: torch.Tensor,
     decode: DecodeRows,
     window: Window,
+    scale: float | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """One SDPA call for all single-row segments.
 
@@ -194,11 +206,12 @@ def _attend_decode(
     values = _gather_rows(value_pool, decode.flat_block_ids).view(
         num_rows, -1, num_kv_heads, head_dim
     )
-    out = F.scaled_dot_product_attention(
+    out = sdpa(
         query.reshape(num_rows, num_kv_heads, num_heads // num_kv_heads, head_dim),
         keys.transpose(1, 2),  # [B, KV, L, D]
         values.transpose(1, 2),
-        attn_mask=decode.masks[window],  # [B, 1, 1, L], broadcast over kv heads and G rows
+        decode.masks[window],  # [B, 1, 1, L], broadcast over kv heads and G rows
+        scale, softcap,
     )
     return out.reshape(num_rows, num_heads, head_dim)
 
@@ -209,6 +222,7 @@ def _attend_in_place(
     value_pool: torch.Tensor,
     rows: InPlaceRows,
     window: Window,
+    scale: float | None = None,
 ) -> torch.Tensor:
     """[Q, H, D] through the native kernel, every segment in one call; same
     visibility and GQA head mapping as the torch path, softmax in float32."""
@@ -216,7 +230,7 @@ def _attend_in_place(
         query = query.contiguous()
     return rows.ops.paged_attention(
         query, key_pool, value_pool, rows.block_tables, rows.request_offsets,
-        rows.context_lens, window or 0, query.shape[-1] ** -0.5)
+        rows.context_lens, window or 0, query.shape[-1] ** -0.5 if scale is None else scale)
 
 
 def _attend_chunk(
@@ -227,6 +241,8 @@ def _attend_chunk(
     value_pool: torch.Tensor,
     chunk: ChunkRows,
     window: Window,
+    scale: float | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     mask = chunk.masks[window]
     if mask is None:
@@ -235,14 +251,19 @@ def _attend_chunk(
         num_keys = chunk.start + query.shape[0]
         keys = _gather_rows(key_pool, chunk.block_ids).flatten(0, 1)[:num_keys]
         values = _gather_rows(value_pool, chunk.block_ids).flatten(0, 1)[:num_keys]
-    out = F.scaled_dot_product_attention(
-        query.transpose(0, 1).unsqueeze(0),  # [1, H, q, D]
-        keys.transpose(0, 1).unsqueeze(0),  # [1, KV, k, D]
-        values.transpose(0, 1).unsqueeze(0),
-        attn_mask=mask,
-        is_causal=mask is None,
-        enable_gqa=True,
-    )
+    num_heads, num_kv_heads = query.shape[1], keys.shape[1]
+    query = query.transpose(0, 1).unsqueeze(0)  # [1, H, q, D]
+    keys = keys.transpose(0, 1).unsqueeze(0)  # [1, KV, k, D]
+    values = values.transpose(0, 1).unsqueeze(0)
+    if softcap is None:
+        out = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask,
+                                             is_causal=mask is None, enable_gqa=True,
+                                             scale=scale)
+    else:  # the eager path: query head h uses kv head h // G (repeat_kv)
+        repeats = num_heads // num_kv_heads
+        causal = causal_mask(query.shape[2], query.device) if mask is None else mask
+        out = sdpa(query, keys.repeat_interleave(repeats, dim=1),
+                   values.repeat_interleave(repeats, dim=1), causal, scale, softcap)
     return out[0].transpose(0, 1)  # [q, H, D]
 
 

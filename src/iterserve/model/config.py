@@ -5,7 +5,9 @@ covers the Llama, Qwen2, Qwen3 and Mistral families, which share one decoder
 shape: RMSNorm -> GQA attention with RoPE -> RMSNorm -> SwiGLU MLP. Their
 differences are data, not code: Qwen2 has q/k/v biases, Qwen3 RMS-normalises
 each head of q and k before RoPE, Mistral and Qwen2 may declare a sliding
-window per layer, Llama 3.x scales its RoPE frequencies.
+window per layer, Llama 3.x scales its RoPE frequencies. Gemma 1/2/3, Phi-3,
+Qwen3-MoE and Mixtral change more of the layer; `ModelConfig.variant` says
+how (model/families.py, model/variant.py).
 
 `parse_model_config` checks the raw JSON; `model.hf_config` then resolves the
 per-family defaults and the RoPE frequencies through transformers' AutoConfig
@@ -15,25 +17,34 @@ and rope initialisation functions.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from iterserve.model import families
 from iterserve.model.errors import (
     CheckpointError,
     UnsupportedArchitectureError,
     UnsupportedConfigError,
 )
+from iterserve.model.variant import DecoderVariant
 
 SUPPORTED_ARCHITECTURES: tuple[str, ...] = (
     "LlamaForCausalLM",
     "MistralForCausalLM",
     "Qwen2ForCausalLM",
     "Qwen3ForCausalLM",
+    *families.ARCHITECTURES,
 )
+#: What an unsupported architecture's refusal lists: the above, and the
+#: multimodal checkpoints whose language model loads (model/families.py).
+LOADABLE_ARCHITECTURES: tuple[str, ...] = (*SUPPORTED_ARCHITECTURES, *families.TEXT_PARTS)
 #: RoPE variants whose frequencies transformers' ROPE_INIT_FUNCTIONS compute at load.
-SUPPORTED_ROPE_TYPES: tuple[str, ...] = ("default", "linear", "dynamic", "yarn", "llama3")
+SUPPORTED_ROPE_TYPES: tuple[str, ...] = ("default", "linear", "dynamic", "yarn", "llama3",
+                                         "longrope")
+#: Older names of a RoPE variant (Phi-3's first configs say "su" for longrope).
+ROPE_TYPE_ALIASES = families.LEGACY_ROPE_TYPES
 #: Architectures that RMS-normalise every q and k head before RoPE (Qwen3).
-QK_NORM_ARCHITECTURES: tuple[str, ...] = ("Qwen3ForCausalLM",)
+QK_NORM_ARCHITECTURES: tuple[str, ...] = ("Qwen3ForCausalLM", *families.QK_NORM_ARCHITECTURES)
 QWEN_ARCHITECTURES: tuple[str, ...] = ("Qwen2ForCausalLM", "Qwen3ForCausalLM")
 DEFAULT_ROPE_THETA = 10000.0
 
@@ -68,6 +79,8 @@ class ModelConfig:
     #: from rope_theta) and the factor that scales cos/sin (yarn's mscale; 1.0 otherwise)
     rope_inv_freq: tuple[float, ...] = ()
     rope_attention_scaling: float = 1.0
+    #: what the family changes in the layer (model/variant.py); the default changes nothing
+    variant: DecoderVariant = DecoderVariant()
 
     def __post_init__(self) -> None:
         if self.num_heads % self.num_kv_heads:
@@ -77,12 +90,26 @@ class ModelConfig:
             )
         if len(self.sliding_windows) != self.num_layers:
             raise UnsupportedConfigError("sliding_windows needs one entry per layer")
+        if any(window is not None and window < 1 for window in self.sliding_windows):
+            raise UnsupportedConfigError(
+                f"sliding_window must be a positive number of tokens, got "
+                f"{sorted({w for w in self.sliding_windows if w is not None})[0]}")
         if self.head_dim % 2:
             raise UnsupportedConfigError(f"head_dim={self.head_dim} must be even for RoPE")
-        if self.rope_inv_freq and len(self.rope_inv_freq) != self.head_dim // 2:
+        rotary_dim = self.rotary_dim
+        if rotary_dim % 2 or not 0 < rotary_dim <= self.head_dim:
             raise UnsupportedConfigError(
-                f"rope gives {len(self.rope_inv_freq)} frequencies for head_dim={self.head_dim}"
-            )
+                f"rotary dimension {rotary_dim} must be even and in (0, head_dim={self.head_dim}]")
+        if self.rope_inv_freq and len(self.rope_inv_freq) != rotary_dim // 2:
+            raise UnsupportedConfigError(
+                f"rope gives {len(self.rope_inv_freq)} frequencies for rotary dimension "
+                f"{rotary_dim}")
+
+    @property
+    def rotary_dim(self) -> int:
+        """How many leading dimensions of each q/k head RoPE rotates (all but
+        where the family's partial_rotary_factor says fewer)."""
+        return self.variant.rotary_dim or self.head_dim
 
     @property
     def num_queries_per_kv(self) -> int:
@@ -99,9 +126,10 @@ def parse_model_config(raw: Mapping[str, Any]) -> ModelConfig:
 
     Raises UnsupportedArchitectureError for any family outside
     SUPPORTED_ARCHITECTURES, UnsupportedConfigError for features the packed
-    forward does not implement (longrope and other rope types, non-SiLU activations) and
+    forward does not implement (unknown rope types, activations other than SiLU and GeGLU) and
     CheckpointError naming the key for a missing or ill-typed value.
     """
+    _architecture(raw)  # an unsupported family is named before any key it lacks
     for key in REQUIRED_KEYS:
         _check_dimension(raw, key, required=True)
     for key in ("num_key_value_heads", "head_dim", "max_position_embeddings"):
@@ -127,7 +155,8 @@ def _check_dimension(raw: Mapping[str, Any], key: str, *, required: bool) -> Non
 
 def _parse(raw: Mapping[str, Any]) -> ModelConfig:
     architecture = _architecture(raw)
-    _reject_unsupported_features(raw)
+    _reject_unsupported_features(raw, architecture)
+    variant = DecoderVariant(activation=families.activation(architecture, raw))
     num_layers = int(raw["num_hidden_layers"])
     num_heads = int(raw["num_attention_heads"])
     hidden_size = int(raw["hidden_size"])
@@ -154,6 +183,7 @@ def _parse(raw: Mapping[str, Any]) -> ModelConfig:
         qk_norm=architecture in QK_NORM_ARCHITECTURES,
         torch_dtype=_dtype_name(raw),
         rope_type=_rope_type(raw),
+        variant=_with_rotary_dim(variant, raw, int(head_dim)),
     )
 
 
@@ -163,38 +193,56 @@ def _architecture(raw: Mapping[str, Any]) -> str:
         raise CheckpointError(f"config.json: architectures must be a list, got {architectures!r}")
     if not architectures:
         raise UnsupportedArchitectureError(
-            f"<none declared; model_type={raw.get('model_type')!r}>", SUPPORTED_ARCHITECTURES
+            f"<none declared; model_type={raw.get('model_type')!r}>", LOADABLE_ARCHITECTURES
         )
     architecture = str(architectures[0])
     if architecture not in SUPPORTED_ARCHITECTURES:
-        raise UnsupportedArchitectureError(architecture, SUPPORTED_ARCHITECTURES)
+        raise UnsupportedArchitectureError(architecture, LOADABLE_ARCHITECTURES)
     return architecture
 
 
-def _reject_unsupported_features(raw: Mapping[str, Any]) -> None:
-    activation = raw.get("hidden_act", "silu")
-    if activation != "silu":
-        raise UnsupportedConfigError(f"hidden_act={activation!r}; only 'silu' is implemented")
+def _reject_unsupported_features(raw: Mapping[str, Any], architecture: str) -> None:
     if raw.get("mlp_bias"):
         raise UnsupportedConfigError("mlp_bias=true is not implemented")
     for key in ("rope_scaling", "rope_parameters"):
         rope = raw.get(key)
         if rope is not None and not isinstance(rope, Mapping):
             raise UnsupportedConfigError(f"{key} must be an object or null, got {rope!r}")
-        rope_type = (rope or {}).get("rope_type", (rope or {}).get("type", "default"))
+        rope_type = _rope_type_name(rope or {})
         if rope_type not in SUPPORTED_ROPE_TYPES:
             raise UnsupportedConfigError(
                 f"{key} with rope_type={rope_type!r} is not implemented; "
                 f"supported: {', '.join(SUPPORTED_ROPE_TYPES)}"
             )
-    factor = raw.get("partial_rotary_factor", 1.0)
-    if factor != 1.0:
-        raise UnsupportedConfigError(f"partial_rotary_factor={factor!r} is not implemented")
+    factor = _partial_rotary_factor(raw)
+    if factor != 1.0 and architecture not in families.PARTIAL_ROTARY_ARCHITECTURES:
+        raise UnsupportedConfigError(
+            f"partial_rotary_factor={factor!r} is not implemented for {architecture}")
+
+
+def _partial_rotary_factor(raw: Mapping[str, Any]) -> float:
+    """The key at the top level, or inside the rope parameters (transformers 5 writes it there)."""
+    rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+    return float(raw.get("partial_rotary_factor", rope.get("partial_rotary_factor", 1.0)))
+
+
+def _with_rotary_dim(variant: DecoderVariant, raw: Mapping[str, Any],
+                     head_dim: int) -> DecoderVariant:
+    """`variant` rotating int(head_dim * partial_rotary_factor) dimensions, as
+    transformers sizes them (None: the whole head)."""
+    factor = _partial_rotary_factor(raw)
+    if factor == 1.0:
+        return variant
+    return replace(variant, rotary_dim=int(head_dim * factor))
 
 
 def _rope_type(raw: Mapping[str, Any]) -> str:
-    rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
-    return str(rope.get("rope_type", rope.get("type", "default")))
+    return _rope_type_name(raw.get("rope_parameters") or raw.get("rope_scaling") or {})
+
+
+def _rope_type_name(rope: Mapping[str, Any]) -> str:
+    name = str(rope.get("rope_type", rope.get("type", "default")))
+    return ROPE_TYPE_ALIASES.get(name, name)
 
 
 def _dtype_name(raw: Mapping[str, Any]) -> str | None:

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from iterserve.model import families, family_config
 from iterserve.model.config import ModelConfig
 from iterserve.model.errors import CheckpointError
 
@@ -34,6 +35,7 @@ MODEL_TYPES = {
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
+    **families.MODEL_TYPES,
 }
 
 
@@ -50,8 +52,13 @@ def needs_transformers(config: ModelConfig, raw: Mapping[str, Any]) -> bool:
 
 
 def resolve_with_transformers(config: ModelConfig, raw: Mapping[str, Any]) -> ModelConfig:
-    """`config` with head_dim, rope_theta and the RoPE tables that transformers derives."""
+    """`config` with head_dim, rope_theta and the RoPE tables that transformers derives
+    (and what it adds for the families of model/families.py, see model/family_config.py)."""
     hf_config = _hf_config(config.architecture, raw)
+    return family_config.refine(_resolve_rope(config, hf_config), hf_config)
+
+
+def _resolve_rope(config: ModelConfig, hf_config: Any) -> ModelConfig:
     head_dim = int(getattr(hf_config, "head_dim", None) or config.head_dim)
     rope = dict(getattr(hf_config, "rope_parameters", None) or {})
     theta = float(rope.get("rope_theta", config.rope_theta))

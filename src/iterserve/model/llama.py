@@ -14,6 +14,11 @@ rows, and only rows of the same segment. The forward mutates nothing but the
 pool rows named by `slot_mapping`; committing those rows as service progress
 is the engine's job after the whole IterationResult validates (0x04 closing
 paragraph).
+
+Other families change this layer through `config.variant` (model/variant.py):
+the shared steps here honour its activation, embedding scale, softmax scale
+and soft caps; model/gemma.py and model/moe.py override the layer loop and
+the MLP where the family's layer differs in shape.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from iterserve.model.rope import (
     model_inverse_frequencies,
     rotary_tables,
 )
+from iterserve.model.variant_ops import gated, scaled_embedding, softcapped
 from iterserve.model.weights import LayerWeights, ModelWeights
 
 
@@ -54,13 +60,18 @@ from iterserve.model.weights import LayerWeights, ModelWeights
 class _NativeLayers:
     """csrc/decoder_layers.cpp's per-model arguments: per layer the input
     norm, qkv, o, post-attention norm, gate_up and down weights, the qkv and
-    o biases, the per-head q and k norms (Qwen3), and the sliding window (0:
-    none)."""
+    o biases, the per-head q and k norms (Qwen3), the norms of the attention
+    and MLP outputs (Gemma's sandwich), the sliding window (0: none) and
+    whether it rotates with the local RoPE tables (Gemma 3); whether the MLP
+    is GeGLU."""
 
     weights: list[torch.Tensor]
     biases: list[torch.Tensor | None]
     qk_norms: list[torch.Tensor | None]
     windows: list[int]
+    sandwich_norms: list[torch.Tensor | None]
+    local_rope: list[int]
+    gelu: bool
 
 
 class PackedCausalLM:
@@ -82,6 +93,11 @@ class PackedCausalLM:
             embed.dtype, embed.device) else weights
         self.max_decode_groups = max_decode_groups  # see attention.decode_groups
         self._inv_freq = model_inverse_frequencies(config, self.device)
+        if config.variant.attn_logit_softcap is not None:  # the native kernels do not soft-cap
+            if attention_backend == "cpp":
+                raise ValueError("attention_backend 'cpp' cannot soft-cap attention scores "
+                                 f"({config.architecture}); use 'auto' or 'torch'")
+            attention_backend = "torch"
         self.native_ops = resolve_in_place_decode(attention_backend, self.dtype, self.device)
         #: Multi-row chunks to the kernel too: where it runs them on the AMX tile
         #: unit (bf16), one call per layer for the whole batch beats SDPA per chunk.
@@ -130,7 +146,9 @@ class PackedCausalLM:
                                                self.native_ops, self.chunks_in_place)
             tables = rotary_tables(batch.positions, self._inv_freq, self.dtype,
                                    self.config.rope_attention_scaling)
-            residual = F.embedding(self._row_padded(batch.token_ids), self.weights.embed_tokens)
+            residual = scaled_embedding(
+                F.embedding(self._row_padded(batch.token_ids), self.weights.embed_tokens),
+                self.config.variant.embedding_multiplier)
             in_place = metadata.in_place
             update: torch.Tensor | None  # the last sublayer's output, not yet added
             if (self._native_layers is not None and in_place is not None
@@ -142,7 +160,8 @@ class PackedCausalLM:
             if update is not None:
                 sampled = sampled + update.index_select(0, batch.sample_rows)
             sampled = _rms_norm(sampled, self.weights.final_norm, self.config.rms_norm_eps)
-            return linear(sampled, self.weights.lm_head).float()
+            logits = linear(sampled, self.weights.lm_head)
+            return softcapped(logits, self.config.variant.final_logit_softcap).float()
 
     __call__ = forward
 
@@ -167,20 +186,46 @@ class PackedCausalLM:
         ops, layers = self.native_ops, self.weights.layers
         if ops is None or not self._buckets_rows or not hasattr(ops, "decoder_layers"):
             return None
+        if not self._fits_native_loop():
+            return None
         weights: list[torch.Tensor] = []
         biases: list[torch.Tensor | None] = []
         qk_norms: list[torch.Tensor | None] = []
+        sandwich_norms: list[torch.Tensor | None] = []
         for layer in layers:
             if not all(weight.is_mkldnn for weight in (
                     layer.qkv_proj, layer.o_proj, layer.gate_up_proj, layer.down_proj)):
                 return None
-            weights += [layer.input_norm, layer.qkv_proj, layer.o_proj, layer.post_attention_norm,
-                        layer.gate_up_proj, layer.down_proj]
+            layer_weights, layer_sandwich = self._native_layer_weights(layer)
+            weights += layer_weights
+            sandwich_norms += layer_sandwich
             biases += [layer.qkv_bias, layer.o_bias]
             qk_norms += ([layer.q_norm, layer.k_norm] if layer.q_norm is not None
                          and layer.k_norm is not None else [None, None])
-        windows = [window or 0 for window in self.config.sliding_windows]
-        return _NativeLayers(weights, biases, qk_norms, windows)
+        config = self.config
+        windows = [window or 0 for window in config.sliding_windows]
+        local_rope = [int(is_local) for is_local in config.variant.local_rope_layers] or [0] * len(
+            layers)
+        return _NativeLayers(weights, biases, qk_norms, windows, sandwich_norms, local_rope,
+                             config.variant.activation == "gelu_tanh")
+
+    def _fits_native_loop(self) -> bool:
+        """Whether csrc/decoder_layers.cpp computes this model's layer: the
+        plain one, GeGLU allowed (Gemma's embedding scale and final soft cap
+        lie outside the loop); model/gemma.py widens it to Gemma's layer."""
+        variant = self.config.variant
+        return (variant.attn_logit_softcap is None and variant.moe is None
+                and not variant.sandwich_norms and not variant.local_rope_layers)
+
+    def _native_layer_weights(self, layer: LayerWeights
+                              ) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+        """`layer`'s six weights for csrc/decoder_layers.cpp and its two sandwich norms."""
+        return [layer.input_norm, layer.qkv_proj, layer.o_proj, layer.post_attention_norm,
+                layer.gate_up_proj, layer.down_proj], [None, None]
+
+    def _local_tables(self, batch: PackedBatch) -> RotaryTables | None:
+        """RoPE tables of the layers that rotate with their own (None: none do)."""
+        return None
 
     def _layers_in_one_call(self, residual: torch.Tensor, batch: PackedBatch,
                             cache: PagedKVCache, in_place: InPlaceRows,
@@ -190,13 +235,17 @@ class PackedCausalLM:
         leaves them (the same kernels in the same order)."""
         assert self.native_ops is not None and self._native_layers is not None
         config, native = self.config, self._native_layers
+        local = self._local_tables(batch)
+        scale = config.variant.attention_scale
         return self.native_ops.decoder_layers(
             residual, batch.num_rows, native.weights, native.biases, native.qk_norms,
-            native.windows,
+            native.sandwich_norms, native.windows, native.local_rope,
             cache.key_pools, cache.value_pools, batch.slot_mapping, tables.cos,
-            tables.signed_sin, in_place.block_tables, in_place.request_offsets,
-            in_place.context_lens, config.num_heads, config.num_kv_heads, config.head_dim,
-            config.rms_norm_eps, config.head_dim ** -0.5)
+            tables.signed_sin, None if local is None else local.cos,
+            None if local is None else local.signed_sin, in_place.block_tables,
+            in_place.request_offsets, in_place.context_lens, config.num_heads,
+            config.num_kv_heads, config.head_dim, config.rms_norm_eps,
+            config.head_dim ** -0.5 if scale is None else scale, native.gelu)
 
     def _row_padded(self, token_ids: torch.Tensor) -> torch.Tensor:
         """The batch's token ids, padded (with id 0) to the row count its packed
@@ -238,11 +287,12 @@ class PackedCausalLM:
         return update, residual
 
     def _mlp(self, layer: LayerWeights, normed: torch.Tensor) -> torch.Tensor:
-        """SwiGLU: down(silu(gate) * up), the gate/up product fused natively when it can be."""
+        """SwiGLU: down(silu(gate) * up), the gate/up product fused natively when it can
+        be; GeGLU where the family's activation is GELU (model/variant.py)."""
         gate_up = linear(normed, layer.gate_up_proj)
-        if self.native_ops is None:
-            gate, up = gate_up.chunk(2, dim=-1)
-            return linear(F.silu(gate) * up, layer.down_proj)
+        activation = self.config.variant.activation
+        if self.native_ops is None or activation != "silu":
+            return linear(gated(gate_up, activation), layer.down_proj)
         return linear(self.native_ops.silu_and_mul(gate_up), layer.down_proj)
 
     def _attention(
@@ -263,10 +313,15 @@ class PackedCausalLM:
         qkv = qkv.view(width, config.num_heads + 2 * config.num_kv_heads, config.head_dim)
         qkv = qkv[:num_rows]  # the batch's own rows (see _row_padded)
         rotated = _qk_normed(qkv, layer, config)
-        if self.native_ops is None:
+        rotary_dim = config.rotary_dim  # partial rotary: the rest of each head passes through
+        if self.native_ops is None and rotary_dim == config.head_dim:
             rotated = apply_rotary(rotated, tables)
+        elif self.native_ops is None:
+            rotated = torch.cat((apply_rotary(rotated[..., :rotary_dim], tables),
+                                 rotated[..., rotary_dim:]), dim=-1)
         else:  # in place on qkv (or on the q/k norm's fresh output)
-            self.native_ops.rotary_in_place(rotated, tables.cos, tables.signed_sin)
+            self.native_ops.rotary_in_place(rotated[..., :rotary_dim], tables.cos,
+                                            tables.signed_sin)
         query, keys = rotated[:, : config.num_heads], rotated[:, config.num_heads :]
         values = qkv[:, config.num_heads + config.num_kv_heads :]
         if self.native_ops is None:
@@ -276,7 +331,8 @@ class PackedCausalLM:
                                      batch.slot_mapping, keys, values)
         attended = paged_attention(query, keys, values, cache.key_pools[index],
                                    cache.value_pools[index], metadata,
-                                   config.sliding_windows[index])
+                                   config.sliding_windows[index], config.variant.attention_scale,
+                                   config.variant.attn_logit_softcap)
         return attended if width == num_rows else F.pad(attended, (0, 0, 0, width - num_rows))
 
 

@@ -19,10 +19,12 @@ from safetensors import safe_open
 
 from iterserve.model.config import ModelConfig, parse_model_config
 from iterserve.model.errors import CheckpointError, MissingCheckpointFileError
+from iterserve.model.families import canonical_config
+from iterserve.model.family_models import assemble, model_class
 from iterserve.model.hf_config import resolve
 from iterserve.model.llama import PackedCausalLM
 from iterserve.model.quantization import dequantizing, read_scheme
-from iterserve.model.weights import assemble_weights, expected_shape
+from iterserve.model.weights import expected_shape
 
 CONFIG_FILE = "config.json"
 SINGLE_WEIGHTS_FILE = "model.safetensors"
@@ -69,8 +71,9 @@ def load_model(
                                       f"config.json implies {expected}")
             return tensor
 
-        weights = assemble_weights(config, dequantizing(get, scheme), dtype, device)
-    return PackedCausalLM(config, weights, prepack=prepack, attention_backend=attention_backend)
+        weights = assemble(config, dequantizing(get, scheme), dtype, device)
+    return model_class(config)(config, weights, prepack=prepack,
+                               attention_backend=attention_backend)
 
 
 def _open_safetensors(stack: ExitStack, path: Path) -> Any:
@@ -85,7 +88,7 @@ def _open_safetensors(stack: ExitStack, path: Path) -> Any:
 def load_config(model_dir: Path) -> ModelConfig:
     """The checked config, with per-family defaults and RoPE resolved by transformers
     where they need it (see hf_config.resolve)."""
-    raw = _read_json(Path(model_dir) / CONFIG_FILE)
+    raw = canonical_config(_read_json(Path(model_dir) / CONFIG_FILE))
     return resolve(parse_model_config(raw), raw)
 
 

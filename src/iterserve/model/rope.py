@@ -29,10 +29,11 @@ class RotaryTables:
 
 
 def model_inverse_frequencies(config: ModelConfig, device: torch.device) -> torch.Tensor:
-    """float32 [head_dim / 2]: the config's resolved frequencies, or default RoPE's."""
+    """float32 [rotary_dim / 2]: the config's resolved frequencies, or default RoPE's
+    (rotary_dim: head_dim, or the part of it a partial-rotary family rotates)."""
     if config.rope_inv_freq:
         return torch.tensor(config.rope_inv_freq, dtype=torch.float32, device=device)
-    return inverse_frequencies(config.head_dim, config.rope_theta, device)
+    return inverse_frequencies(config.rotary_dim, config.rope_theta, device)
 
 
 def inverse_frequencies(head_dim: int, rope_theta: float, device: torch.device) -> torch.Tensor:

@@ -17,6 +17,19 @@ from iterserve.model.errors import CheckpointError
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class ExpertWeights:
+    """A layer's routed experts (model/moe.py): the router and each expert's
+    fused gate/up and down matrices, stacked along a leading expert axis."""
+
+    router: torch.Tensor  # [E, d]
+    gate_up_proj: torch.Tensor  # [E, 2 I_e, d]
+    down_proj: torch.Tensor  # [E, d, I_e]
+    shared_gate_up_proj: torch.Tensor | None = None  # [2 I_s, d] the shared expert (Qwen2-MoE)
+    shared_down_proj: torch.Tensor | None = None  # [d, I_s]
+    shared_gate: torch.Tensor | None = None  # [1, d] its sigmoid gate
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class LayerWeights:
     input_norm: torch.Tensor  # [d]
     qkv_proj: torch.Tensor  # [(H + 2 KV) * D, d]
@@ -28,6 +41,10 @@ class LayerWeights:
     down_proj: torch.Tensor  # [d, I]
     q_norm: torch.Tensor | None = None  # [D] per-head RMSNorm of q before RoPE (Qwen3)
     k_norm: torch.Tensor | None = None  # [D] per-head RMSNorm of k before RoPE (Qwen3)
+    pre_feedforward_norm: torch.Tensor | None = None  # [d] RMSNorm before the MLP (Gemma)
+    post_feedforward_norm: torch.Tensor | None = None  # [d] RMSNorm of the MLP output (Gemma)
+    #: set: the MLP is these routed experts, and gate_up_proj / down_proj are empty
+    experts: ExpertWeights | None = None
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -46,6 +63,8 @@ def expected_shape(config: ModelConfig, name: str) -> tuple[int, ...] | None:
     hidden, inter = config.hidden_size, config.intermediate_size
     q_size = config.num_heads * config.head_dim
     kv_size = config.num_kv_heads * config.head_dim
+    if ".experts." in name or ".shared_expert." in name:  # experts have their own width,
+        return None  # checked where they are stacked (model/family_weights.py)
     suffix = name.rsplit(".", 2)[-2:] if name.startswith("model.layers.") else [name]
     shapes = {
         "model.embed_tokens.weight": (config.vocab_size, hidden),
@@ -55,6 +74,8 @@ def expected_shape(config: ModelConfig, name: str) -> tuple[int, ...] | None:
         "q_proj": (q_size, hidden), "k_proj": (kv_size, hidden), "v_proj": (kv_size, hidden),
         "o_proj": (hidden, q_size), "gate_proj": (inter, hidden), "up_proj": (inter, hidden),
         "down_proj": (hidden, inter),
+        "q_norm": (config.head_dim,), "k_norm": (config.head_dim,),
+        "pre_feedforward_layernorm": (hidden,), "post_feedforward_layernorm": (hidden,),
     }
     if len(suffix) == 2 and suffix[1] == "weight":
         return shapes.get(suffix[0])
