@@ -10,7 +10,7 @@ from pathlib import Path
 
 from iterserve.cli.flag_types import int_at_least, output_file
 from iterserve.cli.simulate import FlagError, writing_to
-from iterserve.policies.settings import add_policy_setting_flag, parse_settings
+from iterserve.policies.settings import add_policy_setting_flag
 
 MAX_THREADS = 1024  # torch intra-op threads: past any machine's cores
 
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     grid = GRIDS.get(args.grid)
     if grid is None:
         raise FlagError(f"--grid: unknown grid {args.grid!r}; valid grids: {', '.join(GRIDS)}")
-    settings = parse_settings(args.policy_setting)
+    settings = dict(args.policy_setting)
     make_policy(args.policy, **settings)  # an unknown policy or setting fails before model work
     grid = dataclasses.replace(grid, policy=args.policy,
                                policy_settings=tuple(sorted(settings.items())))

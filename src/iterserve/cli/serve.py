@@ -4,19 +4,33 @@ Without MODEL_DIR the built-in tiny model is served (written once with
 ``make-model`` into ``--model-cache-dir``). Flags take vLLM's names where the
 meaning is the same. SIGTERM (or Ctrl-C) stops accepting (503), drains the
 in-flight requests up to ``--drain-timeout``, aborts the rest, writes the
-decision and event logs and exits 0.
+decision and event logs and exits 0, always within the drain timeout (a
+second signal cuts the drain short; the logs are still written, exit 0).
+SIGTERM while the model loads exits 143 with one line. Connection limits
+and their defaults: docs/server-limits.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from iterserve.cli.output_files import (
+    OutputFileError,
+    checked_output_file,
+    pending_file,
+    write_text_file,
+)
+from iterserve.cli.signals import terminate_raises
 from iterserve.cli.simulate import FlagError
-from iterserve.policies.settings import add_policy_setting_flag, parse_settings
+from iterserve.policies.settings import add_policy_setting_flag
+from iterserve.server.limits import ConnectionLimits
 
 if TYPE_CHECKING:
+    from iterserve.engine.online import OnlineEngine
     from iterserve.llm import EngineConfig
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -50,10 +64,45 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--event-log", type=Path, default=None)
     parser.add_argument("--drain-timeout", type=float, default=30.0, help="seconds")
     parser.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
+    add_connection_flags(parser)
     parser.add_argument("--model-cache-dir", type=Path, default=None,
                         help="where the built-in tiny model is kept ($XDG_CACHE_HOME/iterserve, "
                              "~/.cache/iterserve when unset)")
     parser.set_defaults(run=run)
+
+
+def add_connection_flags(parser: argparse.ArgumentParser) -> None:
+    """What one client may hold (server/connections.py, docs/server-limits.md)."""
+    defaults = ConnectionLimits()
+    parser.add_argument("--max-connections", type=int, default=defaults.max_connections,
+                        help="open connections at most; the next is answered 503 and closed "
+                             "(lowered to the open-file limit less a reserve)")
+    parser.add_argument("--header-timeout", type=float, default=defaults.header_timeout_s,
+                        help="seconds a connection has to send a whole request head")
+    parser.add_argument("--body-timeout", type=float, default=defaults.body_timeout_s,
+                        help="seconds a request body has to arrive whole (408 after)")
+    parser.add_argument("--keep-alive-timeout", type=float,
+                        default=defaults.keep_alive_timeout_s,
+                        help="seconds an idle keep-alive connection stays open")
+
+
+def connection_limits(args: argparse.Namespace) -> ConnectionLimits:
+    try:
+        return ConnectionLimits(args.max_connections, args.header_timeout, args.body_timeout,
+                                args.keep_alive_timeout)
+    except ValueError as exc:
+        raise FlagError(str(exc)) from None
+
+
+def _check_log_paths(args: argparse.Namespace) -> None:
+    """The logs are written at shutdown: a path that cannot take them is
+    refused now, not after the whole run."""
+    for flag, path in (("--decision-log", args.decision_log), ("--event-log", args.event_log)):
+        if path is not None:
+            try:
+                checked_output_file(path, flag)
+            except OutputFileError as exc:
+                raise FlagError(str(exc)) from None
 
 
 def builtin_model(cache_dir: Path | None) -> Path:
@@ -79,6 +128,8 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise FlagError("--overload bounded needs --max-live N")
     if args.overload == "slo-feasible" and args.cost_model is None:
         raise FlagError("--overload slo-feasible needs --cost-model NAME:PARAMS")
+    connection_limits(args)
+    _check_log_paths(args)
 
 
 def _num_kv_blocks(args: argparse.Namespace, model_dir: Path, dtype: str) -> int | None:
@@ -115,7 +166,7 @@ def build_config(args: argparse.Namespace, model_dir: Path) -> EngineConfig:
             # a server runs long: its whole pool is faulted in at start-up, as vLLM's is,
             # so no request's step stalls on a first touch (model/host_memory.py)
             commit_kv=True,
-            extra_policy_settings=tuple(parse_settings(args.policy_setting).items()))
+            extra_policy_settings=tuple(dict(args.policy_setting).items()))
     except ValueError as exc:
         raise FlagError(str(exc)) from None
 
@@ -125,20 +176,49 @@ def run(args: argparse.Namespace) -> int:
 
     from iterserve.runtime import load_runtime
     from iterserve.server.app import ServerSettings, create_app
+    from iterserve.server.connections import fit_to_descriptors, guarded_protocol
     from iterserve.server.shutdown import DrainingServer
 
     _check_flags(args)
-    model_dir = args.model_dir or builtin_model(args.model_cache_dir)
-    config = build_config(args, model_dir)
-    runtime = load_runtime(model_dir, config, served_model_name=args.served_model_name)
-    app = create_app(runtime, ServerSettings(args.api_key, args.max_body_bytes))
-    server = DrainingServer(uvicorn.Config(app, host=args.host, port=args.port,
-                                           log_level="warning"),
-                            app.state.gatekeeper, runtime.engine, args.drain_timeout)
+    limits = connection_limits(args)
+    with terminate_raises():  # SIGTERM while loading: one line and 143 (cli/signals.py)
+        model_dir = args.model_dir or builtin_model(args.model_cache_dir)
+        config = build_config(args, model_dir)
+        runtime = load_runtime(model_dir, config, served_model_name=args.served_model_name)
+    max_connections, fd_limit = fit_to_descriptors(limits.max_connections)
+    if max_connections < limits.max_connections:
+        print(f"iterserve: --max-connections lowered to {max_connections} (open-file limit "
+              f"{fd_limit})", flush=True)
+        limits = dataclasses.replace(limits, max_connections=max_connections)
+    app = create_app(runtime, ServerSettings(args.api_key, args.max_body_bytes,
+                                             limits.body_timeout_s))
+    server = DrainingServer(
+        uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
+                       http=guarded_protocol(limits),
+                       timeout_keep_alive=limits.keep_alive_timeout_s,  # type: ignore[arg-type]
+                       h11_max_incomplete_event_size=MAX_REQUEST_HEAD_BYTES),
+        app.state.gatekeeper, runtime.engine, args.drain_timeout)
     print(f"iterserve: serving {runtime.model_name!r} on http://{args.host}:{args.port}/v1",
           flush=True)
     server.run()
-    runtime.engine.shutdown(0.0)
-    runtime.engine.write_logs(args.decision_log, args.event_log)
+    runtime.engine.shutdown(0.0)  # whatever the drain left (or a second signal cut short)
+    _write_logs(runtime.engine, args)
+    if server.was_forced:
+        print("iterserve serve: second signal: the drain was cut short; logs written",
+              file=sys.stderr, flush=True)
     return 0
 
+
+#: the largest request head (request line and headers) read; h11's default is 16 KiB too
+MAX_REQUEST_HEAD_BYTES = 16 * 1024
+
+
+def _write_logs(engine: OnlineEngine, args: argparse.Namespace) -> None:
+    """The decision and event logs, each committed whole or not at all."""
+    from iterserve.metrics.events import event_lines
+
+    if args.decision_log is not None:
+        write_text_file(args.decision_log, "--decision-log", engine.decision_log())
+    if args.event_log is not None:
+        with pending_file(args.event_log, "--event-log") as stream:
+            stream.writelines(event_lines(engine.events.log()))

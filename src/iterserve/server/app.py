@@ -16,8 +16,9 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 import iterserve
 from iterserve.runtime import Runtime
 from iterserve.server import submit
+from iterserve.server.connections import RequestGuard
 from iterserve.server.errors import APIError, install_error_handlers
-from iterserve.server.guard import BodyLimit, Gatekeeper
+from iterserve.server.guard import Gatekeeper
 from iterserve.server.metrics import ServerMetrics
 from iterserve.server.protocol import (
     AssistantMessage,
@@ -50,6 +51,7 @@ _ERRORS: dict[int | str, dict[str, object]] = {
 class ServerSettings:
     api_key: str | None = None
     max_body_bytes: int = 4 * 1024 * 1024
+    body_timeout_s: float = 30.0  # a body not whole by then is answered 408
 
 
 def client_identity(user: str | None, header: str | None) -> str:
@@ -71,7 +73,11 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None,
     app = FastAPI(title="iterserve", version=iterserve.__version__)
     app.state.gatekeeper = gate
     install_error_handlers(app)
-    app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes)
+    # outermost: the key is checked before a body byte is read (401 before a 400 about it)
+    app.add_middleware(RequestGuard, api_key=settings.api_key,
+                       max_body_bytes=settings.max_body_bytes,
+                       body_timeout_s=settings.body_timeout_s,
+                       is_draining=lambda: gate.is_draining)
     created = int(time.time())
     mailboxes = submit.Mailboxes()  # one loop wake-up per engine step for all streams
 

@@ -6,6 +6,7 @@ its KV blocks at the next cut (0x0C)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 
@@ -14,6 +15,7 @@ from pydantic import BaseModel
 from iterserve.engine.streams import AsyncOutputStream, StreamEvent
 from iterserve.model.tokenizer import TextTokenizer
 from iterserve.runtime import Runtime
+from iterserve.server.errors import error_body
 from iterserve.server.protocol import (
     ChatChunkChoice,
     ChatCompletionChunk,
@@ -50,6 +52,17 @@ def chat_logprobs(tokenizer: TextTokenizer, token_ids: list[int] | tuple[int, ..
                                  for t, lp in zip(token_ids, logprobs, strict=True)])
 
 
+def ended_early_chunk(event: StreamEvent) -> str | None:
+    """The error chunk sent after the final chunk of a stream the engine ended
+    early (shutdown, an engine failure), vLLM's ``{"error": ...}`` shape: a
+    client sees why, not only ``finish_reason: abort``."""
+    if openai_finish_reason(event.finish_reason) != "abort":
+        return None
+    reason = event.reason or event.finish_reason
+    return sse(json.dumps(error_body(503, f"the request was aborted by the engine ({reason})",
+                                     code=str(event.finish_reason))))
+
+
 async def _events(runtime: Runtime, request_id: str,
                   stream: AsyncOutputStream) -> AsyncIterator[StreamEvent]:
     finished = False
@@ -77,6 +90,8 @@ async def completion_stream(runtime: Runtime, request_id: str, stream: AsyncOutp
                                   finish_reason=openai_finish_reason(event.finish_reason))
         yield sse(CompletionResponse(id=f"cmpl-{request_id}", created=created,
                                      model=runtime.model_name, choices=[choice]))
+        if event.is_final and (error := ended_early_chunk(event)) is not None:
+            yield error
     if include_usage:
         yield sse(CompletionResponse(id=f"cmpl-{request_id}", created=created,
                                      model=runtime.model_name, choices=[],
@@ -103,6 +118,8 @@ async def chat_stream(runtime: Runtime, request_id: str, stream: AsyncOutputStre
             if want_logprobs and event.token_ids else None
         yield chunk([ChatChunkChoice(delta=ChatDelta(content=event.text), logprobs=logprobs,
                                      finish_reason=openai_finish_reason(event.finish_reason))])
+        if event.is_final and (error := ended_early_chunk(event)) is not None:
+            yield error
     if include_usage:
         yield chunk([], usage(num_prompt_tokens, num_tokens))
     yield sse("[DONE]")
