@@ -32,6 +32,7 @@ from iterserve.server.limits import ConnectionLimits
 if TYPE_CHECKING:
     from iterserve.engine.online import OnlineEngine
     from iterserve.llm import EngineConfig
+    from iterserve.runtime import Runtime
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("serve", help="serve a checkpoint over an OpenAI-compatible API")
@@ -172,19 +173,28 @@ def build_config(args: argparse.Namespace, model_dir: Path) -> EngineConfig:
 
 
 def run(args: argparse.Namespace) -> int:
+    _check_flags(args)
+    with terminate_raises():  # SIGTERM while loading: one line and 143 (cli/signals.py)
+        runtime = _load(args)
+    return _serve(args, runtime)
+
+
+def _load(args: argparse.Namespace) -> Runtime:
+    from iterserve.runtime import load_runtime
+
+    model_dir = args.model_dir or builtin_model(args.model_cache_dir)
+    config = build_config(args, model_dir)
+    return load_runtime(model_dir, config, served_model_name=args.served_model_name)
+
+
+def _serve(args: argparse.Namespace, runtime: Runtime) -> int:
     import uvicorn
 
-    from iterserve.runtime import load_runtime
     from iterserve.server.app import ServerSettings, create_app
     from iterserve.server.connections import fit_to_descriptors, guarded_protocol
     from iterserve.server.shutdown import DrainingServer
 
-    _check_flags(args)
     limits = connection_limits(args)
-    with terminate_raises():  # SIGTERM while loading: one line and 143 (cli/signals.py)
-        model_dir = args.model_dir or builtin_model(args.model_cache_dir)
-        config = build_config(args, model_dir)
-        runtime = load_runtime(model_dir, config, served_model_name=args.served_model_name)
     max_connections, fd_limit = fit_to_descriptors(limits.max_connections)
     if max_connections < limits.max_connections:
         print(f"iterserve: --max-connections lowered to {max_connections} (open-file limit "

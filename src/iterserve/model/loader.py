@@ -15,6 +15,11 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
+from iterserve.model.checkpoint_check import (
+    check_constants,
+    check_layer_names,
+    check_max_model_len,
+)
 from iterserve.model.config import ModelConfig, parse_model_config
 from iterserve.model.errors import CheckpointError, MissingCheckpointFileError
 from iterserve.model.hf_config import resolve
@@ -50,6 +55,7 @@ def load_model(
         handles = {path: _open_safetensors(stack, path) for path in _shard_paths(model_dir)}
         shard_of = {name: (path, handle) for path, handle in handles.items()
                     for name in handle.keys()}  # noqa: SIM118
+        check_layer_names(config, shard_of)
 
         def get(name: str) -> torch.Tensor | None:
             if name not in shard_of:
@@ -82,7 +88,15 @@ def load_config(model_dir: Path) -> ModelConfig:
     """The checked config, with per-family defaults and RoPE resolved by transformers
     where they need it (see hf_config.resolve)."""
     raw = _read_json(Path(model_dir) / CONFIG_FILE)
-    return resolve(parse_model_config(raw), raw)
+    config = resolve(parse_model_config(raw), raw)
+    check_constants(config)
+    return config
+
+
+def check_model_len(model_dir: Path | str, max_model_len: int | None) -> None:
+    """``max_model_len`` within the checkpoint's positions (RoPE scaling counted)."""
+    raw = _read_json(Path(model_dir) / CONFIG_FILE)
+    check_max_model_len(load_config(Path(model_dir)), raw, max_model_len)
 
 
 def resolve_dtype(dtype: torch.dtype | str, config: ModelConfig) -> torch.dtype:
