@@ -18,7 +18,7 @@ from iterserve.kv.pool_size import KvPoolRequest, num_pool_blocks
 from iterserve.model.executor import TorchExecutor
 from iterserve.model.kv_cache import bytes_per_block
 from iterserve.model.llama import PackedCausalLM
-from iterserve.model.loader import load_model
+from iterserve.model.loader import check_model_len, load_model
 from iterserve.model.omp_pools import on_passing_thread
 from iterserve.model.runtime import available_device_bytes, cuda_available
 from iterserve.model.tokenizer import TextTokenizer, load_tokenizer
@@ -103,6 +103,7 @@ def load_runtime(model_dir: str | Path, config: EngineConfig, *,
     gate = make_overload_gate(config)
     if config.device.startswith("cuda") and not cuda_available():
         raise ValueError(f"device {config.device!r}: this torch build has no usable CUDA device")
+    check_model_len(model_dir, config.max_model_len)  # before any weight is read
     tokenizer = load_tokenizer(model_dir)
     # the engine thread's OpenMP pool must be the process's only one (model/omp_pools.py)
     executor, max_model_len = on_passing_thread(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -123,7 +124,13 @@ def _check_flags(args: argparse.Namespace) -> None:
             raise FlagError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
     if args.port > 65535:
         raise FlagError(f"--port must be <= 65535, got {args.port}")
-    if not args.drain_timeout >= 0:
+    if args.max_num_batched_tokens < args.max_num_seqs:
+        # each running sequence decodes one token a step: a smaller budget could never step
+        # the running set the sequence cap admits (vLLM refuses the same pair)
+        raise FlagError(f"--max-num-batched-tokens {args.max_num_batched_tokens} is below "
+                        f"--max-num-seqs {args.max_num_seqs}: each running sequence needs one "
+                        "token of the budget a step")
+    if not (args.drain_timeout >= 0 and math.isfinite(args.drain_timeout)):
         raise FlagError(f"--drain-timeout must be >= 0, got {args.drain_timeout}")
     if args.overload == "bounded" and args.max_live is None:
         raise FlagError("--overload bounded needs --max-live N")
