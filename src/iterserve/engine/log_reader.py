@@ -25,6 +25,7 @@ from iterserve.engine.decision_log import (
     READABLE_FORMATS,
 )
 from iterserve.records.codec import COMPLETED_COLUMNS, WORK_COLUMNS, rows_of_columns
+from iterserve.records.input_files import MAX_LOG_BYTES, read_input_bytes
 from iterserve.records.receipts import ForeignStatus
 from iterserve.records.view import FinishReason
 
@@ -126,12 +127,7 @@ def _with_rows(line: LogLine) -> LogLine:
 
 
 def _parsed_lines(path: Path) -> list[LogLine | None]:
-    try:
-        data = path.read_bytes()
-    except IsADirectoryError:
-        raise MalformedLog("is a directory, not a decision log") from None
-    except PermissionError:
-        raise MalformedLog("permission denied") from None
+    data = read_input_bytes(path, MalformedLog, MAX_LOG_BYTES, named=False)
     return [_parse(number, raw) for number, raw in enumerate(data.split(b"\n"), 1)]
 
 
