@@ -87,9 +87,9 @@ def pending_file(path: Path, flag: str, *, buffering: int = -1,
         raise
 
 
-def write_text_file(path: Path, flag: str, text: str) -> None:
+def write_text_file(path: Path, flag: str, text: str, *, may_make_dir: bool = False) -> None:
     """``text`` into ``path`` through :func:`pending_file`."""
-    with pending_file(path, flag) as stream:
+    with pending_file(path, flag, may_make_dir=may_make_dir) as stream:
         stream.write(text)
 
 

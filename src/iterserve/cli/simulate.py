@@ -264,9 +264,9 @@ def _simulate(args: argparse.Namespace) -> int:
             report["fairness"] = _fairness_section(outputs, result)
         _add_coordinates(report, coordinates, f"{policy.policy_id} + {setup.gate.gate_id}",
                          settings_of(policy))
-        with (out / "report.json").open("wb") as stream:  # a section at a time
-            write_sorted_json(stream, report, encoded)
-            stream.write(b"\n")
+        with (out / "report.json").open("wb") as report_stream:  # a section at a time
+            write_sorted_json(report_stream, report, encoded)
+            report_stream.write(b"\n")
     print(_summary_line(policy.policy_id, report, args.out))
     return 0
 
