@@ -304,3 +304,86 @@ def test_an_aborted_stream_ends_with_an_error_chunk() -> None:
     error = json.loads(chunk.removeprefix("data: "))["error"]
     assert "aborted by the engine (shutdown)" in error["message"]
     assert ended_early_chunk(StreamEvent("r", finish_reason="stop")) is None
+
+
+@pytest.mark.slow
+def test_a_prompt_over_the_budget_of_a_whole_prompt_policy_gets_400(serve) -> None:
+    served = serve(policy="orca", token_budget=64, max_num_seqs=8)
+    url = served.base_url + "/v1/completions"
+    long = httpx.post(url, json={"model": "tiny", "prompt": [5] * 65, "max_tokens": 2},
+                      timeout=30)
+    assert long.status_code == 400
+    assert "prefills whole prompts" in long.json()["error"]["message"]
+    fits = httpx.post(url, json={"model": "tiny", "prompt": [5] * 64, "max_tokens": 2},
+                      timeout=60)
+    assert fits.status_code == 200, fits.text
+
+
+def test_the_accept_error_storm_is_logged_once(caplog) -> None:
+    import asyncio
+    import logging
+
+    from iterserve.server.connections import AcceptErrorFilter
+
+    seen: list[dict] = []
+
+    class Loop(asyncio.SelectorEventLoop):
+        def default_exception_handler(self, context):  # type: ignore[override]
+            seen.append(context)
+
+    loop = Loop()
+    try:
+        handler = AcceptErrorFilter()
+        error = OSError(24, "Too many open files")
+        with caplog.at_level(logging.WARNING, logger="iterserve.server"):
+            for _ in range(300):
+                handler(loop, {"message": "socket.accept() out of system resource",
+                               "exception": error})
+            handler(loop, {"message": "something else"})
+    finally:
+        loop.close()
+    warnings = [r for r in caplog.records if r.name == "iterserve.server"]
+    assert len(warnings) == 1 and "logged once" in warnings[0].getMessage()
+    assert handler.num_suppressed == 300
+    assert [c["message"] for c in seen] == ["something else"]
+
+
+@pytest.mark.slow
+def test_a_server_out_of_descriptors_logs_once_and_recovers(tiny_dir) -> None:
+    import resource
+
+    port = free_port()
+
+    def few_descriptors() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "iterserve.cli.main", "serve", str(tiny_dir), "--port", str(port),
+         "--served-model-name", "tiny", "--num-kv-blocks", "64", "--header-timeout", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=few_descriptors)
+    base_url = f"http://127.0.0.1:{port}"
+    held: list[socket.socket] = []
+    try:
+        _wait_up(base_url, proc)
+        for _ in range(400):  # past the cap (192) and past the descriptors
+            try:
+                held.append(_connect(port))
+            except OSError:
+                break
+        time.sleep(1.5)
+        for sock in held:
+            sock.close()
+        held.clear()
+        time.sleep(0.5)
+        assert httpx.get(base_url + "/health", timeout=10).status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        for sock in held:
+            sock.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+    assert "--max-connections lowered to 192 (open-file limit 256)" in out
+    assert err.count("out of system resource") + err.count("accepting connections failed") <= 1
+    assert len(err.splitlines()) < 10, err
