@@ -82,3 +82,19 @@ def test_serve_refuses_a_token_budget_below_the_sequence_cap(capsys, tmp_path) -
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "--max-num-batched-tokens 1 is below --max-num-seqs 64" in err
+
+
+def test_a_tensor_the_declared_architecture_never_reads_is_refused(tiny_dir, tmp_path,
+                                                                   capsys) -> None:
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    model = _mutated(tiny_dir, tmp_path)
+    tensors = load_file(model / "model.safetensors")
+    head_dim = _config(tiny_dir)["hidden_size"] // _config(tiny_dir)["num_attention_heads"]
+    tensors["model.layers.0.self_attn.q_norm.weight"] = torch.ones(head_dim)
+    tensors["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch.ones(head_dim // 2)
+    save_file(tensors, model / "model.safetensors")
+    assert main(_generate(model)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "1 tensor(s)" in err and "q_norm.weight" in err, err

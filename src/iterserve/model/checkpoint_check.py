@@ -18,6 +18,8 @@ from iterserve.model.config import ModelConfig
 from iterserve.model.errors import CheckpointError
 
 _LAYER_NAME = re.compile(r"^model\.layers\.(\d+)\.")
+#: tensors a checkpoint may hold that no forward reads (older Llama writers saved RoPE's buffer)
+_IGNORABLE = re.compile(r"(^|\.)rotary_emb\.inv_freq$")
 
 
 class ConfigMismatch(CheckpointError):
@@ -50,6 +52,18 @@ def check_layer_names(config: ModelConfig, tensor_names: Iterable[str]) -> None:
         raise ConfigMismatch(
             f"config.json: num_hidden_layers is {config.num_layers} but the weights hold "
             f"{max(indices) + 1} layers (model.layers.{max(indices)}.*)")
+
+
+def check_unused_tensors(tensor_names: Iterable[str], read_names: set[str]) -> None:
+    """Every tensor of the weights is read by the forward config.json
+    describes: one left unread (a q_norm in a checkpoint labelled as a family
+    without it) means the config does not describe these weights."""
+    unused = sorted(name for name in tensor_names
+                    if name not in read_names and not _IGNORABLE.search(name))
+    if unused:
+        raise ConfigMismatch(
+            f"the weights hold {len(unused)} tensor(s) that the architecture config.json "
+            f"declares does not use, e.g. {unused[0]!r}: the config does not describe them")
 
 
 def max_positions(config: ModelConfig, raw: Mapping[str, Any]) -> int:

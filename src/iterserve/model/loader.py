@@ -19,6 +19,7 @@ from iterserve.model.checkpoint_check import (
     check_constants,
     check_layer_names,
     check_max_model_len,
+    check_unused_tensors,
 )
 from iterserve.model.config import ModelConfig, parse_model_config
 from iterserve.model.errors import CheckpointError, MissingCheckpointFileError
@@ -56,8 +57,10 @@ def load_model(
         shard_of = {name: (path, handle) for path, handle in handles.items()
                     for name in handle.keys()}  # noqa: SIM118
         check_layer_names(config, shard_of)
+        requested: set[str] = set()
 
         def get(name: str) -> torch.Tensor | None:
+            requested.add(name)
             if name not in shard_of:
                 return None
             path, handle = shard_of[name]
@@ -72,6 +75,7 @@ def load_model(
             return tensor
 
         weights = assemble_weights(config, get, dtype, device)
+        check_unused_tensors(shard_of, requested)
     return PackedCausalLM(config, weights, prepack=prepack, attention_backend=attention_backend)
 
 
