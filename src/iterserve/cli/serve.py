@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from iterserve.engine.online import OnlineEngine
     from iterserve.llm import EngineConfig
     from iterserve.runtime import Runtime
+    from iterserve.server.shutdown import DrainingServer
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("serve", help="serve a checkpoint over an OpenAI-compatible API")
@@ -181,9 +182,19 @@ def build_config(args: argparse.Namespace, model_dir: Path) -> EngineConfig:
 
 def run(args: argparse.Namespace) -> int:
     _check_flags(args)
-    with terminate_raises():  # SIGTERM while loading: one line and 143 (cli/signals.py)
+    # SIGTERM before uvicorn handles it (the model loading): one line and 143 (cli/signals.py)
+    with terminate_raises():
         runtime = _load(args)
-    return _serve(args, runtime)
+        server = _server(args, runtime)
+    print(f"iterserve: serving {runtime.model_name!r} on http://{args.host}:{args.port}/v1",
+          flush=True)
+    server.run()
+    runtime.engine.shutdown(0.0)  # whatever the drain left (or a second signal cut short)
+    _write_logs(runtime.engine, args)
+    if server.was_forced:
+        print("iterserve serve: second signal: the drain was cut short; logs written",
+              file=sys.stderr, flush=True)
+    return 0
 
 
 def _load(args: argparse.Namespace) -> Runtime:
@@ -194,7 +205,8 @@ def _load(args: argparse.Namespace) -> Runtime:
     return load_runtime(model_dir, config, served_model_name=args.served_model_name)
 
 
-def _serve(args: argparse.Namespace, runtime: Runtime) -> int:
+def _server(args: argparse.Namespace, runtime: Runtime) -> DrainingServer:
+    """The app and its uvicorn server with the connection limits (docs/server-limits.md)."""
     import uvicorn
 
     from iterserve.server.app import ServerSettings, create_app
@@ -209,21 +221,12 @@ def _serve(args: argparse.Namespace, runtime: Runtime) -> int:
         limits = dataclasses.replace(limits, max_connections=max_connections)
     app = create_app(runtime, ServerSettings(args.api_key, args.max_body_bytes,
                                              limits.body_timeout_s))
-    server = DrainingServer(
+    return DrainingServer(
         uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
                        http=guarded_protocol(limits),
                        timeout_keep_alive=limits.keep_alive_timeout_s,  # type: ignore[arg-type]
                        h11_max_incomplete_event_size=MAX_REQUEST_HEAD_BYTES),
         app.state.gatekeeper, runtime.engine, args.drain_timeout)
-    print(f"iterserve: serving {runtime.model_name!r} on http://{args.host}:{args.port}/v1",
-          flush=True)
-    server.run()
-    runtime.engine.shutdown(0.0)  # whatever the drain left (or a second signal cut short)
-    _write_logs(runtime.engine, args)
-    if server.was_forced:
-        print("iterserve serve: second signal: the drain was cut short; logs written",
-              file=sys.stderr, flush=True)
-    return 0
 
 
 #: the largest request head (request line and headers) read; h11's default is 16 KiB too
