@@ -19,7 +19,7 @@ from iterserve.model.executor import TorchExecutor
 from iterserve.model.hub import resolve_model
 from iterserve.model.kv_cache import bytes_per_block
 from iterserve.model.llama import PackedCausalLM
-from iterserve.model.loader import load_model
+from iterserve.model.loader import check_model_len, load_model
 from iterserve.model.omp_pools import on_passing_thread
 from iterserve.model.runtime import available_device_bytes, cuda_available
 from iterserve.model.tokenizer import TextTokenizer, load_tokenizer
@@ -109,6 +109,7 @@ def load_runtime(model_dir: str | Path, config: EngineConfig, *,
         raise ValueError(f"device {config.device!r}: this torch build has no usable CUDA device")
     source = resolve_model(model_dir)
     model_dir = source.path
+    check_model_len(model_dir, config.max_model_len)  # before any weight is read
     tokenizer = load_tokenizer(model_dir, chat_template)
     # the engine thread's OpenMP pool must be the process's only one (model/omp_pools.py)
     executor, max_model_len = on_passing_thread(

@@ -215,7 +215,7 @@ SIMULATE_FLAGS: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "decision-log-unwritable": (["--decision-log", "/proc/iterserve-none/d.jsonl"],
                                 ("/proc/iterserve-none/d.jsonl: cannot write",)),
     "out-unwritable": (["--out", "/proc/iterserve-none"],
-                       ("/proc/iterserve-none/events.jsonl: cannot write",)),
+                       ("--out /proc/iterserve-none: cannot write",)),
     "window-inverted": (["--window", "1", "0"], ("--window",)),
     "window-nan": (["--window", "nan", "1"], ("--window", "finite")),
     "window-negative": (["--window", "-1", "2"], ("--window", ">= 0")),

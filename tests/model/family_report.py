@@ -49,7 +49,7 @@ def _measure(kind: str, model_dir: Path) -> str:
     scale = expected16.abs().max().item()
     row_error = (ours16 - expected16).abs().amax(dim=-1) / scale
     same16 = int((ours16.argmax(-1) == expected16.argmax(-1)).sum())
-    llm = LLM(model_dir, dtype="float32", kv_blocks=32, block_size=4, max_model_len=48)
+    llm = LLM(model_dir, dtype="float32", num_kv_blocks=32, block_size=4, max_model_len=48)
     outputs = llm.generate(PROMPTS, SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0,
                                                    ignore_eos=True))
     llm.close()

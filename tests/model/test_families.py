@@ -184,7 +184,7 @@ def test_greedy_tokens_through_the_engine_match_transformers(kind: str, checkpoi
     from iterserve import LLM, SamplingParams
 
     prompts = [[5, 17, 42, 9, 100, 7], [250, 3], [11, 12, 13, 14, 15, 16, 17, 18, 19]]
-    llm = LLM(checkpoints[kind], dtype="float32", kv_blocks=32, block_size=4,
+    llm = LLM(checkpoints[kind], dtype="float32", num_kv_blocks=32, block_size=4,
               max_model_len=48)
     try:
         outputs = llm.generate(prompts, SamplingParams(max_tokens=8, temperature=0.0,

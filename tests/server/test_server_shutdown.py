@@ -68,7 +68,9 @@ def test_sigterm_drains_aborts_and_exits_zero(tiny_dir, tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert lines[-1] == "data: [DONE]"
-    assert json.loads(lines[-2][len("data: "):])["choices"][0]["finish_reason"] == "abort"
+    assert json.loads(lines[-3][len("data: "):])["choices"][0]["finish_reason"] == "abort"
+    error = json.loads(lines[-2][len("data: "):])["error"]  # then why, as vLLM streams it
+    assert error["message"] == "the request was aborted by the engine (shutdown)"
     assert replay(log).num_iterations > 0
     assert events.read_text().count('"cancel"') >= 1
 

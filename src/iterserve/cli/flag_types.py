@@ -76,10 +76,14 @@ def output_dir(text: str) -> Path:
 
 
 def output_file(text: str) -> Path:
-    """A file to write: absent or a regular file, whose parent is not a file."""
+    """A file to write: absent or a regular file (a symlink followed to its
+    end), whose parent is not a file; never a device, a pipe or a directory."""
     path = Path(text)
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a directory")
+    if path.exists() and not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text} is not a regular file (a device, pipe or "
+                                         "socket); only a regular file is written")
     _check_parents(path, text)
     return path
 

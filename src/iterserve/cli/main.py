@@ -31,6 +31,8 @@ from iterserve.cli import (
     workload,
 )
 from iterserve.cli.flag_types import OneLineParser, UsageError
+from iterserve.cli.output_files import OutputFileError
+from iterserve.cli.signals import EXIT_TERMINATED, Terminated
 from iterserve.cli.simulate import FlagError
 from iterserve.cost import CostModelError
 from iterserve.engine.loop import EngineStalled
@@ -60,7 +62,7 @@ writes nothing. Documentation: README.md and docs/README.md."""
 EXPECTED_ERRORS = (CheckpointError, WorkloadError, UnknownPolicy, PolicyConfigError, ReplayDivergence, ContractViolation,
                    EngineStalled, InfeasibleRun, FileNotFoundError, FlagError, OverloadConfigError, CostModelError,
                    WorkloadSpecError, TraceError, CompareError, CoordinateError, KvPoolSizeError,
-                   BenchInputError, FollowerError)
+                   BenchInputError, FollowerError, OutputFileError)
 EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE
 EXIT_INTERRUPTED = 128 + 2  # SIGINT
 
@@ -90,6 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C: one line and 130, not a traceback
         print(f"iterserve {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Terminated:  # SIGTERM during start-up: one line and 143
+        print(f"iterserve {args.command}: terminated during start-up", file=sys.stderr)
+        return EXIT_TERMINATED
     except EXPECTED_ERRORS as exc:
         return _fail(f"{prefix} {exc}")
     except Exception as exc:  # the top-level net: one line, never a traceback

@@ -9,8 +9,9 @@ import json
 from pathlib import Path
 
 from iterserve.cli.flag_types import int_at_least, output_file
+from iterserve.cli.output_files import write_text_file
 from iterserve.cli.simulate import FlagError, writing_to
-from iterserve.policies.settings import add_policy_setting_flag, parse_settings
+from iterserve.policies.settings import add_policy_setting_flag
 
 MAX_THREADS = 1024  # torch intra-op threads: past any machine's cores
 
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     grid = GRIDS.get(args.grid)
     if grid is None:
         raise FlagError(f"--grid: unknown grid {args.grid!r}; valid grids: {', '.join(GRIDS)}")
-    settings = parse_settings(args.policy_setting)
+    settings = dict(args.policy_setting)
     make_policy(args.policy, **settings)  # an unknown policy or setting fails before model work
     grid = dataclasses.replace(grid, policy=args.policy,
                                policy_settings=tuple(sorted(settings.items())))
@@ -61,8 +62,7 @@ def run(args: argparse.Namespace) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
     result = profile_model(model_dir, model, grid)
     with writing_to(f"--out {args.out}"):
-        args.out.write_text(json.dumps(result.profile.to_json(), indent=2) + "\n",
-                            encoding="utf-8")
+        write_text_file(args.out, "--out", json.dumps(result.profile.to_json(), indent=2) + "\n")
     fit = result.profile.fit
     print(f"profiled {result.num_samples} iterations in {result.elapsed_s:.1f} s; held-out "
           f"relative error: mean {fit.mean_relative_error:.1%}, max "

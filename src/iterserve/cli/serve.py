@@ -4,27 +4,43 @@ Without MODEL_DIR the built-in tiny model is served (written once with
 ``make-model`` into ``--model-cache-dir``). Flags take vLLM's names where the
 meaning is the same. SIGTERM (or Ctrl-C) stops accepting (503), drains the
 in-flight requests up to ``--drain-timeout``, aborts the rest, writes the
-decision and event logs and exits 0.
+decision and event logs and exits 0, always within the drain timeout (a
+second signal cuts the drain short; the logs are still written, exit 0).
+SIGTERM while the model loads exits 143 with one line. Connection limits
+and their defaults: docs/server-limits.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
+import math
 import os
 import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from iterserve.cli.output_files import (
+    OutputFileError,
+    checked_output_file,
+    pending_file,
+    write_text_file,
+)
+from iterserve.cli.signals import terminate_raises
 from iterserve.cli.simulate import FlagError
 from iterserve.policies.settings import add_policy_setting_flag
 from iterserve.server.client_labels import DEFAULT_MAX_CLIENT_LABELS
+from iterserve.server.limits import ConnectionLimits
 
 if TYPE_CHECKING:
+    from iterserve.engine.online import OnlineEngine
     from iterserve.llm import EngineConfig
+    from iterserve.runtime import Runtime
     from iterserve.server.app import ServerSettings
+    from iterserve.server.shutdown import DrainingServer
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 API_KEY_ENV = "ITERSERVE_API_KEY"
@@ -112,6 +128,7 @@ def _add_ops_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drain-timeout", type=float, default=30.0,
                         help="seconds SIGTERM waits for in-flight requests before aborting "
                              "them (default: %(default)s)")
+    add_connection_flags(parser)
     parser.add_argument("--model-cache-dir", type=Path, default=None,
                         help="where the built-in tiny model is kept ($XDG_CACHE_HOME/iterserve, "
                              "~/.cache/iterserve when unset)")
@@ -132,6 +149,40 @@ def _add_ops_flags(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run)
 
 
+def add_connection_flags(parser: argparse.ArgumentParser) -> None:
+    """What one client may hold (server/connections.py, docs/server-limits.md)."""
+    defaults = ConnectionLimits()
+    parser.add_argument("--max-connections", type=int, default=defaults.max_connections,
+                        help="open connections at most; the next is answered 503 and closed "
+                             "(lowered to the open-file limit less a reserve)")
+    parser.add_argument("--header-timeout", type=float, default=defaults.header_timeout_s,
+                        help="seconds a connection has to send a whole request head")
+    parser.add_argument("--body-timeout", type=float, default=defaults.body_timeout_s,
+                        help="seconds a request body has to arrive whole (408 after)")
+    parser.add_argument("--keep-alive-timeout", type=float,
+                        default=defaults.keep_alive_timeout_s,
+                        help="seconds an idle keep-alive connection stays open")
+
+
+def connection_limits(args: argparse.Namespace) -> ConnectionLimits:
+    try:
+        return ConnectionLimits(args.max_connections, args.header_timeout, args.body_timeout,
+                                args.keep_alive_timeout)
+    except ValueError as exc:
+        raise FlagError(str(exc)) from None
+
+
+def _check_log_paths(args: argparse.Namespace) -> None:
+    """The logs are written at shutdown: a path that cannot take them is
+    refused now, not after the whole run."""
+    for flag, path in (("--decision-log", args.decision_log), ("--event-log", args.event_log)):
+        if path is not None:
+            try:
+                checked_output_file(path, flag)
+            except OutputFileError as exc:
+                raise FlagError(str(exc)) from None
+
+
 def builtin_model(cache_dir: Path | None) -> Path:
     """The built-in tiny checkpoint, made once into the cache directory."""
     from iterserve.model.cache_dir import cache_root
@@ -150,7 +201,13 @@ def _check_flags(args: argparse.Namespace) -> None:
             raise FlagError(f"--{flag.replace('_', '-')} must be >= {least}, got {value}")
     if args.port > 65535:
         raise FlagError(f"--port must be <= 65535, got {args.port}")
-    if not args.drain_timeout >= 0:
+    if args.max_num_batched_tokens < args.max_num_seqs:
+        # each running sequence decodes one token a step: a smaller budget could never step
+        # the running set the sequence cap admits (vLLM refuses the same pair)
+        raise FlagError(f"--max-num-batched-tokens {args.max_num_batched_tokens} is below "
+                        f"--max-num-seqs {args.max_num_seqs}: each running sequence needs one "
+                        "token of the budget a step")
+    if not (args.drain_timeout >= 0 and math.isfinite(args.drain_timeout)):
         raise FlagError(f"--drain-timeout must be >= 0, got {args.drain_timeout}")
     if not 0 <= args.stats_interval_s < float("inf"):
         raise FlagError(f"--stats-interval-s must be >= 0, got {args.stats_interval_s}")
@@ -158,6 +215,8 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise FlagError("--overload bounded needs --max-live N")
     if args.overload == "slo-feasible" and args.cost_model is None:
         raise FlagError("--overload slo-feasible needs --cost-model NAME:PARAMS")
+    connection_limits(args)
+    _check_log_paths(args)
 
 
 def _num_kv_blocks(args: argparse.Namespace, model_dir: Path, dtype: str) -> int | None:
@@ -278,21 +337,42 @@ def read_chat_template(path: Path | None) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from iterserve.model.hub import resolve_model
-    from iterserve.runtime import load_runtime, make_engine_policy, make_overload_gate
-    from iterserve.server.app import create_app
-    from iterserve.server.shutdown import DrainingServer
-
     _check_flags(args)
     settings = server_settings(args)
+    # SIGTERM before uvicorn handles it (the model loading): one line and 143 (cli/signals.py)
+    with terminate_raises():
+        sock = None
+        try:
+            runtime, sock = _load(args)
+            server = _server(args, runtime, settings)
+        except BaseException:
+            if sock is not None:
+                sock.close()
+            raise
+    print(f"iterserve: serving {runtime.model_name!r} on http://{args.host}:{args.port}/v1",
+          flush=True)
+    server.run(sockets=[sock])
+    runtime.engine.shutdown(0.0)  # whatever the drain left (or a second signal cut short)
+    _write_logs(runtime.engine, args)
+    if server.was_forced:
+        print("iterserve serve: second signal: the drain was cut short; logs written",
+              file=sys.stderr, flush=True)
+    return 0
+
+
+def _load(args: argparse.Namespace) -> tuple[Runtime, socket.socket]:
+    """The flags checked against the policy and gate, the port bound (a busy
+    one is one line before the model loads, seconds to minutes), then the
+    model loaded; the listening socket comes back with the runtime."""
+    from iterserve.model.hub import resolve_model
+    from iterserve.runtime import load_runtime, make_engine_policy, make_overload_gate
+
     source = resolve_model(args.model_dir or builtin_model(args.model_cache_dir))
     config = build_config(args, source.path)
     chat_template = read_chat_template(args.chat_template)
     make_engine_policy(config)  # a bad policy, setting or gate fails before the port is bound
     make_overload_gate(config)
-    sock = bind_socket(args.host, args.port)  # before the model loads (seconds to minutes)
+    sock = bind_socket(args.host, args.port)
     try:
         configure_logging(args.log_level)
         runtime = load_runtime(source.path, config,
@@ -301,13 +381,43 @@ def run(args: argparse.Namespace) -> int:
     except BaseException:
         sock.close()
         raise
-    app = create_app(runtime, settings)
-    server = DrainingServer(uvicorn.Config(app, host=args.host, port=args.port,
-                                           log_level=args.log_level, access_log=False),
-                            app.state.gatekeeper, runtime.engine, args.drain_timeout)
-    print(f"iterserve: serving {runtime.model_name!r} on http://{args.host}:{args.port}/v1",
-          flush=True)
-    server.run(sockets=[sock])
-    runtime.engine.shutdown(0.0)
-    runtime.engine.write_logs(args.decision_log, args.event_log)
-    return 0
+    return runtime, sock
+
+
+def _server(args: argparse.Namespace, runtime: Runtime,
+            settings: ServerSettings) -> DrainingServer:
+    """The app and its uvicorn server with the connection limits (docs/server-limits.md)."""
+    import uvicorn
+
+    from iterserve.server.app import create_app
+    from iterserve.server.connections import fit_to_descriptors, guarded_protocol
+    from iterserve.server.shutdown import DrainingServer
+
+    limits = connection_limits(args)
+    max_connections, fd_limit = fit_to_descriptors(limits.max_connections)
+    if max_connections < limits.max_connections:
+        print(f"iterserve: --max-connections lowered to {max_connections} (open-file limit "
+              f"{fd_limit})", flush=True)
+        limits = dataclasses.replace(limits, max_connections=max_connections)
+    app = create_app(runtime, dataclasses.replace(settings, body_timeout_s=limits.body_timeout_s))
+    return DrainingServer(
+        uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                       access_log=False, http=guarded_protocol(limits),
+                       timeout_keep_alive=limits.keep_alive_timeout_s,  # type: ignore[arg-type]
+                       h11_max_incomplete_event_size=MAX_REQUEST_HEAD_BYTES),
+        app.state.gatekeeper, runtime.engine, args.drain_timeout)
+
+
+#: the largest request head (request line and headers) read; h11's default is 16 KiB too
+MAX_REQUEST_HEAD_BYTES = 16 * 1024
+
+
+def _write_logs(engine: OnlineEngine, args: argparse.Namespace) -> None:
+    """The decision and event logs, each committed whole or not at all."""
+    from iterserve.metrics.events import event_lines
+
+    if args.decision_log is not None:
+        write_text_file(args.decision_log, "--decision-log", engine.decision_log())
+    if args.event_log is not None:
+        with pending_file(args.event_log, "--event-log") as stream:
+            stream.writelines(event_lines(engine.events.log()))

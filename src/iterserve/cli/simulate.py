@@ -10,13 +10,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from iterserve.admission.overload import OverloadGate, make_gate
 from iterserve.cli.fairness_flags import (
@@ -34,6 +32,7 @@ from iterserve.cli.flag_types import (
     output_dir,
     output_file,
 )
+from iterserve.cli.output_files import pending_file, staged_directory
 from iterserve.cli.progress import RunProgress
 from iterserve.cost import (
     IterationCostModel,
@@ -241,13 +240,19 @@ def _simulate(args: argparse.Namespace) -> int:
     # before the run: hashing the workload file re-reads it whole (not beside the run's records)
     coordinates = _coordinates(args.workload, setup)
     with contextlib.ExitStack() as stack:
+        # every file of --out is written here first and moves into --out only once the
+        # whole run has succeeded (a full disk leaves --out as it was)
+        out = stack.enter_context(staged_directory(args.out, "--out"))
         stream = None
         if args.decision_log:  # committed only when everything below succeeds
-            stream = stack.enter_context(pending_file(args.decision_log))
+            stream = stack.enter_context(pending_file(args.decision_log, "--decision-log",
+                                                      buffering=STREAM_BUFFER_BYTES,
+                                                      may_make_dir=True))
         progress = RunProgress(len(online.requests))
         stack.callback(progress.close)
         # the metric events go to disk as the run goes, not to memory (bounded memory)
-        with staged_file(args.out.parent, args.out / "events.jsonl") as events:
+        with (out / "events.jsonl").open("w", encoding="utf-8",
+                                         buffering=STREAM_BUFFER_BYTES) as events:
             result = run_simulation(setup.manifest, config, stream, [progress], events=events,
                                     log_process=args.log_process == "auto")
         progress.phase("report" if args.no_plots else "report and plots")
@@ -259,7 +264,7 @@ def _simulate(args: argparse.Namespace) -> int:
         stack.callback(sections.kill)
         kv = kv_report(result.executor.kv, result.trace, bytes_per_row)
         outputs = write_metric_outputs(
-            args.out, result, online, setup.slo, window,
+            out, result, online, setup.slo, window,
             f"{policy.policy_id} + {setup.gate.gate_id}", plots=not args.no_plots,
             horizon_s=horizon_seconds(args.fairness_horizon, online, setup.cost_model),
             bound_of=bound_of(policy, online, result, kv))
@@ -274,9 +279,9 @@ def _simulate(args: argparse.Namespace) -> int:
             report["fairness"] = _fairness_section(outputs, result)
         _add_coordinates(report, coordinates, f"{policy.policy_id} + {setup.gate.gate_id}",
                          settings_of(policy))
-        with (args.out / "report.json").open("wb") as stream:  # a section at a time
-            write_sorted_json(stream, report, encoded)
-            stream.write(b"\n")
+        with (out / "report.json").open("wb") as report_stream:  # a section at a time
+            write_sorted_json(report_stream, report, encoded)
+            report_stream.write(b"\n")
     print(_summary_line(policy.policy_id, report, args.out))
     return 0
 
@@ -364,42 +369,3 @@ def _summary_line(policy_id: str, report: dict[str, Any], out: Path) -> str:
 #: the default 8 KiB, so each line was a write call of its own: at 100,000 requests the
 #: follower spent measurably more time in the kernel than with a MiB at a time.
 STREAM_BUFFER_BYTES = 1 << 20
-
-
-def _temporary_beside(directory: Path, path: Path) -> tuple[int, str]:
-    """A new temporary file in ``directory`` (made) that will become
-    ``path``; a :class:`FlagError` naming ``path`` where it cannot be made."""
-    with writing_to(str(path)):
-        directory.mkdir(parents=True, exist_ok=True)
-        return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-
-
-@contextlib.contextmanager
-def staged_file(staging_dir: Path, path: Path) -> Iterator[TextIO]:
-    """A text stream written in ``staging_dir`` that becomes ``path`` (its
-    directory made) when the block succeeds; a failure leaves neither."""
-    fd, tmp_name = _temporary_beside(staging_dir, path)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", buffering=STREAM_BUFFER_BYTES) as stream:
-            yield stream
-        os.chmod(tmp_name, 0o644)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-
-
-@contextlib.contextmanager
-def pending_file(path: Path) -> Iterator[TextIO]:
-    """A text stream that becomes ``path`` only when the block succeeds: a run
-    that fails leaves no partial decision log behind."""
-    fd, tmp_name = _temporary_beside(path.parent, path)
-    try:
-        with os.fdopen(fd, "w", buffering=STREAM_BUFFER_BYTES) as stream:
-            yield stream
-        os.chmod(tmp_name, 0o644)
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise

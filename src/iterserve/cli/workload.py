@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from iterserve.cli.flag_types import POSITIVE_INT, non_empty, output_file, renamed_flag
+from iterserve.cli.output_files import write_text_file
 from iterserve.cli.simulate import FlagError, writing_to
 from iterserve.records.workload import parse_workload, read_json_document
-from iterserve.records.workload_json import write_workload
+from iterserve.records.workload_json import dumps_workload
 from iterserve.sim.generators import generate_document
 from iterserve.sim.trace_workload import (
     TraceSelection,
@@ -81,7 +82,7 @@ def run_gen(args: argparse.Namespace) -> int:
     document = generate_document(parse_spec(raw, read_lengths))
     parse_workload(document)
     with writing_to(f"-o {args.out}"):
-        write_workload(document, args.out)
+        write_text_file(args.out, "-o", dumps_workload(document), may_make_dir=True)
     print(f"{_summary(document)} -> {args.out}")
     return 0
 
@@ -104,7 +105,7 @@ def run_convert(args: argparse.Namespace) -> int:
         raise FlagError(str(exc)) from None
     parse_workload(document)
     with writing_to(f"-o {args.out}"):
-        write_workload(document, args.out)
+        write_text_file(args.out, "-o", dumps_workload(document), may_make_dir=True)
     print(f"{_summary(document)}; {len(trace.records)} trace requests read, "
           f"{trace.num_failed_skipped} failed rows skipped, {num_truncated} outputs truncated "
           f"to --max-output-tokens -> {args.out}")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from iterserve.cost.protocol import BatchShape, CostModelError, RowQueries
+from iterserve.records.input_files import MAX_DOCUMENT_BYTES, read_input_bytes
 
 PROFILE_FORMAT = "iterserve-profile-v2"
 FEATURES = ("num_prefill_rows", "num_decode_rows", "num_attended_tokens", "num_sequences",
@@ -112,10 +113,11 @@ class ProfiledIterationCost(RowQueries):
 
 def load_profiled_cost(path: str) -> ProfiledIterationCost:
     """Read and validate a profile file; errors are one line naming the field."""
+    data = read_input_bytes(Path(path), CostModelError, MAX_DOCUMENT_BYTES, "profile ")
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CostModelError(f"profile {path}: cannot read: {exc.strerror}") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CostModelError(f"profile {path}: not UTF-8 text (byte {exc.start})") from None
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -25,6 +25,7 @@ from iterserve.engine.decision_log import (
     READABLE_FORMATS,
 )
 from iterserve.records.codec import COMPLETED_COLUMNS, WORK_COLUMNS, rows_of_columns
+from iterserve.records.input_files import MAX_LOG_BYTES, read_input_bytes
 from iterserve.records.jsonl import json_kind, parse_lines
 from iterserve.records.receipts import ForeignStatus
 from iterserve.records.view import FinishReason
@@ -127,12 +128,7 @@ def _with_rows(line: LogLine) -> LogLine:
 
 
 def _parsed_lines(path: Path) -> list[LogLine]:
-    try:
-        data = path.read_bytes()
-    except IsADirectoryError:
-        raise MalformedLog("is a directory, not a decision log") from None
-    except PermissionError:
-        raise MalformedLog("permission denied") from None
+    data = read_input_bytes(path, MalformedLog, MAX_LOG_BYTES, named=False)
     return [LogLine(number, obj) for number, obj in parse_lines(
         data.split(b"\n"), MalformedLog, where=lambda number: f"line {number}",
         strict_numbers=True, max_line_bytes=MAX_LINE_BYTES)]

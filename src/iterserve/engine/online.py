@@ -151,6 +151,12 @@ class OnlineEngine:
         """Refuse at submission what could never run (a clear error, not a stall)."""
         if num_prompt_tokens < 1:
             raise RequestRefused("the prompt is empty")
+        budget = self.engine.workload.capacity.max_num_batched_tokens
+        if getattr(self.engine.policy, "whole_prompt_prefill", False) and \
+                num_prompt_tokens > budget:  # such a prompt would wait forever (0x0E)
+            raise RequestRefused(
+                f"policy {self.engine.policy.policy_id!r} prefills whole prompts: the prompt "
+                f"({num_prompt_tokens} tokens) exceeds the token budget {budget}")
         total = num_prompt_tokens + max_tokens
         if total > self.max_model_len:
             raise RequestRefused(

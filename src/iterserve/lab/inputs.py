@@ -11,6 +11,7 @@ from typing import Any
 from iterserve.lab.compare import Run
 from iterserve.lab.coordinates import CoordinateError, ResultRecord
 from iterserve.lab.run_record import records_of_report
+from iterserve.records.input_files import MAX_LOG_BYTES, read_input_bytes
 
 REGISTRY_SCHEMA = "iterserve.lab.result_registry/v1"
 
@@ -19,10 +20,10 @@ def load_runs(path: Path) -> list[Run]:
     """The runs at ``path``; raises FileNotFoundError or CoordinateError
     naming the file."""
     file = path / "report.json" if path.is_dir() else path
+    if not file.exists():
+        raise FileNotFoundError(f"{file}: no such file")
     try:
-        document: Any = json.loads(file.read_text())
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{file}: no such file") from None
+        document: Any = json.loads(read_input_bytes(file, CoordinateError, MAX_LOG_BYTES))
     except json.JSONDecodeError as exc:
         raise CoordinateError(f"{file}: not valid JSON ({exc.msg})") from None
     if isinstance(document, dict) and document.get("schema") == REGISTRY_SCHEMA:

@@ -17,6 +17,12 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
+from iterserve.model.checkpoint_check import (
+    check_constants,
+    check_layer_names,
+    check_max_model_len,
+    check_unused_tensors,
+)
 from iterserve.model.config import ModelConfig, parse_model_config
 from iterserve.model.errors import CheckpointError, MissingCheckpointFileError
 from iterserve.model.families import canonical_config
@@ -56,8 +62,11 @@ def load_model(
         handles = {path: _open_safetensors(stack, path) for path in _shard_paths(model_dir)}
         shard_of = {name: (path, handle) for path, handle in handles.items()
                     for name in handle.keys()}  # noqa: SIM118
+        check_layer_names(config, shard_of)
+        requested: set[str] = set()
 
         def get(name: str) -> torch.Tensor | None:
+            requested.add(name)
             if name not in shard_of:
                 return None
             path, handle = shard_of[name]
@@ -72,6 +81,7 @@ def load_model(
             return tensor
 
         weights = assemble(config, dequantizing(get, scheme), dtype, device)
+        check_unused_tensors(shard_of, requested)
     return model_class(config)(config, weights, prepack=prepack,
                                attention_backend=attention_backend)
 
@@ -89,7 +99,15 @@ def load_config(model_dir: Path) -> ModelConfig:
     """The checked config, with per-family defaults and RoPE resolved by transformers
     where they need it (see hf_config.resolve)."""
     raw = canonical_config(_read_json(Path(model_dir) / CONFIG_FILE))
-    return resolve(parse_model_config(raw), raw)
+    config = resolve(parse_model_config(raw), raw)
+    check_constants(config)
+    return config
+
+
+def check_model_len(model_dir: Path | str, max_model_len: int | None) -> None:
+    """``max_model_len`` within the checkpoint's positions (RoPE scaling counted)."""
+    raw = canonical_config(_read_json(Path(model_dir) / CONFIG_FILE))
+    check_max_model_len(load_config(Path(model_dir)), raw, max_model_len)
 
 
 def resolve_dtype(dtype: torch.dtype | str, config: ModelConfig) -> torch.dtype:

@@ -61,12 +61,26 @@ def check_run(policy: Policy, workload: OnlineWorkload, facts: CapacityFacts) ->
     running_set = getattr(policy, "running_set", RunningSet.UNBOUNDED)
     if facts.num_blocks_total is None or running_set is RunningSet.PREEMPTS:
         return
+    _check_any_fits(policy, workload, facts)
     need = worst_running_blocks(running_set, workload, facts)
     if need > facts.num_blocks_total:
         raise InfeasibleRun(
             f"policy {policy.policy_id!r} has no preemption path and its worst running set "
             f"({running_set.value}) needs {need} KV blocks; the pool has "
             f"{facts.num_blocks_total} (use a policy that preempts, e.g. vllm, or a larger pool)")
+
+
+def _check_any_fits(policy: Policy, workload: OnlineWorkload, facts: CapacityFacts) -> None:
+    """A run in which every prompt is larger than the whole pool would cancel
+    every request and report nothing done: refused, naming the smallest."""
+    if not workload.requests or any(_fits_alone(spec, facts) for spec in workload.requests):
+        return
+    smallest = min(workload.requests, key=lambda spec: spec.num_prompt_tokens)
+    raise InfeasibleRun(
+        f"policy {policy.policy_id!r} has no preemption path and no request can ever run: "
+        f"every prompt is larger than the KV pool (the smallest, {smallest.request_id!r}, "
+        f"has {smallest.num_prompt_tokens} tokens: {facts.blocks_for(smallest.num_prompt_tokens)}"
+        f" blocks; the pool has {facts.num_blocks_total})")
 
 
 def worst_running_blocks(running_set: RunningSet, workload: OnlineWorkload,

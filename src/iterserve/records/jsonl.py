@@ -14,12 +14,14 @@ from typing import Any
 
 import orjson
 
+from iterserve.records.input_files import open_input
+
 
 def json_objects(path: str | Path, error: type[Exception]) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line number, object)`` for each non-blank line of ``path``, in file
     order, one at a time (the file is never held whole); a line that is not
     UTF-8, not JSON or not an object raises ``error`` naming path and line."""
-    with Path(path).open("rb") as stream:
+    with open_input(Path(path), error) as stream:
         yield from parse_lines(stream, error, where=lambda number: f"{path}:{number}")
 
 

@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from iterserve.records.input_files import MAX_DOCUMENT_BYTES, read_input_bytes
 from iterserve.records.kv_abi import kv_row_abi_from_hf_config
 from iterserve.records.limits import MAX_BYTES_PER_ROW
 from iterserve.records.preemption import (
@@ -85,16 +86,11 @@ def load_workload(path: Path) -> WorkloadManifest:
 def read_text_file(path: Path, error: type[ValueError], label: str = "") -> str:
     """A UTF-8 file's text; a missing, directory, non-UTF-8 or unreadable path
     raises ``error`` naming it (after ``label``, e.g. a flag name)."""
+    data = read_input_bytes(path, error, MAX_DOCUMENT_BYTES, label)
     try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise error(f"{label}{path}: no such file") from None
-    except IsADirectoryError:
-        raise error(f"{label}{path}: is a directory, not a file") from None
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise error(f"{label}{path}: not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise error(f"{label}{path}: cannot read ({exc.strerror or exc})") from None
 
 
 def read_json_document(path: Path, error: type[ValueError]) -> Any:

@@ -8,7 +8,6 @@ request. Same document, same bytes.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 _HIDDEN = "fixture_only_hidden_truth"
@@ -29,10 +28,3 @@ def dumps_workload(document: dict[str, Any]) -> str:
         lines.append(f" {json.dumps(_HIDDEN)}: {json.dumps(hidden)}")
     lines.append("}")
     return "\n".join(lines) + "\n"
-
-
-def write_workload(document: dict[str, Any], path: Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dumps_workload(document))
-    return path

@@ -22,9 +22,10 @@ from iterserve.runtime import Runtime
 from iterserve.server import submit
 from iterserve.server.access_log import AccessLog, note_request
 from iterserve.server.client_labels import DEFAULT_MAX_CLIENT_LABELS
+from iterserve.server.connections import RequestGuard
 from iterserve.server.errors import APIError, install_error_handlers
 from iterserve.server.fields import FieldPolicy
-from iterserve.server.guard import BodyLimit, Gatekeeper
+from iterserve.server.guard import Gatekeeper
 from iterserve.server.metrics import ServerMetrics
 from iterserve.server.protocol import (
     ChatCompletionRequest,
@@ -74,13 +75,14 @@ class ServerSettings:
     allowed_methods: tuple[str, ...] = ("*",)
     allowed_headers: tuple[str, ...] = ("*",)
     stats_interval_s: float = 10.0
+    strict_fields: bool = False  # unknown request fields are a 400 instead of ignored
+    body_timeout_s: float = 30.0  # a body not whole by then is answered 408
 
     def __post_init__(self) -> None:
         if self.max_client_labels < 0:
             raise ValueError(f"max_client_labels must be >= 0, got {self.max_client_labels}")
         if not self.stats_interval_s >= 0:
             raise ValueError(f"stats_interval_s must be >= 0, got {self.stats_interval_s}")
-    strict_fields: bool = False  # unknown request fields are a 400 instead of ignored
 
 
 def client_identity(user: str | None, header: str | None) -> str:
@@ -126,7 +128,11 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None,
     app.state.gatekeeper = gate
     app.state.metrics = metrics
     install_error_handlers(app)
-    app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes)
+    # the key is checked before a body byte is read (401 before a 400 about it)
+    app.add_middleware(RequestGuard, api_key=settings.api_key,
+                       max_body_bytes=settings.max_body_bytes,
+                       body_timeout_s=settings.body_timeout_s,
+                       is_draining=lambda: gate.is_draining)
     if settings.allowed_origins:  # a preflight is answered before any route or key check
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.allowed_origins),
                            allow_methods=list(settings.allowed_methods),

@@ -1,59 +1,14 @@
-"""Boundary guards: the request body size limit, the API key and draining."""
+"""Boundary guards: the API key and draining (the body limits and the key's
+first check, before any body byte is read, are in ``connections.RequestGuard``)."""
 
 from __future__ import annotations
 
 import hmac
-import json
 
 from starlette.requests import Request
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from iterserve.engine.online import OnlineEngine
-from iterserve.server.errors import APIError, error_body
-
-
-class BodyLimit:
-    """Pure ASGI middleware: a body over ``max_body_bytes`` gets 413 before
-    any route reads it (declared length or counted while streaming in)."""
-
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
-        self.app = app
-        self.max_body_bytes = max_body_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope.get("headers", [])).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or
-                                     int(declared) > self.max_body_bytes):
-            await _too_large(send, self.max_body_bytes)
-            return
-        messages: list[Message] = []
-        size = 0
-        while True:
-            message = await receive()
-            messages.append(message)
-            size += len(message.get("body", b""))
-            if size > self.max_body_bytes:
-                await _too_large(send, self.max_body_bytes)
-                return
-            if message["type"] != "http.request" or not message.get("more_body", False):
-                break
-        replay = iter(messages)
-
-        async def replayed() -> Message:
-            return next(replay, None) or await receive()
-
-        await self.app(scope, replayed, send)
-
-
-async def _too_large(send: Send, limit: int) -> None:
-    body = json.dumps(error_body(413, f"the request body exceeds {limit} bytes")).encode()
-    await send({"type": "http.response.start", "status": 413,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
+from iterserve.server.errors import APIError
 
 
 class Gatekeeper:

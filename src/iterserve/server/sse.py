@@ -10,6 +10,7 @@ come, tagged with the choice index, as OpenAI does."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from pydantic import BaseModel
 from iterserve.engine.streams import AsyncOutputStream, StreamEvent
 from iterserve.model.tokenizer import TextTokenizer
 from iterserve.runtime import Runtime
+from iterserve.server.errors import error_body
 from iterserve.server.responses import (
     ChatChunkChoice,
     ChatCompletionChunk,
@@ -112,6 +114,17 @@ def chat_logprobs(tokenizer: TextTokenizer, token_ids: Sequence[int], logprobs: 
     return ChatLogprobs(content=content)
 
 
+def ended_early_chunk(event: StreamEvent) -> str | None:
+    """The error chunk sent after the final chunk of a stream the engine ended
+    early (shutdown, an engine failure), vLLM's ``{"error": ...}`` shape: a
+    client sees why, not only ``finish_reason: abort``."""
+    if openai_finish_reason(event.finish_reason) != "abort":
+        return None
+    reason = event.reason or event.finish_reason
+    return sse(json.dumps(error_body(503, f"the request was aborted by the engine ({reason})",
+                                     code=str(event.finish_reason))))
+
+
 async def merged_events(runtime: Runtime,
                         started: Started) -> AsyncIterator[tuple[int, StreamEvent]]:
     """(choice index, event) as each choice's events arrive; the requests
@@ -176,6 +189,8 @@ async def completion_stream(runtime: Runtime, started: Started,
         choice = CompletionChoice(index=index, text=event.text, logprobs=logprobs,
                                   finish_reason=openai_finish_reason(event.finish_reason))
         yield chunk([choice], _so_far(settings, num_tokens))
+        if event.is_final and (error := ended_early_chunk(event)) is not None:
+            yield error
     if settings.include_usage:
         yield chunk([], usage(settings.num_prompt_tokens, num_tokens))
     yield sse("[DONE]")
@@ -209,6 +224,8 @@ async def chat_stream(runtime: Runtime, started: Started,
                                      logprobs=logprobs,
                                      finish_reason=openai_finish_reason(event.finish_reason))],
                     _so_far(settings, num_tokens))
+        if event.is_final and (error := ended_early_chunk(event)) is not None:
+            yield error
     if settings.include_usage:
         yield chunk([], usage(settings.num_prompt_tokens, num_tokens))
     yield sse("[DONE]")

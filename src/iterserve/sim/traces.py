@@ -22,6 +22,7 @@ arrival order (a stable sort keeps file order among equal times).
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from iterserve.records.input_files import open_input
 from iterserve.records.jsonl import json_objects
 
 FORMATS = ("jsonl", "azure", "burstgpt")
@@ -134,7 +136,8 @@ def _burstgpt_rows(path: Path) -> Iterator[TraceRecord | None]:
 
 
 def _csv_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[int, Mapping[str, Any]]]:
-    with path.open(encoding="utf-8-sig", newline="") as stream:
+    with io.TextIOWrapper(open_input(path, TraceError), encoding="utf-8-sig",
+                          newline="") as stream:
         reader = csv.DictReader(stream)
         header = [name.strip() for name in reader.fieldnames or []]
         missing = [name for name in required if name not in header]
