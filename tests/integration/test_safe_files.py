@@ -23,7 +23,7 @@ SMALL_KV = Path(__file__).resolve().parents[2] / "examples" / "small_kv.json"
 def _workload(tmp_path: Path, prompt_tokens: int = 8, num_blocks: int = 8) -> Path:
     doc = {"workload_id": "w", "clock": "iteration",
            "capacity": {"max_num_batched_tokens": 64, "max_num_seqs": 4},
-           "kv": {"num_blocks": num_blocks, "block_size": 4},
+           "kv": {"num_kv_blocks": num_blocks, "block_size": 4},
            "requests": [{"request_id": f"r{i}", "arrival": float(i),
                          "prompt_tokens": prompt_tokens, "max_output_tokens": 2}
                         for i in range(5)],
