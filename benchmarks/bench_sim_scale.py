@@ -173,7 +173,7 @@ def spec(num_requests: int, rate_per_s: float = RATE_PER_S) -> dict[str, Any]:
     return {
         "workload_id": f"scale-{num_requests}", "seed": 15, "num_requests": num_requests,
         "clock": "ms", "capacity": {"max_num_batched_tokens": 2048, "max_num_seqs": 256},
-        "kv": {"num_blocks": 4000, "block_size": 16},
+        "kv": {"num_kv_blocks": 4000, "block_size": 16},
         "arrival": {"process": "poisson", "rate_per_s": rate_per_s},
         "clients": [{"client_id": "c0",
                      "prompt_tokens": {"kind": "uniform", "min": 32, "max": 1024},

@@ -115,7 +115,7 @@ def run_convert(args: argparse.Namespace) -> int:
 def _kv(args: argparse.Namespace) -> dict[str, int] | None:
     if args.num_kv_blocks is None:
         return None
-    return {"num_blocks": args.num_kv_blocks, "block_size": args.block_size}
+    return {"num_kv_blocks": args.num_kv_blocks, "block_size": args.block_size}
 
 
 def _summary(document: dict[str, Any]) -> str:
