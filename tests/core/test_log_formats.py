@@ -38,7 +38,7 @@ def run(tmp_path_factory) -> tuple[Path, Path]:
     out = tmp_path_factory.mktemp("format4")
     workload = random_workload_json(seed=7, num_requests=14)
     workload["clock"] = "ms"
-    workload["kv"] = {"num_blocks": 10, "block_size": 2}  # preemptions: views change queues
+    workload["kv"] = {"num_kv_blocks": 10, "block_size": 2}  # preemptions: views change queues
     path = write_json(out / "workload.json", workload)
     log = out / "decisions.jsonl"
     assert main(["simulate", "--no-plots", "--workload", str(path), "--policy", "vllm",

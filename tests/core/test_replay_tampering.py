@@ -28,7 +28,7 @@ Line = dict
 def workload_path(tmp_path_factory) -> Path:
     workload = random_workload_json(seed=2024, num_requests=12)
     workload["clock"] = "ms"  # durations come from the cost model
-    workload["kv"] = {"num_blocks": 12, "block_size": 2}  # capacity facts are counts
+    workload["kv"] = {"num_kv_blocks": 12, "block_size": 2}  # capacity facts are counts
     return write_json(tmp_path_factory.mktemp("tamper") / "workload.json", workload)
 
 

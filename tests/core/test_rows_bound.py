@@ -82,7 +82,7 @@ def test_the_bound_holds_at_every_cut_of_a_preempting_run() -> None:
 def test_the_bound_holds_when_requests_outgrow_the_pool_and_are_cancelled(
         cancel_every: int) -> None:
     spec = copy.deepcopy(SPEC)
-    spec["kv"]["num_blocks"] = 20  # 320 rows: p + e up to 360 outgrows it
+    spec["kv"]["num_kv_blocks"] = 20  # 320 rows: p + e up to 360 outgrows it
     checker, num_cancelled = _run(spec, cancel_every)
     assert checker.num_checked > 100 and IntentKind.ABORT in checker.intents
     assert num_cancelled > 5 or not cancel_every

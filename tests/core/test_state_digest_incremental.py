@@ -25,7 +25,7 @@ from oracles.state_digest_reference import state_digest, state_digest_record
 SPEC = {
     "workload_id": "digest", "seed": 3, "num_requests": 120, "clock": "ms",
     "capacity": {"max_num_batched_tokens": 256, "max_num_seqs": 16},
-    "kv": {"num_blocks": 64, "block_size": 16},
+    "kv": {"num_kv_blocks": 64, "block_size": 16},
     "arrival": {"process": "poisson", "rate_per_s": 40},
     "clients": [
         {"client_id": "c0", "prompt_tokens": {"kind": "uniform", "min": 8, "max": 300},

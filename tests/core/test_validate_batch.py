@@ -46,7 +46,7 @@ SETTINGS = settings(max_examples=300, deadline=None,
 SPEC = {
     "workload_id": "batch-validation", "seed": 7, "num_requests": 24, "clock": "ms",
     "capacity": {"max_num_batched_tokens": 96, "max_num_seqs": 12},
-    "kv": {"num_blocks": 40, "block_size": 8},
+    "kv": {"num_kv_blocks": 40, "block_size": 8},
     "arrival": {"process": "poisson", "rate_per_s": 400.0},
     "clients": [
         {"client_id": "a", "prompt_tokens": {"kind": "uniform", "min": 4, "max": 120},

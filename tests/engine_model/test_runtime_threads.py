@@ -55,7 +55,7 @@ def test_a_load_failure_reaches_the_caller_as_raised(tiny_dir, monkeypatch):
 
 
 @pytest.mark.parametrize(("sizing", "committed"), [
-    ({"kv_blocks": 64}, True),
+    ({"num_kv_blocks": 64}, True),
     ({"kv_cache_memory": 4 << 20}, True),
     ({}, False),  # sized from free memory: stays lazy
 ])

@@ -30,7 +30,7 @@ def _mixed() -> dict:
     requests = [request(f"r{i}", "ABC"[i % 3], arrival=i // 2, prompt=shared + [100 + i],
                         max_out=1 + i % 4, priority=i % 3) for i in range(18)]
     return workload("mixed", requests, max_num_batched_tokens=12, max_num_seqs=3,
-                    kv={"num_blocks": 20, "block_size": 4},
+                    kv={"num_kv_blocks": 20, "block_size": 4},
                     fairness={"prompt_weight": 1, "output_weight": 2,
                               "client_weights": {"C": 2}})
 

@@ -33,7 +33,7 @@ def test_a_pool_smaller_than_one_request_ends_by_preempting_and_aborting(tmp_pat
                  "max_output_tokens": 10, "client_id": "AB"[i % 2]} for i in range(4)]
     spec = {"workload_id": "tiny-pool", "clock": "iteration",
             "capacity": {"max_num_batched_tokens": 8, "max_num_seqs": 2}, "requests": requests,
-            "kv": {"num_blocks": 3, "block_size": 4}}
+            "kv": {"num_kv_blocks": 3, "block_size": 4}}
     path, log = tmp_path / "w.json", tmp_path / "log.jsonl"
     path.write_text(json.dumps(spec))
     assert main(["simulate", "--workload", str(path), "--policy", policy, "--out",

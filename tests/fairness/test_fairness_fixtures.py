@@ -134,7 +134,7 @@ def _prefix_groups() -> dict:
     requests += [request(f"hot{t:02d}", "hot", arrival=t, prompt=shared + [200 + t])
                  for t in range(1, 12)]
     return workload("prefix-groups", requests, max_num_batched_tokens=9,
-                    kv={"num_blocks": 64, "block_size": 4})
+                    kv={"num_kv_blocks": 64, "block_size": 4})
 
 
 def test_prefix_groups_greedy_starves_cold_and_the_2_to_1_quota_does_not(tmp_path) -> None:

@@ -157,7 +157,7 @@ WORKLOAD_FIELDS: dict[str, FieldCase] = {
     "kv-host-blocks-negative": _f("kv", {"num_kv_blocks": 8, "num_host_blocks": -1},
                                   "kv.num_host_blocks"),
     "kv-bytes-per-row-zero": _f("kv", {"num_kv_blocks": 8, "bytes_per_row": 0}, "kv.bytes_per_row"),
-    "kv-preemption-swap": _f("kv", {"num_kv_blocks": 8, "preemption_mode": "swap"},
+    "kv-preemption-evict": _f("kv", {"num_kv_blocks": 8, "preemption_mode": "evict"},
                              "kv.preemption_mode"),
     **{f"kv-admission-{name}": _f("kv", {"num_kv_blocks": 8, "admission": value}, "kv.admission",
                                   repr(value))

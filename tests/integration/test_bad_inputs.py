@@ -490,7 +490,7 @@ def test_case_count() -> None:
 # --- the Python API boundary ----------------------------------------------------------------
 @pytest.mark.parametrize("overrides", [
     {"device": "tpu"}, {"device": "cuda:x"}, {"device": "cpu:0"}, {"num_host_blocks": -1},
-    {"chunk_size": 0}, {"tau": -4}, {"kv_blocks": 0}, {"dtype": "float64"}, {"kv_cache_memory": 0},
+    {"chunk_size": 0}, {"tau": -4}, {"num_kv_blocks": 0}, {"dtype": "float64"}, {"kv_cache_memory": 0},
 ], ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
 def test_engine_config_refuses_nonsense(overrides) -> None:
     from iterserve.llm import EngineConfig

@@ -290,9 +290,9 @@ def test_serve_policy_setting_reaches_the_policy(tmp_path) -> None:
     assert make_engine_policy(config).config.chunk_size == 8
     bad = build_parser().parse_args(["serve", str(tmp_path), "--policy", "sarathi",
                                      "--policy-setting", "nope=1"])
-    from iterserve.policies.settings import PolicyConfigError
-    with pytest.raises(PolicyConfigError, match="has no setting 'nope'"):
-        make_engine_policy(build_config(bad, tmp_path))
+    from iterserve.cli.simulate import FlagError
+    with pytest.raises(FlagError, match="no policy takes setting 'nope'"):
+        build_config(bad, tmp_path)
 
 
 def test_an_aborted_stream_ends_with_an_error_chunk() -> None:

@@ -69,6 +69,16 @@ def canonical_config(raw: Mapping[str, Any]) -> Mapping[str, Any]:
     return raw
 
 
+def unloaded_parts(raw: Mapping[str, Any]) -> str | None:
+    """For a multimodal checkpoint of TEXT_PARTS, the prefix of the tensors
+    that are loaded (its language model's); the others (the vision tower,
+    the projector) are left unread on purpose. None for any other checkpoint."""
+    architectures = raw.get("architectures")
+    if isinstance(architectures, list) and architectures and architectures[0] in TEXT_PARTS:
+        return TEXT_PARTS[architectures[0]][2]
+    return None
+
+
 def text_part(raw: Mapping[str, Any]) -> Mapping[str, Any]:
     """`raw` itself, or for a multimodal checkpoint of TEXT_PARTS its language
     model's config: `text_config` completed with transformers' defaults (a

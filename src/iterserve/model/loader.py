@@ -25,7 +25,7 @@ from iterserve.model.checkpoint_check import (
 )
 from iterserve.model.config import ModelConfig, parse_model_config
 from iterserve.model.errors import CheckpointError, MissingCheckpointFileError
-from iterserve.model.families import canonical_config
+from iterserve.model.families import canonical_config, unloaded_parts
 from iterserve.model.family_models import assemble, model_class
 from iterserve.model.hf_config import resolve
 from iterserve.model.llama import PackedCausalLM
@@ -55,7 +55,9 @@ def load_model(
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise CheckpointError(f"{model_dir}: not a checkpoint directory")
-    scheme = read_scheme(_read_json(model_dir / CONFIG_FILE))  # refuses what it cannot load
+    raw = _read_json(model_dir / CONFIG_FILE)
+    scheme = read_scheme(raw)  # refuses what it cannot load
+    loaded_prefix = unloaded_parts(raw)
     config = load_config(model_dir)
     dtype = resolve_dtype(dtype, config)
     with ExitStack() as stack:
@@ -81,7 +83,9 @@ def load_model(
             return tensor
 
         weights = assemble(config, dequantizing(get, scheme), dtype, device)
-        check_unused_tensors(shard_of, requested)
+        check_unused_tensors(shard_of if loaded_prefix is None else
+                             [name for name in shard_of if name.startswith(loaded_prefix)],
+                             requested)
     return model_class(config)(config, weights, prepack=prepack,
                                attention_backend=attention_backend)
 
