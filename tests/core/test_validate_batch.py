@@ -1,14 +1,14 @@
-"""The batch accept passes of validation agree with the row-by-row checks.
+"""Validation's column passes agree with the row-by-row oracle.
 
-:mod:`iterserve.records.validate_batch` accepts a whole plan's work or a
-whole result's completions in columns and leaves every doubt to the
-row-by-row checks of :mod:`iterserve.records.validate`. These properties
+:mod:`iterserve.records.validate_batch` decides a whole plan's work or a
+whole result's completions in columns, and :mod:`iterserve.records.validate`
+names the first broken rule of what they refuse; the rules stated row by row
+are the oracle in ``tests/oracles/validate_reference.py``. These properties
 take real decisions (the simulator's engine under several policies, with
 chunked prefill, preemption and length stops), corrupt one field of a work
 item, a view, an intent or a completion, and require ``validate_plan`` /
 ``validate_result`` to raise the same named error with the same message as
-the row-by-row checks alone (the accept pass switched off), or to accept
-both. The unmutated decisions must be accepted by the batch passes
+the oracle, or to accept both. The unmutated decisions must be accepted by the batch passes
 themselves, so the comparison is not vacuous; the batch frontier rules are
 pinned against their per-item forms.
 """
@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import cache
 from typing import Any
-from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -36,6 +35,7 @@ from iterserve.records.view import FinishReason, Lifecycle, WorkKind
 from iterserve.records.workload import parse_workload
 from iterserve.sim.generators import generate_workload
 from iterserve.sim.workload_spec import parse_spec
+from oracles import validate_reference as oracle
 
 from .helpers import Recorder, random_workload_json, replace
 
@@ -86,24 +86,15 @@ def _outcome(check: Callable[[], None]) -> tuple[str, str]:
     return "accepted", ""
 
 
-def _row_by_row() -> Any:
-    """Both accept passes switched off: only the row-by-row checks run."""
-    stack = mock.patch.multiple(V, accepted_work=lambda *args: None,
-                                accepted_service=lambda *args: None)
-    return stack
-
-
 def _plan_outcomes(workload: Any, state: Any, plan: Any) -> tuple[tuple[str, str], ...]:
     batch = _outcome(lambda: V.validate_plan(workload, state, plan))
-    with _row_by_row():
-        rows = _outcome(lambda: V.validate_plan(workload, state, plan))
+    rows = _outcome(lambda: oracle.validate_plan(workload, state, plan))
     return batch, rows
 
 
 def _result_outcomes(state: Any, plan: Any, result: Any) -> tuple[tuple[str, str], ...]:
     batch = _outcome(lambda: V.validate_result(plan, state, result))
-    with _row_by_row():
-        rows = _outcome(lambda: V.validate_result(plan, state, result))
+    rows = _outcome(lambda: oracle.validate_result(plan, state, result))
     return batch, rows
 
 
@@ -125,7 +116,7 @@ def test_valid_decisions_are_accepted_by_the_batch_passes_themselves():
         columns = B.accepted_work(plan.work, state.views, admitted, leaving)
         assert columns == B.work_columns(plan.work, state.views)
         service = B.accepted_service(plan.work, result.completed, state.views)
-        assert service == V._completion_service(plan, state, result)
+        assert service == oracle._completion_service(plan, state, result)
         V.validate_plan(workload, state, plan)
         V.validate_result(plan, state, result)
 
@@ -308,8 +299,9 @@ def test_every_plan_mutation_is_refused_somewhere(mutation):
 
 @pytest.mark.parametrize("mutation", [m for m in RESULT_MUTATIONS if m != "reverse"])
 def test_every_result_mutation_is_refused_somewhere(mutation):
-    """Completions in another order are legal: the batch pass leaves them to
-    the row-by-row checks, which accept them."""
+    """Each corruption of the first completion gets the oracle's outcome and
+    is refused on some decision; completions in another order are legal
+    (both accept them), so that mutation is left out of the second check."""
     outcomes = set()
     for _, state, plan, result in decisions()[:400]:
         if result.completed:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from itertools import islice
 from typing import NoReturn
 
@@ -22,7 +22,6 @@ from iterserve.records.frontier import (
     check_interval,
     check_output_clock,
     completion_service,
-    interval_kind,
 )
 from iterserve.records.keys import KEY_FIELDS, keys_function
 from iterserve.records.kv_abi import blocks_opened_total
@@ -39,7 +38,6 @@ from iterserve.records.validate_batch import (
     WorkColumns,
     accepted_service,
     accepted_work,
-    work_columns,
 )
 from iterserve.records.view import Lifecycle, RequestView
 
@@ -117,8 +115,21 @@ def explain_state(state: SchedulerState) -> NoReturn:
     raise E.ContractViolation("state refused")  # unreachable: the fast check is exact
 
 
+#: a plan's work rule: the work's columns when legal, else the named error raised
+WorkRule = Callable[[SchedulerState, IterationPlan, set[str], set[str]], WorkColumns]
+#: a result's completion rule: the service rows per client when legal, else the named error
+CompletionRule = Callable[[IterationPlan, SchedulerState, IterationResult], Counter[str]]
+
+
 def validate_plan(workload: OnlineWorkload, state: SchedulerState, plan: IterationPlan) -> None:
     """Reject any plan that is not legal work against ``state`` (0x01A)."""
+    check_plan(workload, state, plan, _accepted_work)
+
+
+def check_plan(workload: OnlineWorkload, state: SchedulerState, plan: IterationPlan,
+               work_rule: WorkRule) -> None:
+    """:func:`validate_plan` with ``work_rule`` for the work items (the
+    tests' row-by-row oracle takes this seam)."""
     if plan.input_state_version != state.state_version or plan.decision_id != state.decision_id:
         raise E.StaleStateVersion(
             f"plan for v{plan.input_state_version}/d{plan.decision_id}, "
@@ -133,10 +144,7 @@ def validate_plan(workload: OnlineWorkload, state: SchedulerState, plan: Iterati
             f"{identity.policy_id}@{identity.policy_version}"
         )
     admitted, leaving = _validate_intents(state, plan)
-    columns = accepted_work(plan.work, state.views, admitted, leaving)  # all items at once
-    if columns is None:  # on any doubt, item by item: the named error of the first broken rule
-        _validate_work(state, plan, admitted, leaving)
-        columns = work_columns(plan.work, state.views)
+    columns = work_rule(state, plan, admitted, leaving)
     _validate_ledger(state, plan, sum(columns.widths))
     _validate_kv(state, plan, columns)
     _validate_tie_break(state, plan, columns)
@@ -193,42 +201,30 @@ def _resolve(state: SchedulerState, request_id: str, generation: int) -> Request
     return view
 
 
-def _validate_work(
-    state: SchedulerState, plan: IterationPlan, admitted: set[str], leaving: set[str]
-) -> int:
-    """Each item binds a current, ready, admitted view and its only legal
-    interval. The row-by-row form of :func:`accepted_work`, which runs
-    first: a cheap check of every invariant per item, and on any doubt the
-    detailed checks raise the named error. Returns the work's token rows."""
+def _accepted_work(state: SchedulerState, plan: IterationPlan, admitted: set[str],
+                   leaving: set[str]) -> WorkColumns:
+    """The work's columns, every item checked at once; the named error of the
+    first broken rule when the batch pass refuses."""
+    columns = accepted_work(plan.work, state.views, admitted, leaving)
+    if columns is None:
+        _name_refused_work(state, plan, admitted, leaving)
+    return columns
+
+
+def _name_refused_work(state: SchedulerState, plan: IterationPlan, admitted: set[str],
+                       leaving: set[str]) -> NoReturn:
+    """Raise the named error of the first item, in plan order, that breaks a
+    rule of the work the batch pass (:func:`accepted_work`) refused."""
     seen: set[str] = set()
-    views = state.views
-    running = Lifecycle.RUNNING
-    num_tokens = 0
     for work in plan.work:
-        # one unpack of the 8-field item is cheaper than 7 NamedTuple attribute reads
-        rid, generation, snapshot, start, end, kind, positions, _ = work
-        view = views.get(rid)
-        if not (
-            view is not None
-            and view.generation == generation
-            and view.snapshot_version == snapshot
-            and view.is_ready
-            and rid not in seen
-            and rid not in leaving
-            and (view.lifecycle is running or rid in admitted)
-            and positions == range(start, end)
-            and interval_kind(view.num_prompt_tokens, view.num_emitted, view.num_computed,
-                              start, end) is kind
-        ):
-            _explain_work(state, work, seen, admitted, leaving)
-        seen.add(rid)
-        num_tokens += end - start
-    return num_tokens
+        _explain_work(state, work, seen, admitted, leaving)
+        seen.add(work.request_id)
+    raise E.ContractViolation("work refused by the batch pass with no broken rule")
 
 
 def _explain_work(state: SchedulerState, work: WorkItem, seen: set[str], admitted: set[str],
-                  leaving: set[str]) -> NoReturn:
-    """Raise the named error for an item the fast check refused."""
+                  leaving: set[str]) -> None:
+    """Raise the named error of the first rule ``work`` breaks."""
     view = _resolve(state, work.request_id, work.generation)
     if work.request_id in seen:
         raise E.DuplicateWork(f"{work.request_id} has more than one interval")
@@ -243,7 +239,6 @@ def _explain_work(state: SchedulerState, work: WorkItem, seen: set[str], admitte
     if work.request_id in leaving:
         raise E.IllegalIntent(f"{work.request_id} has work and leaves service in one plan")
     _validate_interval(view, work)
-    raise E.ContractViolation(f"{work.request_id}: work item refused")  # unreachable by design
 
 
 def _validate_interval(view: RequestView, work: WorkItem) -> None:
@@ -328,6 +323,12 @@ def _explain_tie_break(plan: IterationPlan, derived: list[tuple[object, ...]]) -
 
 def validate_result(plan: IterationPlan, state: SchedulerState, result: IterationResult) -> None:
     """Reject results that do not answer exactly this plan (0x01A)."""
+    check_result(plan, state, result, _accepted_service)
+
+
+def check_result(plan: IterationPlan, state: SchedulerState, result: IterationResult,
+                 completion_rule: CompletionRule) -> None:
+    """:func:`validate_result` with ``completion_rule`` for the completions."""
     if (
         result.decision_id != plan.decision_id
         or result.input_state_version != plan.input_state_version
@@ -337,27 +338,34 @@ def validate_result(plan: IterationPlan, state: SchedulerState, result: Iteratio
             f"result for v{result.input_state_version}/d{result.decision_id}, "
             f"plan is v{plan.input_state_version}/d{plan.decision_id}"
         )
-    service = accepted_service(plan.work, result.completed, state.views)  # at C speed
-    if service is None:  # on any doubt, completion by completion: the first named error
-        service = _completion_service(plan, state, result)
+    service = completion_rule(plan, state, result)
     if result.failures:
         _validate_failures(plan, result)
     claimed = {client: rows for client, rows in result.service.items() if rows}
     if claimed != dict(service):
-        service = _completion_service(plan, state, result)  # the message lists completion order
-        raise E.ServiceDebitMismatch(f"result debits {claimed}, completed rows give {dict(service)}")
+        raise E.ServiceDebitMismatch(f"result debits {claimed}, completed rows give "
+                                     f"{_in_completion_order(service, result, state)}")
     if result.receipts:
         _validate_receipts(plan, state, result)
 
 
-def _completion_service(plan: IterationPlan, state: SchedulerState,
-                        result: IterationResult) -> Counter[str]:
-    """Each completion answers open planned work of its generation inside
-    the planned interval and keeps the output clock; returns the service
-    rows per client. The row-by-row form of :func:`accepted_service`, which
-    runs first."""
+def _accepted_service(plan: IterationPlan, state: SchedulerState,
+                      result: IterationResult) -> Counter[str]:
+    """Service rows per client, every completion checked at once; the named
+    error of the first broken rule when the batch pass refuses."""
+    service = accepted_service(plan.work, result.completed, state.views)
+    if service is None:
+        _name_refused_completions(plan, state, result)
+    return service
+
+
+def _name_refused_completions(plan: IterationPlan, state: SchedulerState,
+                              result: IterationResult) -> NoReturn:
+    """Raise the named error of the first completion, in result order, that
+    breaks a rule (it answers open planned work of its generation inside
+    the planned interval and keeps the output clock) of the completions the
+    batch pass (:func:`accepted_service`) refused."""
     planned = _planned(plan)
-    service: Counter[str] = Counter()
     done: set[str] = set()
     views = state.views
     for item in result.completed:
@@ -377,14 +385,19 @@ def _completion_service(plan: IterationPlan, state: SchedulerState,
             )
         view = views[rid]
         has_finish = finish_reason is not None
-        rows = completion_service(view.num_prompt_tokens, view.num_emitted,
-                                  view.max_output_tokens, kind, start, end, emitted, has_finish)
-        if rows is None:
+        if completion_service(view.num_prompt_tokens, view.num_emitted, view.max_output_tokens,
+                              kind, start, end, emitted, has_finish) is None:
             check_output_clock(rid, view.num_prompt_tokens, view.num_emitted,
                                view.max_output_tokens, kind, end, emitted, has_finish)
-        elif rows:
-            service[view.client_id] += rows
-    return service
+    raise E.ContractViolation("completions refused by the batch pass with no broken rule")
+
+
+def _in_completion_order(service: Counter[str], result: IterationResult,
+                         state: SchedulerState) -> dict[str, int]:
+    """``service`` with its clients in the order their first completion comes."""
+    views = state.views
+    order = dict.fromkeys(views[item.request_id].client_id for item in result.completed)
+    return {client: service[client] for client in order if service[client]}
 
 
 def _planned(plan: IterationPlan) -> dict[str, WorkItem]:

@@ -1,17 +1,16 @@
-"""Batch accept passes of plan and result validation (0x01A).
+"""The acceptance rules of a plan's work and a result's completions (0x01A).
 
 A decision's plan holds about one work item per live request, most of them
 decode rows, and validation checks every item twice (the plan before
-execution, its completion after). These passes check all items of a plan
-or a result at once: ``zip(*records)`` turns the items, their views and
-their completions into columns in one C-level pass each, and each rule is
-then a comparison of whole columns or one ``map`` over them. They only
-*accept*: on any doubt they return None and
-:mod:`iterserve.records.validate` runs its row-by-row checks, which raise
-the named error of the first broken invariant (or accept the rare legal
-shape left to them, such as a partial completion). So a pass may refuse
-more than the row-by-row checks, never less; the tests pin that the two
-agree on valid and corrupted plans and results.
+execution, its completion after). These passes decide acceptance for all
+items of a plan or a result at once: ``zip(*records)`` turns the items,
+their views and their completions into columns in one C-level pass each,
+and each rule is then a comparison of whole columns or one ``map`` over
+them. They accept exactly the legal work and completions; when they refuse,
+:mod:`iterserve.records.validate` finds the first item that breaks a rule
+and raises that rule's named error. The row-by-row statement of the same
+rules is the oracle in ``tests/oracles/validate_reference.py``: the tests
+pin that the two agree on valid and corrupted plans and results.
 
 Work items are :class:`WorkItem` and completions :class:`CompletedInterval`
 (fixed-width records: a record of another width is refused). The frontier
@@ -24,7 +23,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from itertools import compress, repeat
-from operator import and_, getitem, is_, is_not, not_, sub
+from operator import and_, eq, getitem, is_, is_not, le, not_, sub
 from typing import Any, NamedTuple
 
 from iterserve.records.columns import field_columns
@@ -79,8 +78,7 @@ def accepted_work(work: Sequence[WorkItem], views: Mapping[str, RequestView],
                   admitted: set[str], leaving: set[str]) -> WorkColumns | None:
     """The work's columns when every item binds a current, ready, admitted
     view once and its only legal interval with its derived kind and
-    positions; None on any doubt. The rules of ``validate._validate_work``'s
-    loop, in columns."""
+    positions; None when one breaks a rule (then ``validate`` names it)."""
     if not work:
         return _NO_WORK
     try:
@@ -127,34 +125,38 @@ def _accepted_work(work: Sequence[WorkItem], views: Mapping[str, RequestView],
 
 def accepted_service(work: Sequence[WorkItem], completed: Sequence[CompletedInterval],
                      views: Mapping[str, RequestView]) -> Counter[str] | None:
-    """Completed service rows per client when ``completed`` answers every
-    item of ``work`` in plan order (its request, generation and whole
-    interval) and each completion keeps the output clock; None on any
-    doubt. The rules of ``validate._completion_service``'s loop, in columns:
-    the decode rows that report no stop at once, the rest one by one."""
-    if len(completed) != len(work):
-        return None
-    if not work:
+    """Completed service rows per client when every completion answers open
+    planned work once, in its generation, from the planned start to at most
+    the planned end, and keeps the output clock; None when one breaks a
+    rule (then ``validate`` names it). Any order, any subset of the work (a
+    failed item completes nothing), a partial interval: each is legal. The
+    decode rows that report no stop are checked in columns, the rest one by
+    one through the frontier rules."""
+    if not completed:
         return Counter()
     try:
         return _accepted_service(work, completed, views)
-    except (TypeError, ValueError):  # a missing view or a malformed record
+    except (KeyError, TypeError, ValueError):  # no planned work, a missing view, a bad record
         return None
 
 
 def _accepted_service(work: Sequence[WorkItem], completed: Sequence[CompletedInterval],
                       views: Mapping[str, RequestView]) -> Counter[str] | None:
-    ids, generations, _, starts, ends, kinds, _, _ = field_columns(work)
-    (completed_ids, completed_generations, completed_starts, completed_ends, emitted, _,
-     finishes) = field_columns(completed)
+    (ids, generations, starts, ends, emitted, _, finishes) = field_columns(completed)
     num_items = len(ids)
+    if len(set(ids)) != num_items:
+        return None
+    if len(work) == num_items and tuple(map(getitem, work, repeat(0))) == ids:
+        items: Sequence[WorkItem] = work  # the common case: every item, in plan order
+    else:
+        planned = dict(zip(map(getitem, work, repeat(0)), work, strict=True))
+        items = list(map(planned.__getitem__, ids))  # KeyError: no planned work
+    _, planned_generations, _, planned_starts, planned_ends, kinds, _, _ = field_columns(items)
     widths = tuple(map(sub, ends, starts))
     if not (
-        completed_ids == ids
-        and completed_generations == generations
-        and completed_starts == starts
-        and completed_ends == ends
-        and len(set(ids)) == num_items  # the planned map holds one item per id
+        generations == planned_generations
+        and starts == planned_starts
+        and (ends == planned_ends or all(map(le, ends, planned_ends)))
         and (widths.count(1) == num_items or min(widths) > 0)  # start < end
     ):
         return None
@@ -162,21 +164,22 @@ def _accepted_service(work: Sequence[WorkItem], completed: Sequence[CompletedInt
     outputs, limits, clients = (  # TypeError on a missing view
         tuple(map(getitem, item_views, repeat(field)))
         for field in (_EMITTED, _MAX_OUTPUT, _CLIENT))
-    # decode rows that report no finish reason: one service row each, in columns
+    # one-row decode intervals that report no finish reason: one service row
+    # each, in columns; the other completions one by one
     plain = list(map(is_, kinds, repeat(DECODE)))
-    if not (all(plain) and finishes.count(None) == num_items):  # count: == None, stricter
-        plain = list(map(and_, plain, map(is_, finishes, repeat(None))))
-        plain_outputs, plain_limits, plain_emitted, plain_widths, plain_clients = (
-            tuple(compress(column, plain))
-            for column in (outputs, limits, emitted, widths, clients))
+    if not (all(plain) and finishes.count(None) == num_items  # count: == None, stricter
+            and widths.count(1) == num_items):
+        plain = list(map(and_, map(and_, plain, map(is_, finishes, repeat(None))),
+                         map(eq, widths, repeat(1))))
+        plain_outputs, plain_limits, plain_emitted, plain_clients = (
+            tuple(compress(column, plain)) for column in (outputs, limits, emitted, clients))
     else:
-        plain_outputs, plain_limits, plain_emitted, plain_widths, plain_clients = (
-            outputs, limits, emitted, widths, clients)
-    if not (emit_without_stop(plain_outputs, plain_limits, plain_emitted)
-            and plain_widths.count(1) == len(plain_widths)):
+        plain_outputs, plain_limits, plain_emitted, plain_clients = (
+            outputs, limits, emitted, clients)
+    if not emit_without_stop(plain_outputs, plain_limits, plain_emitted):
         return None
     service = Counter(plain_clients)
-    if len(plain_widths) == num_items:
+    if len(plain_clients) == num_items:
         return service
     for i in compress(range(num_items), map(not_, plain)):
         view = item_views[i]
