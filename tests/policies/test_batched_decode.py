@@ -1,8 +1,8 @@
 """The running pass's batched decode path equals the row-by-row path.
 
 :meth:`PlanBuilder.add_decode_rows` gives runs of plain decode steps their
-one row in one loop; ``running_pass(batch_decode=False)`` is the reference
-that walks every request through ``add_or_preempt``. On random running
+one row in one loop; ``tests/oracles/running_pass_reference.py`` is the
+oracle that walks every request through ``add_or_preempt``. On random running
 queues (decode, prefill, rebuild and unready requests; blocks that open on
 a row or not; tight token, sequence and KV ledgers, so preemption happens)
 both must leave the same plan, the same queue and the same victims.
@@ -20,6 +20,7 @@ from iterserve.policies.registry import make_policy
 from iterserve.records import codec
 from iterserve.records.state import CapacityFacts, SchedulerState
 from iterserve.records.view import Lifecycle, RequestView
+from oracles import running_pass_reference as oracle
 
 SETTINGS = settings(max_examples=300, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -70,7 +71,8 @@ def _pass(state: SchedulerState, policy_name: str, batch: bool, rows: str,
     skip = (lambda view: not view.is_decoding) if rows == "one" else None
     chooser = priority_victim if policy_name == "vllm-priority" else fcfs_victim
     running = [state.views[rid] for rid in state.running]
-    done = running_pass(builder, running, rows_of, chooser, skip, batch_decode=batch)
+    walk = running_pass if batch else oracle.running_pass
+    done = walk(builder, running, rows_of, chooser, skip)
     plan = codec.dumps(codec.plan_to_json(builder.build()))
     return plan, [v.request_id for v in done.queue], sorted(done.gone), builder.num_blocks_free
 

@@ -48,8 +48,7 @@ def schedule_in_key_order(builder: PlanBuilder, state: SchedulerState,
 
 def running_pass(builder: PlanBuilder, running: list[RequestView], rows_of: RowsOf,
                  choose_victim: VictimChooser,
-                 skip: Callable[[RequestView], bool] | None = None, *,
-                 batch_decode: bool = True) -> RunningPass:
+                 skip: Callable[[RequestView], bool] | None = None) -> RunningPass:
     """Schedule ``rows_of(view)`` rows of each running request in order
     (``skip`` passes some over), preempting victims on a KV shortfall; the
     pass stops when the budgets run out or a request preempts itself.
@@ -57,14 +56,15 @@ def running_pass(builder: PlanBuilder, running: list[RequestView], rows_of: Rows
     ``rows_of`` must give a decoding request at least one row while tokens
     are left (every policy's: legal rows capped by a positive limit): runs
     of plain decode steps then take :meth:`PlanBuilder.add_decode_rows`,
-    the same plan in one loop (``batch_decode=False``: row by row, the
-    reference the equivalence tests hold it to)."""
+    the plan that walking each through :func:`add_or_preempt` gives, in one
+    loop (tests/oracles/running_pass_reference.py walks them; the tests hold
+    the two equal)."""
     queue = builder.not_aborted(running)
     gone: set[str] = set()  # victims preempted earlier in this pass
     views = list(queue)
     index = 0
     while index < len(views):
-        if batch_decode and not gone:  # no victim yet: the queue is the snapshot
+        if not gone:  # no victim yet: the queue is the snapshot
             index = builder.add_decode_rows(views, index, skip)
             if index == len(views):
                 break

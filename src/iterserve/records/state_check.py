@@ -26,21 +26,22 @@ named-error path is the same function).
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Mapping
 from itertools import chain, repeat
 
 from iterserve.records.state import SchedulerState
-from iterserve.records.validate import QUEUE_LIFECYCLES, explain_state, validate_state
+from iterserve.records.validate import (
+    QUEUE_LIFECYCLES,
+    explain_state,
+    validate_state,
+    views_pass,
+)
 from iterserve.records.view import RequestView
 from iterserve.records.view_delta import changes_since
 
 _NUM_FRONT_TRIES = 8  # ids entering a queue's front (preempted requests) looked past
 _NUM_NEARBY = 64  # members of the remembered queue searched before all of it
 _ALLOWED = tuple(QUEUE_LIFECYCLES.values())  # by queue number
-_LIFECYCLE = operator.attrgetter("lifecycle")
-_COMMITTED = operator.attrgetter("num_committed")
-_COMPUTED = operator.attrgetter("num_computed")
 
 
 class StateChecker:
@@ -85,7 +86,8 @@ class StateChecker:
         num_listed = sum(map(len, queues))
         if (len(where) != num_known + len(entered)  # an entering id was listed already
                 or None in numbers or None in members
-                or not _pass(members, numbers)  # type: ignore[arg-type]
+                or not views_pass(members,  # type: ignore[arg-type]
+                                  map(_ALLOWED.__getitem__, numbers))  # type: ignore[arg-type]
                 or any(map(where.__contains__, gone))
                 or num_listed != len(views) or len(where) != num_listed):
             self._explain(state)
@@ -100,14 +102,6 @@ class StateChecker:
     def _explain(self, state: SchedulerState) -> None:
         self._forget()  # a refused state leaves nothing remembered
         explain_state(state)
-
-
-def _pass(members: list[RequestView], numbers: list[int]) -> bool:
-    """Each view is in a lifecycle its queue allows and its committed rows
-    equal its computed rows (at C speed)."""
-    allowed = map(_ALLOWED.__getitem__, numbers)
-    return (all(map(frozenset.__contains__, allowed, map(_LIFECYCLE, members)))
-            and all(map(operator.eq, map(_COMMITTED, members), map(_COMPUTED, members))))
 
 
 def _common_run(queue: tuple[str, ...], before: tuple[str, ...]) -> tuple[int, int, int]:
