@@ -258,7 +258,10 @@ class BlockManager:
         if resident is not None and token_ids is None and resident.token_ids is None:
             # anonymous rows: no cache identity to advance (the common simulated case)
             if num_rows > resident.num_rows:
-                needed = blocks_for(num_rows, self._block_size) - len(resident.block_ids)
+                held = resident.block_ids
+                # within the blocks held nothing opens (most decode rows): no count
+                needed = (0 if num_rows <= len(held) * self._block_size
+                          else blocks_for(num_rows, self._block_size) - len(held))
                 if needed > 0:
                     device = self._device
                     if needed > device.num_blocks_available:
