@@ -115,7 +115,7 @@ def test_preserve_exact_preemption_swaps_and_keeps_greedy_outputs(tiny_model, ti
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["recompute", "preserve"])
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
 def test_seeded_sampling_survives_preemption(tiny_model, tiny_tokenizer, prompts, mode) -> None:
     """A draw depends on (seed, output index) only, so a rebuilt or restored
     request continues its sampled stream exactly."""
