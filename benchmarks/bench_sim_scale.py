@@ -34,6 +34,7 @@ cost that grows with the waiting queue, measured in minutes, not hours).
     .venv/bin/python benchmarks/bench_sim_scale.py --one 3000 --rate-per-s 200   # one JSON line
     .venv/bin/python benchmarks/bench_sim_scale.py --sizes 100000 --timeline 20000  # us per step as the queue grows
     .venv/bin/python benchmarks/bench_sim_scale.py --cli --sizes 1000 3000 10000
+    .venv/bin/python benchmarks/bench_sim_scale.py --cli --spec steady overload   # both, with growth
 
 ``--cli`` measures the whole ``iterserve simulate`` command instead (the run,
 report.json, report.md and the four plots; the decision log on unless
@@ -91,6 +92,10 @@ COST_MODEL = "linear:8,0.02,0.1"
 POLICY = "vllm"
 TARGET_US_PER_ITERATION = 100e6 / 219_556  # 100 s over the 100,000-request run's iterations
 RATE_PER_S = 20.0  # the issue's arrival rate; --rate-per-s raises it (a longer waiting queue)
+#: ``--spec``: the arrival rate of each named workload. ``steady`` is the
+#: issue's rate, about what the pool serves; ``overload`` offers about twice
+#: that, so the waiting queue grows through the run as in any overload study
+SPEC_RATES_PER_S = {"steady": RATE_PER_S, "overload": 2 * RATE_PER_S}
 PROGRESS_EVERY_S = 10.0  # wall seconds between progress lines
 #: ``--phases``: the functions of ``iterserve simulate`` timed in its process, by label (the
 #: report phase holds the events scan and the run summary)
@@ -309,6 +314,8 @@ def run_cli(num_requests: int, decision_log: bool,
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
         wall_s = time.perf_counter() - started
         events_bytes = (Path(tmp) / "out" / "events.jsonl").stat().st_size
+        log_path = Path(tmp) / "decisions.jsonl"
+        log_bytes = log_path.stat().st_size if log_path.exists() else 0
         iterations = json.loads((Path(tmp) / "out" / "report.json").read_text())["iterations"]
         split = json.loads(phases_path.read_text()) if phases else None
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
@@ -316,6 +323,7 @@ def run_cli(num_requests: int, decision_log: bool,
            "mode": "cli", "decision_log": decision_log, "plots": True, "iterations": iterations,
            "wall_s": round(wall_s, 3), "requests_per_wall_s": round(num_requests / wall_s, 1),
            "peak_rss_mib": round(peak_kib / 1024, 1), "events_bytes": events_bytes,
+           "decision_log_bytes": log_bytes, "rate_per_s": rate_per_s,
            "python": interpreter()}
     if split is not None:
         row["phases_s"] = {"start-up and exit": round(wall_s - split.pop("command"), 3),
@@ -374,6 +382,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--rate-per-s", type=float, default=RATE_PER_S,
                         help="Poisson arrival rate (above 20 the waiting queue grows faster)")
+    parser.add_argument("--spec", nargs="+", choices=sorted(SPEC_RATES_PER_S), default=None,
+                        help="named workloads to run each size under (steady: the issue's "
+                             "20 req/s; overload: twice that); overrides --rate-per-s")
     parser.add_argument("--cli", action="store_true",
                         help="measure the whole `iterserve simulate` command (report and "
                              "plots included) in a child process")
@@ -415,19 +426,43 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_one(size, not args.no_decision_log, args.profile, args.rate_per_s,
                                  not args.serial_log, args.timeline)))
         return 0
-    rows = [row for size in args.sizes for row in best_of(size, args)]
+    rates = ({name: SPEC_RATES_PER_S[name] for name in args.spec} if args.spec
+             else {f"{args.rate_per_s:g} req/s": args.rate_per_s})
+    rows = []
+    for name, rate in rates.items():
+        args.rate_per_s = rate
+        rows += [{**row, "spec": name} for size in args.sizes for row in best_of(size, args)]
     print(f"CPU: {cpu_model()}", file=sys.stderr)
-    print("| requests | iterations | wall s | simulated req / wall s | peak RSS MiB | python |")
-    print("|---:|---:|---:|---:|---:|---|")
+    print("| spec | requests | iterations | wall s | simulated req / wall s | peak RSS MiB | "
+          "decision log MiB | python |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
     for row in rows:
-        print(f"| {row['num_requests']:,} | {row['iterations']:,} | {row['wall_s']:.1f} | "
-              f"{row['requests_per_wall_s']:,.0f} | {row['peak_rss_mib']:,.0f} | "
+        print(f"| {row['spec']} | {row['num_requests']:,} | {row['iterations']:,} | "
+              f"{row['wall_s']:.1f} | {row['requests_per_wall_s']:,.0f} | "
+              f"{row['peak_rss_mib']:,.0f} | {row.get('decision_log_bytes', 0) / 2**20:,.0f} | "
               f"{row['python']} |")
+    print_growth(rows)
     if args.phases:
         print_phases(rows)
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
     return 0
+
+
+def print_growth(rows: list[dict[str, Any]]) -> None:
+    """Per spec and interpreter: wall seconds of the largest size over the
+    smallest's, against the ratio of their sizes (linear growth: equal)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["spec"], str(row["python"])), []).append(row)
+    for (spec_name, _), group in groups.items():
+        if len(group) < 2:
+            continue
+        small = min(group, key=lambda row: row["num_requests"])
+        large = max(group, key=lambda row: row["num_requests"])
+        print(f"growth, {spec_name}: {small['num_requests']:,} -> {large['num_requests']:,} "
+              f"requests ({large['num_requests'] / small['num_requests']:.0f}x): wall "
+              f"{large['wall_s'] / small['wall_s']:.1f}x")
 
 
 def print_phases(rows: list[dict[str, Any]]) -> None:
