@@ -64,15 +64,11 @@ def read_trace(path: Path, fmt: str) -> Trace:
         "jsonl": _jsonl_rows, "azure": _azure_rows, "burstgpt": _burstgpt_rows}
     if fmt not in readers:
         raise TraceError(f"unknown trace format {fmt!r}; known: {list(FORMATS)}")
-    try:
+    try:  # opening (a missing file, a directory, a device) is records/input_files.py's
         rows = list(readers[fmt](Path(path)))
-    except FileNotFoundError:
-        raise TraceError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise TraceError(f"{path}: is a directory, not a file") from None
     except UnicodeDecodeError as exc:
         raise TraceError(f"{path}: not UTF-8 text ({exc.reason})") from None
-    except OSError as exc:  # unreadable: permissions, a device
+    except OSError as exc:  # a read that fails part way
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
     records = [row for row in rows if row is not None]
     if not records:
