@@ -41,7 +41,10 @@ class EngineStalled(RuntimeError):
 
 
 @dataclass(frozen=True, slots=True)
-class RunSummary:
+class EngineRun:
+    """How an engine run ended: its iterations and its final state (the
+    metrics' report of a run is :class:`~iterserve.metrics.run_summary.RunSummary`)."""
+
     iterations: int
     final_state: SchedulerState
 
@@ -262,9 +265,9 @@ class Engine:
         self.num_iterations += 1 if plan.work else 0
         return True
 
-    def run(self, max_iterations: int | None = None) -> RunSummary:
+    def run(self, max_iterations: int | None = None) -> EngineRun:
         while not self.is_done:
             if max_iterations is not None and self.num_iterations >= max_iterations:
                 break
             self.step()
-        return RunSummary(self.num_iterations, self.state)
+        return EngineRun(self.num_iterations, self.state)
