@@ -324,7 +324,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--policies", nargs="+", default=["vllm", "sarathi-serve"])
     parser.add_argument("--max-num-batched-tokens", type=int, default=512)
     parser.add_argument("--max-num-seqs", type=int, default=64)
-    parser.add_argument("--kv-blocks", type=int, default=None,
+    parser.add_argument("--num-kv-blocks", "--kv-blocks", dest="num_kv_blocks", type=int, default=None,
                         help="default: enough 16-row blocks for the whole workload")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 16 requests, prompts 16..64, outputs 8..32")
