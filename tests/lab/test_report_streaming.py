@@ -24,12 +24,7 @@ from iterserve.metrics.events import EventLogError, iter_jsonl, read_jsonl
 from iterserve.metrics.fairness import backlog_intervals, evaluate_fairness
 from iterserve.metrics.plots import _step_cdf
 from iterserve.metrics.run_summary import summarize_run
-from iterserve.metrics.series import (
-    ServiceWeights,
-    client_service_arrays,
-    client_service_series,
-    service_increments,
-)
+from iterserve.metrics.series import ServiceWeights
 from iterserve.metrics.slo import ObservationWindow
 from iterserve.metrics.time_unit import clock_time_unit
 from iterserve.metrics.timeline import build_sorted_timelines, build_timelines
@@ -37,6 +32,11 @@ from iterserve.sim.report import (
     default_window,
     service_weights_of,
     write_metric_outputs,
+)
+from oracles.metrics_service import (
+    client_service_arrays,
+    client_service_series,
+    service_increments,
 )
 
 SLO = SloConfig(ttft_ms=500, tbt_ms=100)
