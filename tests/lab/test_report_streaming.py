@@ -1,9 +1,8 @@
 """The simulate report read from events.jsonl in one streaming pass equals
-the report of the event list (issue 15: the report phase in bounded memory).
-
-The reference side is the event-list path (``summarize_run``, ``evaluate``,
-``build_timelines``) and, for the per-token sums that moved to float64
-arrays, the Python formulas they replaced, kept here as oracles.
+the report of the held event list, and both reads equal the oracles: the
+timelines of the event objects one at a time (``tests/oracles/metrics_events.py``)
+and, for the per-token sums that moved to float64 arrays, the Python
+formulas they replaced (``tests/oracles/metrics_service.py`` and here).
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from iterserve.metrics import SloConfig, evaluate
-from iterserve.metrics.event_scan import scan_events
+from iterserve.metrics.event_scan import build_timelines, scan_event_list, scan_events
 from iterserve.metrics.events import EventLogError, iter_jsonl, read_jsonl
 from iterserve.metrics.fairness import backlog_intervals, evaluate_fairness
 from iterserve.metrics.plots import _step_cdf
@@ -27,12 +26,12 @@ from iterserve.metrics.run_summary import summarize_run
 from iterserve.metrics.series import ServiceWeights
 from iterserve.metrics.slo import ObservationWindow
 from iterserve.metrics.time_unit import clock_time_unit
-from iterserve.metrics.timeline import build_sorted_timelines, build_timelines
 from iterserve.sim.report import (
     default_window,
     service_weights_of,
     write_metric_outputs,
 )
+from oracles.metrics_events import timelines_of, timelines_of_sorted
 from oracles.metrics_service import (
     client_service_arrays,
     client_service_series,
@@ -97,10 +96,11 @@ def test_preemptions_are_counted_the_same(runs) -> None:
 def test_the_scan_builds_the_timelines_of_the_list(runs) -> None:
     _, in_memory, _, streamed_dir = runs
     path = streamed_dir / "events.jsonl"
-    assert scan_events(path).timelines == build_timelines(in_memory.recorder.log())
-    end_s = 3.0
-    assert scan_events(path, end_s=end_s).timelines == build_timelines(
-        in_memory.recorder.log(), end_s=end_s)
+    log = in_memory.recorder.log()
+    for end_s in (math.inf, 3.0):
+        want = timelines_of(log, end_s=end_s)
+        assert scan_events(path, end_s=end_s).timelines == want
+        assert build_timelines(log, end_s=end_s) == want
 
 
 def test_a_compact_scan_holds_the_same_timelines_in_float_arrays(runs) -> None:
@@ -116,7 +116,7 @@ def test_a_compact_scan_holds_the_same_timelines_in_float_arrays(runs) -> None:
                for t in compact.values())
     as_tuples = {request_id: replace(t, emission_s=tuple(t.emission_s))
                  for request_id, t in compact.items()}
-    assert as_tuples == build_timelines(in_memory.recorder.log())
+    assert as_tuples == timelines_of(in_memory.recorder.log())
 
 
 def test_an_unsorted_file_is_refused(tmp_path) -> None:
@@ -401,13 +401,18 @@ def _outcome(read, *args, **kwargs) -> object:
 
 def _scans_as_the_event_path(tmp_path: Path, text: str) -> Path:
     """Write ``text`` as events.jsonl; its scan must give the event path's
-    timelines or raise its error, with and without a window's end."""
+    timelines or raise its error, with and without a window's end, and so
+    must the scan of its event list (sorted by time first)."""
     path = tmp_path / "events.jsonl"
     path.write_text(text + "\n")
+    events = _outcome(lambda: list(iter_jsonl(path)))
     for end_s in (math.inf, 5.0):
         scanned = _outcome(lambda *a, **k: scan_events(*a, **k).timelines, path, end_s=end_s)
-        reference = _outcome(build_sorted_timelines, iter_jsonl(path), end_s=end_s)
+        reference = _outcome(timelines_of_sorted, iter_jsonl(path), end_s=end_s)
         assert scanned == reference
+        if not isinstance(events, str):
+            listed = _outcome(lambda **k: scan_event_list(events, **k).timelines, end_s=end_s)
+            assert listed == _outcome(timelines_of, events, end_s=end_s)
     return path
 
 

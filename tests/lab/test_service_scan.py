@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from lab_helpers import chat_mix_run
 
 from iterserve.metrics import service_scan
+from iterserve.metrics.event_scan import build_timelines
 from iterserve.metrics.plots import _last_per_x
 from iterserve.metrics.series import ServiceWeights, emissions_inside
 from iterserve.metrics.service_scan import (
@@ -24,7 +25,7 @@ from iterserve.metrics.service_scan import (
     client_service_curves,
     client_service_totals,
 )
-from iterserve.metrics.timeline import RequestTimeline, build_timelines
+from iterserve.metrics.timeline import RequestTimeline
 from oracles.metrics_service import client_increment_arrays, client_service_arrays
 
 WEIGHTS = ServiceWeights(1.0, 2.0)

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from iterserve.metrics.event_scan import build_timelines
 from iterserve.metrics.events import Event
-from iterserve.metrics.timeline import RequestTimeline, build_timelines
+from iterserve.metrics.timeline import RequestTimeline
 
 
 @dataclass(frozen=True, slots=True)
