@@ -38,7 +38,7 @@ from iterserve.records.jsonl import json_objects
 
 @dataclass(frozen=True, slots=True)
 class EventScan:
-    """What a report keeps of an events file. ``timelines`` hold the facts
+    """What a report keeps of an event log. ``timelines`` hold the facts
     stamped before ``end_s``."""
 
     timelines: dict[str, RequestTimeline]
