@@ -24,6 +24,7 @@ from iterserve.metrics.service_scan import (
     client_fact_slices,
     client_service_curves,
     client_service_totals,
+    held_slices,
 )
 from iterserve.metrics.timeline import RequestTimeline
 from oracles.metrics_service import client_increment_arrays, client_service_arrays
@@ -66,6 +67,13 @@ def test_slices_join_into_the_whole_sorted_facts(timelines, monkeypatch, max_fac
         held_times, held_amounts = client_fact_arrays(timelines, client, fact_bounds, len(times))
         assert held_times.tolist() == times.tolist()
         assert held_amounts.tolist() == amounts.tolist()
+        held = list(held_slices(held_times, held_amounts))
+        assert np.concatenate([np.empty(0)] + [t for t, _ in held]).tolist() == times.tolist()
+        assert np.concatenate([np.empty(0)] + [a for _, a in held]).tolist() == amounts.tolist()
+        for (earlier, _), (later, _) in zip(held, held[1:], strict=False):
+            assert earlier[-1] < later[0]
+        if max_facts == 1 and len(np.unique(times)) > 1:
+            assert len(held) > 1
         for (earlier, _), (later, _) in zip(pieces, pieces[1:], strict=False):
             if len(earlier) and len(later):
                 assert earlier[-1] < later[0]  # a distinct time never straddles two slices

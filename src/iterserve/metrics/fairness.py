@@ -37,6 +37,7 @@ from iterserve.metrics.service_scan import (
     client_fact_arrays,
     client_fact_counts,
     client_fact_slices,
+    held_slices,
 )
 from iterserve.metrics.slo import ObservationWindow
 from iterserve.metrics.timeline import RequestTimeline
@@ -158,7 +159,7 @@ def evaluate_fairness(
         held = steps.get(client)
         if held is None:
             return client_fact_slices(timelines, client, bounds)
-        return [(held.times_s, held.amounts)]  # one slice: the whole sequence
+        return held_slices(held.times_s, held.amounts)
 
     per_client = tuple(
         _client_fairness(client, phis.get(client, 1.0), backlog.get(client, []),

@@ -23,6 +23,7 @@ facts of the requests still live at its start).
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -95,6 +96,20 @@ def client_fact_arrays(timelines: Sequence[RequestTimeline], client_id: str, bou
         facts.imag[at:at + len(times)] = amounts
         at += len(times)
     return facts.real, facts.imag
+
+
+def held_slices(times: np.ndarray, amounts: np.ndarray,
+                ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Facts held whole (sorted by time) as consecutive slices (views) of
+    about ``MAX_FACTS_PER_SLICE`` facts, each extended to the last fact of
+    its last time: cut only between distinct times, as
+    :func:`client_fact_slices` cuts, so its readers take these alike."""
+    low, size = 0, len(times)
+    while low < size:
+        high = min(low + MAX_FACTS_PER_SLICE, size)
+        high = bisect_right(times, times[high - 1], high)  # ``times`` is a strided view:
+        yield times[low:high], amounts[low:high]  # bisect reads two dozen of it, no copy
+        low = high
 
 
 def _edges(live: list[int], spans: list[_Span], bounds: FactBounds,
