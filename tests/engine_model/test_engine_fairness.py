@@ -14,9 +14,9 @@ from engine_model_helpers import make_prompts
 from iterserve.engine.events import EventRecorder
 from iterserve.engine.loop import Engine
 from iterserve.engine.trace import RunTrace
+from iterserve.metrics.event_scan import build_timelines
 from iterserve.metrics.fairness import evaluate_fairness
 from iterserve.metrics.slo import ObservationWindow
-from iterserve.metrics.timeline import build_timelines
 from iterserve.model.executor import TorchExecutor
 from iterserve.policies.registry import make_policy
 from iterserve.records.sampling_params import SamplingParams

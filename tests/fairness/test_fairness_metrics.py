@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from fairness_helpers import request, simulate, two_clients, workload
 
+from iterserve.metrics.event_scan import build_timelines
 from iterserve.metrics.events import (
     AdmitEvent,
     ArrivalEvent,
@@ -17,7 +18,6 @@ from iterserve.metrics.events import (
 from iterserve.metrics.fairness import evaluate_fairness, jain_index
 from iterserve.metrics.series import ServiceWeights
 from iterserve.metrics.slo import ObservationWindow
-from iterserve.metrics.timeline import build_timelines
 
 
 def _one_request(rid: str, client: str, done_s: float, start_s: float = 0.0) -> list:

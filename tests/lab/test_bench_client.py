@@ -16,7 +16,7 @@ from iterserve.lab.bench_client import RequestRecord, send, tokens_in_choice
 from iterserve.lab.bench_plan import PlanOptions, RequestPlan, plan_requests
 from iterserve.lab.bench_report import events_of, outcome_counts
 from iterserve.lab.bench_run import BenchInputError, parse_url
-from iterserve.metrics.timeline import build_timelines
+from iterserve.metrics.event_scan import build_timelines
 from iterserve.records.workload import parse_workload
 
 

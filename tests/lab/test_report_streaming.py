@@ -1,9 +1,8 @@
 """The simulate report read from events.jsonl in one streaming pass equals
-the report of the event list (issue 15: the report phase in bounded memory).
-
-The reference side is the event-list path (``summarize_run``, ``evaluate``,
-``build_timelines``) and, for the per-token sums that moved to float64
-arrays, the Python formulas they replaced, kept here as oracles.
+the report of the held event list, and both reads equal the oracles: the
+timelines of the event objects one at a time (``tests/oracles/metrics_events.py``)
+and, for the per-token sums that moved to float64 arrays, the Python
+formulas they replaced (``tests/oracles/metrics_service.py`` and here).
 """
 
 from __future__ import annotations
@@ -19,24 +18,24 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from iterserve.metrics import SloConfig, evaluate
-from iterserve.metrics.event_scan import scan_events
+from iterserve.metrics.event_scan import build_timelines, scan_event_list, scan_events
 from iterserve.metrics.events import EventLogError, iter_jsonl, read_jsonl
-from iterserve.metrics.fairness import backlog_intervals, evaluate_fairness
+from iterserve.metrics.fairness import evaluate_fairness
 from iterserve.metrics.plots import _step_cdf
 from iterserve.metrics.run_summary import summarize_run
-from iterserve.metrics.series import (
-    ServiceWeights,
-    client_service_arrays,
-    client_service_series,
-    service_increments,
-)
+from iterserve.metrics.series import ServiceWeights
 from iterserve.metrics.slo import ObservationWindow
 from iterserve.metrics.time_unit import clock_time_unit
-from iterserve.metrics.timeline import build_sorted_timelines, build_timelines
 from iterserve.sim.report import (
     default_window,
     service_weights_of,
     write_metric_outputs,
+)
+from oracles.metrics_events import timelines_of, timelines_of_sorted
+from oracles.metrics_fairness import client_figures, gap_on
+from oracles.metrics_service import (
+    client_service_arrays,
+    client_service_series,
 )
 
 SLO = SloConfig(ttft_ms=500, tbt_ms=100)
@@ -97,10 +96,11 @@ def test_preemptions_are_counted_the_same(runs) -> None:
 def test_the_scan_builds_the_timelines_of_the_list(runs) -> None:
     _, in_memory, _, streamed_dir = runs
     path = streamed_dir / "events.jsonl"
-    assert scan_events(path).timelines == build_timelines(in_memory.recorder.log())
-    end_s = 3.0
-    assert scan_events(path, end_s=end_s).timelines == build_timelines(
-        in_memory.recorder.log(), end_s=end_s)
+    log = in_memory.recorder.log()
+    for end_s in (math.inf, 3.0):
+        want = timelines_of(log, end_s=end_s)
+        assert scan_events(path, end_s=end_s).timelines == want
+        assert build_timelines(log, end_s=end_s) == want
 
 
 def test_a_compact_scan_holds_the_same_timelines_in_float_arrays(runs) -> None:
@@ -116,7 +116,7 @@ def test_a_compact_scan_holds_the_same_timelines_in_float_arrays(runs) -> None:
                for t in compact.values())
     as_tuples = {request_id: replace(t, emission_s=tuple(t.emission_s))
                  for request_id, t in compact.items()}
-    assert as_tuples == build_timelines(in_memory.recorder.log())
+    assert as_tuples == timelines_of(in_memory.recorder.log())
 
 
 def test_an_unsorted_file_is_refused(tmp_path) -> None:
@@ -142,28 +142,6 @@ def test_service_arrays_equal_the_point_series(runs) -> None:
             assert cumulative.tolist() == [p.cumulative_service for p in points]
 
 
-def _reference_fairness(timelines, window, phis):
-    """The pure-Python per-client figures evaluate_fairness computed before
-    its steps became arrays: (service, completed events, longest unserved
-    stretch)."""
-    steps: dict[str, list[tuple[float, float]]] = {}
-    for timeline in timelines:
-        phi = phis.get(timeline.client_id, 1.0)
-        for time_s, amount in service_increments(timeline, WEIGHTS):
-            if window.contains(time_s):
-                steps.setdefault(timeline.client_id, []).append((time_s, amount / phi))
-    backlog = backlog_intervals(timelines, window)
-    figures = {}
-    for client, values in steps.items():
-        longest = 0.0
-        for start, end in backlog.get(client, []):
-            marks = [start, *(t for t, _ in sorted(values) if start < t <= end), end]
-            longest = max(longest, *(b - a for a, b in pairwise(marks)))
-        figures[client] = (sum(a for _, a in sorted(values)), len({t for t, _ in values}),
-                           longest)
-    return figures
-
-
 @pytest.mark.parametrize("max_facts", [1 << 20, 7, 1])
 def test_fairness_sums_equal_the_python_reference(runs, monkeypatch, max_facts) -> None:
     from iterserve.metrics import service_scan
@@ -175,7 +153,7 @@ def test_fairness_sums_equal_the_python_reference(runs, monkeypatch, max_facts) 
     timelines = list(build_timelines(log).values())
     phis = {"chat": 3.0, "batch": 1.0}
     report = evaluate_fairness(timelines, window, WEIGHTS, phis)
-    reference = _reference_fairness(timelines, window, phis)
+    reference = client_figures(timelines, window, WEIGHTS, phis)
     assert {c.client_id: (c.service, c.num_completed_events, c.longest_unserved_s)
             for c in report.per_client} == reference
     assert report.max_backlogged_gap is not None
@@ -293,32 +271,6 @@ def test_chunked_fairness_scans_equal_the_whole_array_formulas() -> None:
     assert UnservedScan([(1.0, 4.5)]).longest_s() == 3.5
 
 
-def _reference_gap(joint, f, g, f_steps, g_steps):
-    """The Python walk that the array walk replaced (one tuple per fact)."""
-    from iterserve.metrics.fairness import ServiceGap
-
-    start, end = joint
-    f_in, g_in = f_steps.within(start, end), g_steps.within(start, end)
-    times = np.concatenate([f_in.times_s, g_in.times_s])
-    amounts = np.concatenate([f_in.amounts, -g_in.amounts])
-    order = np.lexsort((amounts, times))
-    moves = list(zip(times[order].tolist(), amounts[order].tolist(), strict=True))
-    level, low, high = 0.0, (0.0, start), (0.0, start)
-    index = 0
-    while index < len(moves):
-        time_s = moves[index][0]
-        while index < len(moves) and moves[index][0] == time_s:
-            level += moves[index][1]
-            index += 1
-        if level < low[0]:
-            low = (level, time_s)
-        if level > high[0]:
-            high = (level, time_s)
-    if high[1] >= low[1]:
-        return ServiceGap(high[0] - low[0], (f, g), (low[1], high[1]))
-    return ServiceGap(high[0] - low[0], (g, f), (high[1], low[1]))
-
-
 @pytest.mark.parametrize("seed", range(6))
 def test_the_backlogged_gap_walk_on_arrays_equals_the_python_walk(seed) -> None:
     from iterserve.metrics.fairness import Steps, _gap_on
@@ -333,7 +285,7 @@ def test_the_backlogged_gap_walk_on_arrays_equals_the_python_walk(seed) -> None:
 
     f_steps, g_steps = steps(int(rng.integers(0, 60))), steps(int(rng.integers(0, 60)))
     for joint in ((0.0, 10.0), (2.5, 7.25), (20.0, 30.0)):
-        assert _gap_on(joint, "f", "g", f_steps, g_steps) == _reference_gap(
+        assert _gap_on(joint, "f", "g", f_steps, g_steps) == gap_on(
             joint, "f", "g", f_steps, g_steps)
 
 
@@ -401,13 +353,18 @@ def _outcome(read, *args, **kwargs) -> object:
 
 def _scans_as_the_event_path(tmp_path: Path, text: str) -> Path:
     """Write ``text`` as events.jsonl; its scan must give the event path's
-    timelines or raise its error, with and without a window's end."""
+    timelines or raise its error, with and without a window's end, and so
+    must the scan of its event list (sorted by time first)."""
     path = tmp_path / "events.jsonl"
     path.write_text(text + "\n")
+    events = _outcome(lambda: list(iter_jsonl(path)))
     for end_s in (math.inf, 5.0):
         scanned = _outcome(lambda *a, **k: scan_events(*a, **k).timelines, path, end_s=end_s)
-        reference = _outcome(build_sorted_timelines, iter_jsonl(path), end_s=end_s)
+        reference = _outcome(timelines_of_sorted, iter_jsonl(path), end_s=end_s)
         assert scanned == reference
+        if not isinstance(events, str):
+            listed = _outcome(lambda **k: scan_event_list(events, **k).timelines, end_s=end_s)
+            assert listed == _outcome(timelines_of, events, end_s=end_s)
     return path
 
 

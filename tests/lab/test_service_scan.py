@@ -1,5 +1,5 @@
-"""Per-client service read a time slice at a time (issue 15) equals the
-whole-array formulas of :mod:`iterserve.metrics.series`: the same facts in
+"""Per-client service read a time slice at a time equals the whole-array
+formulas of the oracle (``tests/oracles/metrics_service.py``): the same facts in
 the same (time, amount) order, the same running sums, for slices of any
 size, clients with and without facts, bounds and client weights."""
 
@@ -14,21 +14,20 @@ from hypothesis import strategies as st
 from lab_helpers import chat_mix_run
 
 from iterserve.metrics import service_scan
+from iterserve.metrics.event_scan import build_timelines
 from iterserve.metrics.plots import _last_per_x
-from iterserve.metrics.series import (
-    ServiceWeights,
-    client_increment_arrays,
-    client_service_arrays,
-    emissions_inside,
-)
+from iterserve.metrics.series import ServiceWeights, emissions_inside
 from iterserve.metrics.service_scan import (
     FactBounds,
+    client_fact_arrays,
     client_fact_counts,
     client_fact_slices,
     client_service_curves,
     client_service_totals,
+    held_slices,
 )
-from iterserve.metrics.timeline import RequestTimeline, build_timelines
+from iterserve.metrics.timeline import RequestTimeline
+from oracles.metrics_service import client_increment_arrays, client_service_arrays
 
 WEIGHTS = ServiceWeights(1.0, 2.0)
 SLICE_SIZES = [1 << 20, 50, 7, 1]
@@ -65,6 +64,16 @@ def test_slices_join_into_the_whole_sorted_facts(timelines, monkeypatch, max_fac
         joined_amounts = np.concatenate([np.empty(0)] + [a for _, a in pieces])
         assert joined_times.tolist() == times.tolist()
         assert joined_amounts.tolist() == amounts.tolist()
+        held_times, held_amounts = client_fact_arrays(timelines, client, fact_bounds, len(times))
+        assert held_times.tolist() == times.tolist()
+        assert held_amounts.tolist() == amounts.tolist()
+        held = list(held_slices(held_times, held_amounts))
+        assert np.concatenate([np.empty(0)] + [t for t, _ in held]).tolist() == times.tolist()
+        assert np.concatenate([np.empty(0)] + [a for _, a in held]).tolist() == amounts.tolist()
+        for (earlier, _), (later, _) in zip(held, held[1:], strict=False):
+            assert earlier[-1] < later[0]
+        if max_facts == 1 and len(np.unique(times)) > 1:
+            assert len(held) > 1
         for (earlier, _), (later, _) in zip(pieces, pieces[1:], strict=False):
             if len(earlier) and len(later):
                 assert earlier[-1] < later[0]  # a distinct time never straddles two slices

@@ -21,7 +21,7 @@ from iterserve.metrics import (
     next_token_deadline_s,
     request_clocks,
 )
-from iterserve.metrics.timeline import build_timelines
+from iterserve.metrics.event_scan import build_timelines
 
 
 def _clocks(events):  # type: ignore[no-untyped-def]

@@ -15,7 +15,7 @@ from iterserve.metrics import (
     ResumeEvent,
     TokenEvent,
 )
-from iterserve.metrics.timeline import build_timelines
+from iterserve.metrics.event_scan import build_timelines
 
 
 def test_valid_stream_builds() -> None:

@@ -15,8 +15,8 @@ import pytest
 from server_helpers import free_port
 
 from iterserve.cli.main import main
+from iterserve.metrics.event_scan import build_timelines
 from iterserve.metrics.events import EventLog
-from iterserve.metrics.timeline import build_timelines
 from iterserve.server.metrics import parse_metrics
 
 OUTCOMES = ("finished", "cancelled", "rejected", "aborted")

@@ -20,8 +20,8 @@ from iterserve.engine.executor import Executor
 from iterserve.engine.loop import Engine
 from iterserve.engine.observer import EngineObserver
 from iterserve.metrics.clocks import request_clocks
+from iterserve.metrics.event_scan import build_timelines
 from iterserve.metrics.events import EventLog
-from iterserve.metrics.timeline import build_timelines
 from iterserve.policies.deadline import bind_cost_model
 from iterserve.policies.registry import policy_for
 from iterserve.records.spec import (

@@ -31,8 +31,14 @@ from typing import Any
 import numpy as np
 
 from iterserve.metrics.fairness_scan import ClientService, Interval, scan_client_service
-from iterserve.metrics.series import ServiceWeights, client_increment_arrays
-from iterserve.metrics.service_scan import FactBounds
+from iterserve.metrics.series import ServiceWeights
+from iterserve.metrics.service_scan import (
+    FactBounds,
+    client_fact_arrays,
+    client_fact_counts,
+    client_fact_slices,
+    held_slices,
+)
 from iterserve.metrics.slo import ObservationWindow
 from iterserve.metrics.timeline import RequestTimeline
 
@@ -145,16 +151,23 @@ def evaluate_fairness(
     backlog = backlog_intervals(timelines, window)
     bounds = FactBounds(weights, window.start_s, window.end_s, phis)
     horizon = window.end_s - window.start_s if horizon_s is None else horizon_s
+    # a pair of clients compares their facts side by side: held whole (16 bytes a fact)
+    # only when two clients were backlogged, else read a time slice at a time
+    steps = client_steps(timelines, bounds) if len(backlog) > 1 else {}
+
+    def facts_of(client: str) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+        held = steps.get(client)
+        if held is None:
+            return client_fact_slices(timelines, client, bounds)
+        return held_slices(held.times_s, held.amounts)
+
     per_client = tuple(
         _client_fairness(client, phis.get(client, 1.0), backlog.get(client, []),
-                         scan_client_service(timelines, client, bounds,
-                                             backlog.get(client, [])), horizon)
+                         scan_client_service(facts_of(client), backlog.get(client, [])),
+                         horizon)
         # every client with a timeline, facts in bounds or not (client_fact_counts' keys)
         for client in sorted(set(backlog) | {timeline.client_id for timeline in timelines})
     )
-    # a pair of clients compares their facts side by side: held whole (16 bytes a fact)
-    # only when two clients were backlogged
-    steps = client_steps(timelines, weights, phis, window) if len(backlog) > 1 else {}
     return FairnessReport(
         weights=weights,
         client_weights=tuple(sorted(phis.items())),
@@ -180,16 +193,12 @@ def backlog_intervals(
     return {client: _merge(intervals) for client, intervals in raw.items()}
 
 
-def client_steps(
-    timelines: Iterable[RequestTimeline], weights: ServiceWeights,
-    client_weights: Mapping[str, float], window: ObservationWindow,
-) -> dict[str, Steps]:
-    """Per client, each completed fact inside ``window`` with its weighted
+def client_steps(timelines: Sequence[RequestTimeline], bounds: FactBounds) -> dict[str, Steps]:
+    """Per client, each completed fact in ``bounds`` with its weighted
     service, sorted by (time, service): float64 arrays, 16 bytes a fact (a
     long run publishes one per token)."""
-    increments = client_increment_arrays(timelines, weights, start_s=window.start_s,
-                                         end_s=window.end_s, client_weights=client_weights)
-    return {client: Steps(times, amounts) for client, (times, amounts) in increments.items()}
+    return {client: Steps(*client_fact_arrays(timelines, client, bounds, num_facts))
+            for client, num_facts in client_fact_counts(timelines, bounds).items()}
 
 
 def max_backlogged_gap(

@@ -5,7 +5,8 @@ service W_i, the number of completed events, the longest eligible stretch
 without one) read a client's facts once, in (time, amount) order: here they
 come as the consecutive slices of :mod:`iterserve.metrics.service_scan`, so a
 long run holds one slice of its per-token facts instead of all of them
-(16 bytes a token). The figures are the whole-array ones exactly:
+(16 bytes a token), or as one slice when the facts are held whole anyway.
+The figures do not depend on where the slices are cut:
 the service is the same left-to-right sum (a running total carried from slice
 to slice), distinct times never straddle two slices, and each backlog
 interval's widest gap is the maximum of the same differences.
@@ -14,13 +15,12 @@ interval's widest gap is the maximum of the same differences.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from iterserve.metrics.service_scan import FactBounds, client_fact_slices, running_totals
-from iterserve.metrics.timeline import RequestTimeline
+from iterserve.metrics.service_scan import running_totals
 
 Interval = tuple[float, float]
 
@@ -37,14 +37,15 @@ class ClientService:
     longest_unserved_s: float
 
 
-def scan_client_service(timelines: Sequence[RequestTimeline], client_id: str,
-                        bounds: FactBounds, backlog: Sequence[Interval]) -> ClientService:
-    """``client_id``'s figures over its facts in ``bounds`` and its merged,
-    ascending backlog intervals."""
+def scan_client_service(slices: Iterable[tuple[np.ndarray, np.ndarray]],
+                        backlog: Sequence[Interval]) -> ClientService:
+    """One client's figures over its facts, (times, amounts) slices of their
+    (time, amount)-sorted sequence, and its merged, ascending backlog
+    intervals."""
     service: float = 0
     num_events = 0
     unserved = UnservedScan(backlog)
-    for times, cumulative in running_totals(client_fact_slices(timelines, client_id, bounds)):
+    for times, cumulative in running_totals(slices):
         service = float(cumulative[-1])
         num_events += int(np.count_nonzero(times[1:] != times[:-1])) + 1
         unserved.feed(np.ascontiguousarray(times))

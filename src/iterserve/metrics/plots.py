@@ -29,13 +29,14 @@ from iterserve.metrics.capacity import (
 )
 from iterserve.metrics.columns import RecordColumns
 from iterserve.metrics.counted_sample import CountedSample
+from iterserve.metrics.event_scan import scan_event_list
 from iterserve.metrics.events import Event
 from iterserve.metrics.report import LatencySamples, Report
 from iterserve.metrics.series import ResourceSample, ServiceWeights
 from iterserve.metrics.service_scan import client_service_curves, last_per_x
 from iterserve.metrics.slo import ObservationWindow
 from iterserve.metrics.time_unit import SECONDS, TimeUnit
-from iterserve.metrics.timeline import RequestTimeline, build_timelines
+from iterserve.metrics.timeline import RequestTimeline
 from iterserve.records.time_units import MS_PER_S, ms_to_s
 
 _DPI = 110
@@ -336,7 +337,7 @@ def plot_client_service(
 ) -> Path:
     """Cumulative weighted completed service per client (0x09A F53)."""
     end_s = math.inf if window is None else window.end_s
-    timelines = build_timelines(events, end_s=end_s).values()
+    timelines = scan_event_list(events, end_s=end_s).timelines.values()
     return plot_timelines_service(timelines, path, weights=weights, window=window, unit=unit)
 
 

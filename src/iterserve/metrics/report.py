@@ -49,6 +49,7 @@ from numpy.typing import NDArray
 
 from iterserve.metrics.clocks import RequestClocks, request_clocks
 from iterserve.metrics.counted_sample import CountedSample, count_values
+from iterserve.metrics.event_scan import scan_event_list
 from iterserve.metrics.events import Event
 from iterserve.metrics.outcomes import (
     Attainment,
@@ -65,7 +66,7 @@ from iterserve.metrics.percentiles import summarize
 from iterserve.metrics.series import ServiceWeights
 from iterserve.metrics.service_scan import client_service_totals
 from iterserve.metrics.slo import ObservationWindow, SloConfig
-from iterserve.metrics.timeline import RequestTimeline, build_timelines
+from iterserve.metrics.timeline import RequestTimeline
 from iterserve.records.time_units import MS_PER_S
 
 REPORT_SCHEMA = "iterserve.metrics.report/v1"
@@ -160,9 +161,11 @@ def evaluate(
     stamped inside ``window`` are observed; the cohort is every request whose
     original arrival lies in ``window``."""
     all_events = list(events)
-    build_timelines(all_events)  # validates the full log, including facts after W
-    observed = build_timelines(all_events, end_s=window.end_s)
-    return evaluate_timelines(observed, slo, window, label=label, service_weights=service_weights)
+    scan = scan_event_list(all_events)  # validates the full log, including facts after W
+    if not scan.covers(window):  # facts past the window's end: rebuild up to it
+        scan = scan_event_list(all_events, end_s=window.end_s)
+    return evaluate_timelines(scan.timelines, slo, window, label=label,
+                              service_weights=service_weights)
 
 
 def evaluate_timelines(

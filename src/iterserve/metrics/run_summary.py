@@ -29,13 +29,14 @@ from iterserve.metrics.capacity import (
 )
 from iterserve.metrics.clocks import request_clocks
 from iterserve.metrics.columns import field_values
-from iterserve.metrics.events import Event, PreemptEvent, ResumeEvent
+from iterserve.metrics.event_scan import scan_event_list
+from iterserve.metrics.events import Event
 from iterserve.metrics.percentiles import summarize
 from iterserve.metrics.report import LatencySamples, counted_latency_samples
 from iterserve.metrics.series import ResourceSample
 from iterserve.metrics.slo import ObservationWindow
 from iterserve.metrics.time_unit import TimeUnit
-from iterserve.metrics.timeline import RequestTimeline, build_timelines
+from iterserve.metrics.timeline import RequestTimeline
 
 SUMMARY_SCHEMA = "iterserve.metrics.run_summary/v1"
 
@@ -128,11 +129,10 @@ def summarize_run(
     max_num_batched_tokens: int,
     max_num_seqs: int,
 ) -> RunSummary:
-    inside = [e for e in events if window.contains(e.time_s)]
-    modes = [e.mode for e in inside if isinstance(e, PreemptEvent)]
+    scan = scan_event_list(events, end_s=window.end_s)
     return summarize_timelines(
-        build_timelines(events, end_s=window.end_s), window, unit, label=label,
-        preempt_modes=modes, num_resumes=sum(isinstance(e, ResumeEvent) for e in inside),
+        scan.timelines, window, unit, label=label,
+        preempt_modes=scan.preempt_modes(window), num_resumes=scan.num_resumes(window),
         iterations=iterations, resources=resources, max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs)
 

@@ -1,14 +1,17 @@
-"""Per-client completed service a time slice at a time (0x09A F53), in bounded memory.
+"""Per-client completed service (0x09A F53) read a time slice at a time, in bounded memory.
 
-:func:`iterserve.metrics.series.client_increment_arrays` holds every
-completed fact of a client at once: 16 bytes a fact, one fact per output
-token, so 330 MB for a 100,000-request run. The readers that only walk the
-facts in order (the cumulative service plot, the service totals, the
-per-client fairness measures) read them here instead, as consecutive slices
-of that same sorted sequence: each slice covers a half-open time range, so
-sorting a slice by (time, amount) and joining the slices in time order gives
-exactly the whole sorted sequence, and a running sum carried from slice to
-slice adds the same floats in the same order.
+The one reader of a client's completed facts for the report, the service
+plot and the fairness measures: one fact per compute fact (prompt rows times
+w_p) and per output token (w_q), each divided by the client's weight when
+one is given, sorted by (time, amount). Held whole that is 16 bytes a fact,
+330 MB for a 100,000-request run, so the readers that only walk the facts in
+order (the cumulative service plot, the service totals, the per-client
+fairness measures) take them as consecutive slices of the sorted sequence:
+each slice covers a half-open time range, so sorting a slice by (time,
+amount) and joining the slices in time order gives exactly the whole sorted
+sequence, and a running sum carried from slice to slice adds the same floats
+in the same order. :func:`client_fact_arrays` joins them when a reader needs
+the whole sequence (two clients' facts compared side by side).
 
 The time edges come from the requests' first facts: requests are taken in
 order of their first fact in bounds, and a slice ends where the facts of the
@@ -20,6 +23,7 @@ facts of the requests still live at its start).
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -67,9 +71,8 @@ def client_fact_counts(timelines: Sequence[RequestTimeline], bounds: FactBounds)
 def client_fact_slices(timelines: Sequence[RequestTimeline], client_id: str, bounds: FactBounds,
                        ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """``client_id``'s facts in bounds as consecutive (times, amounts) slices
-    of the (time, amount)-sorted sequence
-    :func:`~iterserve.metrics.series.client_increment_arrays` returns whole,
-    about ``MAX_FACTS_PER_SLICE`` facts each (read when called)."""
+    of their (time, amount)-sorted sequence, about ``MAX_FACTS_PER_SLICE``
+    facts each (read when called)."""
     own = [t for t in timelines if t.client_id == client_id]
     spans = [_span(t, bounds.start_s, bounds.end_s) for t in own]
     live = [i for i, span in enumerate(spans) if span.num_facts]
@@ -79,6 +82,34 @@ def client_fact_slices(timelines: Sequence[RequestTimeline], client_id: str, bou
     for low_s, high_s in _edges(live, spans, bounds, MAX_FACTS_PER_SLICE):
         inside = np.flatnonzero((first_s < high_s) & (last_s >= low_s))
         yield _slice([own[live[i]] for i in inside], low_s, high_s, bounds)
+
+
+def client_fact_arrays(timelines: Sequence[RequestTimeline], client_id: str, bounds: FactBounds,
+                       num_facts: int) -> tuple[np.ndarray, np.ndarray]:
+    """``client_id``'s ``num_facts`` facts in bounds (its
+    :func:`client_fact_counts`), the slices joined: the real and imaginary
+    views of one complex128 array, 16 bytes a fact."""
+    facts = np.empty(num_facts, dtype=np.complex128)
+    at = 0
+    for times, amounts in client_fact_slices(timelines, client_id, bounds):
+        facts.real[at:at + len(times)] = times
+        facts.imag[at:at + len(times)] = amounts
+        at += len(times)
+    return facts.real, facts.imag
+
+
+def held_slices(times: np.ndarray, amounts: np.ndarray,
+                ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Facts held whole (sorted by time) as consecutive slices (views) of
+    about ``MAX_FACTS_PER_SLICE`` facts, each extended to the last fact of
+    its last time: cut only between distinct times, as
+    :func:`client_fact_slices` cuts, so its readers take these alike."""
+    low, size = 0, len(times)
+    while low < size:
+        high = min(low + MAX_FACTS_PER_SLICE, size)
+        high = bisect_right(times, times[high - 1], high)  # ``times`` is a strided view:
+        yield times[low:high], amounts[low:high]  # bisect reads two dozen of it, no copy
+        low = high
 
 
 def _edges(live: list[int], spans: list[_Span], bounds: FactBounds,
@@ -138,7 +169,7 @@ def _span(timeline: RequestTimeline, low_s: float, high_s: float) -> _Span:
     return _Span(len(computes) + high - low, min(firsts), max(lasts))
 
 
-def running_totals(slices: Iterator[tuple[np.ndarray, np.ndarray]],
+def running_totals(slices: Iterable[tuple[np.ndarray, np.ndarray]],
                    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(times, cumulative amounts) per slice: ``np.cumsum`` of the whole
     sequence (it adds left to right), each slice's sum starting from the
@@ -158,8 +189,8 @@ def running_totals(slices: Iterator[tuple[np.ndarray, np.ndarray]],
 def client_service_curves(timelines: Iterable[RequestTimeline], weights: ServiceWeights, *,
                           start_s: float = -math.inf, max_points: int,
                           ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per client (sorted), :func:`~iterserve.metrics.series.client_service_arrays`'
-    (times, cumulative service) with every point when the client has at most
+    """Per client (sorted), its (times, cumulative service): every fact's
+    point when the client has at most
     ``max_points`` facts, else only the last point of each distinct time (the
     same post-step curve): read a time slice at a time, so a long run holds
     one slice of its per-token facts, not all of them."""

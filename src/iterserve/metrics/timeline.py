@@ -1,7 +1,7 @@
 """Per-request timelines: the event log grouped by request and checked.
 
 A :class:`RequestTimeline` is every observed fact about one request, in clock
-order. :func:`build_timelines` enforces the lifecycle contract that the
+order. :class:`SortedTimelines` enforces the lifecycle contract that the
 clocks and outcome partition of 0x07 rely on:
 
 - the first event of a request is its one arrival (the TTFT origin);
@@ -11,8 +11,8 @@ clocks and outcome partition of 0x07 rely on:
 - one terminal fact at most (finish, reject or cancel), nothing after it;
 - a finish names the number of outputs actually emitted, which is >= 1.
 
-A *compact* timeline (``build_sorted_timelines(..., compact=True)``, the
-streaming report of a long run) holds its emission times in an
+A *compact* timeline (``SortedTimelines(compact=True)``, the streaming
+report of a long run) holds its emission times in an
 ``array('d')``: 8 bytes a token instead of a float object and its pointer.
 Every reader indexes, measures and iterates ``emission_s`` only, so both
 kinds read alike.
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import repeat
 from typing import Any, cast
@@ -102,7 +102,7 @@ class RequestTimeline:
 
 @dataclass(slots=True)
 class _Builder:
-    """Mutable accumulator private to :func:`build_timelines`: the arrival's
+    """Mutable accumulator private to :class:`SortedTimelines`: the arrival's
     facts in ``timeline``, every later fact here until :meth:`freeze` (one
     frozen timeline a request, not one a fact)."""
 
@@ -144,33 +144,10 @@ class _Builder:
         )
 
 
-def build_timelines(
-    events: Iterable[Event], *, end_s: float = math.inf
-) -> dict[str, RequestTimeline]:
-    """Group events by request, keeping only facts stamped before ``end_s``.
-
-    Events are stably sorted by ``time_s`` first, so equal-time events keep
-    their log order. Raises :class:`EventLogError` on any lifecycle violation.
-    """
-    return build_sorted_timelines(sorted(events, key=lambda item: item.time_s), end_s=end_s)
-
-
-def build_sorted_timelines(
-    events: Iterable[Event], *, end_s: float = math.inf, compact: bool = False
-) -> dict[str, RequestTimeline]:
-    """:func:`build_timelines` over events already in time order (an event
-    log or its JSONL file), consumed one at a time: nothing but the
-    timelines is held. An event earlier than its predecessor raises.
-    ``compact`` timelines keep their emission times in an ``array('d')``."""
-    timelines = SortedTimelines(end_s=end_s, compact=compact)
-    for event in events:
-        timelines.add(event)
-    return timelines.finish()
-
-
 class SortedTimelines:
-    """:func:`build_sorted_timelines` one event at a time: :meth:`add` each
-    event in time order, then :meth:`finish`. :meth:`add_token` is
+    """The timelines of an event log read in time order
+    (:mod:`iterserve.metrics.event_scan`): :meth:`add` each event, then
+    :meth:`finish`; an event earlier than its predecessor raises. :meth:`add_token` is
     :meth:`add` of a valid :class:`TokenEvent` from its fields, for a
     streaming reader that need not make the event object (most of a long
     run's facts are output tokens)."""
