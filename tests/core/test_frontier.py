@@ -204,3 +204,14 @@ def test_the_derived_helpers_agree_with_next_kind(pec: tuple[int, int, int]) -> 
     if rows:
         assert F.interval_emits(p, e, c, c + rows) is F.emits(kind, p, c + rows)
         assert F.interval_earns_service(p, e, c) is (kind is not REBUILD)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(frontiers(), max_size=12), st.integers(1, 17))
+def test_the_column_forms_agree_with_the_row_forms(pecs: list[tuple[int, int, int]],
+                                                   size: int) -> None:
+    from iterserve.records.kv_abi import blocks_opened, opens_block
+
+    ps, es, cs = ([pec[i] for pec in pecs] for i in range(3))
+    assert F.decode_steps(ps, es, cs) == [F.is_decode_step(*pec) for pec in pecs]
+    assert opens_block(cs, size) == [blocks_opened(c, 1, size) == 1 for c in cs]

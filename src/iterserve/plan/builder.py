@@ -17,7 +17,7 @@ from iterserve.plan.contract import Policy
 from iterserve.records import frontier
 from iterserve.records.frontier import next_interval
 from iterserve.records.keys import key_function
-from iterserve.records.kv_abi import blocks_opened
+from iterserve.records.kv_abi import blocks_opened, opens_block
 from iterserve.records.plan import (
     IntentKind,
     IterationPlan,
@@ -36,8 +36,9 @@ _new_tuple = tuple.__new__  # NamedTuple.__new__ is slow on the hot path
 _DECODE = frontier.WorkKind.DECODE_ROW
 #: ``(request_id, generation, snapshot_version, p, e, c, is_ready)`` of a view, in C
 _decode_fields = itemgetter(*map(RequestView._fields.index, (
-    "request_id", "generation", "snapshot_version", "num_prompt_tokens", "num_emitted",
-    "num_computed", "is_ready")))
+    "request_id", "generation", "snapshot_version", "num_computed", "is_ready")))
+_PROMPT, _EMITTED, _COMPUTED = (itemgetter(RequestView._fields.index(name)) for name in (
+    "num_prompt_tokens", "num_emitted", "num_computed"))
 
 
 class PlanBuilder:
@@ -49,7 +50,7 @@ class PlanBuilder:
 
     __slots__ = ("_state", "_policy", "_key", "_work", "_intents", "tokens_left", "seqs_left",
                  "_facts", "num_blocks_free", "_max_num_batched_tokens", "_screen", "_preempt_kind",
-                 "_max_running", "_num_joined", "_aborted", "_blocks")
+                 "_max_running", "_num_joined", "_aborted", "_blocks", "_masks")
 
     def __init__(self, policy: Policy, state: SchedulerState,
                  max_num_batched_tokens: int | None = None, *, max_num_seqs: int | None = None,
@@ -75,6 +76,7 @@ class PlanBuilder:
         self._screen = ReservationScreen.for_state(state)
         self._preempt_kind = preemption_kind(state.rules)
         self._aborted: set[str] = set()
+        self._masks: tuple[list[RequestView], list[bool], list[bool]] | None = None
         if self._facts.num_blocks_total is not None:
             self._abort_what_never_fits()
 
@@ -133,20 +135,19 @@ class PlanBuilder:
         view; the budgets become one count of rows left (a row costs a
         token and a sequence)."""
         work, blocks_of, aborted, key = self._work, self._blocks, self._aborted, self._key
-        is_decode_step = frontier.is_decode_step
-        size = self._facts.block_size
+        is_decode, opens = self._decode_masks(views)
         free = self.num_blocks_free
         rows_left = min(self.tokens_left, self.seqs_left)
         num_rows = 0
         index = start
         for index in range(start, len(views)):
-            view = views[index]
-            rid, generation, version, p, e, c, is_ready = _decode_fields(view)
-            if not is_decode_step(p, e, c) or num_rows >= rows_left:
+            if not is_decode[index] or num_rows >= rows_left:
                 break
+            view = views[index]
+            rid, generation, version, c, is_ready = _decode_fields(view)
             if skip is not None and skip(view):
                 continue
-            opens_block = free is not None and blocks_opened(c, 1, size) == 1
+            opens_block = free is not None and opens[index]
             # a shortfall: the per-row path may preempt
             if opens_block and free < 1:  # type: ignore[operator]
                 break
@@ -165,6 +166,19 @@ class PlanBuilder:
         self.tokens_left -= num_rows
         self.seqs_left -= num_rows
         return index
+
+    def _decode_masks(self, views: list[RequestView]) -> tuple[list[bool], list[bool]]:
+        """Per view of ``views``: whether its next interval is a plain decode
+        row, and whether that row opens a KV block; computed once per list
+        (a running pass hands the same snapshot list back after each view it
+        walks itself), a column at a time."""
+        masks = self._masks
+        if masks is None or masks[0] is not views:
+            ps, es, cs = (list(map(_PROMPT, views)), list(map(_EMITTED, views)),
+                          list(map(_COMPUTED, views)))
+            masks = self._masks = (views, frontier.decode_steps(ps, es, cs),
+                                   opens_block(cs, self._facts.block_size))
+        return masks[1], masks[2]
 
     def add(self, view: RequestView, max_rows: int | None = None) -> int:
         """Schedule up to ``max_rows`` of ``view``'s legal interval; rows granted.

@@ -27,7 +27,7 @@ import enum
 import sys
 from collections.abc import Iterable, Sequence
 from itertools import repeat
-from operator import add, and_, eq, ge, is_, is_not, lt, or_, truth
+from operator import add, and_, eq, ge, is_, is_not, lt, or_, sub, truth
 
 from iterserve.records import errors as E
 
@@ -69,6 +69,12 @@ def is_decode_step(p: int, e: int, c: int) -> bool:
     """Whether the next interval is a plain decode row (``next_kind`` is
     DECODE), written out for the plan builder's per-view loop."""
     return e != 0 and c == p + e - 1
+
+
+def decode_steps(p: Iterable[int], e: Iterable[int], c: Iterable[int]) -> list[bool]:
+    """:func:`is_decode_step` of each ``(p[i], e[i], c[i])``, with no
+    Python-level call per request (the plan builder's running pass)."""
+    return list(map(and_, map(truth, e), map(eq, c, map(sub, map(add, p, e), repeat(1)))))
 
 
 def num_decode_rows_done(e: int) -> int:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from operator import floordiv, mod, neg
+from operator import floordiv, mod, neg, not_
 from typing import Any
 
 DTYPE_BYTES: Mapping[str, int] = {
@@ -124,6 +124,13 @@ def blocks_opened(num_computed: int, num_rows: int, block_size: int) -> int:
     already held: ``blocks_for(c + n) - blocks_for(c)``, written out for the
     plan builder's per-request path."""
     return (-num_computed // block_size) - (-(num_computed + num_rows) // block_size)
+
+
+def opens_block(starts: Iterable[int], block_size: int) -> list[bool]:
+    """For each one-row interval starting at ``starts[i]``: whether it opens
+    a block (``blocks_opened(start, 1, block_size) == 1``: it starts on a
+    block boundary), with no Python-level call per row."""
+    return list(map(not_, map(mod, starts, repeat(block_size))))
 
 
 def blocks_opened_total(starts: Sequence[int], ends: Sequence[int], widths: tuple[int, ...],

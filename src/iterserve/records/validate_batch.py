@@ -146,12 +146,11 @@ def _accepted_service(work: Sequence[WorkItem], completed: Sequence[CompletedInt
     num_items = len(ids)
     if len(set(ids)) != num_items:
         return None
-    if len(work) == num_items and tuple(map(getitem, work, repeat(0))) == ids:
-        items: Sequence[WorkItem] = work  # the common case: every item, in plan order
-    else:
-        planned = dict(zip(map(getitem, work, repeat(0)), work, strict=True))
-        items = list(map(planned.__getitem__, ids))  # KeyError: no planned work
-    _, planned_generations, _, planned_starts, planned_ends, kinds, _, _ = field_columns(items)
+    columns = field_columns(work)
+    if columns[0] != ids:  # not every item in plan order: each completion's own item
+        planned = dict(zip(columns[0], work, strict=True))
+        columns = field_columns(list(map(planned.__getitem__, ids)))  # KeyError: unplanned
+    _, planned_generations, _, planned_starts, planned_ends, kinds, _, _ = columns
     widths = tuple(map(sub, ends, starts))
     if not (
         generations == planned_generations
