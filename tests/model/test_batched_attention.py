@@ -1,0 +1,209 @@
+"""The batched paged attention path (one call per layer over the packed batch)
+against the per-request reference path: its mask, its per-tile block lists
+(what a compiled kernel visits), its output, and the whole model's logits."""
+
+from __future__ import annotations
+
+import random
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from iterserve.model.attention import AttentionMetadata, paged_attention
+from iterserve.model.batched_attention import (
+    QUERY_TILE_ROWS,
+    FlexLayout,
+    batched_paged_attention,
+    host_layout,
+)
+from iterserve.model.packing import SegmentSpec, pack
+from iterserve.model.staging import HostStaging, _offsets, layout_for, pack_batched
+
+NUM_POOL_BLOCKS, BLOCK_SIZE, KV_HEADS, HEADS, HEAD_DIM = 96, 4, 2, 4, 8
+
+
+@pytest.fixture(autouse=True)
+def _quiet_eager_flex():
+    with warnings.catch_warnings():  # flex_attention warns that it runs uncompiled on CPU
+        warnings.simplefilter("ignore")
+        yield
+
+
+def random_specs(seed: int, share_prefix: bool = False) -> list[SegmentSpec]:
+    """Decode rows and prefill chunks over shuffled blocks; with
+    `share_prefix`, two segments share their first block (a prefix-cache hit)."""
+    rng = random.Random(seed)
+    free = list(range(NUM_POOL_BLOCKS))
+    rng.shuffle(free)
+    specs = []
+    for _ in range(rng.randint(3, 9)):
+        num_rows = 1 if rng.random() < 0.5 else rng.randint(2, 37)
+        start = rng.randint(0, 40)
+        end = start + num_rows
+        table = [free.pop() for _ in range(-(-end // BLOCK_SIZE))]
+        specs.append(SegmentSpec([1] * num_rows, start, table, rng.random() < 0.8))
+    if share_prefix:
+        first, second = specs[0], specs[1]
+        specs[1] = SegmentSpec(second.token_ids, max(second.start, BLOCK_SIZE),
+                               (first.block_ids[0], *second.block_ids[1:], free.pop()),
+                               second.sample)
+    return specs
+
+
+def layout_of(batch) -> FlexLayout:
+    return layout_for(batch, NUM_POOL_BLOCKS)
+
+
+def reference_visibility(batch, window) -> torch.Tensor:
+    """[Q, slots] from the per-request view: row (segment s, position p) sees
+    slot table_s[j] * bs + o iff j * bs + o <= p (and within the window)."""
+    visible = torch.zeros(batch.num_rows, NUM_POOL_BLOCKS * BLOCK_SIZE, dtype=torch.bool)
+    for segment, (begin, end) in enumerate(zip(batch.request_offsets[:-1].tolist(),
+                                               batch.request_offsets[1:].tolist(), strict=True)):
+        table = batch.block_tables[segment, : batch.num_blocks[segment]].tolist()
+        for row in range(begin, end):
+            position = batch.starts[segment] + row - begin
+            for key_position in range(position + 1):
+                if window is not None and key_position <= position - window:
+                    continue
+                block, offset = table[key_position // BLOCK_SIZE], key_position % BLOCK_SIZE
+                visible[row, block * BLOCK_SIZE + offset] = True
+    return visible
+
+
+def dense_mask(layout: FlexLayout, num_rows: int, window) -> torch.Tensor:
+    rows = torch.arange(num_rows)[:, None]
+    slots = torch.arange(NUM_POOL_BLOCKS * BLOCK_SIZE)[None, :]
+    zero = torch.zeros((), dtype=torch.long)
+    return layout.mask_mod(window)(zero, zero, rows, slots)
+
+
+def listed_slots(layout: FlexLayout, num_rows: int) -> torch.Tensor:
+    """[Q, slots]: whether the row's query tile lists the slot's block."""
+    listed = torch.zeros(num_rows, NUM_POOL_BLOCKS * BLOCK_SIZE, dtype=torch.bool)
+    for row in range(num_rows):
+        tile = row // QUERY_TILE_ROWS
+        for block in layout.kv_indices[tile, : int(layout.kv_num_blocks[tile])].tolist():
+            listed[row, block * BLOCK_SIZE: (block + 1) * BLOCK_SIZE] = True
+    return listed
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("window", [None, 6])
+def test_mask_is_the_per_request_visibility(seed: int, window) -> None:
+    batch = pack(random_specs(seed, share_prefix=seed % 2 == 1), BLOCK_SIZE)
+    layout = layout_of(batch)
+    assert torch.equal(dense_mask(layout, batch.num_rows, window),
+                       reference_visibility(batch, window))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_tile_lists_cover_every_visible_slot_once(seed: int) -> None:
+    batch = pack(random_specs(seed, share_prefix=True), BLOCK_SIZE)
+    layout = layout_of(batch)
+    visible = reference_visibility(batch, None)
+    assert not (visible & ~listed_slots(layout, batch.num_rows)).any()
+    for tile in range(layout.kv_num_blocks.shape[0]):
+        listed = layout.kv_indices[tile, : int(layout.kv_num_blocks[tile])].tolist()
+        assert len(listed) == len(set(listed))  # a block listed twice would count twice
+
+
+def test_tile_lists_stop_at_the_causal_frontier() -> None:
+    """A long chunk's first tile does not list the blocks its later rows need."""
+    table = list(range(20))
+    batch = pack([SegmentSpec([1] * 64, 0, table[:16], True)], BLOCK_SIZE)
+    layout = layout_of(batch)
+    assert layout.kv_num_blocks.tolist() == [4, 8, 12, 16]
+
+
+def test_a_block_at_two_logical_indices_is_refused() -> None:
+    specs = [SegmentSpec([1], 5, (3, 4), True), SegmentSpec([1], 5, (4, 7), True)]
+    with pytest.raises(ValueError, match="block 4 appears at two logical indices"):
+        layout_of(pack(specs, BLOCK_SIZE))
+
+
+def sparse_emulation(query, key_pool, value_pool, layout: FlexLayout, window) -> torch.Tensor:
+    """What a block-sparse kernel computes: per query tile, only the listed
+    blocks, masked by mask_mod inside them (the eager path is dense)."""
+    num_rows = query.shape[0]
+    keys = key_pool.flatten(0, 1).repeat_interleave(HEADS // KV_HEADS, dim=1)
+    values = value_pool.flatten(0, 1).repeat_interleave(HEADS // KV_HEADS, dim=1)
+    allowed = dense_mask(layout, num_rows, window) & listed_slots(layout, num_rows)
+    scores = torch.einsum("qhd,khd->hqk", query, keys) * HEAD_DIM ** -0.5
+    weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+    return torch.einsum("hqk,khd->qhd", weights, values).reshape(num_rows, -1)
+
+
+def reference_attention(batch, query, key_pool, value_pool, window) -> torch.Tensor:
+    new_keys = key_pool.view(-1, KV_HEADS, HEAD_DIM)[batch.slot_mapping]
+    new_values = value_pool.view(-1, KV_HEADS, HEAD_DIM)[batch.slot_mapping]
+    metadata = AttentionMetadata.build(batch, [window], 8, None)
+    return paged_attention(query, new_keys, new_values, key_pool, value_pool, metadata, window)
+
+
+def random_inputs(seed: int, num_rows: int, dtype: torch.dtype):
+    generator = torch.Generator().manual_seed(seed)
+    shape = (NUM_POOL_BLOCKS, BLOCK_SIZE, KV_HEADS, HEAD_DIM)
+    return (torch.randn(num_rows, HEADS, HEAD_DIM, generator=generator).to(dtype),
+            torch.randn(shape, generator=generator).to(dtype),
+            torch.randn(shape, generator=generator).to(dtype))
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("window", [None, 6])
+def test_batched_attention_matches_the_per_request_path(seed: int, window) -> None:
+    batch = pack(random_specs(seed, share_prefix=seed % 2 == 0), BLOCK_SIZE)
+    query, key_pool, value_pool = random_inputs(seed, batch.num_rows, torch.float32)
+    layout = layout_of(batch)
+    expected = reference_attention(batch, query, key_pool, value_pool, window)
+    got = batched_paged_attention(query, key_pool, value_pool, layout, window)
+    torch.testing.assert_close(got, expected, rtol=0, atol=2e-6)
+    torch.testing.assert_close(sparse_emulation(query, key_pool, value_pool, layout, window),
+                               expected, rtol=0, atol=2e-6)
+
+
+def test_batched_attention_soft_caps_like_the_per_request_path() -> None:
+    batch = pack(random_specs(7), BLOCK_SIZE)
+    query, key_pool, value_pool = random_inputs(7, batch.num_rows, torch.float32)
+    query = query * 8  # scores large enough for the cap to bite
+    new_keys = key_pool.view(-1, KV_HEADS, HEAD_DIM)[batch.slot_mapping]
+    new_values = value_pool.view(-1, KV_HEADS, HEAD_DIM)[batch.slot_mapping]
+    metadata = AttentionMetadata.build(batch, [None], 8, None)
+    expected = paged_attention(query, new_keys, new_values, key_pool, value_pool, metadata,
+                               None, softcap=5.0)
+    got = batched_paged_attention(query, key_pool, value_pool, layout_of(batch), None,
+                                  softcap=5.0)
+    torch.testing.assert_close(got, expected, rtol=0, atol=2e-6)
+
+
+def test_pack_batched_equals_pack_plus_layout() -> None:
+    specs = random_specs(3, share_prefix=True)
+    staging = HostStaging("cpu")
+    batched = pack_batched(specs, BLOCK_SIZE, NUM_POOL_BLOCKS, staging)
+    plain = pack(specs, BLOCK_SIZE)
+    for name in ("token_ids", "positions", "request_offsets", "block_tables", "slot_mapping",
+                 "context_lens", "sample_rows"):
+        assert torch.equal(getattr(batched, name), getattr(plain, name)), name
+    assert (batched.query_lens, batched.starts, batched.sample_segments) == (
+        plain.query_lens, plain.starts, plain.sample_segments)
+    assert batched.flex is not None
+    expected = layout_of(plain)
+    for name in ("segment_of_row", "positions", "tables", "block_logical", "kv_num_blocks",
+                 "kv_indices"):
+        assert torch.equal(getattr(batched.flex, name), getattr(expected, name)), name
+
+
+def test_staging_offsets_keep_every_array_aligned() -> None:
+    arrays = [np.zeros(3, np.int32), np.zeros(5, np.int64), np.zeros(0, np.int64),
+              np.zeros((2, 3), np.int32)]
+    offsets = _offsets(arrays)
+    assert offsets == [0, 16, 64, 64, 96]
+    assert all(offset % 16 == 0 for offset in offsets)
+
+
+def test_host_layout_pads_rows_to_whole_tiles_that_see_nothing() -> None:
+    layout = host_layout(np.array([3]), np.array([0]), np.array([[5]]), np.array([1]), 4)
+    assert layout.segment_of_row.shape == (QUERY_TILE_ROWS,)
+    assert layout.positions[:4].tolist() == [0, 1, 2, -1]
