@@ -207,3 +207,85 @@ def test_host_layout_pads_rows_to_whole_tiles_that_see_nothing() -> None:
     layout = host_layout(np.array([3]), np.array([0]), np.array([[5]]), np.array([1]), 4)
     assert layout.segment_of_row.shape == (QUERY_TILE_ROWS,)
     assert layout.positions[:4].tolist() == [0, 1, 2, -1]
+
+
+def test_config_backend_names_are_the_kernels_backends() -> None:
+    from iterserve.config import ATTENTION_BACKEND_NAMES, EngineConfig
+    from iterserve.model.kernels import ATTENTION_BACKENDS
+
+    assert ATTENTION_BACKEND_NAMES == ATTENTION_BACKENDS
+    with pytest.raises(ValueError, match="attention_backend must be one of"):
+        EngineConfig(attention_backend="triton")
+
+
+def test_auto_selects_the_batched_path_off_the_cpu_only() -> None:
+    from iterserve.model.kernels import uses_batched_attention
+
+    assert not uses_batched_attention("auto", torch.device("cpu"))
+    assert uses_batched_attention("auto", torch.device("cuda"))
+    assert uses_batched_attention("flex", torch.device("cpu"))
+    assert not uses_batched_attention("torch", torch.device("cuda"))
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(tiny_dir):
+    """The tiny checkpoint on the batched path and on the per-request reference path."""
+    from iterserve.model.loader import load_model
+
+    batched = load_model(tiny_dir, attention_backend="flex")
+    reference = load_model(tiny_dir, attention_backend="torch")
+    assert batched.batched_attention and not reference.batched_attention
+    return batched, reference
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(3))
+def test_model_logits_match_the_per_request_path(tiny_pair, seed: int) -> None:
+    """Steps mixing prefill chunks (at 0 and over history) and decode rows:
+    the same K/V is written and the same logits come out (fp32)."""
+    from model_helpers import BlockHandout, random_tokens
+
+    batched, reference = tiny_pair
+    rng = random.Random(seed)
+    vocab, block_size = batched.config.vocab_size, 4
+    sequences = {f"r{i}": random_tokens(rng, rng.randint(3, 30), vocab) for i in range(5)}
+    caches = [model.allocate_cache(64, block_size) for model in (batched, reference)]
+    handout = BlockHandout(64, block_size, seed=seed)
+    staging = HostStaging("cpu")
+    frontier = dict.fromkeys(sequences, 0)
+    while any(frontier[n] < len(s) for n, s in sequences.items()):
+        specs = []
+        for name, tokens in sequences.items():
+            start = frontier[name]
+            if start == len(tokens):
+                continue
+            end = min(len(tokens), start + rng.choice([1, 1, 2, 7, 19]))
+            specs.append(SegmentSpec(tokens[start:end], start,
+                                     handout.table(name, end), end > start))
+            frontier[name] = end
+        got = batched.forward(pack_batched(specs, block_size, 64, staging), caches[0])
+        expected = reference.forward(pack(specs, block_size), caches[1])
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+    torch.testing.assert_close(caches[0].key_pools[1], caches[1].key_pools[1], rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_executor_greedy_tokens_match_the_per_request_path(tiny_dir) -> None:
+    from iterserve.llm import LLM
+    from iterserve.records.sampling_params import SamplingParams
+
+    prompts = [[5, 9, 13, 2] * 5, [7, 3], [11] * 23, [4, 8, 15, 16, 23, 42]]
+    params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    outputs = {}
+    for backend in ("flex", "torch"):
+        llm = LLM(tiny_dir, num_kv_blocks=64, block_size=4, attention_backend=backend,
+                  max_num_batched_tokens=16)
+        try:
+            outputs[backend] = [o.token_ids for o in llm.generate(prompts, params)]
+            if backend == "flex":
+                assert llm.executor.model.batched_attention
+                assert llm.executor._staging is not None
+                assert llm.executor._staging.num_uploads > 0
+        finally:
+            llm.close()
+    assert outputs["flex"] == outputs["torch"]

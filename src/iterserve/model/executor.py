@@ -35,6 +35,7 @@ from iterserve.model.kv_cache import PagedKVCache
 from iterserve.model.llama import PackedCausalLM
 from iterserve.model.packing import PackedBatch, pack
 from iterserve.model.sampling import Alternatives, SampleRow, sample_batch
+from iterserve.model.staging import HostStaging, pack_batched
 from iterserve.model.stopping import IncrementalDetokenizer, StopReason, token_stop_reason
 from iterserve.model.tokenizer import TextTokenizer
 from iterserve.records.frontier import emits
@@ -134,6 +135,8 @@ class TorchExecutor:
         self._last_end: float | None = None  # wall time the previous iteration ended
         self._failures: dict[str, BaseException] = {}  # request id -> its own failure
         self.isolate_failures = isolate_failures
+        #: the batched attention path's one upload per step (model/staging.py)
+        self._staging = HostStaging(model.device) if model.batched_attention else None
 
     def take_failures(self) -> dict[str, BaseException]:
         """The requests whose own work failed since the last call (FailureSource)."""
@@ -250,7 +253,11 @@ class TorchExecutor:
 
     def _run(self, segments: list[tuple[_Segment, WorkItem]]) -> dict[str, _Sampled]:
         only = [segment for segment, _ in segments]
-        batch = pack(only, self.cache.block_size, self.model.device)
+        if self._staging is None:
+            batch = pack(only, self.cache.block_size, self.model.device)
+        else:
+            batch = pack_batched(only, self.cache.block_size, self.cache.num_blocks,
+                                 self._staging)
         if any(segment.all_logits for segment in only):
             logits = self._forward_with_prompt_logprobs(batch, only)
         else:

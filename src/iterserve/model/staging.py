@@ -39,6 +39,7 @@ class HostStaging:
 
     def upload(self, arrays: Sequence[np.ndarray]) -> list[torch.Tensor]:
         """`arrays` on the device, each a view of one uploaded buffer."""
+        self.num_uploads += 1
         if self.device.type == "cpu":
             return [torch.from_numpy(np.ascontiguousarray(a)) for a in arrays]
         offsets = _offsets(arrays)
@@ -50,7 +51,6 @@ class HostStaging:
         if self.device.type == "cuda":
             self._copied = torch.cuda.Event()
             self._copied.record()
-        self.num_uploads += 1
         return [_typed(device_bytes, begin, array)
                 for array, begin in zip(arrays, offsets, strict=False)]
 
