@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from iterserve.model.batched_attention import FlexLayout, host_layout
-from iterserve.model.packing import PackedBatch, SegmentRows, host_arrays
+from iterserve.model.packing import HostPack, PackedBatch, SegmentRows, host_arrays
 
 #: Each array starts at a multiple of this many bytes in the staging buffer,
 #: so every view keeps its dtype's alignment.
@@ -54,6 +54,22 @@ class HostStaging:
         return [_typed(device_bytes, begin, array)
                 for array, begin in zip(arrays, offsets, strict=False)]
 
+    def upload_into(self, arrays: Sequence[np.ndarray], device_bytes: torch.Tensor) -> None:
+        """`arrays` into `device_bytes` at their `_offsets`, in one copy
+        (non-blocking from the pinned buffer on CUDA; a plain write on the CPU)."""
+        offsets = _offsets(arrays)
+        self.num_uploads += 1
+        host = device_bytes if device_bytes.device.type == "cpu" else self._buffer(offsets[-1])
+        view = host.numpy()
+        for array, begin in zip(arrays, offsets, strict=False):
+            view[begin: begin + array.nbytes] = np.ascontiguousarray(array).view(np.uint8).ravel()
+        if host is device_bytes:
+            return
+        device_bytes[: offsets[-1]].copy_(host[: offsets[-1]], non_blocking=True)
+        if device_bytes.device.type == "cuda":
+            self._copied = torch.cuda.Event()
+            self._copied.record()
+
     def _buffer(self, num_bytes: int) -> torch.Tensor:
         if self._copied is not None:
             self._copied.synchronize()  # the previous upload must have left the buffer
@@ -81,7 +97,12 @@ def _typed(device_bytes: torch.Tensor, begin: int, array: np.ndarray) -> torch.T
 def pack_batched(segments: Sequence[SegmentRows], block_size: int, num_pool_blocks: int,
                  staging: HostStaging) -> PackedBatch:
     """`packing.pack` plus the batched attention layout, uploaded in one copy."""
-    host = host_arrays(segments, block_size)
+    return upload_batch(host_arrays(segments, block_size), num_pool_blocks, staging)
+
+
+def upload_batch(host: HostPack, num_pool_blocks: int, staging: HostStaging) -> PackedBatch:
+    """The packed batch of `host` with its attention layout, in one upload."""
+    block_size = host.block_size
     layout = host_layout(host.query_lens, host.context_lens, host.block_tables,
                          host.num_blocks, block_size)
     batch_arrays, layout_arrays = host.arrays(), layout.arrays()
