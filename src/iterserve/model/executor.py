@@ -270,7 +270,6 @@ class TorchExecutor:
     def _run(self, segments: list[tuple[_Segment, WorkItem]]) -> dict[str, _Sampled]:
         only = [segment for segment, _ in segments]
         logits = self._logits(only)
-        self.num_computed_rows += sum(len(segment.token_ids) for segment in only)
         rows, sampling_ids = [], []
         for segment, work in segments:
             if segment.sample:
@@ -284,7 +283,8 @@ class TorchExecutor:
 
     def _logits(self, segments: list[_Segment]) -> torch.Tensor:
         """The sampling rows' logits: per-request path (pack, forward), or
-        the batched one (one upload; a decode graph where one fits)."""
+        the batched one (one upload; a decode graph where one fits). Counts
+        the rows computed."""
         block_size = self.cache.block_size
         if self._staging is None:
             batch = pack(segments, block_size, self.model.device)
@@ -294,8 +294,10 @@ class TorchExecutor:
             if self.decode_graphs is not None and not wants_all:
                 logits = self.decode_graphs.run(host)
                 if logits is not None:
+                    self.num_computed_rows += len(host.query_lens)  # one row each
                     return logits
             batch = upload_batch(host, self.cache.num_blocks, self._staging)
+        self.num_computed_rows += batch.num_rows
         if any(segment.all_logits for segment in segments):
             return self._forward_with_prompt_logprobs(batch, segments)
         return self.model.forward(batch, self.cache)
