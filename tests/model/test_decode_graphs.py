@@ -169,3 +169,21 @@ def run_offline(executor, prompts, params):
     workload = OnlineWorkload("graphs", "ms", Capacity(64, 8), tuple(specs), kv=KvSpec(64, 4))
     Engine(workload, make_policy("vllm"), executor).run()
     return [tuple(executor.streams[s.request_id].output_token_ids) for s in specs]
+
+
+@pytest.mark.slow
+def test_a_capture_on_idle_inputs_writes_the_scratch_block_only(flex_tiny) -> None:
+    """What a graph's warm-up and capture run: every row padding."""
+    from iterserve.model.decode_graphs import idle_arrays
+
+    batched, _ = flex_tiny
+    cache = batched.allocate_cache(9, 4)
+    for pool in (*cache.key_pools, *cache.value_pools):
+        pool.fill_(0.5)
+    shape = GraphShape(4, 8)
+    inputs = [torch.from_numpy(a) for a in idle_arrays(shape, 8 * 4, 9)]
+    logits = static_forward(batched, cache)(inputs, shape)
+    assert logits.shape[0] == 4
+    for pool in (*cache.key_pools, *cache.value_pools):
+        assert (pool[:8] == 0.5).all()
+        assert not (pool[8, 0] == 0.5).all()

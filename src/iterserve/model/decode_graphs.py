@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -153,6 +153,7 @@ class DecodeGraphs:
         self.vocab_size = vocab_size
         self.max_batch_rows = max_batch_rows
         self._captured: dict[GraphShape, _Captured] = {}
+        self._pool: Any = None  # the memory pool all graphs share (CUDA)
         self.num_replays = 0
         self.num_eager_fallbacks = 0
 
@@ -202,12 +203,14 @@ class DecodeGraphs:
         """Allocate the shape's static inputs and capture its graph."""
         if len(self._captured) >= MAX_GRAPHS:
             return None
-        sample = _zero_arrays(shape)
-        offsets = _offsets(sample)
+        idle = idle_arrays(shape, self.scratch_block * self._cache.block_size,
+                           self._cache.num_blocks)
+        offsets = _offsets(idle)
         device_bytes = torch.zeros(offsets[-1] + ALIGN_BYTES, dtype=torch.uint8,
                                    device=self._device)
         inputs = [_typed(device_bytes, begin, array)
-                  for array, begin in zip(sample, offsets, strict=False)]
+                  for array, begin in zip(idle, offsets, strict=False)]
+        self._staging.upload_into(idle, device_bytes)
         captured = _Captured(device_bytes, inputs, offsets)
         if self.capture:
             self._record(captured, shape)
@@ -215,27 +218,35 @@ class DecodeGraphs:
         return captured
 
     def _record(self, captured: _Captured, shape: GraphShape) -> None:
-        """Warm up on a side stream (compiles the kernels), then capture."""
+        """Warm up on a side stream (compiles the kernels), then capture; the
+        static inputs hold idle_arrays meanwhile."""
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             self._forward(captured.inputs, shape)  # the padding rows write the scratch block only
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        with torch.cuda.graph(graph, pool=self._pool):  # graphs replay one at a time: one pool
             captured.logits = self._forward(captured.inputs, shape)
         captured.graph = graph
         logger.info("captured a decode graph for %d rows x %d blocks", shape.num_rows,
                     shape.blocks_per_row)
 
 
-def _zero_arrays(shape: GraphShape) -> tuple[np.ndarray, ...]:
-    """Arrays of a padded step's shapes and dtypes (see padded_arrays)."""
+def idle_arrays(shape: GraphShape, scratch_slot: int, num_pool_blocks: int
+                ) -> tuple[np.ndarray, ...]:
+    """A padded step with no real row (see padded_arrays): what the static
+    inputs hold while a graph is warmed up and captured, so that the capture
+    writes the scratch block only."""
     rows, tiles, width = shape.num_rows, shape.num_tiles, shape.blocks_per_row
-    return (np.zeros(rows, np.int64), np.zeros(rows, np.int64), np.zeros(rows, np.int64),
+    return (np.zeros(rows, np.int64), np.zeros(rows, np.int64),
+            np.full(rows, scratch_slot, np.int64),
             np.zeros(tiles * QUERY_TILE_ROWS, np.int32),
             np.full(tiles * QUERY_TILE_ROWS, -1, np.int32),
-            np.full((rows, width), -1, np.int32), np.zeros(rows * width, np.int32),
+            np.full((rows, width), -1, np.int32),
+            np.full(rows * width, num_pool_blocks, np.int32),
             np.zeros(rows * width, np.int32), np.zeros(tiles, np.int32),
             np.zeros((tiles, shape.listed_per_tile), np.int32))
 
