@@ -45,7 +45,7 @@ def test_dry_run_writes_every_section(tmp_path: Path) -> None:
     workload = report["workload"]
     requests, each = workload["requests"], workload["output_tokens_each"]
     assert workload["iterserve"]["output_tokens"] == requests * each
-    assert workload["iterserve"]["backend"] == "flex"
+    assert workload["iterserve"]["backend"] == "flex" and workload["iterserve"]["warm"]
     assert workload["transformers_static"]["output_tokens"] == requests * each
     assert workload["iterserve"]["decode_steps_all_live"] >= 1
     assert "iterserve_over_static" in workload
