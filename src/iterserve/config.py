@@ -12,7 +12,7 @@ from iterserve.records.spec import Capacity
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")  # auto: the checkpoint's dtype
 #: model.kernels.ATTENTION_BACKENDS, spelled here so the config stays torch-free
 #: (a test holds the two equal)
-ATTENTION_BACKEND_NAMES = ("auto", "torch", "cpp", "flex")
+ATTENTION_BACKEND_NAMES = ("auto", "torch", "cpp", "flex", "varlen")
 
 
 @dataclass(frozen=True, slots=True)

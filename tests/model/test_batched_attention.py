@@ -289,3 +289,30 @@ def test_executor_greedy_tokens_match_the_per_request_path(tiny_dir) -> None:
         finally:
             llm.close()
     assert outputs["flex"] == outputs["torch"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("window", [None, 6])
+def test_varlen_arguments_describe_the_per_request_attention(seed: int, window) -> None:
+    """The varlen kernel runs on CUDA only; on the CPU its arguments, read
+    the way flash attention reads them (end-aligned causal, paged keys),
+    must give the per-request path's output."""
+    from iterserve.model.varlen_attention import VarlenLayout, reference_varlen
+
+    batch = pack(random_specs(seed, share_prefix=seed % 2 == 0), BLOCK_SIZE)
+    query, key_pool, value_pool = random_inputs(seed, batch.num_rows, torch.float32)
+    layout = VarlenLayout.from_batch(batch)
+    assert layout.cu_seq_q.dtype == layout.seqused_k.dtype == layout.block_table.dtype == (
+        torch.int32)
+    assert layout.cu_seq_k.tolist()[-1] == sum(
+        s + q for s, q in zip(batch.starts, batch.query_lens, strict=True))
+    expected = reference_attention(batch, query, key_pool, value_pool, window)
+    got = reference_varlen(query, key_pool, value_pool, layout, window)
+    torch.testing.assert_close(got, expected, rtol=0, atol=2e-6)
+
+
+def test_varlen_is_refused_off_cuda(tiny_dir) -> None:
+    from iterserve.model.loader import load_model
+
+    with pytest.raises(ValueError, match="'varlen' runs on CUDA only"):
+        load_model(tiny_dir, attention_backend="varlen")

@@ -39,9 +39,11 @@ logger = logging.getLogger(__name__)
 #: dtype), the batched FlexAttention path on an accelerator, else torch with
 #: one warning; "torch": gather + SDPA (the per-request reference); "cpp": the
 #: kernel or an error; "flex": the batched path (model/batched_attention.py)
-#: on any device (on the CPU it runs eagerly: for tests, not for speed). The kernel attends every segment, not only decode rows
+#: on any device (on the CPU it runs eagerly: for tests, not for speed);
+#: "varlen": torch's varlen flash attention over the block tables
+#: (model/varlen_attention.py), CUDA only. The kernel attends every segment, not only decode rows
 #: (the names `in_place_decode` / `load_paged_decode` predate chunk support).
-ATTENTION_BACKENDS = ("auto", "torch", "cpp", "flex")
+ATTENTION_BACKENDS = ("auto", "torch", "cpp", "flex", "varlen")
 KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 #: The extension's sources: in-place paged attention, fused element-wise ops.
 SOURCES = tuple(Path(__file__).with_name("csrc") / name
@@ -138,7 +140,7 @@ def resolve_in_place_decode(backend: str, dtype: torch.dtype,
     where "auto" falls back (the build failure is logged once)."""
     if backend not in ATTENTION_BACKENDS:
         raise ValueError(f"attention_backend {backend!r} unknown; use one of {ATTENTION_BACKENDS}")
-    if backend in ("torch", "flex"):
+    if backend in ("torch", "flex", "varlen"):
         return None
     is_supported = device.type == "cpu" and dtype in KERNEL_DTYPES
     if backend == "cpp" and not is_supported:

@@ -61,6 +61,7 @@ from iterserve.model.rope import (
 )
 from iterserve.model.staging import layout_for
 from iterserve.model.variant_ops import gated, scaled_embedding, softcapped
+from iterserve.model.varlen_attention import VarlenLayout, varlen_paged_attention
 from iterserve.model.weights import LayerWeights, ModelWeights
 
 
@@ -105,8 +106,15 @@ class PackedCausalLM:
             if attention_backend == "cpp":
                 raise ValueError("attention_backend 'cpp' cannot soft-cap attention scores "
                                  f"({config.architecture}); use 'auto' or 'torch'")
+            if attention_backend == "varlen":
+                raise ValueError("attention_backend 'varlen' cannot soft-cap attention scores "
+                                 f"({config.architecture}); use 'auto', 'flex' or 'torch'")
             if attention_backend != "flex":
                 attention_backend = "torch"
+        if attention_backend == "varlen" and self.device.type != "cuda":
+            raise ValueError("attention_backend 'varlen' runs on CUDA only")
+        #: torch's varlen flash attention over the block tables (model/varlen_attention.py)
+        self.varlen_attention = attention_backend == "varlen"
         #: One attention call per layer for the whole batch (model/batched_attention.py).
         self.batched_attention = uses_batched_attention(attention_backend, self.device)
         self._flex_call = flex_call(self.device) if self.batched_attention else None
@@ -178,6 +186,8 @@ class PackedCausalLM:
     def _attention_metadata(self, batch: PackedBatch, cache: PagedKVCache) -> Attending:
         """The per-forward attention descriptors: the batched layout (built by
         the packer, else here) or the per-request path's metadata."""
+        if self.varlen_attention:
+            return VarlenLayout.from_batch(batch)
         if self.batched_attention:
             return batch.flex if batch.flex is not None else layout_for(batch, cache.num_blocks)
         return AttentionMetadata.build(batch, self.config.sliding_windows,
@@ -348,7 +358,12 @@ class PackedCausalLM:
         else:  # one call on one thread: no thread hand-off for a few rows, unlike index_copy_
             self.native_ops.write_kv(cache.key_pools[index], cache.value_pools[index],
                                      batch.slot_mapping, keys, values)
-        if isinstance(metadata, FlexLayout):
+        if isinstance(metadata, VarlenLayout):
+            attended = varlen_paged_attention(query, cache.key_pools[index],
+                                              cache.value_pools[index], metadata,
+                                              config.sliding_windows[index],
+                                              config.variant.attention_scale)
+        elif isinstance(metadata, FlexLayout):
             assert self._flex_call is not None
             attended = batched_paged_attention(
                 query, cache.key_pools[index], cache.value_pools[index], metadata,
@@ -365,7 +380,7 @@ class PackedCausalLM:
 
 
 #: what the layers attend with: the batched layout or the per-request metadata
-Attending = AttentionMetadata | FlexLayout
+Attending = AttentionMetadata | FlexLayout | VarlenLayout
 
 
 def flex_call(device: torch.device) -> FlexCall:
