@@ -19,7 +19,11 @@ and summarised in OUT_DIR/device_check.md as soon as it ends:
    path, with step timings: p50 of the steps with every request decoding),
    transformers static batching (batches of 64) and transformers'
    `generate_batch` (its continuous batching);
-4. profile: a torch-profiler summary of a short iterserve run (kernel
+4. attention: one layer's attention alone on synthetic decode and mixed
+   batches: the per-request path, FlexAttention and varlen flash attention
+   (ms per call, largest difference from the reference): the measurement
+   that chooses the CUDA default;
+5. profile: a torch-profiler summary of a short iterserve run (kernel
    launches, attention calls, the top kernels by device time).
 
 `--dry-run` runs every section's code on the CPU at tiny sizes (legacy is
@@ -370,6 +374,98 @@ def run_engine(executor: TorchExecutor, prompts: list[list[int]], max_tokens: in
     Engine(workload, make_policy("vllm"), executor).run()
 
 
+def attention_microbench(scale: Scale) -> dict[str, Any]:
+    """One layer's attention alone on synthetic batches (the 730M shape: GQA
+    32/8, head dim 64, 16-row blocks): the per-request reference path, the
+    FlexAttention path (compiled on CUDA) and, on CUDA, varlen flash
+    attention; each one's ms per call and its largest difference from the
+    reference. What `auto` should pick on CUDA is read from here."""
+    from iterserve.model.llama import flex_call
+
+    device = torch.device(scale.device)
+    dtype = torch.bfloat16 if scale.device == "cuda" else torch.float32
+    heads, kv_heads, head_dim, block_size = (32, 8, 64, 16) if scale.bench_model else (8, 2, 16, 16)
+    rng = random.Random(0)
+    big = scale.bench_model is not None
+    batches = {
+        "decode": [(1, rng.randint(128, 640) if big else rng.randint(4, 40))
+                   for _ in range(256 if big else 6)],
+        "mixed": ([(1024, 0), (1024, 512)] if big else [(20, 0), (9, 17)])
+        + [(1, rng.randint(128, 640) if big else rng.randint(4, 40))
+           for _ in range(128 if big else 4)],
+    }
+    attend = flex_call(device)
+    dims = (heads, kv_heads, head_dim, block_size)
+    return {name: bench_attention_batch(shape, scale, dims, attend, dtype)
+            for name, shape in batches.items()}
+
+
+def bench_attention_batch(shape: list[tuple[int, int]], scale: Scale,
+                          dims: tuple[int, int, int, int], attend: Callable[..., torch.Tensor],
+                          dtype: torch.dtype) -> dict[str, Any]:
+    """One synthetic batch of (rows, start) segments through every candidate."""
+    from iterserve.model.attention import AttentionMetadata, paged_attention
+    from iterserve.model.batched_attention import batched_paged_attention
+    from iterserve.model.llama import flex_kernel_options
+    from iterserve.model.packing import SegmentSpec, pack
+    from iterserve.model.staging import layout_for
+    from iterserve.model.varlen_attention import VarlenLayout, varlen_paged_attention
+
+    heads, kv_heads, head_dim, block_size = dims
+    device = torch.device(scale.device)
+    next_block, specs = 0, []
+    for num_rows, start in shape:
+        num_blocks = -(-(start + num_rows) // block_size)
+        specs.append(SegmentSpec([1] * num_rows, start,
+                                 range(next_block, next_block + num_blocks), True))
+        next_block += num_blocks
+    batch = pack(specs, block_size, device)
+    generator = torch.Generator(device=device).manual_seed(0)
+    pool_shape = (next_block, block_size, kv_heads, head_dim)
+    key_pool = torch.randn(pool_shape, generator=generator, device=device).to(dtype)
+    value_pool = torch.randn(pool_shape, generator=generator, device=device).to(dtype)
+    query = torch.randn(batch.num_rows, heads, head_dim, generator=generator,
+                        device=device).to(dtype)
+    new_keys = key_pool.view(-1, kv_heads, head_dim)[batch.slot_mapping]
+    new_values = value_pool.view(-1, kv_heads, head_dim)[batch.slot_mapping]
+    metadata = AttentionMetadata.build(batch, [None], mask_dtype=dtype)
+    flex = layout_for(batch, next_block)
+    candidates: dict[str, Callable[[], torch.Tensor]] = {
+        "per_request": lambda: paged_attention(query, new_keys, new_values, key_pool,
+                                               value_pool, metadata, None),
+        "flex": lambda: batched_paged_attention(
+            query, key_pool, value_pool, flex, None, attend=attend,
+            kernel_options=flex_kernel_options(device, block_size)),
+    }
+    if scale.device == "cuda":
+        varlen = VarlenLayout.from_batch(batch)
+        candidates["varlen"] = lambda: varlen_paged_attention(query, key_pool, value_pool,
+                                                              varlen, None)
+    row: dict[str, Any] = {"rows": batch.num_rows, "segments": batch.num_segments}
+    with torch.inference_mode():
+        expected = candidates["per_request"]().float()
+        for label, call in candidates.items():
+            try:
+                row[label] = time_call(call, expected, scale.device)
+            except Exception as error:
+                row[label] = {"error": f"{type(error).__name__}: {error}"[:500]}
+    return row
+
+
+def time_call(call: Callable[[], torch.Tensor], expected: torch.Tensor,
+              device: str, repeats: int = 20) -> dict[str, float]:
+    """ms per call (after three warm-up calls) and the largest difference from `expected`."""
+    for _ in range(3):
+        got = call()
+    synchronize(device)
+    began = time.perf_counter()
+    for _ in range(repeats):
+        call()
+    synchronize(device)
+    return {"ms": (time.perf_counter() - began) * 1e3 / repeats,
+            "max_abs_diff": float((got.float() - expected).abs().max())}
+
+
 def summary_markdown(report: dict[str, Any]) -> str:
     lines = ["# device check", "", f"device: {report.get('device')}, torch {report['torch']}",
              ""]
@@ -465,6 +561,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"torch": torch.__version__, "device": (
         torch.cuda.get_device_name() if scale.device == "cuda" else "cpu (dry run)")}
     record(out, report, "correctness", lambda: correctness(out, scale))
+    record(out, report, "attention", lambda: attention_microbench(scale))
     if scale.device == "cuda":
         record(out, report, "legacy", lambda: legacy(out))
 

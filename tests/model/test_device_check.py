@@ -49,6 +49,9 @@ def test_dry_run_writes_every_section(tmp_path: Path) -> None:
     assert workload["transformers_static"]["output_tokens"] == requests * each
     assert workload["iterserve"]["decode_steps_all_live"] >= 1
     assert "iterserve_over_static" in workload
+    attention = report["attention"]
+    assert attention["decode"]["flex"]["max_abs_diff"] < 1e-5
+    assert attention["mixed"]["flex"]["max_abs_diff"] < 1e-5 and "varlen" not in attention["mixed"]
     assert "error" not in report["profile"] and report["profile"]["table"]
     summary = (tmp_path / "device_check.md").read_text()
     assert "| iterserve |" in summary and "## profile: top operators" in summary
