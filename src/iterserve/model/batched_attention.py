@@ -203,7 +203,8 @@ def batched_paged_attention(query: torch.Tensor, key_pool: torch.Tensor,
                             value_pool: torch.Tensor, layout: FlexLayout, window: Window,
                             scale: float | None = None, softcap: float | None = None,
                             attend: FlexCall = flex_attention,
-                            kernel_options: dict[str, int] | None = None) -> torch.Tensor:
+                            kernel_options: dict[str, int | bool] | None = None
+                            ) -> torch.Tensor:
     """Attend query [Q, H, D] over the pools in one call; returns [Q, H * D].
     The batch's new K/V rows must already be written into the pools.
     `attend`: flex_attention itself (eager) or its compiled form."""

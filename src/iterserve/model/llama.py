@@ -392,12 +392,14 @@ def flex_call(device: torch.device) -> FlexCall:
     return torch.compile(flex_attention, dynamic=True)
 
 
-def flex_kernel_options(device: torch.device, block_size: int) -> dict[str, int] | None:
+def flex_kernel_options(device: torch.device, block_size: int) -> dict[str, int | bool] | None:
     """Tile sizes of the compiled kernel: its row tile is the layout's query
-    tile and its key tile one cache block, as the block mask is cut."""
+    tile and its key tile one cache block, as the block mask is cut. Always
+    the main kernel: the flex-decoding one (chosen for under 128 query rows)
+    takes all rows as one query block, and ours differ per 16-row tile."""
     if device.type == "cpu":
         return None
-    return {"BLOCK_M": QUERY_TILE_ROWS, "BLOCK_N": block_size}
+    return {"BLOCK_M": QUERY_TILE_ROWS, "BLOCK_N": block_size, "FORCE_USE_FLEX_ATTENTION": True}
 
 
 def _qk_normed(qkv: torch.Tensor, layer: LayerWeights, config: ModelConfig) -> torch.Tensor:
