@@ -10,19 +10,19 @@ and summarised in OUT_DIR/device_check.md as soon as it ends:
    decode graphs) against the per-request reference path on the same device:
    fp32 greedy tokens must be identical (tiny preset); bf16 (small preset):
    first tokens and the token agreement rate;
-2. legacy (CUDA only): CPU vs CUDA greedy tokens, a PRESERVE_EXACT run with a
+2. attention: one layer's attention alone on synthetic decode and mixed
+   batches: the per-request path, FlexAttention and varlen flash attention
+   (ms per call, largest difference from the reference): the measurement
+   that chooses the CUDA default;
+3. legacy (CUDA only): CPU vs CUDA greedy tokens, a PRESERVE_EXACT run with a
    tiny device pool against the unconstrained run, the small preset's bf16
    throughput;
-3. workload: a random Llama of hidden 2048, 16 layers, GQA 32/8 (about 737M
+4. workload: a random Llama of hidden 2048, 16 layers, GQA 32/8 (about 737M
    parameters with a tied 32000-token vocabulary), 256 requests, prompts
    128..512, 128 output tokens each, greedy, ignore_eos: iterserve (batched
    path, with step timings: p50 of the steps with every request decoding),
    transformers static batching (batches of 64) and transformers'
    `generate_batch` (its continuous batching);
-4. attention: one layer's attention alone on synthetic decode and mixed
-   batches: the per-request path, FlexAttention and varlen flash attention
-   (ms per call, largest difference from the reference): the measurement
-   that chooses the CUDA default;
 5. profile: a torch-profiler summary of a short iterserve run (kernel
    launches, attention calls, the top kernels by device time).
 
