@@ -65,6 +65,10 @@ class EngineConfig:
         device, _, index = self.device.partition(":")
         if device not in ("cpu", "cuda") or (index and (device != "cuda" or not index.isdigit())):
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+        needs = {"varlen": "cuda", "cpp": "cpu"}.get(self.attention_backend)
+        if needs is not None and device != needs:
+            raise ValueError(f"attention_backend {self.attention_backend!r} runs on {needs} "
+                             f"only, not {self.device!r}")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError("max_model_len must be >= 2")
         if self.commit_kv is not None and not isinstance(self.commit_kv, bool):
