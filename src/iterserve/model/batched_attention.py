@@ -36,7 +36,7 @@ upload (model/staging.py); there is no per-request Python.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -152,6 +152,8 @@ class FlexLayout:
     kv_indices: torch.Tensor
     num_rows: int
     block_size: int
+    #: block masks built so far, by (pool slots, window): one per window per forward
+    masks: dict[tuple[int, Window], BlockMask] = field(default_factory=dict)
 
     @classmethod
     def from_uploaded(cls, host: FlexHostLayout, uploaded: list[torch.Tensor], num_rows: int,
@@ -164,7 +166,14 @@ class FlexLayout:
                    num_rows, block_size)
 
     def block_mask(self, num_slots: int, window: Window) -> BlockMask:
-        """The BlockMask of one layer's window over a pool of `num_slots` slots."""
+        """The BlockMask of one layer's window over a pool of `num_slots` slots
+        (built by the first layer that asks, then shared)."""
+        mask = self.masks.get((num_slots, window))
+        if mask is None:
+            mask = self.masks[num_slots, window] = self._block_mask(num_slots, window)
+        return mask
+
+    def _block_mask(self, num_slots: int, window: Window) -> BlockMask:
         num_tiles = self.kv_num_blocks.shape[0]
         return BlockMask.from_kv_blocks(
             self.kv_num_blocks[None, None], self.kv_indices[None, None],
