@@ -275,13 +275,19 @@ def test_executor_greedy_tokens_match_the_per_request_path(tiny_dir) -> None:
     from iterserve.records.sampling_params import SamplingParams
 
     prompts = [[5, 9, 13, 2] * 5, [7, 3], [11] * 23, [4, 8, 15, 16, 23, 42]]
-    params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    # request 0 wants prompt logprobs: its rows take the every-row-logits forward
+    params = [SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True,
+                             num_top_logprobs=2, prompt_logprobs=i == 0)
+              for i in range(len(prompts))]
     outputs = {}
+    logprobs = {}
     for backend in ("flex", "torch"):
         llm = LLM(tiny_dir, num_kv_blocks=64, block_size=4, attention_backend=backend,
                   max_num_batched_tokens=16)
         try:
-            outputs[backend] = [o.token_ids for o in llm.generate(prompts, params)]
+            results = llm.generate(prompts, params)
+            outputs[backend] = [o.token_ids for o in results]
+            logprobs[backend] = [o.logprobs for o in results]
             if backend == "flex":
                 assert llm.executor.model.batched_attention
                 assert llm.executor._staging is not None
@@ -289,6 +295,8 @@ def test_executor_greedy_tokens_match_the_per_request_path(tiny_dir) -> None:
         finally:
             llm.close()
     assert outputs["flex"] == outputs["torch"]
+    for got, expected in zip(logprobs["flex"], logprobs["torch"], strict=True):
+        assert got == pytest.approx(expected, abs=1e-4)
 
 
 @pytest.mark.parametrize("seed", range(4))
