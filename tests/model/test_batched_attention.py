@@ -19,7 +19,7 @@ from iterserve.model.batched_attention import (
     host_layout,
 )
 from iterserve.model.packing import SegmentSpec, pack
-from iterserve.model.staging import HostStaging, _offsets, layout_for, pack_batched
+from iterserve.model.staging import HostStaging, aligned_offsets, layout_for, pack_batched
 
 NUM_POOL_BLOCKS, BLOCK_SIZE, KV_HEADS, HEADS, HEAD_DIM = 96, 4, 2, 4, 8
 
@@ -198,7 +198,7 @@ def test_pack_batched_equals_pack_plus_layout() -> None:
 def test_staging_offsets_keep_every_array_aligned() -> None:
     arrays = [np.zeros(3, np.int32), np.zeros(5, np.int64), np.zeros(0, np.int64),
               np.zeros((2, 3), np.int32)]
-    offsets = _offsets(arrays)
+    offsets = aligned_offsets(arrays)
     assert offsets == [0, 16, 64, 64, 96]
     assert all(offset % 16 == 0 for offset in offsets)
 

@@ -33,7 +33,7 @@ import torch
 from iterserve.model.batched_attention import QUERY_TILE_ROWS, FlexLayout, host_layout
 from iterserve.model.kv_cache import PagedKVCache
 from iterserve.model.packing import HostPack, PackedBatch
-from iterserve.model.staging import ALIGN_BYTES, HostStaging, _offsets, _typed
+from iterserve.model.staging import ALIGN_BYTES, HostStaging, aligned_offsets, typed_view
 
 if TYPE_CHECKING:
     from iterserve.model.llama import PackedCausalLM
@@ -205,10 +205,10 @@ class DecodeGraphs:
             return None
         idle = idle_arrays(shape, self.scratch_block * self._cache.block_size,
                            self._cache.num_blocks)
-        offsets = _offsets(idle)
+        offsets = aligned_offsets(idle)
         device_bytes = torch.zeros(offsets[-1] + ALIGN_BYTES, dtype=torch.uint8,
                                    device=self._device)
-        inputs = [_typed(device_bytes, begin, array)
+        inputs = [typed_view(device_bytes, begin, array)
                   for array, begin in zip(idle, offsets, strict=False)]
         self._staging.upload_into(idle, device_bytes)
         captured = _Captured(device_bytes, inputs, offsets)

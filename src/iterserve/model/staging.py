@@ -42,7 +42,7 @@ class HostStaging:
         self.num_uploads += 1
         if self.device.type == "cpu":
             return [torch.from_numpy(np.ascontiguousarray(a)) for a in arrays]
-        offsets = _offsets(arrays)
+        offsets = aligned_offsets(arrays)
         host = self._buffer(offsets[-1])
         view = host.numpy()
         for array, begin in zip(arrays, offsets, strict=False):
@@ -51,13 +51,13 @@ class HostStaging:
         if self.device.type == "cuda":
             self._copied = torch.cuda.Event()
             self._copied.record()
-        return [_typed(device_bytes, begin, array)
+        return [typed_view(device_bytes, begin, array)
                 for array, begin in zip(arrays, offsets, strict=False)]
 
     def upload_into(self, arrays: Sequence[np.ndarray], device_bytes: torch.Tensor) -> None:
-        """`arrays` into `device_bytes` at their `_offsets`, in one copy
+        """`arrays` into `device_bytes` at their `aligned_offsets`, in one copy
         (non-blocking from the pinned buffer on CUDA; a plain write on the CPU)."""
-        offsets = _offsets(arrays)
+        offsets = aligned_offsets(arrays)
         self.num_uploads += 1
         host = device_bytes if device_bytes.device.type == "cpu" else self._buffer(offsets[-1])
         view = host.numpy()
@@ -80,7 +80,7 @@ class HostStaging:
         return self._host
 
 
-def _offsets(arrays: Sequence[np.ndarray]) -> list[int]:
+def aligned_offsets(arrays: Sequence[np.ndarray]) -> list[int]:
     """Start byte of each array, then the total, each rounded up to ALIGN_BYTES."""
     offsets, position = [], 0
     for array in arrays:
@@ -89,7 +89,8 @@ def _offsets(arrays: Sequence[np.ndarray]) -> list[int]:
     return [*offsets, position]
 
 
-def _typed(device_bytes: torch.Tensor, begin: int, array: np.ndarray) -> torch.Tensor:
+def typed_view(device_bytes: torch.Tensor, begin: int, array: np.ndarray) -> torch.Tensor:
+    """The bytes of `device_bytes` from `begin` seen as `array`'s dtype and shape."""
     dtype = torch.from_numpy(np.empty(0, array.dtype)).dtype
     return device_bytes[begin: begin + array.nbytes].view(dtype).view(array.shape)
 
