@@ -187,3 +187,19 @@ def test_a_capture_on_idle_inputs_writes_the_scratch_block_only(flex_tiny) -> No
     for pool in (*cache.key_pools, *cache.value_pools):
         assert (pool[:8] == 0.5).all()
         assert not (pool[8, 0] == 0.5).all()
+
+
+def test_a_failed_capture_leaves_decode_steps_eager(tiny_model, monkeypatch) -> None:
+    cache = tiny_model.allocate_cache(9, 4)
+    graphs = DecodeGraphs(lambda inputs, shape: torch.zeros(shape.num_rows, 3), cache, 8,
+                          HostStaging("cpu"), 100, capture=False)
+    graphs.capture = True  # as on CUDA, with a recording that fails
+
+    def failing_record(captured, shape):
+        raise RuntimeError("capture not supported")
+
+    monkeypatch.setattr(graphs, "_record", failing_record)
+    host = host_arrays([SegmentSpec([7], 5, (3, 1), True)], 4)
+    assert graphs.run(host) is None and graphs.run(host) is None
+    assert graphs.failure == "RuntimeError: capture not supported"
+    assert graphs.num_eager_fallbacks == 2 and graphs.shapes == ()

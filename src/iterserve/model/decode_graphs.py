@@ -154,8 +154,9 @@ class DecodeGraphs:
         self.max_batch_rows = max_batch_rows
         self._captured: dict[GraphShape, _Captured] = {}
         self._pool: Any = None  # the memory pool all graphs share (CUDA)
-        self.num_replays = 0
+        self.num_replays = 0  # steps run from the padded static inputs (replayed on CUDA)
         self.num_eager_fallbacks = 0
+        self.failure: str | None = None  # why capture failed; then no graph is tried again
 
     @property
     def shapes(self) -> tuple[GraphShape, ...]:
@@ -201,7 +202,7 @@ class DecodeGraphs:
 
     def _prepare(self, shape: GraphShape) -> _Captured | None:
         """Allocate the shape's static inputs and capture its graph."""
-        if len(self._captured) >= MAX_GRAPHS:
+        if len(self._captured) >= MAX_GRAPHS or self.failure is not None:
             return None
         idle = idle_arrays(shape, self.scratch_block * self._cache.block_size,
                            self._cache.num_blocks)
@@ -213,7 +214,13 @@ class DecodeGraphs:
         self._staging.upload_into(idle, device_bytes)
         captured = _Captured(device_bytes, inputs, offsets)
         if self.capture:
-            self._record(captured, shape)
+            try:
+                self._record(captured, shape)
+            except Exception as error:  # graphs are an optimisation: the step runs eagerly
+                self.failure = f"{type(error).__name__}: {error}"
+                logger.warning("decode graph capture failed for %s (%s); decode steps run "
+                               "eagerly from now on", shape, self.failure)
+                return None
         self._captured[shape] = captured
         return captured
 
