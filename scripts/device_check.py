@@ -95,11 +95,19 @@ def greedy_params(max_tokens: int) -> SamplingParams:
 
 
 def generate_tokens(model_dir: Path, device: str, dtype: str, backend: str,
-                    prompts: list[Any], max_tokens: int) -> list[tuple[int, ...]]:
+                    prompts: list[Any], max_tokens: int,
+                    graph_stats: dict[str, Any] | None = None) -> list[tuple[int, ...]]:
+    """Greedy outputs; `graph_stats` (when given) gets the decode graphs' counts."""
     llm = LLM(model_dir, num_kv_blocks=256, block_size=16, device=device, dtype=dtype,
               attention_backend=backend)
     try:
-        return [o.token_ids for o in llm.generate(prompts, greedy_params(max_tokens))]
+        tokens = [o.token_ids for o in llm.generate(prompts, greedy_params(max_tokens))]
+        graphs = llm.executor.decode_graphs
+        if graph_stats is not None and graphs is not None:
+            graph_stats.update(replays=graphs.num_replays, shapes=len(graphs.shapes),
+                               eager_fallbacks=graphs.num_eager_fallbacks,
+                               failure=graphs.failure)
+        return tokens
     finally:
         llm.close()
 
@@ -116,8 +124,9 @@ def agreement(reference: list[tuple[int, ...]], other: list[tuple[int, ...]]) ->
 
 def correctness(out: Path, scale: Scale) -> dict[str, Any]:
     tiny = make_model(out / "tiny", "tiny", 0)
-    report: dict[str, Any] = {}
-    fp32 = {backend: generate_tokens(tiny, scale.device, "float32", backend, PROMPTS, 24)
+    report: dict[str, Any] = {"flex_decode_graphs": {}}
+    fp32 = {backend: generate_tokens(tiny, scale.device, "float32", backend, PROMPTS, 24,
+                                     report["flex_decode_graphs"] if backend == "flex" else None)
             for backend in ("flex", "torch")}
     report["fp32_tiny"] = agreement(fp32["torch"], fp32["flex"])
     small = tiny if scale.bench_model is None else make_model(out / "small", "small", 0)
@@ -251,7 +260,8 @@ def run_iterserve(model_dir: Path, prompts: list[list[int]], scale: Scale,
             "decode_step_ms_p50_all_live": statistics.median(full) if full else None,
             "graph_shapes": [] if graphs is None else [dataclasses.astuple(s)
                                                        for s in graphs.shapes],
-            "graph_replays": None if graphs is None else graphs.num_replays}
+            "graph_replays": None if graphs is None else graphs.num_replays,
+            "graph_failure": None if graphs is None else graphs.failure}
 
 
 def run_static(model_dir: Path, prompts: list[list[int]], scale: Scale) -> dict[str, Any]:
