@@ -10,6 +10,9 @@ from iterserve.policies.settings import PolicyConfigError, setting_names
 from iterserve.records.spec import Capacity
 
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")  # auto: the checkpoint's dtype
+#: model.kernels.ATTENTION_BACKENDS, spelled here so the config stays torch-free
+#: (a test holds the two equal)
+ATTENTION_BACKEND_NAMES = ("auto", "torch", "cpp", "flex", "varlen")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +33,8 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     dtype: str = "auto"
     device: str = "cpu"
+    # auto: native kernels on CPU, one batched attention call per layer on CUDA
+    attention_backend: str = "auto"
     max_model_len: int | None = None  # None: the checkpoint's max_position_embeddings
     admission: str = "none"  # kv reservation estimate (see ``iterserve.admission``)
     overload: str = "accept-all"  # arrival gate: accept-all | bounded | slo-feasible
@@ -54,9 +59,16 @@ class EngineConfig:
         for name in ("chunk_size", "tau", "long_prefill_token_threshold"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 when set")
+        if self.attention_backend not in ATTENTION_BACKEND_NAMES:
+            raise ValueError(f"attention_backend must be one of {list(ATTENTION_BACKEND_NAMES)}, "
+                             f"got {self.attention_backend!r}")
         device, _, index = self.device.partition(":")
         if device not in ("cpu", "cuda") or (index and (device != "cuda" or not index.isdigit())):
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+        needs = {"varlen": "cuda", "cpp": "cpu"}.get(self.attention_backend)
+        if needs is not None and device != needs:
+            raise ValueError(f"attention_backend {self.attention_backend!r} runs on {needs} "
+                             f"only, not {self.device!r}")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError("max_model_len must be >= 2")
         if self.commit_kv is not None and not isinstance(self.commit_kv, bool):

@@ -81,7 +81,8 @@ def _load_executor(model_dir: str | Path, config: EngineConfig,
                    tokenizer: TextTokenizer) -> tuple[TorchExecutor, int]:
     """The checkpoint loaded, its kernels warmed and its KV pool allocated;
     with the maximum model length."""
-    model = load_model(model_dir, dtype=config.dtype, device=config.device)
+    model = load_model(model_dir, dtype=config.dtype, device=config.device,
+                       attention_backend=config.attention_backend)
     max_model_len = config.max_model_len or model.config.max_position_embeddings
     num_blocks = kv_pool_blocks(config, model, max_model_len)
     model.warm(config.max_num_seqs, config.max_num_batched_tokens)  # no request waits on oneDNN's JIT

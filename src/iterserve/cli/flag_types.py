@@ -110,3 +110,15 @@ def renamed_flag(new: str) -> type[argparse.Action]:
             setattr(namespace, self.dest, values)
 
     return _Renamed
+
+
+def add_attention_backend_flag(parser: argparse.ArgumentParser) -> None:
+    """--attention-backend, one of EngineConfig's names (docs/cuda.md)."""
+    from iterserve.config import ATTENTION_BACKEND_NAMES
+
+    parser.add_argument("--attention-backend", default="auto", choices=ATTENTION_BACKEND_NAMES,
+                        help="auto: native kernels on CPU, one batched attention call per "
+                             "layer on CUDA; torch: the per-request path; cpp: the native "
+                             "kernels (CPU); flex / varlen: the batched path with FlexAttention "
+                             "(any device, slow on CPU) / varlen flash attention (CUDA); "
+                             "default %(default)s")

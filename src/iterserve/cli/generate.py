@@ -9,6 +9,7 @@ from pathlib import Path
 from iterserve.cli.flag_types import (
     POSITIVE_INT,
     SEED,
+    add_attention_backend_flag,
     finite_float,
     int_at_least,
     non_empty,
@@ -69,6 +70,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="weights' number format (auto: what the checkpoint declares)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                         help="where the model runs (default cpu)")
+    add_attention_backend_flag(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object per output")
     parser.set_defaults(run=run)
 
@@ -104,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
             num_kv_blocks=args.num_kv_blocks, kv_cache_memory=args.kv_cache_memory,
             block_size=args.block_size, chunk_size=args.chunk_size,
             extra_policy_settings=tuple(dict(args.policy_setting).items()),
-            dtype=args.dtype, device=args.device,
+            dtype=args.dtype, device=args.device, attention_backend=args.attention_backend,
         )
     except ValueError as exc:
         raise FlagError(str(exc)) from None

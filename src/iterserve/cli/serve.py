@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from iterserve.cli.flag_types import add_attention_backend_flag
 from iterserve.cli.output_files import (
     OutputFileError,
     checked_output_file,
@@ -104,6 +105,7 @@ def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
                         help="weight and KV dtype (default: auto, the checkpoint's torch_dtype)")
     parser.add_argument("--device", default="cpu",
                         help="torch device, e.g. cpu or cuda:0 (default: %(default)s)")
+    add_attention_backend_flag(parser)
     parser.add_argument("--policy", default="vllm",
                         help="scheduling policy (default: %(default)s; "
                              "`iterserve policies` lists them)")
@@ -248,7 +250,7 @@ def build_config(args: argparse.Namespace, model_dir: Path) -> EngineConfig:
             policy=args.policy, max_num_batched_tokens=args.max_num_batched_tokens,
             max_num_seqs=args.max_num_seqs, num_kv_blocks=_num_kv_blocks(args, model_dir, dtype),
             block_size=args.block_size, dtype=dtype, device=args.device,
-            max_model_len=args.max_model_len, admission=args.admission, overload=args.overload,
+            attention_backend=args.attention_backend, max_model_len=args.max_model_len, admission=args.admission, overload=args.overload,
             max_live=args.max_live, cost_model=args.cost_model,
             # a server runs long: its whole pool is faulted in at start-up, as vLLM's is,
             # so no request's step stalls on a first touch (model/host_memory.py)

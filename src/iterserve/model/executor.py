@@ -31,10 +31,12 @@ from iterserve.engine.kv_residency import KvResidency
 from iterserve.engine.result_builder import ResultBuilder
 from iterserve.kv.config import BlockManagerConfig
 from iterserve.kv.results import SwapDirection
+from iterserve.model.decode_graphs import DecodeGraphs, static_forward
 from iterserve.model.kv_cache import PagedKVCache
 from iterserve.model.llama import PackedCausalLM
-from iterserve.model.packing import PackedBatch, pack
+from iterserve.model.packing import PackedBatch, host_arrays, pack
 from iterserve.model.sampling import Alternatives, SampleRow, sample_batch
+from iterserve.model.staging import HostStaging, upload_batch
 from iterserve.model.stopping import IncrementalDetokenizer, StopReason, token_stop_reason
 from iterserve.model.tokenizer import TextTokenizer
 from iterserve.records.frontier import emits
@@ -106,6 +108,7 @@ class TorchExecutor:
         timer: Callable[[], float] = time.perf_counter,
         commit_kv: bool = False,
         isolate_failures: bool = False,
+        decode_graphs: bool | None = None,
     ) -> None:
         """``time_scale`` converts the timer's seconds to the run's clock (ms by
         default). ``timer`` is the wall clock; a calibration on a shared machine
@@ -115,10 +118,19 @@ class TorchExecutor:
         become resident as rows first reach them. ``isolate_failures``: a
         request's own failure fails its work only, for a caller that takes
         the failures after each step (``take_failures``) and aborts them;
-        else every exception propagates, as a profiling run wants."""
+        else every exception propagates, as a profiling run wants.
+        ``decode_graphs``: replay decode-only steps from CUDA graphs
+        (model/decode_graphs.py); None: on the batched attention path on
+        CUDA. The pool then has one scratch block past ``num_blocks`` that
+        the block manager never hands out."""
         self.model = model
         self.tokenizer = tokenizer
-        self.cache = model.allocate_cache(num_blocks, block_size, commit=commit_kv)
+        if decode_graphs is None:
+            decode_graphs = model.batched_attention and model.device.type == "cuda"
+        if decode_graphs and not model.batched_attention:
+            raise ValueError("decode graphs run on the batched attention path only")
+        self.cache = model.allocate_cache(num_blocks + int(decode_graphs), block_size,
+                                          commit=commit_kv)
         self.host_cache = None  # the host swap pool always lives in CPU memory
         if num_host_blocks:
             self.host_cache = PagedKVCache.allocate(model.config, num_host_blocks, block_size,
@@ -134,6 +146,13 @@ class TorchExecutor:
         self._last_end: float | None = None  # wall time the previous iteration ended
         self._failures: dict[str, BaseException] = {}  # request id -> its own failure
         self.isolate_failures = isolate_failures
+        #: the batched attention path's one upload per step (model/staging.py)
+        self._staging = HostStaging(model.device) if model.batched_attention else None
+        self.decode_graphs: DecodeGraphs | None = None
+        if decode_graphs and self._staging is not None:
+            self.decode_graphs = DecodeGraphs(static_forward(model, self.cache), self.cache,
+                                              num_blocks, self._staging,
+                                              model.config.vocab_size)
 
     def take_failures(self) -> dict[str, BaseException]:
         """The requests whose own work failed since the last call (FailureSource)."""
@@ -250,12 +269,7 @@ class TorchExecutor:
 
     def _run(self, segments: list[tuple[_Segment, WorkItem]]) -> dict[str, _Sampled]:
         only = [segment for segment, _ in segments]
-        batch = pack(only, self.cache.block_size, self.model.device)
-        if any(segment.all_logits for segment in only):
-            logits = self._forward_with_prompt_logprobs(batch, only)
-        else:
-            logits = self.model.forward(batch, self.cache)
-        self.num_computed_rows += batch.num_rows
+        logits = self._logits(only)
         rows, sampling_ids = [], []
         for segment, work in segments:
             if segment.sample:
@@ -266,6 +280,27 @@ class TorchExecutor:
         sampled = sample_batch(logits, rows, self._eos)
         return dict(zip(sampling_ids, zip(sampled.token_ids, sampled.logprobs,
                                           sampled.alternatives, strict=True), strict=True))
+
+    def _logits(self, segments: list[_Segment]) -> torch.Tensor:
+        """The sampling rows' logits: per-request path (pack, forward), or
+        the batched one (one upload; a decode graph where one fits). Counts
+        the rows computed."""
+        block_size = self.cache.block_size
+        if self._staging is None:
+            batch = pack(segments, block_size, self.model.device)
+        else:
+            host = host_arrays(segments, block_size)
+            wants_all = any(segment.all_logits for segment in segments)
+            if self.decode_graphs is not None and not wants_all:
+                logits = self.decode_graphs.run(host)
+                if logits is not None:
+                    self.num_computed_rows += len(host.query_lens)  # one row each
+                    return logits
+            batch = upload_batch(host, self.cache.num_blocks, self._staging)
+        self.num_computed_rows += batch.num_rows
+        if any(segment.all_logits for segment in segments):
+            return self._forward_with_prompt_logprobs(batch, segments)
+        return self.model.forward(batch, self.cache)
 
     def _forward_with_prompt_logprobs(self, batch: PackedBatch,
                                       segments: list[_Segment]) -> torch.Tensor:

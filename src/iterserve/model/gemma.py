@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import torch
 
-from iterserve.model.attention import AttentionMetadata
 from iterserve.model.kv_cache import PagedKVCache
-from iterserve.model.llama import PackedCausalLM, _rms_norm
+from iterserve.model.llama import Attending, PackedCausalLM, _rms_norm
 from iterserve.model.packing import PackedBatch
 from iterserve.model.projection import linear
 from iterserve.model.rope import RotaryTables, rotary_tables
@@ -34,7 +33,7 @@ class PackedGemmaLM(PackedCausalLM):
     """PackedCausalLM with Gemma's layer (see the module docstring)."""
 
     def _layers(self, residual: torch.Tensor, batch: PackedBatch, cache: PagedKVCache,
-                metadata: AttentionMetadata, tables: RotaryTables
+                metadata: Attending, tables: RotaryTables
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         config = self.config
         eps, local_layers = config.rms_norm_eps, config.variant.local_rope_layers

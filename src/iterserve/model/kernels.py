@@ -36,10 +36,14 @@ from iterserve.model import cache_dir
 logger = logging.getLogger(__name__)
 
 #: "auto": the kernel when it is built or buildable (a CPU model in a kernel
-#: dtype), else torch with one warning; "torch": gather + SDPA; "cpp": the
-#: kernel or an error. The kernel attends every segment, not only decode rows
+#: dtype), the batched FlexAttention path on an accelerator, else torch with
+#: one warning; "torch": gather + SDPA (the per-request reference); "cpp": the
+#: kernel or an error; "flex": the batched path (model/batched_attention.py)
+#: on any device (on the CPU it runs eagerly: for tests, not for speed);
+#: "varlen": torch's varlen flash attention over the block tables
+#: (model/varlen_attention.py), CUDA only. The kernel attends every segment, not only decode rows
 #: (the names `in_place_decode` / `load_paged_decode` predate chunk support).
-ATTENTION_BACKENDS = ("auto", "torch", "cpp")
+ATTENTION_BACKENDS = ("auto", "torch", "cpp", "flex", "varlen")
 KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 #: The extension's sources: in-place paged attention, fused element-wise ops.
 SOURCES = tuple(Path(__file__).with_name("csrc") / name
@@ -136,7 +140,7 @@ def resolve_in_place_decode(backend: str, dtype: torch.dtype,
     where "auto" falls back (the build failure is logged once)."""
     if backend not in ATTENTION_BACKENDS:
         raise ValueError(f"attention_backend {backend!r} unknown; use one of {ATTENTION_BACKENDS}")
-    if backend == "torch":
+    if backend in ("torch", "flex", "varlen"):
         return None
     is_supported = device.type == "cpu" and dtype in KERNEL_DTYPES
     if backend == "cpp" and not is_supported:
@@ -150,3 +154,11 @@ def resolve_in_place_decode(backend: str, dtype: torch.dtype,
         if backend == "cpp":
             raise
         return None
+
+
+def uses_batched_attention(backend: str, device: torch.device) -> bool:
+    """Whether a model with `backend` on `device` attends through
+    model/batched_attention.py: "flex" anywhere, "auto" off the CPU."""
+    if backend not in ATTENTION_BACKENDS:
+        raise ValueError(f"attention_backend {backend!r} unknown; use one of {ATTENTION_BACKENDS}")
+    return backend == "flex" or (backend == "auto" and device.type != "cpu")

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention.flex_attention import flex_attention
 
 from iterserve.model.attention import (
     MAX_DECODE_GROUPS,
@@ -34,8 +35,14 @@ from iterserve.model.attention import (
     InPlaceRows,
     paged_attention,
 )
+from iterserve.model.batched_attention import (
+    QUERY_TILE_ROWS,
+    FlexCall,
+    FlexLayout,
+    batched_paged_attention,
+)
 from iterserve.model.config import ModelConfig
-from iterserve.model.kernels import resolve_in_place_decode
+from iterserve.model.kernels import resolve_in_place_decode, uses_batched_attention
 from iterserve.model.kv_cache import PagedKVCache
 from iterserve.model.packing import PackedBatch
 from iterserve.model.projection import (
@@ -52,7 +59,9 @@ from iterserve.model.rope import (
     model_inverse_frequencies,
     rotary_tables,
 )
+from iterserve.model.staging import layout_for
 from iterserve.model.variant_ops import gated, scaled_embedding, softcapped
+from iterserve.model.varlen_attention import VarlenLayout, varlen_paged_attention
 from iterserve.model.weights import LayerWeights, ModelWeights
 
 
@@ -97,7 +106,18 @@ class PackedCausalLM:
             if attention_backend == "cpp":
                 raise ValueError("attention_backend 'cpp' cannot soft-cap attention scores "
                                  f"({config.architecture}); use 'auto' or 'torch'")
-            attention_backend = "torch"
+            if attention_backend == "varlen":
+                raise ValueError("attention_backend 'varlen' cannot soft-cap attention scores "
+                                 f"({config.architecture}); use 'auto', 'flex' or 'torch'")
+            if attention_backend != "flex":
+                attention_backend = "torch"
+        if attention_backend == "varlen" and self.device.type != "cuda":
+            raise ValueError("attention_backend 'varlen' runs on CUDA only")
+        #: torch's varlen flash attention over the block tables (model/varlen_attention.py)
+        self.varlen_attention = attention_backend == "varlen"
+        #: One attention call per layer for the whole batch (model/batched_attention.py).
+        self.batched_attention = uses_batched_attention(attention_backend, self.device)
+        self._flex_call = flex_call(self.device) if self.batched_attention else None
         self.native_ops = resolve_in_place_decode(attention_backend, self.dtype, self.device)
         #: Multi-row chunks to the kernel too: where it runs them on the AMX tile
         #: unit (bf16), one call per layer for the whole batch beats SDPA per chunk.
@@ -141,15 +161,13 @@ class PackedCausalLM:
         `batch.sample_rows`, in that order. Writes the batch's K/V rows into `cache`."""
         self._check_batch(batch, cache)
         with torch.inference_mode():
-            metadata = AttentionMetadata.build(batch, self.config.sliding_windows,
-                                               self.max_decode_groups, self.dtype,
-                                               self.native_ops, self.chunks_in_place)
+            metadata = self._attention_metadata(batch, cache)
             tables = rotary_tables(batch.positions, self._inv_freq, self.dtype,
                                    self.config.rope_attention_scaling)
             residual = scaled_embedding(
                 F.embedding(self._row_padded(batch.token_ids), self.weights.embed_tokens),
                 self.config.variant.embedding_multiplier)
-            in_place = metadata.in_place
+            in_place = metadata.in_place if isinstance(metadata, AttentionMetadata) else None
             update: torch.Tensor | None  # the last sublayer's output, not yet added
             if (self._native_layers is not None and in_place is not None
                     and in_place.rows is None):
@@ -165,8 +183,19 @@ class PackedCausalLM:
 
     __call__ = forward
 
+    def _attention_metadata(self, batch: PackedBatch, cache: PagedKVCache) -> Attending:
+        """The per-forward attention descriptors: the batched layout (built by
+        the packer, else here) or the per-request path's metadata."""
+        if self.varlen_attention:
+            return VarlenLayout.from_batch(batch)
+        if self.batched_attention:
+            return batch.flex if batch.flex is not None else layout_for(batch, cache.num_blocks)
+        return AttentionMetadata.build(batch, self.config.sliding_windows,
+                                       self.max_decode_groups, self.dtype,
+                                       self.native_ops, self.chunks_in_place)
+
     def _layers(self, residual: torch.Tensor, batch: PackedBatch, cache: PagedKVCache,
-                metadata: AttentionMetadata, tables: RotaryTables
+                metadata: Attending, tables: RotaryTables
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The layer loop, op by op: the residual stream and the last MLP
         output, not yet added (None without layers)."""
@@ -302,7 +331,7 @@ class PackedCausalLM:
         normed: torch.Tensor,
         batch: PackedBatch,
         cache: PagedKVCache,
-        metadata: AttentionMetadata,
+        metadata: Attending,
         tables: RotaryTables,
     ) -> torch.Tensor:
         """QKV projection, RoPE, K/V written to the pool, attention: [Q, H * D]
@@ -329,11 +358,48 @@ class PackedCausalLM:
         else:  # one call on one thread: no thread hand-off for a few rows, unlike index_copy_
             self.native_ops.write_kv(cache.key_pools[index], cache.value_pools[index],
                                      batch.slot_mapping, keys, values)
-        attended = paged_attention(query, keys, values, cache.key_pools[index],
-                                   cache.value_pools[index], metadata,
-                                   config.sliding_windows[index], config.variant.attention_scale,
-                                   config.variant.attn_logit_softcap)
+        if isinstance(metadata, VarlenLayout):
+            attended = varlen_paged_attention(query, cache.key_pools[index],
+                                              cache.value_pools[index], metadata,
+                                              config.sliding_windows[index],
+                                              config.variant.attention_scale)
+        elif isinstance(metadata, FlexLayout):
+            assert self._flex_call is not None
+            attended = batched_paged_attention(
+                query, cache.key_pools[index], cache.value_pools[index], metadata,
+                config.sliding_windows[index], config.variant.attention_scale,
+                config.variant.attn_logit_softcap, self._flex_call,
+                flex_kernel_options(self.device, metadata.block_size))
+        else:
+            attended = paged_attention(query, keys, values, cache.key_pools[index],
+                                       cache.value_pools[index], metadata,
+                                       config.sliding_windows[index],
+                                       config.variant.attention_scale,
+                                       config.variant.attn_logit_softcap)
         return attended if width == num_rows else F.pad(attended, (0, 0, 0, width - num_rows))
+
+
+#: what the layers attend with: the batched layout or the per-request metadata
+Attending = AttentionMetadata | FlexLayout | VarlenLayout
+
+
+def flex_call(device: torch.device) -> FlexCall:
+    """flex_attention compiled for an accelerator (its eager form
+    materialises every score and is for the CPU tests only); the compiled
+    function is the model's own, compiled on first use."""
+    if device.type == "cpu":
+        return flex_attention
+    return torch.compile(flex_attention, dynamic=True)
+
+
+def flex_kernel_options(device: torch.device, block_size: int) -> dict[str, int | bool] | None:
+    """Tile sizes of the compiled kernel: its row tile is the layout's query
+    tile and its key tile one cache block, as the block mask is cut. Always
+    the main kernel: the flex-decoding one (chosen for under 128 query rows)
+    takes all rows as one query block, and ours differ per 16-row tile."""
+    if device.type == "cpu":
+        return None
+    return {"BLOCK_M": QUERY_TILE_ROWS, "BLOCK_N": block_size, "FORCE_USE_FLEX_ATTENTION": True}
 
 
 def _qk_normed(qkv: torch.Tensor, layer: LayerWeights, config: ModelConfig) -> torch.Tensor:

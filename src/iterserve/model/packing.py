@@ -20,6 +20,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from iterserve.model.batched_attention import FlexLayout
 from iterserve.records.kv_abi import blocks_for
 
 
@@ -102,6 +103,9 @@ class PackedBatch:
     block_size: int
     max_block_id: int
     max_token_id: int
+    #: the batched attention layout (model/batched_attention.py) when the
+    #: packer built it; a model on that path builds it itself otherwise
+    flex: FlexLayout | None = None
 
     @property
     def num_segments(self) -> int:
@@ -122,6 +126,59 @@ def pack(
     Raises ValueError when there are no segments, a segment has no rows or
     a block table does not cover its segment's rows.
     """
+    host = host_arrays(segments, block_size)
+
+    def as_tensor(values: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(values).to(device)
+
+    return host.batch([as_tensor(values) for values in host.arrays()])
+
+
+@dataclass(frozen=True, slots=True)
+class HostPack:
+    """The numpy form of a PackedBatch (int64 arrays, same names) before it
+    reaches the device, with the host copies PackedBatch keeps."""
+
+    token_ids: np.ndarray
+    positions: np.ndarray
+    request_offsets: np.ndarray
+    block_tables: np.ndarray
+    slot_mapping: np.ndarray
+    context_lens: np.ndarray
+    sample_rows: np.ndarray
+    num_blocks: np.ndarray
+    query_lens: np.ndarray
+    sample_segments: np.ndarray
+    block_size: int
+    max_block_id: int
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """The arrays that become PackedBatch tensors, in its field order."""
+        return (self.token_ids, self.positions, self.request_offsets, self.block_tables,
+                self.slot_mapping, self.context_lens, self.sample_rows)
+
+    def batch(self, tensors: Sequence[torch.Tensor],
+              flex: FlexLayout | None = None) -> PackedBatch:
+        """The PackedBatch whose tensors are `tensors` (`arrays()` on the device)."""
+        token_ids, positions, offsets, tables, slots, starts, sample_rows = tensors
+        return PackedBatch(
+            token_ids=token_ids, positions=positions, request_offsets=offsets,
+            block_tables=tables, slot_mapping=slots, context_lens=starts,
+            sample_rows=sample_rows,
+            query_lens=tuple(self.query_lens.tolist()),
+            starts=tuple(self.context_lens.tolist()),
+            num_blocks=tuple(self.num_blocks.tolist()),
+            sample_segments=tuple(self.sample_segments.tolist()),
+            block_size=self.block_size,
+            max_block_id=self.max_block_id,
+            max_token_id=int(self.token_ids.max()),
+            flex=flex,
+        )
+
+
+def host_arrays(segments: Sequence[SegmentRows], block_size: int) -> HostPack:
+    """Every field of the batch as one numpy operation over the whole batch
+    (no per-row Python); raises as `pack` does."""
     if not segments:
         raise ValueError("pack needs at least one segment")
     if block_size < 1:
@@ -145,26 +202,11 @@ def pack(
     tables[np.arange(tables.shape[1]) < num_blocks[:, None]] = flat_blocks  # row-major fill
     slots = tables[segment_of_row, positions // block_size] * block_size + positions % block_size
     samples = np.fromiter((s.sample for s in segments), bool, num_segments)
-
-    def as_tensor(values: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(values).to(device)
-
-    return PackedBatch(
-        token_ids=as_tensor(token_ids),
-        positions=as_tensor(positions),
-        request_offsets=as_tensor(offsets),
-        block_tables=as_tensor(tables),
-        slot_mapping=as_tensor(slots),
-        context_lens=as_tensor(starts),
-        sample_rows=as_tensor(offsets[1:][samples] - 1),
-        query_lens=tuple(query_lens.tolist()),
-        starts=tuple(starts.tolist()),
-        num_blocks=tuple(num_blocks.tolist()),
-        sample_segments=tuple(np.flatnonzero(samples).tolist()),
-        block_size=block_size,
-        max_block_id=int(flat_blocks.max()),
-        max_token_id=int(token_ids.max()),
-    )
+    return HostPack(
+        token_ids=token_ids, positions=positions, request_offsets=offsets, block_tables=tables,
+        slot_mapping=slots, context_lens=starts, sample_rows=offsets[1:][samples] - 1,
+        num_blocks=num_blocks, query_lens=query_lens, sample_segments=np.flatnonzero(samples),
+        block_size=block_size, max_block_id=int(flat_blocks.max()))
 
 
 def _check_block_tables(segments: Sequence[SegmentRows], ends: np.ndarray,

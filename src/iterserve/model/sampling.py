@@ -100,7 +100,12 @@ def sample_batch(logits: torch.Tensor, rows: Sequence[SampleRow],
         token_ids = token_ids.index_copy(0, index, drawn.to(token_ids.device))
     log_probs = torch.log_softmax(raw, dim=-1)
     logprobs = log_probs.gather(1, token_ids[:, None])[:, 0]
-    return SampledBatch(token_ids.tolist(), logprobs.tolist(), _alternatives(log_probs, rows))
+    if logits.device.type == "cpu":
+        return SampledBatch(token_ids.tolist(), logprobs.tolist(), _alternatives(log_probs, rows))
+    # off the CPU: ids and logprobs come back in one device-to-host copy (float64
+    # holds every token id exactly), the step's one sync
+    ids, values = torch.stack((token_ids.double(), logprobs.double())).tolist()
+    return SampledBatch([int(i) for i in ids], values, _alternatives(log_probs, rows))
 
 
 def _processed(logits: torch.Tensor, rows: Sequence[SampleRow],
