@@ -24,13 +24,10 @@ def test_commit_kv_takes_only_a_bool_or_none() -> None:
 
 
 def test_the_server_commits_its_pool_however_it_is_sized(tmp_path) -> None:
-    import argparse
-
+    from iterserve.cli.main import build_parser
     from iterserve.cli.serve import build_config
 
-    args = argparse.Namespace(
-        policy="vllm", max_num_batched_tokens=512, max_num_seqs=8, kv_cache_memory=None,
-        num_kv_blocks=None, block_size=16, dtype="float32", device="cpu", max_model_len=None,
-        admission="none", overload="accept-all", max_live=None, cost_model=None,
-        policy_setting=[])
+    # the real parser: a hand-made namespace misses every flag added later
+    args = build_parser().parse_args(["serve", str(tmp_path), "--max-num-seqs", "8",
+                                      "--dtype", "float32"])
     assert build_config(args, tmp_path).commits_kv()
