@@ -113,3 +113,21 @@ def test_two_spellings_of_one_field_are_refused() -> None:
     with pytest.raises(WorkloadError, match="capacity.token_budget and "
                                             "capacity.max_num_batched_tokens are one field"):
         parse_workload(doc)
+
+
+def test_the_cli_names_an_older_field_in_one_line_and_runs(tmp_path: Path, capsys) -> None:
+    import warnings
+
+    doc = json.loads((EXAMPLES / "abc_fixture.json").read_text())
+    doc["capacity"] = {"token_budget": 2, "sequence_budget": 2}
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", RenamedWarning)  # the suite makes it an error
+        code = main(["simulate", "--workload", str(tmp_path / "old.json"), "--policy", "refill",
+                     "--out", str(tmp_path / "out"), "--no-plots"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 0
+    assert err == ["iterserve: warning: workload field capacity.token_budget is deprecated; "
+                   "write capacity.max_num_batched_tokens",
+                   "iterserve: warning: workload field capacity.sequence_budget is deprecated; "
+                   "write capacity.max_num_seqs"]

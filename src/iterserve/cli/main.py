@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Sequence
+from typing import TextIO
 
 from iterserve.admission.overload import OverloadConfigError
 from iterserve.cli import (
@@ -45,6 +47,7 @@ from iterserve.plan.feasibility import InfeasibleRun
 from iterserve.policies.registry import UnknownPolicy
 from iterserve.policies.settings import PolicyConfigError
 from iterserve.records.errors import ContractViolation
+from iterserve.records.vocabulary import RenamedWarning
 from iterserve.records.workload import WorkloadError
 from iterserve.sim.follower import FollowerError
 from iterserve.sim.replay import ReplayDivergence
@@ -77,6 +80,25 @@ def build_parser() -> OneLineParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    with warnings.catch_warnings():  # the hook is this call's, not the process's
+        warnings.showwarning = _show_warning
+        return _main(argv)
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: TextIO | None = None, line: str | None = None) -> None:
+    """An older name a user wrote is one line naming the new one, not a
+    warning with a source path and line of iterserve's."""
+    if issubclass(category, RenamedWarning):
+        print(f"iterserve: warning: {message}", file=sys.stderr)
+        return
+    _SHOW_WARNING(message, category, filename, lineno, file, line)
+
+
+_SHOW_WARNING = warnings.showwarning
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         args = build_parser().parse_args(argv)
     except UsageError as exc:
