@@ -83,7 +83,8 @@ class EngineConfig:
         return self.num_kv_blocks is not None or self.kv_cache_memory is not None
 
     def capacity(self) -> Capacity:
-        return Capacity(max_num_batched_tokens=self.max_num_batched_tokens, max_num_seqs=self.max_num_seqs)
+        return Capacity(max_num_batched_tokens=self.max_num_batched_tokens,
+                        max_num_seqs=self.max_num_seqs)
 
     def policy_settings(self) -> dict[str, object]:
         """The settings the policy is made with: every knob given (chunk_size,

@@ -85,7 +85,8 @@ def _load_executor(model_dir: str | Path, config: EngineConfig,
                        attention_backend=config.attention_backend)
     max_model_len = config.max_model_len or model.config.max_position_embeddings
     num_blocks = kv_pool_blocks(config, model, max_model_len)
-    model.warm(config.max_num_seqs, config.max_num_batched_tokens)  # no request waits on oneDNN's JIT
+    # no request waits on oneDNN's JIT
+    model.warm(config.max_num_seqs, config.max_num_batched_tokens)
     # a pool the user sized is committed now, as vLLM's VLLM_CPU_KVCACHE_SPACE is; one
     # sized from free memory (GiBs, mostly never reached) stays lazy unless asked
     executor = TorchExecutor(model, num_blocks, config.block_size, tokenizer,

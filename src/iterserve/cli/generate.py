@@ -102,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
     check_device(args.device)
     try:
         config = EngineConfig(
-            policy=args.policy, max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs,
+            policy=args.policy, max_num_batched_tokens=args.max_num_batched_tokens,
+            max_num_seqs=args.max_num_seqs,
             num_kv_blocks=args.num_kv_blocks, kv_cache_memory=args.kv_cache_memory,
             block_size=args.block_size, chunk_size=args.chunk_size,
             extra_policy_settings=tuple(dict(args.policy_setting).items()),

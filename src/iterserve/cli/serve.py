@@ -250,7 +250,8 @@ def build_config(args: argparse.Namespace, model_dir: Path) -> EngineConfig:
             policy=args.policy, max_num_batched_tokens=args.max_num_batched_tokens,
             max_num_seqs=args.max_num_seqs, num_kv_blocks=_num_kv_blocks(args, model_dir, dtype),
             block_size=args.block_size, dtype=dtype, device=args.device,
-            attention_backend=args.attention_backend, max_model_len=args.max_model_len, admission=args.admission, overload=args.overload,
+            attention_backend=args.attention_backend, max_model_len=args.max_model_len,
+            admission=args.admission, overload=args.overload,
             max_live=args.max_live, cost_model=args.cost_model,
             # a server runs long: its whole pool is faulted in at start-up, as vLLM's is,
             # so no request's step stalls on a first touch (model/host_memory.py)

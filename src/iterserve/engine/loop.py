@@ -54,7 +54,8 @@ def initial_state(workload: OnlineWorkload, capacity: CapacityFacts | None = Non
     cap = workload.capacity
     return SchedulerState(
         decision_id=0, state_version=0, now=0.0, waiting=(), running=(), suspended=(),
-        finished=(), views={}, max_num_batched_tokens=cap.max_num_batched_tokens, max_num_seqs=cap.max_num_seqs,
+        finished=(), views={}, max_num_batched_tokens=cap.max_num_batched_tokens,
+        max_num_seqs=cap.max_num_seqs,
         capacity=capacity or CapacityFacts(), rules=RunRules.of(workload), ledger=ledger,
     )
 

@@ -121,7 +121,8 @@ def measure_cell(executor: TorchExecutor, grid: ProfileGrid, num_sequences: int,
         executor.add_request(request_id, prompt, params, seed=index)
         specs.append(RequestSpec(request_id, index * gap_ms, num_prompt, num_output,
                                  prompt_token_ids=tuple(prompt)))
-    capacity = Capacity(max_num_batched_tokens=grid.max_num_batched_tokens, max_num_seqs=max(num_sequences, 1))
+    capacity = Capacity(max_num_batched_tokens=grid.max_num_batched_tokens,
+                        max_num_seqs=max(num_sequences, 1))
     workload = OnlineWorkload(f"profile-{tag}", "ms", capacity, tuple(specs))
     times = _IterationTimes()
     executor.reset_clock()

@@ -77,7 +77,8 @@ def fidelity_workload(vocab_size: int) -> OnlineWorkload:
     budget 256, on :data:`FIDELITY_KV` (seed 7)."""
     shape = PoissonShape(num_requests=200, rate_per_s=40.0, prompt_lens=(16, 96),
                          output_lens=(8, 24), vocab_size=vocab_size, seed=7)
-    return poisson_workload(shape, Capacity(max_num_batched_tokens=256, max_num_seqs=32), FIDELITY_KV)
+    capacity = Capacity(max_num_batched_tokens=256, max_num_seqs=32)
+    return poisson_workload(shape, capacity, FIDELITY_KV)
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,7 +98,8 @@ def formula_ledgers(f: SensitivityFixture) -> Ledgers:
     """F68-F71 evaluated directly (the oracle the runs must agree with)."""
     s, c = f.prompt_tokens, f.chunk_size
     starts = range(0, s, c)
-    room = min(f.num_decodes, max(f.max_num_batched_tokens - min(c, s), 0), max(f.max_num_seqs - 1, 0))
+    room = min(f.num_decodes, max(f.max_num_batched_tokens - min(c, s), 0),
+               max(f.max_num_seqs - 1, 0))
     return Ledgers(math.ceil(s / c), s * (s + 1) // 2, sum(starts), sum(starts) * f.bytes_per_row,
                    room, (f.reservation_ceiling_rows - f.reserved_rows) // f.forecast_rows,
                    aging_crossover_tick(f))
@@ -127,7 +128,8 @@ def workload_document(f: SensitivityFixture) -> dict[str, Any]:
               "max_output_tokens": 16, "client_id": "B", "priority": f.low_priority}
     return {
         "workload_id": "0x0E-sensitivity", "clock": "iteration",
-        "capacity": {"max_num_batched_tokens": f.max_num_batched_tokens, "max_num_seqs": f.max_num_seqs},
+        "capacity": {"max_num_batched_tokens": f.max_num_batched_tokens,
+                     "max_num_seqs": f.max_num_seqs},
         "requests": [*decodes, prompt],
         "fixture_only_hidden_truth": {"realized_output_tokens": {
             LONG_ID: f.hidden_output_tokens, **{d["request_id"]: 64 for d in decodes}}},

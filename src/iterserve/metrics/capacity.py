@@ -122,7 +122,8 @@ def batched_tokens_utilisation(
     if max_num_batched_tokens < 1:
         raise ValueError("max_num_batched_tokens must be >= 1")
     num_rows = sum(sum(field_values(iterations, name)) for name in _ROW_FIELDS)
-    return BudgetUse(TOKEN_BUDGET_UTILISATION_LABEL, num_rows, max_num_batched_tokens * len(iterations))
+    return BudgetUse(TOKEN_BUDGET_UTILISATION_LABEL, num_rows,
+                     max_num_batched_tokens * len(iterations))
 
 
 def sequence_slot_occupancy(

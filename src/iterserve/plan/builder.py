@@ -67,7 +67,8 @@ class PlanBuilder:
         self._blocks: dict[str, int] = {}  # id -> KV blocks its item charged, when any
         self._intents: list[QueueIntent] = []
         self._facts = state.capacity
-        self._max_num_batched_tokens = _tightened(state.max_num_batched_tokens, max_num_batched_tokens)
+        self._max_num_batched_tokens = _tightened(state.max_num_batched_tokens,
+                                                  max_num_batched_tokens)
         self.tokens_left = self._max_num_batched_tokens
         self.seqs_left = _tightened(state.max_num_seqs, max_num_seqs)
         self.num_blocks_free = state.capacity.num_blocks_free  # None: unbounded

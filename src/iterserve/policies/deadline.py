@@ -76,7 +76,8 @@ class DeadlineOrderedPolicy(PolicyBase[DeadlineConfig]):
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         seconds = seconds_per_unit(state.rules.clock, self.cost_model, self.policy_id)
         clock = DecisionClock(state.now * seconds, seconds,
-                              self.cost_model or default_cost_model(state.rules.clock), state.max_num_batched_tokens)
+                              self.cost_model or default_cost_model(state.rules.clock),
+                              state.max_num_batched_tokens)
         key_of = key_function(self.tie_break_key, state)
         queued = state.running + state.suspended + state.waiting
         live = [view for view in views_of(state, queued) if view.is_ready]

@@ -447,7 +447,8 @@ def write_metric_outputs(out_dir: Path, run: SimulationRun, workload: OnlineWork
         summary = summarize_timelines(
             observed, window, unit, label=label, preempt_modes=scan.preempt_modes(window),
             num_resumes=scan.num_resumes(window), iterations=recorder.iterations,
-            resources=recorder.samples, max_num_batched_tokens=workload.capacity.max_num_batched_tokens,
+            resources=recorder.samples,
+            max_num_batched_tokens=workload.capacity.max_num_batched_tokens,
             max_num_seqs=workload.capacity.max_num_seqs)
         latency = None
         if beside:
