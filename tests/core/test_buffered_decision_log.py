@@ -58,3 +58,20 @@ def test_flush_encodes_a_slice_at_a_time_in_order() -> None:
     assert len(num_lines) > 4
     assert deferred._lines == eager._lines
     assert not deferred.flush()
+
+
+def test_a_declaration_costs_its_own_requests_and_the_workload_holds_them_all() -> None:
+    """``Engine.submit`` appends (the step loop checks against the workload
+    the engine was made with); ``Engine.workload`` joins the declared
+    requests when read, once per change."""
+    workload = OnlineWorkload("online", "ms", Capacity(16, 4), ())
+    engine = Engine(workload, make_policy("vllm"), SimulatedExecutor(HiddenTruth({})))
+    declared = [RequestSpec(f"r{i}", float(i), 4, 2) for i in range(1000)]
+    for spec in declared:
+        engine.submit([spec])
+    assert engine.bound_workload.requests == ()  # nothing copied per declaration
+    assert engine.workload.requests == tuple(declared)
+    assert engine.workload is engine.workload  # joined once, not at every read
+    engine.submit([RequestSpec("late", 2000.0, 4, 2)])
+    assert engine.workload.requests[-1].request_id == "late"
+    assert len(engine.workload.requests) == 1001

@@ -101,7 +101,13 @@ class Engine:
         (:data:`~iterserve.records.view_delta.UNTRACKED`), for a run where no
         state check and no observer digests the states (a decision-log
         writer would re-read every view)."""
-        self.workload = bind_policy(workload, policy)
+        # the workload as made, bound to the policy: what every step checks
+        # against (its budgets and identity); requests declared later are kept
+        # apart (:meth:`submit`) and joined only when :attr:`workload` is read
+        self.bound_workload = bind_policy(workload, policy)
+        self._declared: list[RequestSpec] = []
+        self._joined: OnlineWorkload = self.bound_workload  # workload read last, and its size
+        self._num_joined = 0
         self.policy = policy
         self.executor = executor
         self.observers = list(observers)
@@ -119,10 +125,11 @@ class Engine:
             (workload.requests[i], rank) for rank, i in enumerate(order)
         ]
         self._next_arrival = 0
-        self.state = initial_state(self.workload, executor.capacity(), policy_ledger(policy))
+        self.state = initial_state(self.bound_workload, executor.capacity(),
+                                   policy_ledger(policy))
         if not view_deltas:
             self.state = dataclasses.replace(self.state, view_delta=UNTRACKED)
-        check_run(policy, self.workload, self.state.capacity)  # InfeasibleRun, before decision 0
+        check_run(policy, self.bound_workload, self.state.capacity)  # InfeasibleRun, before decision 0
         # prefix-hit facts are published only for a policy that reads them
         self._prefix_hits = (getattr(executor, "prefix_hits", None)
                              if getattr(policy, "uses_prefix_hits", False) else None)
@@ -132,6 +139,18 @@ class Engine:
     @property
     def is_done(self) -> bool:
         return not self.state.has_live and self._next_arrival == len(self._pending)
+
+    @property
+    def workload(self) -> OnlineWorkload:
+        """The run's workload: the one it was made with and every request
+        declared since (:meth:`submit`), in order. Built when read, so a
+        declaration costs its own requests, not the run's history."""
+        if self._num_joined != len(self._declared):
+            self._joined = dataclasses.replace(
+                self.bound_workload,
+                requests=self.bound_workload.requests + tuple(self._declared))
+            self._num_joined = len(self._declared)
+        return self._joined
 
     @property
     def last_arrival(self) -> float:
@@ -152,8 +171,7 @@ class Engine:
                 raise ValueError(f"{spec.request_id}: arrival {spec.arrival} precedes {last}")
             last = spec.arrival
             self._pending.append((spec, len(self._pending)))
-        self.workload = dataclasses.replace(
-            self.workload, requests=self.workload.requests + tuple(specs))
+        self._declared.extend(specs)
 
     def _publish_arrivals(self, now: float | None = None) -> None:
         """Publish arrivals due by the clock (or by ``now``, an idle jump).
@@ -246,7 +264,7 @@ class Engine:
         if self._state_check is not None:
             self._state_check.check(state)  # validate_state, unchanged views not re-read
         if self.validate:
-            validate_plan(self.workload, state, plan)
+            validate_plan(self.bound_workload, state, plan)
         if plan.is_empty and not _has_pending_preservation(state):
             if self._jump_to_next_arrival():
                 return True

@@ -110,7 +110,7 @@ class OnlineEngine:
         self._initial_capacity = executor.capacity()
         self._gate_record = None if engine_gate(gate) is None or gate is None else \
             GateRecord(gate.gate_id, gate.params())
-        self._log = BufferedDecisionLog(self.engine.workload, self._initial_capacity,
+        self._log = BufferedDecisionLog(self.engine.bound_workload, self._initial_capacity,
                                         gate=self._gate_record,
                                         policy_settings=settings_of(policy), executor=executor_name)
         self.engine.observers.append(self._log)
@@ -151,7 +151,7 @@ class OnlineEngine:
         """Refuse at submission what could never run (a clear error, not a stall)."""
         if num_prompt_tokens < 1:
             raise RequestRefused("the prompt is empty")
-        budget = self.engine.workload.capacity.max_num_batched_tokens
+        budget = self.engine.bound_workload.capacity.max_num_batched_tokens
         if getattr(self.engine.policy, "whole_prompt_prefill", False) and \
                 num_prompt_tokens > budget:  # such a prompt would wait forever (0x0E)
             raise RequestRefused(
@@ -174,7 +174,7 @@ class OnlineEngine:
         alone (as ``LLM.generate`` runs it): ``InfeasibleRun`` before any of
         it runs (``plan/feasibility.py``)."""
         specs = tuple(RequestSpec(f"batch-{i}", 0.0, p, m) for i, (p, m) in enumerate(requests))
-        workload = dataclasses.replace(self.engine.workload, requests=specs)
+        workload = dataclasses.replace(self.engine.bound_workload, requests=specs)
         check_run(self.engine.policy, workload, self._initial_capacity)
 
     def add_request(self, prompt_token_ids: Sequence[int], params: SamplingParams,
