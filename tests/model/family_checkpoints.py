@@ -17,17 +17,11 @@ import shutil
 from pathlib import Path
 
 import torch
+from model_helpers import TINY_SHAPE
 
 COMMON = {
-    "vocab_size": 320,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 3,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
+    **TINY_SHAPE,
     "head_dim": 16,
-    "max_position_embeddings": 256,
-    "rms_norm_eps": 1e-5,
     "initializer_range": 0.2,
     "pad_token_id": 0,
     "bos_token_id": 1,

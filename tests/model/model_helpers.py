@@ -14,6 +14,19 @@ from iterserve.model.packing import SegmentSpec, pack
 
 ATOL = 1e-4  # float32 packed vs transformers reference
 
+#: the shape every tiny test checkpoint of a family shares (3 layers, hidden
+#: 64, 4 query / 2 KV heads); each family's config adds what sets it apart
+TINY_SHAPE = {
+    "vocab_size": 320,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 256,
+    "rms_norm_eps": 1e-5,
+}
+
 
 def reference_logits(reference, token_ids: Sequence[int]) -> torch.Tensor:
     """transformers logits [len, V] for one request alone, full sequence."""

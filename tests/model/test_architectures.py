@@ -10,22 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from model_helpers import assert_random_mix_matches
+from model_helpers import TINY_SHAPE, assert_random_mix_matches
 
 from iterserve.model.loader import load_model
 
 pytestmark = pytest.mark.slow
 
-COMMON = {
-    "vocab_size": 320,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 3,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 256,
-    "rms_norm_eps": 1e-5,
-}
+COMMON = TINY_SHAPE
 
 
 #: Short original lengths so that every variant moves the frequencies the

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from server_helpers import free_port
+from server_helpers import free_port, wait_up
 
 from iterserve.sim.replay import replay
 
@@ -28,18 +28,6 @@ def _serve(tiny_dir: Path, port: int, *flags: str) -> subprocess.Popen:
         [sys.executable, "-m", "iterserve.cli.main", "serve", str(tiny_dir), "--port", str(port),
          "--served-model-name", "tiny", "--num-kv-blocks", "64", *flags],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _wait_up(base_url: str, proc: subprocess.Popen, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.communicate()
-        try:
-            if httpx.get(base_url + "/health", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            time.sleep(0.1)
-    raise AssertionError("the server did not come up")
 
 
 def _connect(port: int) -> socket.socket:
@@ -77,7 +65,7 @@ def limited(tiny_dir: Path) -> Iterator[tuple[str, int, subprocess.Popen]]:
                   "--body-timeout", "1", "--keep-alive-timeout", "1", "--max-connections", "600")
     base_url = f"http://127.0.0.1:{port}"
     try:
-        _wait_up(base_url, proc)
+        wait_up(base_url, proc)
         yield base_url, port, proc
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -165,7 +153,7 @@ def test_sigterm_with_a_stalled_body_exits_within_the_drain_timeout(tiny_dir, tm
                   "--event-log", str(events))
     base_url = f"http://127.0.0.1:{port}"
     try:
-        _wait_up(base_url, proc)
+        wait_up(base_url, proc)
         assert httpx.post(base_url + "/v1/completions", json={
             "model": "tiny", "prompt": "hello", "max_tokens": 3}).status_code == 200
         stalled = _stalled_body(port, key=None)
@@ -208,7 +196,7 @@ def test_a_second_sigterm_cuts_the_drain_short_and_still_writes_the_logs(tiny_di
             pass
 
     try:
-        _wait_up(base_url, proc)
+        wait_up(base_url, proc)
         reader = threading.Thread(target=stream)
         reader.start()
         while len(lines) < 3:
@@ -364,7 +352,7 @@ def test_a_server_out_of_descriptors_logs_once_and_recovers(tiny_dir) -> None:
     base_url = f"http://127.0.0.1:{port}"
     held: list[socket.socket] = []
     try:
-        _wait_up(base_url, proc)
+        wait_up(base_url, proc)
         for _ in range(400):  # past the cap (192) and past the descriptors
             try:
                 held.append(_connect(port))

@@ -13,21 +13,9 @@ import time
 
 import httpx
 import pytest
-from server_helpers import free_port
+from server_helpers import free_port, wait_up
 
 from iterserve.sim.replay import replay
-
-
-def _wait_up(base_url: str, proc: subprocess.Popen, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-        try:
-            if httpx.get(base_url + "/health", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            time.sleep(0.1)
-    raise AssertionError("the server did not come up")
 
 
 @pytest.mark.slow
@@ -42,7 +30,7 @@ def test_sigterm_drains_aborts_and_exits_zero(tiny_dir, tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     base_url = f"http://127.0.0.1:{port}"
     try:
-        _wait_up(base_url, proc)
+        wait_up(base_url, proc)
         lines: list[str] = []
         body = {"model": "tiny", "prompt": "a very long story", "max_tokens": 4000,
                 "temperature": 0.0, "ignore_eos": True, "stream": True}
