@@ -180,8 +180,7 @@ def test_completions_emit_stop_and_earn_service_by_the_frontier(
 
 def test_the_derived_helpers_agree_with_the_spec_numbers() -> None:
     # p = 8: decode at c = 10 after 3 outputs; rebuild below it; prefill before output 1
-    assert F.is_decode_step(8, 3, 10) and not F.is_decode_step(8, 3, 9)
-    assert not F.is_decode_step(8, 0, 7)
+    assert F.decode_steps([8, 8, 8], [3, 3, 0], [10, 9, 7]) == [True, False, False]
     assert [F.num_decode_rows_done(e) for e in (0, 1, 2, 5)] == [0, 0, 1, 4]
     assert F.rows_held_after_outputs(8, 1) == 8 and F.rows_held_after_outputs(8, 4) == 11
     assert F.rows_of_sequence_left(8, 3, 4) == 7 and F.rows_of_sequence_left(8, 0, 8) == 0
@@ -199,7 +198,7 @@ def test_the_derived_helpers_agree_with_the_spec_numbers() -> None:
 def test_the_derived_helpers_agree_with_next_kind(pec: tuple[int, int, int]) -> None:
     p, e, c = pec
     kind = F.next_kind(p, e, c)
-    assert F.is_decode_step(p, e, c) is (kind is DECODE)
+    assert F.decode_steps([p], [e], [c]) == [kind is DECODE]
     rows, _ = F.next_interval(p, e, c, 10_000)
     if rows:
         assert F.interval_emits(p, e, c, c + rows) is F.emits(kind, p, c + rows)
@@ -213,5 +212,5 @@ def test_the_column_forms_agree_with_the_row_forms(pecs: list[tuple[int, int, in
     from iterserve.records.kv_abi import blocks_opened, opens_block
 
     ps, es, cs = ([pec[i] for pec in pecs] for i in range(3))
-    assert F.decode_steps(ps, es, cs) == [F.is_decode_step(*pec) for pec in pecs]
+    assert F.decode_steps(ps, es, cs) == [F.next_kind(*pec) is DECODE for pec in pecs]
     assert opens_block(cs, size) == [blocks_opened(c, 1, size) == 1 for c in cs]

@@ -124,7 +124,7 @@ class PlanBuilder:
     def add_decode_rows(self, views: list[RequestView], start: int,
                         skip: Callable[[RequestView], bool] | None = None) -> int:
         """The running pass's batched path: from ``views[start]`` on, give
-        each request in a plain decode step (0x01A: :func:`frontier.is_decode_step`) its
+        each request in a plain decode step (0x01A: :func:`frontier.decode_steps`) its
         one row, exactly as :meth:`add_if_fits` with one row would, and stop
         at the first view that needs more than that (another kind of
         interval, budgets spent, or a KV shortfall that may preempt). A

@@ -65,15 +65,10 @@ def next_kind(p: int, e: int, c: int) -> WorkKind:
     return DECODE if c == p + e - 1 else REBUILD
 
 
-def is_decode_step(p: int, e: int, c: int) -> bool:
-    """Whether the next interval is a plain decode row (``next_kind`` is
-    DECODE), written out for the plan builder's per-view loop."""
-    return e != 0 and c == p + e - 1
-
-
 def decode_steps(p: Iterable[int], e: Iterable[int], c: Iterable[int]) -> list[bool]:
-    """:func:`is_decode_step` of each ``(p[i], e[i], c[i])``, with no
-    Python-level call per request (the plan builder's running pass)."""
+    """Whether :func:`next_kind` of each ``(p[i], e[i], c[i])`` is DECODE
+    (``e >= 1`` and ``c == p + e - 1``), with no Python-level call per
+    request (the plan builder's running pass)."""
     return list(map(and_, map(truth, e), map(eq, c, map(sub, map(add, p, e), repeat(1)))))
 
 

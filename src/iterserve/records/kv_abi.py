@@ -140,7 +140,7 @@ def blocks_opened_total(starts: Sequence[int], ends: Sequence[int], widths: tupl
     interval opens a block exactly when it starts on a block boundary, so
     all-decode work counts those."""
     if widths.count(1) == len(widths):
-        return tuple(map(mod, starts, repeat(block_size))).count(0)
+        return opens_block(starts, block_size).count(True)
     return (sum(map(floordiv, map(neg, starts), repeat(block_size)))
             - sum(map(floordiv, map(neg, ends), repeat(block_size))))
 
