@@ -38,11 +38,7 @@ from typing import Any
 from iterserve.records.input_files import MAX_DOCUMENT_BYTES, read_input_bytes
 from iterserve.records.kv_abi import kv_row_abi_from_hf_config
 from iterserve.records.limits import MAX_BYTES_PER_ROW
-from iterserve.records.preemption import (
-    DEPRECATED_SWAP_NAME,
-    PreemptionMode,
-    parse_kv_preemption_mode,
-)
+from iterserve.records.preemption import DEPRECATED_SWAP_NAME, parse_kv_preemption_mode
 from iterserve.records.spec import (
     Capacity,
     FairnessSpec,
@@ -153,9 +149,8 @@ def _with_current_names(raw: Any) -> Any:
     if isinstance(kv, dict) and (any(old in kv for old in KV_RENAMES)
                                  or kv.get("preemption_mode") == DEPRECATED_SWAP_NAME):
         kv = _renamed(dict(kv), KV_RENAMES, "kv")
-        if kv.get("preemption_mode") == DEPRECATED_SWAP_NAME:
-            warn_renamed("workload kv.preemption_mode 'preserve'", "'swap'")
-            kv["preemption_mode"] = PreemptionMode.SWAP.value
+        if kv.get("preemption_mode") == DEPRECATED_SWAP_NAME:  # the one reader warns
+            kv["preemption_mode"] = parse_kv_preemption_mode(DEPRECATED_SWAP_NAME).value
         out["kv"] = kv
     return out
 
@@ -176,6 +171,12 @@ def _with_setting(raw: dict[str, Any], name: str, value: Any) -> dict[str, Any]:
     settings = raw.get("policy_settings", {})
     if not isinstance(settings, dict):
         raise WorkloadError("workload: policy_settings: must be an object")
+    return _with_legacy_knob(settings, name, value)
+
+
+def _with_legacy_knob(settings: dict[str, Any], name: str, value: Any) -> dict[str, Any]:
+    """``settings`` with the deprecated ``capacity.<name>`` knob added; one
+    set in both places is an error."""
     if name in settings:
         raise WorkloadError(f"workload: capacity.{name}: also set in policy_settings; keep "
                             "that one (capacity policy knobs are deprecated)")
@@ -220,12 +221,8 @@ def _policy_settings(doc: WorkloadDoc) -> dict[str, Any]:
     settings: dict[str, Any] = dict(doc.policy_settings)
     for name in LEGACY_CAPACITY_KNOBS:
         value = getattr(doc.capacity, name)
-        if value is None:
-            continue
-        if name in settings:
-            raise WorkloadError(f"workload: capacity.{name}: also set in policy_settings; keep "
-                                "that one (capacity policy knobs are deprecated)")
-        settings[name] = value
+        if value is not None:
+            settings = _with_legacy_knob(settings, name, value)
     return settings
 
 
