@@ -92,10 +92,13 @@ COST_MODEL = "linear:8,0.02,0.1"
 POLICY = "vllm"
 TARGET_US_PER_ITERATION = 100e6 / 219_556  # 100 s over the 100,000-request run's iterations
 RATE_PER_S = 20.0  # the issue's arrival rate; --rate-per-s raises it (a longer waiting queue)
-#: ``--spec``: the arrival rate of each named workload. ``steady`` is the
-#: issue's rate, about what the pool serves; ``overload`` offers about twice
-#: that, so the waiting queue grows through the run as in any overload study
-SPEC_RATES_PER_S = {"steady": RATE_PER_S, "overload": 2 * RATE_PER_S}
+#: ``--spec``: the arrival rate and cost model of each named workload. ``steady``
+#: offers about what the pool serves; ``overload`` the same arrivals with
+#: iterations that cost more (5 ms, 0.05 ms per prompt row, 0.5 ms per decode
+#: row): the pool serves about 8 req/s of the 20 offered, so the waiting
+#: queue grows through the run (to about 60,000 at 100,000 requests), as in
+#: any overload study
+SPECS = {"steady": (RATE_PER_S, COST_MODEL), "overload": (RATE_PER_S, "linear:5,0.05,0.5")}
 PROGRESS_EVERY_S = 10.0  # wall seconds between progress lines
 #: ``--phases``: the functions of ``iterserve simulate`` timed in its process, by label (the
 #: report phase holds the events scan and the run summary)
@@ -188,12 +191,12 @@ def spec(num_requests: int, rate_per_s: float = RATE_PER_S) -> dict[str, Any]:
 
 def run_one(num_requests: int, decision_log: bool, profile_lines: int,
             rate_per_s: float = RATE_PER_S, log_process: bool = True,
-            timeline_every: int = 0) -> dict[str, Any]:
+            timeline_every: int = 0, cost_model: str = COST_MODEL) -> dict[str, Any]:
     """One run in this process; the figures as a dict."""
     started = time.perf_counter()
     manifest = generate_workload(parse_spec(spec(num_requests, rate_per_s)))
     generate_s = time.perf_counter() - started
-    model = parse_cost_model(COST_MODEL)
+    model = parse_cost_model(cost_model)
     config = RunConfig(policy_for(POLICY, manifest.online, cost_model=model), model,
                        make_gate("accept-all", {}))
     profiler = cProfile.Profile() if profile_lines else None
@@ -221,7 +224,7 @@ def run_one(num_requests: int, decision_log: bool, profile_lines: int,
         pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(profile_lines)
     final = run.engine.state
     return {
-        "num_requests": num_requests, "policy": POLICY, "cost_model": COST_MODEL,
+        "num_requests": num_requests, "policy": POLICY, "cost_model": cost_model,
         "decision_log": decision_log, "validation": run.engine.validate,
         "iterations": run.engine.num_iterations, "num_live_at_end": final.num_live,
         "generate_s": round(generate_s, 3), "wall_s": round(wall_s, 3),
@@ -242,11 +245,11 @@ def _cpu_s() -> tuple[float, float]:
     return times.user + times.system, times.children_user + times.children_system
 
 
-def run_engine_alone(num_requests: int, validate: bool,
-                     rate_per_s: float = RATE_PER_S) -> dict[str, Any]:
+def run_engine_alone(num_requests: int, validate: bool, rate_per_s: float = RATE_PER_S,
+                     cost_model: str = COST_MODEL) -> dict[str, Any]:
     """The engine loop with no observer at all (``--budget``): its CPU seconds."""
     manifest = generate_workload(parse_spec(spec(num_requests, rate_per_s)))
-    model = parse_cost_model(COST_MODEL)
+    model = parse_cost_model(cost_model)
     policy = policy_for(POLICY, manifest.online, cost_model=model)
     engine = Engine(manifest.online, policy, costed_executor(manifest, model), [],
                     validate=validate)
@@ -291,8 +294,8 @@ def print_budget(num_requests: int, rate_per_s: float) -> None:
           f"alone in its process: {runs['whole run']['wall_s']:.2f} s)")
 
 
-def run_cli(num_requests: int, decision_log: bool,
-            rate_per_s: float = RATE_PER_S, phases: bool = False) -> dict[str, Any]:
+def run_cli(num_requests: int, decision_log: bool, rate_per_s: float = RATE_PER_S,
+            phases: bool = False, cost_model: str = COST_MODEL) -> dict[str, Any]:
     """The whole ``iterserve simulate`` command (run, report, plots) in a
     child process: its wall seconds and its peak RSS (``RUSAGE_CHILDREN``:
     this process waits for that one child only); with ``phases``, the
@@ -304,7 +307,7 @@ def run_cli(num_requests: int, decision_log: bool,
         subprocess.run([*iterserve, "workload", "gen", str(Path(tmp) / "spec.json"),
                         "-o", str(workload)], check=True, stdout=subprocess.DEVNULL)
         arguments = ["--workload", str(workload), "--policy", POLICY,
-                     "--cost-model", COST_MODEL, "--out", str(Path(tmp) / "out")]
+                     "--cost-model", cost_model, "--out", str(Path(tmp) / "out")]
         if decision_log:
             arguments += ["--decision-log", str(Path(tmp) / "decisions.jsonl")]
         phases_path = Path(tmp) / "phases.json"
@@ -319,7 +322,7 @@ def run_cli(num_requests: int, decision_log: bool,
         iterations = json.loads((Path(tmp) / "out" / "report.json").read_text())["iterations"]
         split = json.loads(phases_path.read_text()) if phases else None
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    row = {"num_requests": num_requests, "policy": POLICY, "cost_model": COST_MODEL,
+    row = {"num_requests": num_requests, "policy": POLICY, "cost_model": cost_model,
            "mode": "cli", "decision_log": decision_log, "plots": True, "iterations": iterations,
            "wall_s": round(wall_s, 3), "requests_per_wall_s": round(num_requests / wall_s, 1),
            "peak_rss_mib": round(peak_kib / 1024, 1), "events_bytes": events_bytes,
@@ -382,9 +385,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--rate-per-s", type=float, default=RATE_PER_S,
                         help="Poisson arrival rate (above 20 the waiting queue grows faster)")
-    parser.add_argument("--spec", nargs="+", choices=sorted(SPEC_RATES_PER_S), default=None,
-                        help="named workloads to run each size under (steady: the issue's "
-                             "20 req/s; overload: twice that); overrides --rate-per-s")
+    parser.add_argument("--cost-model", default=COST_MODEL,
+                        help=f"the simulated iteration cost (default {COST_MODEL})")
+    parser.add_argument("--spec", nargs="+", choices=sorted(SPECS), default=None,
+                        help="named workloads to run each size under (steady: about what the "
+                             "pool serves; overload: about 2.4 times that); overrides "
+                             "--rate-per-s and --cost-model")
     parser.add_argument("--cli", action="store_true",
                         help="measure the whole `iterserve simulate` command (report and "
                              "plots included) in a child process")
@@ -415,22 +421,23 @@ def main(argv: list[str] | None = None) -> int:
         print_budget(args.budget, args.rate_per_s)
         return 0
     if args.one is not None and args.engine_alone:
-        print(json.dumps(run_engine_alone(args.one, not args.no_validation, args.rate_per_s)))
+        print(json.dumps(run_engine_alone(args.one, not args.no_validation, args.rate_per_s,
+                                          args.cost_model)))
         return 0
     if args.one is not None and args.cli:
         print(json.dumps(run_cli(args.one, not args.no_decision_log, args.rate_per_s,
-                                 args.phases)))
+                                 args.phases, args.cost_model)))
         return 0
     if args.one is not None or args.profile or args.timeline:
         size = args.one if args.one is not None else args.sizes[0]
         print(json.dumps(run_one(size, not args.no_decision_log, args.profile, args.rate_per_s,
-                                 not args.serial_log, args.timeline)))
+                                 not args.serial_log, args.timeline, args.cost_model)))
         return 0
-    rates = ({name: SPEC_RATES_PER_S[name] for name in args.spec} if args.spec
-             else {f"{args.rate_per_s:g} req/s": args.rate_per_s})
+    specs = ({name: SPECS[name] for name in args.spec} if args.spec
+             else {f"{args.rate_per_s:g} req/s": (args.rate_per_s, args.cost_model)})
     rows = []
-    for name, rate in rates.items():
-        args.rate_per_s = rate
+    for name, (rate, cost_model) in specs.items():
+        args.rate_per_s, args.cost_model = rate, cost_model
         rows += [{**row, "spec": name} for size in args.sizes for row in best_of(size, args)]
     print(f"CPU: {cpu_model()}", file=sys.stderr)
     print("| spec | requests | iterations | wall s | simulated req / wall s | peak RSS MiB | "
@@ -480,7 +487,8 @@ def best_of(size: int, args: argparse.Namespace) -> list[dict[str, Any]]:
     """The fastest of ``--repeat`` fresh processes for each interpreter of
     ``--python`` (peak RSS: the largest seen), the interpreters alternated
     within each repeat so that a host's drift falls on all of them alike."""
-    options = ["--one", str(size), "--rate-per-s", str(args.rate_per_s)]
+    options = ["--one", str(size), "--rate-per-s", str(args.rate_per_s),
+               "--cost-model", args.cost_model]
     for flag in ("no_decision_log", "serial_log", "cli", "phases"):
         if getattr(args, flag):
             options.append("--" + flag.replace("_", "-"))
