@@ -56,7 +56,8 @@ def test_reads_as_the_plain_dict_edited_alike(seed: int) -> None:
         num_layered += type(layered) is ViewMap
         assert len(layered) == len(plain)
         assert list(layered) == list(plain)  # a plain dict's order, deletions included
-        assert layered == plain and plain == layered and not layered != plain
+        assert layered == plain and plain == layered
+        assert (layered != plain) is False
         assert dict(layered) == plain and {**layered} == plain
         assert list(layered.items()) == list(plain.items())
         assert list(layered.values()) == list(plain.values())

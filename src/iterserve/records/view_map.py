@@ -186,7 +186,8 @@ def edit(views: Mapping[str, RequestView]) -> dict[str, RequestView]:
     """A writable successor of ``views``: a plain dict copy of a small
     mapping, a :class:`ViewDraft` over a large one (call :func:`publish`)."""
     if type(views) is ViewMap:
-        draft = ViewDraft(dict.copy(views))  # the own table only (a C-level copy)
+        # the own table only: dict.copy and dict(views) would read both layers
+        draft = ViewDraft(dict(dict.items(views)))
         draft._base, draft._gone, draft._base_len = (
             views._base, set(views._gone), len(views._base))
         return draft
