@@ -75,6 +75,9 @@ def test_a_pair_differing_in_a_coordinate_is_refused_and_named(tmp_path, capsys,
     assert comparison.num_comparable_pairs == 0 and comparison.rankings == ((), ())
     assert coordinate in comparison.verdicts[0].differing
     assert f"differ in {coordinate}" in compare_text(capsys, a, b)
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "cmp")]) == 0
+    refused = json.loads((tmp_path / "cmp" / "compare.json").read_text())["refused"]
+    assert [entry["failure"] for entry in refused] == ["FC12"]
 
 
 def test_a_different_workload_is_refused_by_its_hash(tmp_path, capsys) -> None:
@@ -109,6 +112,7 @@ def test_source_reported_registry_has_no_comparable_pair_and_no_order(capsys) ->
     text = compare_text(capsys, REGISTRY)
     assert "No comparable pair: no ordering is produced." in text and " > " not in text
     assert "| ORCA | no | no |" in text and "| VTC | yes | no |" in text
+    assert "## Refused pairs (not ranked: FC12 incomparable-ranking)" in text
 
 
 def test_registry_flags_are_read_and_none_is_reproduced_here() -> None:
@@ -131,7 +135,8 @@ def _registry_with(tmp_path: Path, **changes) -> Path:
 @pytest.mark.parametrize(("changes", "needle"), [
     ({"coordinates_complete": True}, "unstated arrivals, load"),
     ({"arrivals": "Poisson", "load": "10 req/s"}, "every coordinate stated"),
-    ({"reproduced_locally": True, "reproduction": "sim run 1"}, "not reproduced here"),
+    ({"reproduced_locally": True, "reproduction": "sim run 1"},
+     "FC13 local-measurement-overclaim: a source-reported value is not reproduced here"),
     ({"evidence_class": "measured here", "reproduced_locally": True}, "needs reproduction"),
     ({"reproduction": "sim run 1"}, "needs reproduced_locally"),
     ({"reproduced_locally": "no"}, "must be true or false"),

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from iterserve.lab.compare import Comparison, MetricKey, Ranking
 from iterserve.lab.source_registry import RegistryFlags
+from iterserve.records.failures import failure_of
+
+INCOMPARABLE = failure_of("incomparable_pair")
 
 
 def _metric_name(key: MetricKey) -> str:
@@ -56,7 +59,7 @@ def render_comparison(comparison: Comparison) -> str:
         lines += [_flag_row(run.label, run.flags) for run in flagged if run.flags is not None]
     refused = [v for v in comparison.verdicts if not v.is_comparable]
     if refused:
-        lines += ["", "## Refused pairs (not ranked)", ""]
+        lines += ["", f"## Refused pairs (not ranked: {INCOMPARABLE.label})", ""]
         lines += [f"- {v.a} vs {v.b}: differ in {', '.join(v.differing)}" for v in refused]
     return "\n".join(lines) + "\n"
 

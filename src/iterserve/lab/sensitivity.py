@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from iterserve.lab import sensitivity_runs as runs
 from iterserve.metrics.chunk_ledger import ledger_from_starts
+from iterserve.records.failures import failure_of
 from iterserve.records.plan import IterationPlan
 
 
@@ -130,11 +131,23 @@ class SensitivityRow:
     online_plans_unchanged: bool  # the prefill's plans equal the base run's
 
 
+def one_control(base: SensitivityFixture, case: SensitivityFixture) -> str:
+    """The one control ``case`` changes against ``base``; FC15 (compound
+    sensitivity) when it changes more or none."""
+    changed = [f.name for f in dataclasses.fields(base)
+               if getattr(base, f.name) != getattr(case, f.name)]
+    if len(changed) != 1:
+        raise ValueError(f"{failure_of('compound_sensitivity').label}: a case must change "
+                         f"exactly one control, this one changes {changed or 'none'}")
+    return changed[0]
+
+
 def sensitivity_table() -> list[SensitivityRow]:
     base = observe(BASE)
     rows = [SensitivityRow("base", "-", 0, base.ledgers, formula_ledgers(BASE), (), True)]
     for axis, control, value in CASES:
         fixture = dataclasses.replace(BASE, **{control: value})  # type: ignore[arg-type]
+        one_control(BASE, fixture)
         seen = observe(fixture)
         moved = tuple(name for name in LEDGER_NAMES
                       if getattr(seen.ledgers, name) != getattr(base.ledgers, name))

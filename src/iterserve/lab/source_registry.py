@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from iterserve.lab.coordinates import COMPARISON_SET, CoordinateError, ResultRecord
+from iterserve.records.failures import failure_of
+
+OVERCLAIM = failure_of("local_measurement_overclaim")
 
 UNSTATED = "unstated"  # how a registry writes a coordinate its source does not fix
 FLAG_FIELDS = ("coordinates_complete", "reproduced_locally", "reproduction")
@@ -53,8 +56,8 @@ def entry_from_json(obj: Any, where: str) -> tuple[ResultRecord, RegistryFlags]:
         raise CoordinateError(f"{where}: coordinates_complete is {str(complete).lower()} but "
                               f"the record has {shown}")
     if reproduced and record.evidence_class == "source-reported":
-        raise CoordinateError(f"{where}: a source-reported value is not reproduced here; a "
-                              "reproduction is its own 'measured here' record")
+        raise CoordinateError(f"{where}: {OVERCLAIM.label}: a source-reported value is not "
+                              "reproduced here; a reproduction is its own 'measured here' record")
     if reproduced != isinstance(reproduction, str) or reproduction == "":
         raise CoordinateError(f"{where}: reproduced_locally needs reproduction (the local "
                               "run's label), and reproduction needs reproduced_locally")

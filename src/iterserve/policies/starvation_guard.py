@@ -26,6 +26,7 @@ import dataclasses
 from iterserve.plan import PlanBuilder, Policy, PolicyContract
 from iterserve.plan.feasibility import RunningSet
 from iterserve.policies.settings import PolicyConfigError
+from iterserve.records.failures import failure_of
 from iterserve.records.plan import IntentKind, IterationPlan
 from iterserve.records.preemption import PreemptionCause
 from iterserve.records.spec import FairnessSpec
@@ -50,6 +51,7 @@ class StarvationGuard:
         self.policy_version = guarded_version(inner.policy_version)
         self.tie_break_key = inner.tie_break_key
         self.contract = composed_contract(inner.policy_id, inner.contract, horizon)
+        check_composition(inner, self)
         self.ledger_weights = getattr(inner, "ledger_weights", None) or FairnessSpec()
         self.uses_prefix_hits = getattr(inner, "uses_prefix_hits", False)
         # what the feasibility check reads: the guard forces work, it adds no memory path
@@ -123,6 +125,19 @@ def inner_identity(policy_id: str, policy_version: str) -> tuple[str, str] | Non
     inner_version = policy_version.removesuffix(suffix) if policy_version.endswith(suffix) \
         else policy_version
     return policy_id.removesuffix(GUARD_ID_SUFFIX), inner_version
+
+
+def check_composition(inner: Policy, composed: Policy) -> None:
+    """FC14 (0x0E): a composition that changes decisions must not keep the
+    inner policy's id, version or theorem premises."""
+    kept = [name for name, same in (
+        ("id", composed.policy_id == inner.policy_id),
+        ("version", composed.policy_version == inner.policy_version),
+        ("premises", composed.contract.premises == inner.contract.premises
+         and bool(inner.contract.premises))) if same]
+    if kept:
+        raise PolicyConfigError(f"{failure_of('theorem_transfer').label}: {composed.policy_id} "
+                                f"keeps the inner policy's {', '.join(kept)}")
 
 
 def composed_contract(inner_id: str, inner: PolicyContract, horizon: float) -> PolicyContract:
