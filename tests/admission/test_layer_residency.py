@@ -106,3 +106,48 @@ def test_summary_counts_iterations_delayed_by_cache_readiness() -> None:
     # overlapped 3 + 1.5 ms of 4.5 + 1.5 ms transferred
     assert summary.overlap_fraction == pytest.approx(4.5 / 6.0)
     assert summarize([resident]).overlap_fraction is None
+
+
+def test_offloaded_layers_stretch_the_simulated_run() -> None:
+    """One request, prompt 1, three outputs (three iterations) at fixed:4 on
+    the ms clock: 1 ms per layer over 4 layers; with layers 1-3 on the host
+    at 1.5 ms each every iteration lasts 5.5 ms (the fixture above), so the
+    run ends at 16.5 ms instead of 12."""
+    from iterserve.cost import ClockedCost, parse_cost_model
+    from iterserve.engine.loop import Engine
+    from iterserve.policies.registry import make_policy
+    from iterserve.records.workload import parse_workload
+    from iterserve.sim.factory import make_simulated_executor
+    from iterserve.sim.layer_offload import LayerOffload, LayerOffloadCost
+
+    manifest = parse_workload({
+        "workload_id": "layers", "clock": "ms",
+        "capacity": {"max_num_batched_tokens": 4, "max_num_seqs": 1},
+        "requests": [{"request_id": "r", "arrival": 0, "prompt_tokens": 1,
+                      "max_output_tokens": 3}]})
+    ends = {}
+    for offloaded in (0, 3):
+        cost = LayerOffloadCost(ClockedCost(parse_cost_model("fixed:4"), "ms"),
+                                LayerOffload(4, offloaded, 1.5))
+        engine = Engine(manifest.online, make_policy("refill"),
+                        make_simulated_executor(manifest, cost))
+        engine.run()
+        ends[offloaded] = (engine.state.now, summarize(cost.iterations))
+    assert ends[0][0] == pytest.approx(12.0) and ends[0][1].num_iterations_delayed == 0
+    now, summary = ends[3]
+    assert now == pytest.approx(16.5)
+    assert (summary.num_iterations, summary.num_iterations_delayed) == (3, 3)
+    assert summary.total_delay_s == pytest.approx(4.5 * MS)
+    assert summary.max_lateness_s == pytest.approx((0, 0.5 * MS, 1 * MS, 1.5 * MS))
+
+
+def test_layer_offload_is_refused_on_the_iteration_clock_and_checked() -> None:
+    from iterserve.cost import ClockedCost, CostModelError
+    from iterserve.sim.layer_offload import LayerOffload, LayerOffloadCost
+
+    with pytest.raises(CostModelError, match="ms clock"):
+        LayerOffloadCost(ClockedCost.unit(), LayerOffload(2, 1, 1.0))
+    with pytest.raises(ValueError, match="offloaded"):
+        LayerOffload(2, 3, 1.0)
+    with pytest.raises(ValueError, match="transfer_ms"):
+        LayerOffload(2, 1, float("nan"))
