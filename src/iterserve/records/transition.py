@@ -18,6 +18,7 @@ from operator import add, is_not
 from iterserve.records.columns import field_columns
 from iterserve.records.id_queue import Queue, appended, with_front, without
 from iterserve.records.ledger import Charge, ClientLedger, charge, lift
+from iterserve.records.live_clients import carried as live_carried
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent
 from iterserve.records.receipts import ForeignStatus, PreservationResult, binding_of, is_stale
 from iterserve.records.result import CompletedInterval, IterationResult
@@ -63,7 +64,8 @@ def with_arrivals(
     waiting = appended(state.waiting, [spec.request_id for spec, _ in arrivals])
     return _successor(state, views, waiting, state.running, state.suspended, state.finished,
                       now=state.now if now is None else now, decision_id=state.decision_id,
-                      ledger=ledger, changed=arrived)
+                      ledger=ledger, changed=arrived,
+                      entered=[spec.request_id for spec, _ in arrivals])
 
 
 def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult) -> SchedulerState:
@@ -96,6 +98,7 @@ def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult)
         decision_id=state.decision_id + 1, service=service,
         capacity=result.capacity, changed=completed, removed=state.finished,
         rise=1 if once else None,  # one emission at most per request (validated results)
+        left=queues.finished,
         touched=[*(intent.request_id for intent in plan.intents),
                  *(receipt.binding.request_id for receipt in result.receipts)],
     )
@@ -352,16 +355,23 @@ def _successor(
     touched: Iterable[str] = (),
     removed: Iterable[str] = (),
     rise: int | None = None,
+    entered: Sequence[str] = (),
+    left: Sequence[str] = (),
 ) -> SchedulerState:
     """The next state. ``changed``: every view whose ``p + e`` may differ
     from ``state``'s (arrivals, completions); ``touched``: the ids of every
     other view written; ``removed``: the ids deleted (the view delta).
     ``rise``: how far ``p + e`` of a changed view can have risen at most,
-    each replacing one of ``state``'s views (completions: one emission)."""
+    each replacing one of ``state``'s views (completions: one emission).
+    ``entered``: the ids that became live (arrivals); ``left``: those that
+    became terminal (the live clients of a run that keeps a ledger)."""
     facts = state.capacity if capacity is None else capacity
     views = publish(views)
     delta = next_delta(state.view_delta, state.views, views,
                        chain(map(_REQUEST_ID, changed), touched), removed)
+    queues = (waiting, running, suspended)
+    live = None if state.ledger is None and ledger is None else live_carried(
+        state.live_client_counts(), views, entered, left, queues)
     return SchedulerState(
         decision_id=decision_id,
         state_version=state.state_version + 1,
@@ -380,6 +390,7 @@ def _successor(
         rows_bound=carried(state.views, state.rows_bound, views, changed, _pool_rows(facts),
                            rise=rise),
         view_delta=delta,
+        live_clients=live,
     )  # prefix_hits: facts of one cut, never carried to a successor
 
 
@@ -402,7 +413,8 @@ def cancel(state: SchedulerState, request_id: str) -> SchedulerState:
     queues = _Queues(state)
     queues.leave(request_id)
     return _successor(state, views, *queues.frozen(), state.finished + (request_id,),
-                      now=state.now, decision_id=state.decision_id, touched=(request_id,))
+                      now=state.now, decision_id=state.decision_id, touched=(request_id,),
+                      left=(request_id,))
 
 
 def with_prefix_hits(state: SchedulerState, hits: Mapping[str, int]) -> SchedulerState:
