@@ -62,6 +62,13 @@ class ClientLedger:
                 "last_served": dict(sorted(self.last_served.items()))}
 
 
+def counter_spread(ledger: ClientLedger, clients: Iterable[str]) -> float:
+    """max_i c_i - min_i c_i over ``clients`` (F58's left side); 0 for fewer
+    than two."""
+    counters = [ledger.counter(client) for client in clients]
+    return max(counters) - min(counters) if len(counters) > 1 else 0.0
+
+
 def interval_cost(weights: FairnessSpec, view: RequestView, start: int, end: int) -> float:
     """Weighted service of interval [start, end) of ``view`` if it completes:
     prompt rows at w_p (rebuild rows earn 0), w_q when it emits (0x01A)."""
