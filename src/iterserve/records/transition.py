@@ -16,7 +16,7 @@ from itertools import chain, compress, repeat
 from operator import add, is_not
 
 from iterserve.records.columns import field_columns
-from iterserve.records.ledger import Charge, ClientLedger, charge, lift
+from iterserve.records.ledger import Charge, ClientLedger, blocked_clients, charge, lift
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent
 from iterserve.records.receipts import ForeignStatus, PreservationResult, binding_of, is_stale
 from iterserve.records.result import CompletedInterval, IterationResult
@@ -112,8 +112,9 @@ def _charged(ledger: ClientLedger, state: SchedulerState, plan: IterationPlan,
                if i.kind is IntentKind.ADMIT and views[i.request_id].num_computed == 0
                and views[i.request_id].num_emitted == 0]
     charges += [Charge(views[item.request_id], item.start, item.end) for item in result.completed]
+    live = chain(state.waiting, state.running, state.suspended)
     return charge(ledger, charges, state.active_clients(), successor.active_clients(),
-                  successor.now)
+                  successor.now, blocked_clients(views, live))
 
 
 def _replace_ledger(state: SchedulerState, ledger: ClientLedger) -> SchedulerState:
