@@ -1,11 +1,15 @@
 """The starvation guard: liveness as a gate, around any policy (0x09A, F63).
 
 A run-level rule, not a policy: with a horizon H (clock units), a protected
-identity (client) that has been active and without a completed service
-event for at least H, and has no work in the policy's plan, gets the next
+identity (client) that has been continuously eligible and without a
+completed service event for at least H, and has no work in the policy's
+plan, gets the next
 legal interval of its oldest ready request forced into the plan, recorded
 as an intent whose reason starts with :data:`GUARD_REASON` (ADMIT for a
 waiting request, RESUME for a suspended one, GUARD for a running one).
+Eligible means ready scheduler work: a client whose live requests all wait
+on foreign readiness is not eligible, and its stretch restarts when it is
+unblocked (the ledger's ``eligible_from``, F63).
 
 The guarded plan is rebuilt through the shared mechanism: the policy's
 preemptions first, then the forced intervals, then the policy's own work in

@@ -116,15 +116,15 @@ class SchedulerState:
 
     def active_clients(self) -> set[str]:
         """Clients with a live (waiting, running or suspended) request."""
-        return set(self.live_client_counts())
+        return set(self.live_clients_now().counts)
 
-    def live_client_counts(self) -> Mapping[str, int]:
-        """Live requests per client with one: carried by the transitions
-        where they hold for these queues, else counted off the queues."""
+    def live_clients_now(self) -> LiveClients:
+        """Live (and not ready) requests per client: carried by the
+        transitions where they hold for these queues, else counted."""
         queues = (self.waiting, self.running, self.suspended)
         live = self.live_clients
         if live is not None and live.holds_for(queues):
-            return live.counts
+            return live
         return counted(self.views, queues)
 
     @property

@@ -115,8 +115,9 @@ def _charged(ledger: ClientLedger, state: SchedulerState, plan: IterationPlan,
                if i.kind is IntentKind.ADMIT and views[i.request_id].num_computed == 0
                and views[i.request_id].num_emitted == 0]
     charges += [Charge(views[item.request_id], item.start, item.end) for item in result.completed]
-    return charge(ledger, charges, state.active_clients(), successor.active_clients(),
-                  successor.now)
+    live = state.live_clients_now()
+    return charge(ledger, charges, set(live.counts), successor.active_clients(),
+                  successor.now, live.blocked())
 
 
 def _replace_ledger(state: SchedulerState, ledger: ClientLedger) -> SchedulerState:
@@ -357,6 +358,7 @@ def _successor(
     rise: int | None = None,
     entered: Sequence[str] = (),
     left: Sequence[str] = (),
+    flipped: Sequence[str] = (),
 ) -> SchedulerState:
     """The next state. ``changed``: every view whose ``p + e`` may differ
     from ``state``'s (arrivals, completions); ``touched``: the ids of every
@@ -364,14 +366,15 @@ def _successor(
     ``rise``: how far ``p + e`` of a changed view can have risen at most,
     each replacing one of ``state``'s views (completions: one emission).
     ``entered``: the ids that became live (arrivals); ``left``: those that
-    became terminal (the live clients of a run that keeps a ledger)."""
+    became terminal; ``flipped``: those whose ready flag changed (the live
+    clients of a run that keeps a ledger)."""
     facts = state.capacity if capacity is None else capacity
     views = publish(views)
     delta = next_delta(state.view_delta, state.views, views,
                        chain(map(_REQUEST_ID, changed), touched), removed)
     queues = (waiting, running, suspended)
     live = None if state.ledger is None and ledger is None else live_carried(
-        state.live_client_counts(), views, entered, left, queues)
+        state.live_clients_now(), views, queues, entered=entered, left=left, flipped=flipped)
     return SchedulerState(
         decision_id=decision_id,
         state_version=state.state_version + 1,
@@ -485,8 +488,12 @@ def with_readiness(state: SchedulerState, ready: dict[str, bool]) -> SchedulerSt
     if not ready:
         return state
     views = _copy(state.views)
+    flipped = []
     for rid, is_ready in ready.items():
-        views[rid] = _replace(views[rid], is_ready=is_ready)
+        view = views[rid]
+        if bool(view.is_ready) != bool(is_ready) and not view.lifecycle.is_terminal:
+            flipped.append(rid)
+        views[rid] = _replace(view, is_ready=is_ready)
     return _successor(state, views, state.waiting, state.running, state.suspended,
                       state.finished, now=state.now, decision_id=state.decision_id,
-                      touched=ready)
+                      touched=ready, flipped=flipped)
