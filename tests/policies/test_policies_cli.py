@@ -50,7 +50,7 @@ def test_listing_names_every_registered_policy_with_its_full_contract(capsys) ->
 
 def test_listing_one_policy(capsys) -> None:
     assert main(["policies", "vllm-priority"]) == 0
-    assert list(listing_blocks(capsys.readouterr().out)) == ["vllm-priority@2"]
+    assert list(listing_blocks(capsys.readouterr().out)) == ["vllm-priority@1"]
 
 
 def tiny_workload(tmp_path, **knobs: int):

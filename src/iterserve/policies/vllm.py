@@ -118,7 +118,6 @@ class VllmConfig:
 
 class VllmFrontier(PolicyBase[VllmConfig]):
     policy_id = "vllm"
-    policy_version = "2"  # 2: vLLM 0.32's defaults (full-ISL admission, lone-request rule)
     running_set = RunningSet.PREEMPTS
     tie_break_key: tuple[str, ...] = ("queue_rank", "arrival_order", "request_id",
                                       "request_generation")
