@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from decision_matrix_0x0d import POLICIES, decision_matrix
+from decision_matrix_oracle_0x0d import ORACLE, expected_matrix
 from policy_helpers import choose_validated, state_of, waiting_view, workload_for
 
 from iterserve.cli.main import main
@@ -20,8 +21,6 @@ from iterserve.records.plan import IntentKind
 from iterserve.records.spec import Capacity
 from iterserve.records.state import CapacityFacts
 from iterserve.records.view import Lifecycle
-
-MATRIX = Path(__file__).parent / "fixtures" / "decision_matrix_0x0d.json"
 
 
 # --- cross-field rules ------------------------------------------------------------------------
@@ -129,8 +128,17 @@ def test_reserve_full_isl_still_aborts_a_request_that_can_never_fit() -> None:
 
 
 # --- the six-policy x four-snapshot matrix --------------------------------------------------------
-def test_decision_matrix_matches_the_committed_fixture() -> None:
-    assert decision_matrix() == json.loads(MATRIX.read_text())["matrix"]
+@pytest.mark.parametrize("snapshot", sorted(ORACLE))
+def test_each_policy_decides_what_its_rule_gives_by_hand(snapshot) -> None:
+    got = decision_matrix()[snapshot]
+    assert set(got) == set(POLICIES) == set(ORACLE[snapshot])
+    for policy, cell in ORACLE[snapshot].items():
+        assert got[policy] == cell["expected"], f"{snapshot} {policy}: {cell['why']}"
+
+
+def test_the_oracle_covers_six_policies_on_four_snapshots() -> None:
+    assert len(POLICIES) == 6 and len(expected_matrix()) == 4
+    assert set(decision_matrix()) == set(expected_matrix())
 
 
 def test_every_snapshot_activates_a_policy_difference_and_every_pair_differs_somewhere() -> None:
