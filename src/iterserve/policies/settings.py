@@ -36,7 +36,13 @@ def flag(default: int) -> Any:
     return dataclasses.field(default=default, metadata={"flag": True})
 
 
-@dataclass_transform(frozen_default=True, field_specifiers=(flag,))
+def optional(unset: str) -> Any:
+    """A config field that may be left out (None), with what that means
+    (the policies reference prints it)."""
+    return dataclasses.field(default=None, metadata={"unset": unset})
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(flag, optional))
 def count_settings(cls: type[T]) -> type[T]:
     """``cls`` as a frozen slotted config whose fields are counts: integers
     >= 1 (None allowed where the default is None), or :func:`flag` switches

@@ -26,7 +26,7 @@ from iterserve.plan.passes import RowsOf, resume_then_admit, running_pass
 from iterserve.plan.victims import VictimChooser, fcfs_victim, priority_victim
 from iterserve.policies.policy import PolicyBase
 from iterserve.policies.scheduler_rules import VLLM_RULES, check_cross_fields
-from iterserve.policies.settings import PolicyConfigError, count_settings, flag
+from iterserve.policies.settings import PolicyConfigError, count_settings, flag, optional
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import RequestView
 
@@ -85,7 +85,7 @@ class VllmConfig:
     reserve_full_isl: int = flag(1)
     enable_chunked_prefill: int = flag(1)
     max_num_partial_prefills: int = 1
-    max_model_len: int | None = None
+    max_model_len: int | None = optional("unset: the rules relating it (SC3, SC4) are not checked")
 
     def check_fields(self) -> None:
         check_cross_fields(self, VLLM_RULES)
