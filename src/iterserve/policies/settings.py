@@ -36,10 +36,10 @@ def flag(default: int) -> Any:
     return dataclasses.field(default=default, metadata={"flag": True})
 
 
-def optional(unset: str) -> Any:
+def optional(unset: str, default: None = None) -> Any:
     """A config field that may be left out (None), with what that means
     (the policies reference prints it)."""
-    return dataclasses.field(default=None, metadata={"unset": unset})
+    return dataclasses.field(default=default, metadata={"unset": unset})
 
 
 @dataclass_transform(frozen_default=True, field_specifiers=(flag, optional))

@@ -78,14 +78,15 @@ class VllmConfig:
     :data:`~iterserve.policies.scheduler_rules.VLLM_RULES`."""
 
     long_prefill_token_threshold: int | None = None
-    long_prefill_token_threshold_adaptive: int = flag(0)
-    long_prefill_token_threshold_caps_lone_request: int = flag(0)
+    long_prefill_token_threshold_adaptive: int = flag(default=0)
+    long_prefill_token_threshold_caps_lone_request: int = flag(default=0)
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
-    reserve_full_isl: int = flag(1)
-    enable_chunked_prefill: int = flag(1)
+    reserve_full_isl: int = flag(default=1)
+    enable_chunked_prefill: int = flag(default=1)
     max_num_partial_prefills: int = 1
-    max_model_len: int | None = optional("unset: the rules relating it (SC3, SC4) are not checked")
+    max_model_len: int | None = optional(
+        "unset: the rules relating it (SC3, SC4) are not checked", default=None)
 
     def check_fields(self) -> None:
         check_cross_fields(self, VLLM_RULES)
