@@ -9,8 +9,10 @@ imported).
 PATH is the wheel file, an unpacked wheel or source checkout, or its
 ``vllm`` package folder. ``--pin spec`` (default) is the spec's v0.23.0
 pin; ``--pin policy`` is vLLM 0.32.0, the release the ``vllm`` policy
-follows. Exit 0: the copy is the pinned source; 1: one line per
-difference; 2: PATH cannot be read.
+follows. Exit 0: the copy is the pinned source (and, when the copy's
+``vllm/_version.py`` names the commit it was built from, whether that is the
+git object the pin names: a note, since the file facts are what is pinned);
+1: one line per difference; 2: PATH cannot be read.
 """
 
 from __future__ import annotations
@@ -19,7 +21,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from iterserve.policies.vllm_pin import POLICY_PIN, SourcePin, SourceTree, verify_pin
+from iterserve.policies.vllm_pin import (
+    POLICY_PIN,
+    SourcePin,
+    SourceTree,
+    build_commit,
+    verify_pin,
+)
 from iterserve.policies.vllm_pin_spec import SPEC_PIN
 
 PINS: dict[str, SourcePin] = {"spec": SPEC_PIN, "policy": POLICY_PIN}
@@ -43,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"ok: {args.path} is {pin.release} ({pin.tag}): {len(pin.files)} files "
           f"(sha256, bytes, lines) and {len(pin.markers)} markers match")
+    commit = build_commit(source)
+    if commit is not None and pin.git_object:
+        same = pin.git_object.startswith(commit)
+        print(f"built from commit {commit}: "
+              f"{'the' if same else 'not the'} git object {pin.git_object} the pin names")
     return 0
 
 

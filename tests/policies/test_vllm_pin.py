@@ -9,6 +9,7 @@ wheels when a path to one is given:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import os
@@ -25,6 +26,7 @@ from iterserve.policies.vllm_pin import (
     PinnedFile,
     SourcePin,
     SourceTree,
+    build_commit,
     verify_pin,
 )
 from iterserve.policies.vllm_pin_spec import SPEC_PIN
@@ -132,9 +134,24 @@ def test_the_script_exits_0_1_2_with_one_line_errors(tmp_path, capsys, monkeypat
     assert capsys.readouterr().err.count("\n") == 1
 
 
+def test_the_build_commit_is_read_from_version_py_and_compared(tmp_path, capsys,
+                                                              monkeypatch) -> None:
+    version = b"__version__ = version = '1.0'\n__commit_id__ = commit_id = 'g0fc695fc6'\n"
+    wheel = _write_wheel(tmp_path / "toy.whl", {**TOY_FILES, "_version.py": version})
+    assert build_commit(SourceTree(wheel)) == "0fc695fc6"
+    assert build_commit(SourceTree(_write_tree(tmp_path / "t", TOY_FILES))) is None
+    script = _script()
+    for git_object, word in (("0fc695fc6d1d", "the"), ("91df0fad4e", "not the")):
+        monkeypatch.setitem(script.PINS, "spec", dataclasses.replace(TOY_PIN,
+                                                                     git_object=git_object))
+        assert script.main([str(wheel)]) == 0
+        assert capsys.readouterr().out.splitlines()[1] == (
+            f"built from commit 0fc695fc6: {word} git object {git_object} the pin names")
+
+
 def test_the_spec_pin_holds_the_facts_the_spec_names() -> None:
     assert (SPEC_PIN.release, SPEC_PIN.tag) == ("vllm 0.23.0", "v0.23.0")
-    assert SPEC_PIN.tag_object == "0fc695fc6d1d82e9a5ac6835ac8e4e1c83703665"  # 0x0D's text
+    assert SPEC_PIN.git_object == "0fc695fc6d1d82e9a5ac6835ac8e4e1c83703665"  # 0x0D's text
     assert len(SPEC_PIN.markers) == 35  # "35 line markers"
     assert {f.path for f in SPEC_PIN.files} == {m.path for m in SPEC_PIN.markers}
     assert len({(m.path, m.line) for m in SPEC_PIN.markers}) == 35

@@ -17,6 +17,7 @@ Two pins, for two questions:
 from __future__ import annotations
 
 import hashlib
+import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +47,7 @@ class Marker:
 class SourcePin:
     release: str
     tag: str
-    tag_object: str  # the git tag object the spec names ('' when none is claimed)
+    git_object: str  # the git object the spec names for the tag ('' when none is claimed)
     wheel: str  # the wheel the facts were read from
     wheel_sha256: str
     files: tuple[PinnedFile, ...]
@@ -60,7 +61,7 @@ def upstream_url(tag: str, path: str) -> str:
 POLICY_PIN = SourcePin(
     release="vllm 0.32.0",
     tag="v0.32.0",
-    tag_object="",
+    git_object="",
     wheel="vllm-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl",
     wheel_sha256="5e2ecdc5b0baf72921c288486417ca82778456a448e4fe60b62ee43c0dfc8611",
     files=(
@@ -141,6 +142,17 @@ class SourceTree:
         assert self._root is not None
         file = self._root / path
         return file.read_bytes() if file.is_file() else None
+
+
+_COMMIT_ID = re.compile(r"""^__commit_id__ = commit_id = ['"]g?([0-9a-f]+)['"]""", re.M)
+
+
+def build_commit(source: SourceTree) -> str | None:
+    """The commit (abbreviated) the copy was built from, as setuptools-scm
+    wrote it into ``vllm/_version.py``; None when the copy does not say."""
+    data = source.read("_version.py")
+    match = _COMMIT_ID.search(data.decode("utf-8", "replace")) if data is not None else None
+    return match.group(1) if match else None
 
 
 def verify_pin(source: SourceTree, pin: SourcePin) -> list[str]:

@@ -8,8 +8,13 @@ but its text prints neither the hashes nor the markers. The hashes, byte
 and line counts below were read from the ``vllm==0.23.0`` wheel on PyPI
 (vllm-0.23.0-2-cp38-abi3-manylinux_2_28_x86_64.whl, build tag 2), the
 files as the wheel ships them; the spec's one checkable line number
-(``Scheduler.schedule()`` at line 340) holds in them. The tag object
-cannot be read from a wheel: it is recorded as the spec states it.
+(``Scheduler.schedule()`` at line 340) holds in them. The wheel's
+``vllm/_version.py`` says it was built from commit ``g0fc695fc6``, the
+prefix of the git object the spec names (recorded in full as the spec
+states it; a wheel holds only the prefix). The sdist
+(vllm-0.23.0.tar.gz, sha256 760269db3d9611e12e524681df1bca0977d5d2f5fcb4481cc34d33efc4ae7ff5)
+holds the same two files byte for byte, though its ``_version.py`` names
+commit ``g91df0fad4``.
 
 The 35 markers are one per runtime statement 0x0D (and 0x05, 0x09, 0x0C
 where they cite the same tag) makes about the source, each naming the line
@@ -97,7 +102,7 @@ _CONFIG_MARKERS = (
 SPEC_PIN = SourcePin(
     release="vllm 0.23.0",
     tag=_TAG,
-    tag_object="0fc695fc6d1d82e9a5ac6835ac8e4e1c83703665",
+    git_object="0fc695fc6d1d82e9a5ac6835ac8e4e1c83703665",
     wheel="vllm-0.23.0-2-cp38-abi3-manylinux_2_28_x86_64.whl",
     wheel_sha256="872aeb7c36a1ea942216af067ce870ffdf960804e829367e1b4eb36d4831c03c",
     files=(
