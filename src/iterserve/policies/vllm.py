@@ -107,7 +107,9 @@ class VllmConfig:
     def step_threshold(self, num_eligible: int, input_budget: int) -> int | None:
         """The threshold this step (vLLM 0.32 ``Scheduler.schedule``): none
         for a lone request, floored at a fair share of the input budget
-        when adaptive."""
+        when adaptive. ``num_eligible`` is running + waiting, as vLLM's
+        ``get_request_counts``; a preserved (swapped-out) request counts as
+        waiting (vLLM has no swap: its preempted requests wait)."""
         threshold = self.configured_threshold()
         if threshold is None or (num_eligible <= 1
                                  and not self.long_prefill_token_threshold_caps_lone_request):
