@@ -63,11 +63,13 @@ from iterserve.engine.observer import EngineObserver
 from iterserve.records.codec import (
     capacity_to_json,
     completed_columns,
+    completed_table,
     dumps,
     plan_to_json,
     result_to_json,
     state_text_digest,
     work_columns,
+    work_table,
 )
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
@@ -77,17 +79,20 @@ from iterserve.records.state_digest import StateDigester, state_digest
 from iterserve.records.transition import claimed_prefix_rows
 from iterserve.records.workload import online_to_json
 
-LOG_FORMAT = 5
+LOG_FORMAT = 6
 # format 1: no cost model, gate or cancel lines; format 2: no executor,
 # hidden-truth digest or chain; format 3: the state digest over the whole text;
-# format 4: the plan's work and the result's completed intervals as row objects
-READABLE_FORMATS = (1, 2, 3, 4, 5)
+# format 4: the plan's work and the result's completed intervals as row objects;
+# format 5: as columns, one array per field
+READABLE_FORMATS = (1, 2, 3, 4, 5, 6)
 #: formats whose iteration lines hold the work and the completions as columns
-COLUMNAR_FORMATS = frozenset({5})
+COLUMNAR_FORMATS = frozenset({5, 6})
+#: formats whose columns are tables (:mod:`~iterserve.records.log_columns`)
+TABLE_FORMATS = frozenset({6})
 #: each readable format's state digest (replay checks a log with its own)
 STATE_DIGESTS: Mapping[int, Callable[[SchedulerState], str]] = {
     1: state_text_digest, 2: state_text_digest, 3: state_text_digest, 4: state_digest,
-    5: state_digest,
+    5: state_digest, 6: state_digest,
 }
 EXECUTORS = ("simulated", "torch")
 CHAIN_KEY = "chain"
@@ -148,9 +153,11 @@ def iteration_line(
     :class:`StateDigester` (the same value); ``claimed``: likewise
     :func:`claimed_prefix_rows` or that digester's (called after ``digest``)."""
     plan_doc = plan_to_json(plan, with_work=False)
-    plan_doc["work"] = work_columns(plan.work)
+    work = work_columns(plan.work)
+    plan_doc["work"] = work_table(work, len(plan.work))
     result_doc = result_to_json(result, plan, state, with_completed=False)
-    result_doc["completed"] = completed_columns(result.completed)
+    result_doc["completed"] = completed_table(completed_columns(result.completed),
+                                              len(result.completed), work)
     line = {
         "type": "iteration",
         "decision_id": state.decision_id,
