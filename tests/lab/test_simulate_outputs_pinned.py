@@ -73,8 +73,8 @@ PINNED: dict[str, dict[str, str]] = {
             "df8fcc0c11c85651f0d7a8e0490ddfe2d031e1b98b51715fd7b50dba86d5f949",
         EVENT_LINES:
             "e990d203d4719e4776f00e5cd6d5841a06797e285820c893958981de38522ae9",
-        "decisions.jsonl":  # log format 5 (issue 15: work and completions as columns)
-            "6331a44d6cc2f42f1d6b720c7a7a98ba2ffc5dfa028ad2e95713c47dfd8b59ca",
+        "decisions.jsonl":  # log format 6 (issue 37: work and completions as tables)
+            "757d9560c7cf2331b5d968bebb4b79f3cbf1981179d9066453d03fcd07b1c4bc",
         FORMAT_4_LOG:  # log format 4 (issue 15: the incremental state digest)
             "631cba003267db1797586ade55713958cc82bfe07433f283429a5881594652f6",
         MASKED_LOG:  # main's format-3 log, masked alike: the same decisions
@@ -98,7 +98,7 @@ PINNED: dict[str, dict[str, str]] = {
         EVENT_LINES:
             "3c331c7acbb9429f635e9aed446306d13a7a1c6bf465e38316785b6ace48c1fc",
         "decisions.jsonl":
-            "f7af61c5931dc8c046697afb8893eaaf2debce78841d2d9f84552d46b7c21cb5",
+            "f48ba41aedbfebcb4677e4fca1693d71b7768f0e957c64d4f24ee3fcb69d6fe2",
         FORMAT_4_LOG:
             "c0228143b3aa2de078d6f3152464e839934b59d09fc3f2493da59aa6cf680afa",
         MASKED_LOG:
