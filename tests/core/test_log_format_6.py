@@ -50,11 +50,14 @@ def _tables(draw: Any) -> tuple[dict[str, list[Any]], int]:
     runs = st.lists(st.sampled_from([0, 1, True, None, "x"]), min_size=num_rows,
                     max_size=num_rows).map(sorted_by_type)
     ints = st.lists(st.integers(0, 2000), min_size=num_rows, max_size=num_rows)
+    ids = st.lists(st.one_of(st.integers(0, 999).map(lambda n: f"r{n:03d}"),
+                             st.sampled_from(["r1", "r01", "r0a", "r", "r\u0663\u0663\u0663"])),
+                   min_size=num_rows, max_size=num_rows)
     arity = draw(st.integers(0, 3))
     keys = st.lists(st.lists(_SCALARS, min_size=arity, max_size=arity), min_size=num_rows,
                     max_size=num_rows)
-    a = draw(st.one_of(column, runs, ints))
-    b = draw(st.one_of(column, st.just(list(a)), ints))
+    a = draw(st.one_of(column, runs, ints, ids))
+    b = draw(st.one_of(column, st.just(list(a)), ints, ids))
     end = draw(st.one_of(ints, st.just([v + 1 for v in a] if all(
         type(v) is int for v in a) else list(a))))
     return {"a": a, "b": b, "end": end, "tie_break": draw(keys)}, num_rows
@@ -80,6 +83,12 @@ def test_the_compact_forms_are_chosen_and_never_merge_types() -> None:
     table = encode_table(columns, NAMES, 4, bases={"end": "a"})
     assert table["b"] == {"same": "a"} and table["end"] == {"plus": ["a", {"runs": [1, 4]}]}
     assert table["tie_break"] == {"keys": [{"runs": [0, 4]}, {"same": "a"}]}
+    ids = {"a": ["r000900", "r000903", "r001071", "r001072"], "b": ["r1", "r01", "r2", "r3"],
+           "end": [1, 1, 1, 1], "tie_break": [[], [], [], []]}
+    table = encode_table(ids, NAMES, 4)
+    assert table["a"] == {"numbered": ["r00", 4, {"steps": [900, 3, 168, 1]}]}
+    assert table["b"] == ["r1", "r01", "r2", "r3"]  # not one width: as they are
+    assert dumps(decode_table(json.loads(dumps(table)), NAMES)) == dumps(ids)
     mixed = {"a": [1, 1, 1, 1], "b": [True, True, True, True], "end": [1.0, 1.0, 1.0, 1.0],
              "tie_break": [[], [], [], []]}
     table = encode_table(mixed, NAMES, 4, bases={"end": "a"})
@@ -93,6 +102,9 @@ def test_the_compact_forms_are_chosen_and_never_merge_types() -> None:
     (lambda t: t.update(a={"runs": [1, 0]}), "a: runs: a count must be an integer >= 1"),
     (lambda t: t.update(a={"steps": [1, "2"]}), "a: steps must be"),
     (lambda t: t.update(a={"zip": []}), "a: must be an array or an object with one of"),
+    (lambda t: t.update(a={"numbered": ["r", 2, [5, 100, 7, 9]]}),
+     "a: numbered: every number must be an integer of at most 2 digits"),
+    (lambda t: t.update(a={"numbered": ["r", 0, [5, 6, 7, 9]]}), "a: numbered must be"),
     (lambda t: t.update(a=[1, 2]), "a: 2 values, rows is 4"),
     (lambda t: t.update(extra=[]), "extra is not a field"),
 ])

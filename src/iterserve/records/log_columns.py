@@ -12,6 +12,9 @@ object ``{"rows": N, FIELD: COLUMN, ...}`` whose COLUMN is one of:
 - an array: the N values (format 5's form);
 - ``{"runs": [v1, n1, v2, n2, ...]}``: ``v1`` n1 times, then ``v2`` n2 times...;
 - ``{"steps": [first, d1, d2, ...]}``: integers, each the previous plus ``d``;
+- ``{"numbered": [PREFIX, WIDTH, COLUMN]}``: strings, each PREFIX then
+  COLUMN's integer in WIDTH decimal digits, zero-padded (request ids such
+  as ``r000900``: the numbers then go as ``steps``);
 - ``{"same": NAME}``: the values of the column NAME, one decoded before it
   (an earlier field of the table, in the table's field order, or for a
   result's completions ``work.FIELD`` of the same line's plan);
@@ -33,6 +36,7 @@ runs write equal bytes.
 from __future__ import annotations
 
 import operator
+import os
 from collections.abc import Mapping, Sequence
 from itertools import accumulate, groupby
 from typing import Any
@@ -40,7 +44,8 @@ from typing import Any
 ROWS_KEY = "rows"
 KEYS_FIELD = "tie_break"
 _SIMPLE_TYPES = frozenset({str, int, bool, type(None)})
-_FORMS = ("runs", "steps", "same", "plus", "keys")
+_FORMS = ("runs", "steps", "numbered", "same", "plus", "keys")
+_MAX_WIDTH = 18  # digits of a number in a numbered string: at most an int64
 
 
 def encode_table(columns: Mapping[str, Sequence[Any]], names: tuple[str, ...],
@@ -81,11 +86,31 @@ def _encode(values: list[Any], seen: Mapping[str, list[Any]],
             runs += (value, sum(1 for _ in group))
         if len(runs) < len(values):
             return {"runs": runs}
+    if types == {str}:
+        numbered = _numbered(values)
+        if numbered is not None:
+            return numbered
     if types == {int} and len(values) > 1:
         steps = [values[0], *map(operator.sub, values[1:], values[:-1])]
         if len(repr(steps)) < len(repr(values)):
             return {"steps": steps}
     return values
+
+
+def _numbered(values: list[str]) -> dict[str, Any] | None:
+    """``values`` as a prefix and zero-padded numbers, where every one is
+    the same prefix then decimal digits of one width."""
+    if len(set(map(len, values))) != 1:
+        return None
+    prefix = os.path.commonprefix(values)
+    width = len(values[0]) - len(prefix)
+    if not 1 <= width <= _MAX_WIDTH:
+        return None
+    tails = [value[len(prefix):] for value in values]
+    digits = "".join(tails)
+    if not (digits.isascii() and digits.isdigit()):
+        return None
+    return {"numbered": [prefix, width, _encode(list(map(int, tails)), {})]}
 
 
 def _encode_keys(keys: list[Any], num_rows: int, seen: Mapping[str, list[Any]]) -> Any:
@@ -150,6 +175,8 @@ def _decode(column: Any, seen: Mapping[str, list[Any]]) -> list[Any]:
         return list(accumulate(argument))
     if form == "plus":
         return _decode_plus(argument, seen)
+    if form == "numbered":
+        return _decode_numbered(argument)
     raise ValueError("keys is the tie_break field's form only")
 
 
@@ -168,6 +195,19 @@ def _decode_runs(runs: Any) -> list[Any]:
             raise ValueError(f"runs: a count must be an integer >= 1, got {_brief(count)}")
         values += [value] * count
     return values
+
+
+def _decode_numbered(argument: Any) -> list[str]:
+    if (not isinstance(argument, list) or len(argument) != 3
+            or not isinstance(argument[0], str) or type(argument[1]) is not int
+            or not 1 <= argument[1] <= _MAX_WIDTH):
+        raise ValueError(f"numbered must be [PREFIX, WIDTH 1..{_MAX_WIDTH}, COLUMN]")
+    prefix, width, column = argument
+    numbers = _decode(column, {})
+    limit = 10 ** width
+    if not all(type(number) is int and 0 <= number < limit for number in numbers):
+        raise ValueError(f"numbered: every number must be an integer of at most {width} digits")
+    return [f"{prefix}{number:0{width}d}" for number in numbers]
 
 
 def _decode_plus(argument: Any, seen: Mapping[str, list[Any]]) -> list[Any]:
