@@ -28,7 +28,6 @@ from iterserve.records.state import SchedulerState
 from iterserve.records.state_digest import state_digest
 from iterserve.records.view import Lifecycle
 from iterserve.sim.replay import _Replay
-
 from log_rows import as_columns, as_rows
 
 from .helpers import Recorder, random_workload_json, write_json

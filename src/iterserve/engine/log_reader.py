@@ -6,7 +6,10 @@ mistyped field, an unknown line type, an unreadable format) is one
 only meets well-typed lines. The header's unknown keys are tolerated (a
 later format may add one; the chain still covers them); a body line's are
 not. Plans are not shape-checked here: replay compares them with the
-re-derived plan and names the first difference.
+re-derived plan and names the first difference. A format-6 line's tables
+are decoded into rows here (a table that is not one is malformed, named by
+line and field); a zstd-compressed file is told by its first bytes and
+decompressed whole before its lines are read.
 """
 
 from __future__ import annotations

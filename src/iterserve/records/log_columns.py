@@ -82,7 +82,7 @@ def _encode(values: list[Any], seen: Mapping[str, list[Any]],
     # a run boundary count first (at C speed): most columns are not runs
     if sum(map(operator.ne, values[1:], values[:-1])) * 2 + 2 < len(values):
         runs: list[Any] = []
-        for (_, value), group in groupby(zip(map(type, values), values)):
+        for (_, value), group in groupby(zip(map(type, values), values, strict=True)):
             runs += (value, sum(1 for _ in group))
         if len(runs) < len(values):
             return {"runs": runs}
