@@ -188,23 +188,30 @@ def completed_columns(completed: Sequence[CompletedInterval]) -> dict[str, Any]:
             "emitted": emitted, "token_id": tokens, "finish_reason": reasons}
 
 
-#: format 6: the ``plus`` base of a field (``end`` as ``start`` plus the lengths), and the
-#: work columns a result's completion table may name as ``same`` (``work.FIELD``)
-_TABLE_BASES = {"end": "start"}
+#: format 6: the forms each field's column may take (:mod:`~iterserve.records.log_columns`);
+#: ``tie_break``'s are each key column's. A completion's id, generation and interval are
+#: its work item's where every work item completed, in order
+WORK_HINTS = {"request_id": ("numbered",), "generation": ("runs",),
+              "snapshot_version": ("steps",), "end": ("plus:start",), "kind": ("runs",),
+              "tie_break": ("same:request_id", "same:generation", "runs", "steps")}
+COMPLETED_HINTS = {"request_id": ("same:work.request_id", "numbered"),
+                   "generation": ("same:work.generation", "runs"),
+                   "start": ("same:work.start",), "end": ("same:work.end", "plus:start"),
+                   "emitted": ("runs",), "token_id": ("steps",), "finish_reason": ("runs",)}
 _SHARED_WITH_WORK = ("request_id", "generation", "start", "end")
 
 
 def work_table(columns: Mapping[str, Any], num_rows: int) -> dict[str, Any]:
     """:func:`work_columns`' ``columns`` as a format-6 table
     (:mod:`~iterserve.records.log_columns`)."""
-    return encode_table(columns, WORK_COLUMNS, num_rows, bases=_TABLE_BASES)
+    return encode_table(columns, WORK_COLUMNS, num_rows, WORK_HINTS)
 
 
 def completed_table(columns: Mapping[str, Any], num_rows: int,
                     work: Mapping[str, Any]) -> dict[str, Any]:
     """:func:`completed_columns`' ``columns`` as a format-6 table whose
     columns may be ``same`` as the plan's ``work`` columns."""
-    return encode_table(columns, COMPLETED_COLUMNS, num_rows, bases=_TABLE_BASES,
+    return encode_table(columns, COMPLETED_COLUMNS, num_rows, COMPLETED_HINTS,
                         known=_work_known(work))
 
 

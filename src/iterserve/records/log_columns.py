@@ -28,17 +28,19 @@ Only columns of strings, integers, booleans and nulls are ever written in
 a compact form (a float or a container stays an array: ``1 == 1.0 == True``
 in Python, never in the canonical text), so decoding gives the exact values
 and the canonical text of every row (:func:`decode_table`) is format 5's.
-The encoder picks the first form that applies in the order above and is
-shorter than the array; the choice is a function of the values, so equal
-runs write equal bytes.
+The writer names, per field, the forms worth trying (``records/codec.py``:
+a completion's ``start`` may be ``same`` as its work's, a ``kind`` runs) and
+takes the first that applies and is (roughly) shorter than the array, each
+test at C speed (it runs for every column of every line); the choice is a
+function of the values, so equal runs write equal bytes. The reader takes
+any form anywhere.
 """
 
 from __future__ import annotations
 
 import operator
-import os
 from collections.abc import Mapping, Sequence
-from itertools import accumulate, groupby
+from itertools import accumulate, compress
 from typing import Any
 
 ROWS_KEY = "rows"
@@ -48,81 +50,140 @@ _FORMS = ("runs", "steps", "numbered", "same", "plus", "keys")
 _MAX_WIDTH = 18  # digits of a number in a numbered string: at most an int64
 
 
+#: a field's compact forms to try, in order: ``runs``, ``steps``, ``numbered``,
+#: ``same:NAME`` or ``plus:NAME`` (the ``tie_break`` field's: each key column's)
+Hints = Mapping[str, tuple[str, ...]]
+
+
 def encode_table(columns: Mapping[str, Sequence[Any]], names: tuple[str, ...],
-                 num_rows: int, *, known: Mapping[str, Sequence[Any]] | None = None,
-                 bases: Mapping[str, str] | None = None) -> dict[str, Any]:
+                 num_rows: int, hints: Hints, *,
+                 known: Mapping[str, Sequence[Any]] | None = None) -> dict[str, Any]:
     """``columns`` (one sequence per field of ``names``, ``num_rows`` long)
-    as a format-6 table. ``known``: columns a ``same`` may name besides the
-    table's own (a result's completions: ``work.FIELD``); ``bases``: a
-    field's ``plus`` base (``{"end": "start"}``)."""
+    as a format-6 table, each field in the first of its ``hints`` forms
+    that applies (a field without: an array). ``known``: columns a
+    ``same`` may name besides the table's own (a result's completions:
+    ``work.FIELD``)."""
     table: dict[str, Any] = {ROWS_KEY: num_rows}
-    seen: dict[str, list[Any]] = {name: list(values) for name, values in (known or {}).items()}
+    # tuples: ``tuple()`` of a record's field column (a tuple) copies nothing
+    seen: dict[str, Sequence[Any]] = {name: tuple(values) for name, values in (known or {}).items()}
     for name in names:
-        values = list(columns[name])
+        values = tuple(columns[name])
+        forms = hints.get(name, ())
         if name == KEYS_FIELD:
-            table[name] = _encode_keys(values, num_rows, seen)
+            table[name] = _encode_keys(values, forms, seen)
             continue
-        base = (bases or {}).get(name)
-        table[name] = _encode(values, seen, None if base is None else seen.get(base), base)
+        table[name] = _encode(values, forms, seen)
         seen[name] = values
     return table
 
 
-def _encode(values: list[Any], seen: Mapping[str, list[Any]],
-            base_values: list[Any] | None = None, base: str | None = None) -> Any:
+def _encode(values: Sequence[Any], forms: tuple[str, ...],
+            seen: Mapping[str, Sequence[Any]]) -> Any:
+    """The first of ``forms`` that applies to ``values`` and is (roughly)
+    shorter than the array, else the array (every test at C speed: this
+    runs for every column of every line)."""
     types = set(map(type, values))
-    if not values or not types <= _SIMPLE_TYPES:
+    if not values or not forms or not types <= _SIMPLE_TYPES:
         return values
-    for name, other in seen.items():
-        if other == values and list(map(type, other)) == list(map(type, values)):
-            return {"same": name}
-    if (base is not None and base_values is not None and types == {int}
-            and len(base_values) == len(values) and set(map(type, base_values)) == {int}):
-        return {"plus": [base, _encode(list(map(operator.sub, values, base_values)), {})]}
-    # a run boundary count first (at C speed): most columns are not runs
-    if sum(map(operator.ne, values[1:], values[:-1])) * 2 + 2 < len(values):
-        runs: list[Any] = []
-        for (_, value), group in groupby(zip(map(type, values), values, strict=True)):
-            runs += (value, sum(1 for _ in group))
-        if len(runs) < len(values):
-            return {"runs": runs}
-    if types == {str}:
-        numbered = _numbered(values)
-        if numbered is not None:
-            return numbered
-    if types == {int} and len(values) > 1:
-        steps = [values[0], *map(operator.sub, values[1:], values[:-1])]
-        if len(repr(steps)) < len(repr(values)):
-            return {"steps": steps}
+    for form in forms:
+        column = _FORM_ENCODERS[form.partition(":")[0]](values, types, form.partition(":")[2],
+                                                         seen)
+        if column is not None:
+            return column
     return values
 
 
-def _numbered(values: list[str]) -> dict[str, Any] | None:
+def _same(values: Sequence[Any], types: set[type], name: str,
+          seen: Mapping[str, Sequence[Any]]) -> dict[str, Any] | None:
+    other = seen.get(name)
+    if other != values:
+        return None
+    if len(types) == 1:  # equal values of one type: the same text
+        return {"same": name} if set(map(type, other)) == types else None
+    return {"same": name} if list(map(type, other)) == list(map(type, values)) else None
+
+
+def _plus(values: Sequence[Any], types: set[type], name: str,
+          seen: Mapping[str, Sequence[Any]]) -> dict[str, Any] | None:
+    base = seen.get(name)
+    if types != {int} or base is None or len(base) != len(values) or set(map(type, base)) != {int}:
+        return None
+    return {"plus": [name, _encode(list(map(operator.sub, values, base)), ("runs",), {})]}
+
+
+def _runs_form(values: Sequence[Any], types: set[type], _: str,
+               seen: Mapping[str, Sequence[Any]]) -> dict[str, Any] | None:
+    runs = _runs(values, len(types) > 1)
+    return None if runs is None else {"runs": runs}
+
+
+def _steps(values: Sequence[Any], types: set[type], _: str,
+           seen: Mapping[str, Sequence[Any]]) -> dict[str, Any] | None:
+    if types != {int} or len(values) < 2:
+        return None
+    steps = [values[0], *map(operator.sub, values[1:], values[:-1])]
+    # fewer digits, roughly: a function of the values, so equal runs write equal bytes
+    return {"steps": steps} if 3 * sum(map(abs, steps)) < sum(map(abs, values)) else None
+
+
+def _numbered_form(values: Sequence[Any], types: set[type], _: str,
+                   seen: Mapping[str, Sequence[Any]]) -> dict[str, Any] | None:
+    return _numbered(values) if types == {str} else None
+
+
+def _runs(values: Sequence[Any], is_mixed: bool) -> list[Any] | None:
+    """``[v1, n1, v2, n2, ...]`` where that is shorter than ``values``. A
+    run ends where the value or its type changes (``1`` then ``True``)."""
+    changed: Any = map(operator.ne, values[1:], values[:-1])
+    if is_mixed:
+        types = list(map(type, values))
+        changed = map(operator.or_, changed, map(operator.is_not, types[1:], types[:-1]))
+    starts = [0, *compress(range(1, len(values)), changed)]
+    if 2 * len(starts) >= len(values):
+        return None
+    runs: list[Any] = [None, 0] * len(starts)
+    runs[::2] = map(values.__getitem__, starts)
+    runs[1::2] = map(operator.sub, [*starts[1:], len(values)], starts)
+    return runs
+
+
+def _numbered(values: Sequence[str]) -> dict[str, Any] | None:
     """``values`` as a prefix and zero-padded numbers, where every one is
     the same prefix then decimal digits of one width."""
     if len(set(map(len, values))) != 1:
         return None
-    prefix = os.path.commonprefix(values)
+    prefix = _common_prefix(min(values), max(values))
     width = len(values[0]) - len(prefix)
     if not 1 <= width <= _MAX_WIDTH:
         return None
-    tails = [value[len(prefix):] for value in values]
+    tails = list(map(operator.itemgetter(slice(len(prefix), None)), values))
     digits = "".join(tails)
     if not (digits.isascii() and digits.isdigit()):
         return None
-    return {"numbered": [prefix, width, _encode(list(map(int, tails)), {})]}
+    return {"numbered": [prefix, width, _encode(list(map(int, tails)), ("steps",), {})]}
 
 
-def _encode_keys(keys: list[Any], num_rows: int, seen: Mapping[str, list[Any]]) -> Any:
-    """The tie-break keys: one column per key field where every key is an
-    array of one arity, else the keys as they are."""
-    if not keys or not all(isinstance(key, list | tuple) for key in keys):
+def _common_prefix(first: str, last: str) -> str:
+    """The longest common prefix of the least and the greatest string: every
+    string's between them shares it."""
+    for i, (a, b) in enumerate(zip(first, last, strict=False)):
+        if a != b:
+            return first[:i]
+    return first[:min(len(first), len(last))]
+
+
+def _encode_keys(keys: Sequence[Any], forms: tuple[str, ...],
+                 seen: Mapping[str, Sequence[Any]]) -> Any:
+    """The tie-break keys: one column per key field (each in the first of
+    ``forms`` that applies) where every key is an array of one arity, else
+    the keys as they are."""
+    if not keys or not set(map(type, keys)) <= {list, tuple} or len(set(map(len, keys))) != 1:
         return keys
-    arity = len(keys[0])
-    if any(len(key) != arity for key in keys):
-        return keys
-    key_columns = [list(column) for column in zip(*keys, strict=True)] if arity else []
-    return {"keys": [_encode(column, seen) for column in key_columns]}
+    return {"keys": [_encode(column, forms, seen) for column in zip(*keys, strict=True)]}
+
+
+_FORM_ENCODERS = {"same": _same, "plus": _plus, "runs": _runs_form, "steps": _steps,
+                  "numbered": _numbered_form}
 
 
 # --- decoding ------------------------------------------------------------------------------
