@@ -74,7 +74,7 @@ PINNED: dict[str, dict[str, str]] = {
         EVENT_LINES:
             "e990d203d4719e4776f00e5cd6d5841a06797e285820c893958981de38522ae9",
         "decisions.jsonl":  # log format 6 (issue 37: work and completions as tables)
-            "757d9560c7cf2331b5d968bebb4b79f3cbf1981179d9066453d03fcd07b1c4bc",
+            "075563a418025a24824e56a36ded62b7296048c59a1c2768c1c17c9fc69015a1",
         FORMAT_4_LOG:  # log format 4 (issue 15: the incremental state digest)
             "631cba003267db1797586ade55713958cc82bfe07433f283429a5881594652f6",
         MASKED_LOG:  # main's format-3 log, masked alike: the same decisions
@@ -98,7 +98,7 @@ PINNED: dict[str, dict[str, str]] = {
         EVENT_LINES:
             "3c331c7acbb9429f635e9aed446306d13a7a1c6bf465e38316785b6ace48c1fc",
         "decisions.jsonl":
-            "f48ba41aedbfebcb4677e4fca1693d71b7768f0e957c64d4f24ee3fcb69d6fe2",
+            "10b564695250514f37a189e617e123232573cc4ca47e53bdd566af5fa12cc9b0",
         FORMAT_4_LOG:
             "c0228143b3aa2de078d6f3152464e839934b59d09fc3f2493da59aa6cf680afa",
         MASKED_LOG:
