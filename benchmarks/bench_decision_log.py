@@ -55,7 +55,13 @@ from iterserve.engine.loop import Engine
 from iterserve.engine.observer import EngineObserver
 from iterserve.policies.registry import policy_for
 from iterserve.records.canonical_json import canonical_json
-from iterserve.records.codec import completed_columns, state_to_json, work_columns
+from iterserve.records.codec import (
+    completed_columns,
+    plan_to_json,
+    result_to_json,
+    state_to_json,
+    work_columns,
+)
 from iterserve.records.compressed_text import compressed_text
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
@@ -217,10 +223,18 @@ def overload_manifest(num_requests: int) -> WorkloadManifest:
 
 def format_5_line(state: SchedulerState, plan: IterationPlan, result: IterationResult,
                   digest: str) -> bytes:
-    """The iteration line as format 5 wrote it: the columns as arrays."""
-    line = iteration_line(state, plan, result, lambda _: digest, lambda _: {})
-    line["plan"]["work"] = work_columns(plan.work)
-    line["result"]["completed"] = completed_columns(result.completed)
+    """The iteration line as format 5 wrote it (the columns as arrays; the
+    writer's ``iteration_line`` before format 6, kept here as the baseline)."""
+    plan_doc = plan_to_json(plan, with_work=False)
+    plan_doc["work"] = work_columns(plan.work)
+    result_doc = result_to_json(result, plan, state, with_completed=False)
+    result_doc["completed"] = completed_columns(result.completed)
+    line = {"type": "iteration", "decision_id": state.decision_id,
+            "state_version": state.state_version, "state_digest": digest,
+            "policy": {"id": plan.policy_id, "version": plan.policy_version},
+            "plan": plan_doc, "result": result_doc}
+    if state.prefix_hits:
+        line["prefix_hits"] = dict(sorted(state.prefix_hits.items()))
     return canonical_json(line).encode()
 
 

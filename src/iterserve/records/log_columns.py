@@ -38,8 +38,9 @@ any form anywhere.
 
 from __future__ import annotations
 
+import functools
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import accumulate, compress
 from typing import Any
 
@@ -64,71 +65,91 @@ def encode_table(columns: Mapping[str, Sequence[Any]], names: tuple[str, ...],
     ``same`` may name besides the table's own (a result's completions:
     ``work.FIELD``)."""
     table: dict[str, Any] = {ROWS_KEY: num_rows}
-    # tuples: ``tuple()`` of a record's field column (a tuple) copies nothing
-    seen: dict[str, Sequence[Any]] = {name: tuple(values) for name, values in (known or {}).items()}
+    # each column once as a tuple (``tuple()`` of a record's field column copies
+    # nothing) with the set of its value types, which every form reads
+    seen: dict[str, _Column] = {name: _column(values) for name, values in (known or {}).items()}
     for name in names:
-        values = tuple(columns[name])
-        forms = hints.get(name, ())
+        column = _column(columns[name])
+        forms = _compiled(hints.get(name, ()))
         if name == KEYS_FIELD:
-            table[name] = _encode_keys(values, forms, seen)
+            table[name] = _encode_keys(column[0], forms, seen)
             continue
-        table[name] = _encode(values, forms, seen)
-        seen[name] = values
+        table[name] = _encode(column, forms, seen)
+        seen[name] = column
     return table
 
 
-def _encode(values: Sequence[Any], forms: tuple[str, ...],
-            seen: Mapping[str, Sequence[Any]]) -> Any:
-    """The first of ``forms`` that applies to ``values`` and is (roughly)
+_Column = tuple[tuple[Any, ...], frozenset[type]]
+_Form = Callable[[_Column, str, Mapping[str, _Column]], Any]
+
+
+def _column(values: Sequence[Any]) -> _Column:
+    values = tuple(values)
+    return values, frozenset(map(type, values))
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(forms: tuple[str, ...]) -> tuple[tuple[_Form, str], ...]:
+    return tuple((_FORM_ENCODERS[form.partition(":")[0]], form.partition(":")[2])
+                 for form in forms)
+
+
+def _encode(column: _Column, forms: tuple[tuple[_Form, str], ...],
+            seen: Mapping[str, _Column]) -> Any:
+    """The first of ``forms`` that applies to ``column`` and is (roughly)
     shorter than the array, else the array (every test at C speed: this
     runs for every column of every line)."""
-    types = set(map(type, values))
-    if not values or not forms or not types <= _SIMPLE_TYPES:
+    values, types = column
+    if not values or not types <= _SIMPLE_TYPES:
         return values
-    for form in forms:
-        column = _FORM_ENCODERS[form.partition(":")[0]](values, types, form.partition(":")[2],
-                                                         seen)
-        if column is not None:
-            return column
+    for encode, argument in forms:
+        encoded = encode(column, argument, seen)
+        if encoded is not None:
+            return encoded
     return values
 
 
-def _same(values: Sequence[Any], types: set[type], name: str,
-          seen: Mapping[str, Sequence[Any]]) -> dict[str, Any] | None:
-    other = seen.get(name)
-    if other != values:
+def _same(column: _Column, name: str, seen: Mapping[str, _Column]) -> dict[str, Any] | None:
+    values, types = column
+    other, other_types = seen.get(name, ((), frozenset()))
+    if other != values or other_types != types:
         return None
     if len(types) == 1:  # equal values of one type: the same text
-        return {"same": name} if set(map(type, other)) == types else None
+        return {"same": name}
     return {"same": name} if list(map(type, other)) == list(map(type, values)) else None
 
 
-def _plus(values: Sequence[Any], types: set[type], name: str,
-          seen: Mapping[str, Sequence[Any]]) -> dict[str, Any] | None:
-    base = seen.get(name)
-    if types != {int} or base is None or len(base) != len(values) or set(map(type, base)) != {int}:
+def _plus(column: _Column, name: str, seen: Mapping[str, _Column]) -> dict[str, Any] | None:
+    values, types = column
+    base, base_types = seen.get(name, ((), frozenset()))
+    if types != _INT or base_types != _INT or len(base) != len(values):
         return None
-    return {"plus": [name, _encode(list(map(operator.sub, values, base)), ("runs",), {})]}
+    offsets = list(map(operator.sub, values, base))
+    runs = _runs(offsets, False)
+    return {"plus": [name, offsets if runs is None else {"runs": runs}]}
 
 
-def _runs_form(values: Sequence[Any], types: set[type], _: str,
-               seen: Mapping[str, Sequence[Any]]) -> dict[str, Any] | None:
-    runs = _runs(values, len(types) > 1)
+def _runs_form(column: _Column, _: str, seen: Mapping[str, _Column]) -> dict[str, Any] | None:
+    runs = _runs(column[0], len(column[1]) > 1)
     return None if runs is None else {"runs": runs}
 
 
-def _steps(values: Sequence[Any], types: set[type], _: str,
-           seen: Mapping[str, Sequence[Any]]) -> dict[str, Any] | None:
-    if types != {int} or len(values) < 2:
+def _steps(column: _Column, _: str = "", seen: Mapping[str, _Column] | None = None
+           ) -> dict[str, Any] | None:
+    values, types = column
+    if types != _INT or len(values) < 2:
         return None
     steps = [values[0], *map(operator.sub, values[1:], values[:-1])]
     # fewer digits, roughly: a function of the values, so equal runs write equal bytes
     return {"steps": steps} if 3 * sum(map(abs, steps)) < sum(map(abs, values)) else None
 
 
-def _numbered_form(values: Sequence[Any], types: set[type], _: str,
-                   seen: Mapping[str, Sequence[Any]]) -> dict[str, Any] | None:
-    return _numbered(values) if types == {str} else None
+def _numbered_form(column: _Column, _: str,
+                   seen: Mapping[str, _Column]) -> dict[str, Any] | None:
+    return _numbered(column[0]) if column[1] == _STR else None
+
+
+_INT, _STR = frozenset({int}), frozenset({str})
 
 
 def _runs(values: Sequence[Any], is_mixed: bool) -> list[Any] | None:
@@ -160,7 +181,8 @@ def _numbered(values: Sequence[str]) -> dict[str, Any] | None:
     digits = "".join(tails)
     if not (digits.isascii() and digits.isdigit()):
         return None
-    return {"numbered": [prefix, width, _encode(list(map(int, tails)), ("steps",), {})]}
+    numbers = tuple(map(int, tails))
+    return {"numbered": [prefix, width, _steps((numbers, _INT)) or numbers]}
 
 
 def _common_prefix(first: str, last: str) -> str:
@@ -172,14 +194,15 @@ def _common_prefix(first: str, last: str) -> str:
     return first[:min(len(first), len(last))]
 
 
-def _encode_keys(keys: Sequence[Any], forms: tuple[str, ...],
-                 seen: Mapping[str, Sequence[Any]]) -> Any:
+def _encode_keys(keys: Sequence[Any], forms: tuple[tuple[_Form, str], ...],
+                 seen: Mapping[str, _Column]) -> Any:
     """The tie-break keys: one column per key field (each in the first of
     ``forms`` that applies) where every key is an array of one arity, else
     the keys as they are."""
     if not keys or not set(map(type, keys)) <= {list, tuple} or len(set(map(len, keys))) != 1:
         return keys
-    return {"keys": [_encode(column, forms, seen) for column in zip(*keys, strict=True)]}
+    return {"keys": [_encode(_column(column), forms, seen)
+                     for column in zip(*keys, strict=True)]}
 
 
 _FORM_ENCODERS = {"same": _same, "plus": _plus, "runs": _runs_form, "steps": _steps,
