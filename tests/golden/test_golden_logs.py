@@ -32,15 +32,17 @@ HEADER_KEYS_ADDED_SINCE: dict[str, str] = {
 }
 # header values a later change altered on purpose: key -> (committed, now, which change)
 HEADER_VALUES_CHANGED_SINCE: dict[str, tuple[object, object, str]] = {
-    "format": (2, 5, "issue 14: format 3 adds executor, output_lengths_sha256 and the chain; "
+    "format": (2, 6, "issue 14: format 3 adds executor, output_lengths_sha256 and the chain; "
                      "issue 15: format 4 changes how state_digest hashes the views, format 5 "
-                     "writes the work and the completions as columns (LINE_SHAPE_CHANGED_SINCE)"),
+                     "writes the work and the completions as columns; issue 37: format 6 as "
+                     "tables (LINE_SHAPE_CHANGED_SINCE)"),
 }
 # how a later change writes the same values in another shape: the new line is
 # put back in the committed shape before the byte compare
 LINE_SHAPE_CHANGED_SINCE: dict[str, str] = {
     "plan.work, result.completed": "issue 15: format 5 writes one array per field instead of "
-                                   "one object per item; log_rows.row_form_bytes writes them "
+                                   "one object per item, issue 37: format 6 a table (repeated "
+                                   "values written once); log_rows.row_form_bytes writes them "
                                    "as rows again (the canonical text of the same values)",
 }
 # per-line fields a later change appended to every decision line. The writer

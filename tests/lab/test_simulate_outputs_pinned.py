@@ -78,8 +78,8 @@ PINNED: dict[str, dict[str, str]] = {
             "5c874a99d893373d2114ab6725d345c56a79f446baecbc0b1e3d2a3609b8daea",
         EVENT_LINES:
             "078c3a7a06864c1a187b03515f7d224752dbf06e37886a05ed29407fb0331402",
-        "decisions.jsonl":  # log format 5 (issue 15: work and completions as columns)
-            "8a8473dbfdf1bd945b42965e05bbff6d67498ff67b1f55fd016a18975088ad8f",
+        "decisions.jsonl":  # log format 6 (issue 37: work and completions as tables)
+            "d8993186ad3e076cf89fb9315c56cc75e6c39a5cc9e8a9b8b0c201efb4e2ba0f",
         FORMAT_4_LOG:  # log format 4 (issue 15: the incremental state digest)
             "d1f647cbf83b742a911af81a6be6258e06a9fd6aa4b3bdc01dc663601deeacd8",
         MASKED_LOG:  # main's format-3 log, masked alike: the same decisions
@@ -103,7 +103,7 @@ PINNED: dict[str, dict[str, str]] = {
         EVENT_LINES:
             "e2843001c1cdddcfb3f6d6c1efb7ce048b65de3bdb98efb316fb5c26a64e4274",
         "decisions.jsonl":
-            "3fd7aaeb36606bb2524714c89d234860b328f0344ff11ad867e09b18519b1376",
+            "ad92b7ab4e37304dd09040031690f42e8c2dcb754bbc126484dc50d689155268",
         FORMAT_4_LOG:
             "5b29893164a025b78bdf3d308765fc6467a84b7c89652172e0d4423e0bb5e916",
         MASKED_LOG:

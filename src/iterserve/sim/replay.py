@@ -4,7 +4,8 @@ The engine runs again with the logged policy (bound to the logged cost
 model) and the logged overload contract, one step at a time. Each step
 compares the input state's digest and the re-derived plan with the log and
 stops at the first divergence, naming its line and field (the digest of
-the log's format: format 4's, or the whole-text digest of formats 1 to 3).
+the log's format: format 4's for formats 4 to 6, or the whole-text digest of
+formats 1 to 3).
 Results come from one of two places:
 
 - a simulated run replayed with its workload file (``workload``): the
@@ -12,7 +13,7 @@ Results come from one of two places:
   hidden truth, whose digest must match the header's; every result
   (tokens, stops, durations, capacity facts) is re-derived and compared;
 - otherwise the logged results are used as they are, after their chain
-  link is checked (formats 3 and 4): an edited line breaks the chain there.
+  link is checked (formats 3 to 6): an edited line breaks the chain there.
 
 Logged cancellations are applied at the state version they were made at;
 rejections are re-derived by the gate and must match the logged lists. A
@@ -71,7 +72,7 @@ class ReplayReport:
 
 
 class _Chain:
-    """Checks each line's chain link in file order (formats 3 and 4)."""
+    """Checks each line's chain link in file order (formats 3 to 6)."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
