@@ -37,6 +37,7 @@ from iterserve.records.spec import OnlineWorkload, RequestSpec
 from iterserve.records.state import CapacityFacts, SchedulerState
 from iterserve.records.workload import online_to_json
 
+
 @dataclass(frozen=True, slots=True)
 class OnlineLogs:
     """Where an online engine's logs go. A sink (an open text stream) gets
