@@ -5,6 +5,7 @@ engine runs are ``arrival`` lines, and such a log replays bit for bit."""
 
 from __future__ import annotations
 
+import gzip
 import io
 from pathlib import Path
 
@@ -124,3 +125,14 @@ def test_the_log_streams_every_line_once_closed() -> None:
     log.close(engine.state, is_done=engine.is_done)
     assert sink.getvalue() == text
     assert log.num_queued == 0
+
+
+def test_an_online_log_from_before_arrival_lines_still_replays(tmp_path: Path) -> None:
+    """A real-model online log written before arrival lines existed (every
+    request declared in its header; ``LLM.generate`` over two batches)."""
+    fixture = Path(__file__).parent / "fixtures" / "online_before_arrival_lines.jsonl.gz"
+    log = tmp_path / "online.jsonl"
+    log.write_bytes(gzip.decompress(fixture.read_bytes()))
+    text = log.read_text()
+    assert '"type":"arrival"' not in text and text.count('"request_id":"req-') >= 4
+    assert replay(log).num_iterations == text.count('"type":"iteration"')

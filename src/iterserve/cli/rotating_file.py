@@ -59,14 +59,13 @@ class RotatingTextFile:
 
     def _roll_over(self) -> None:
         self._file.close()
-        oldest = self.segment(self.max_backups)
         if self.max_backups == 0:
-            oldest.unlink()
-        else:
-            for index in range(self.max_backups - 1, -1, -1):
-                source = self.segment(index)
-                if source.exists():
-                    os.replace(source, self.segment(index + 1))
+            self.path.unlink()
+        # each segment moves one up; the one moved onto the last backup replaces (deletes) it
+        for index in range(self.max_backups - 1, -1, -1):
+            source = self.segment(index)
+            if source.exists():
+                os.replace(source, self.segment(index + 1))
         self._file = open(self.path, "wb")  # noqa: SIM115 - closed by close()
         self._num_bytes = 0
         self.num_rollovers += 1
