@@ -136,3 +136,20 @@ def test_an_online_log_from_before_arrival_lines_still_replays(tmp_path: Path) -
     text = log.read_text()
     assert '"type":"arrival"' not in text and text.count('"request_id":"req-') >= 4
     assert replay(log).num_iterations == text.count('"type":"iteration"')
+
+
+def test_a_busy_engine_finds_the_log_backlogged_past_its_bound() -> None:
+    """The online front encodes on the step path once ``max_queued`` facts
+    wait, so a never-idle engine's queue stays bounded."""
+    workload = OnlineWorkload("online", "ms", Capacity(16, 4), ())
+    engine = Engine(workload, make_policy("vllm"), SimulatedExecutor(HiddenTruth({})))
+    log = OnlineDecisionLog(io.StringIO(), engine.bound_workload, engine.executor.capacity(),
+                            gate=None, policy_settings={}, executor="simulated", max_queued=3)
+    for i in range(3):
+        assert not log.is_backlogged
+        log.on_declare([RequestSpec(f"r{i}", float(i), 4, 2)], engine.state)
+    assert log.is_backlogged and log.num_queued == 3
+    assert not log.flush() and not log.is_backlogged
+    with pytest.raises(ValueError, match="max_queued"):
+        OnlineDecisionLog(io.StringIO(), engine.bound_workload, engine.executor.capacity(),
+                          gate=None, policy_settings={}, executor="simulated", max_queued=0)

@@ -119,6 +119,7 @@ class OnlineEngine:
         self._initial_capacity = executor.capacity()
         self._gate_record = None if engine_gate(gate) is None or gate is None else \
             GateRecord(gate.gate_id, gate.params())
+        self._file_sinks = [s for s in (logs.decision_log, logs.event_log) if s is not None]
         sink = logs.decision_log
         if sink is None and logs.keep_in_memory:
             sink = io.StringIO()
@@ -305,6 +306,9 @@ class OnlineEngine:
             while self.engine.is_done and not self._inbox and self._log is not None \
                     and self._log.flush(_IDLE_FLUSH_FACTS):
                 pass
+            if self.engine.is_done and not self._inbox:  # what is written is on disk when idle
+                for sink in self._file_sinks:
+                    sink.flush()
             with self._cond:
                 while not (self._inbox or self._aborts or self._is_stopping
                            or not self.engine.is_done):
