@@ -81,3 +81,32 @@ def test_serve_refuses_a_bad_rotation_flag_in_one_line(tmp_path, capsys, flag, v
     err = capsys.readouterr().err
     assert status == 2, err
     assert err.count("\n") == 1 and flag in err, err
+
+
+def test_a_failed_write_ends_the_log_once_without_raising(tmp_path, caplog) -> None:
+    """A full disk must not stop the server: the log ends at the failure,
+    one error names the file, later writes are dropped."""
+    sink = RotatingTextFile(tmp_path / "log", label="--event-log")
+
+    class _FullDisk:
+        def write(self, data: bytes) -> int:
+            raise OSError(28, "No space left on device")
+
+        def flush(self) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    sink.write("kept\n")
+    sink.flush()
+    sink._file.close()
+    sink._file = _FullDisk()  # type: ignore[assignment]
+    with caplog.at_level("ERROR", logger="iterserve"):
+        sink.write("lost\n")
+        sink.write("dropped\n")
+        sink.close()
+    assert sink.error is not None and sink.error.errno == 28
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "--event-log" in errors[0].getMessage()
+    assert (tmp_path / "log").read_text() == "kept\n"

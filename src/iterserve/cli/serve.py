@@ -372,7 +372,7 @@ def run(args: argparse.Namespace) -> int:
     if server.was_forced:
         print("iterserve serve: second signal: the drain was cut short; logs written",
               file=sys.stderr, flush=True)
-    return 0
+    return logs.report_failures()
 
 
 class _LogFiles:
@@ -393,7 +393,7 @@ class _LogFiles:
         if path is None:
             return None
         try:
-            sink = RotatingTextFile(path, args.log_max_bytes, args.log_backups)
+            sink = RotatingTextFile(path, args.log_max_bytes, args.log_backups, label=flag)
         except OSError as exc:
             raise FlagError(f"{flag} {path}: cannot be opened ({exc.strerror or exc})") from None
         self.files.append(sink)
@@ -402,6 +402,15 @@ class _LogFiles:
     def close(self) -> None:
         for sink in self.files:
             sink.close()
+
+    def report_failures(self) -> int:
+        """1, with one line per log that could not be written to its end; else 0."""
+        failed = [sink for sink in self.files if sink.error is not None]
+        for sink in failed:
+            assert sink.error is not None
+            print(f"iterserve serve: {sink.label} {sink.path}: cut short by a failed write "
+                  f"({sink.error.strerror or sink.error})", file=sys.stderr, flush=True)
+        return 1 if failed else 0
 
 
 def _load(args: argparse.Namespace, logs: _LogFiles) -> tuple[Runtime, socket.socket]:

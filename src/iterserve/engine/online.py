@@ -10,9 +10,8 @@ made. A submission is stamped with it when ``add_request`` is called (TTFT
 counts from there, 0x07). After an idle jump the executor times the next
 iteration from the jumped-to instant, so ``state.now`` keeps tracking the
 engine clock. The loop drains the inbox only between steps and stamps no
-arrival at or before the cut the previous step published at, so the grown
-arrival lines in the decision log (engine/online_log.py) replay the run bit
-for bit.
+arrival at or before the cut the previous step published at, so the arrival
+lines in the decision log (engine/online_log.py) replay the run bit for bit.
 
 Memory: the engine keeps a request's records only while it is live or
 pending; its logs stream to the sinks :class:`OnlineLogs` names (or, by

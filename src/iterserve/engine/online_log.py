@@ -155,7 +155,7 @@ class OnlineDecisionLog(DecisionLogWriter):
         goes on)."""
         sink = self._out.sink
         if not isinstance(sink, io.StringIO):
-            raise TypeError("the decision log streams to a file; read it there")
+            raise ValueError("the decision log streams to its sink; read it there")
         with self._encode_lock:
             self._encode_pending()
             summary = io.StringIO()
