@@ -9,7 +9,7 @@ hand and never counts budgets itself.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from operator import itemgetter
 
 from iterserve.admission.screen import ReservationScreen
@@ -359,11 +359,11 @@ class PlanBuilder:
         )
 
 
-def views_of(state: SchedulerState, request_ids: tuple[str, ...]) -> list[RequestView]:
+def views_of(state: SchedulerState, request_ids: Iterable[str]) -> list[RequestView]:
     return list(map(state.views.__getitem__, request_ids))  # C-level: runs over every queue
 
 
-def iter_views(state: SchedulerState, request_ids: tuple[str, ...]) -> Iterator[RequestView]:
+def iter_views(state: SchedulerState, request_ids: Iterable[str]) -> Iterator[RequestView]:
     """:func:`views_of`, lazily: a pass that stops early (the waiting pass
     at its first misfit) reads only the views it reaches, not a long queue."""
     return map(state.views.__getitem__, request_ids)

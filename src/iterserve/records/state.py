@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from iterserve.records.id_queue import Queue
 from iterserve.records.kv_abi import blocks_for
 from iterserve.records.ledger import ClientLedger
 from iterserve.records.preemption import PreemptionMode
@@ -83,7 +84,7 @@ class SchedulerState:
     decision_id: int
     state_version: int
     now: float  # run clock (records/__init__: Time)
-    waiting: tuple[str, ...]
+    waiting: Queue  # a tuple, or a shared IdQueue once long (records/id_queue)
     running: tuple[str, ...]
     suspended: tuple[str, ...]
     finished: tuple[str, ...]

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from itertools import chain, repeat
 
+from iterserve.records.id_queue import Queue, queue_changes
 from iterserve.records.state import SchedulerState
 from iterserve.records.validate import (
     QUEUE_LIFECYCLES,
@@ -68,16 +69,13 @@ class StateChecker:
             return
         ids, gone = found
         where = self._where  # updated in place: a refused state forgets it
-        runs = [_common_run(queue, before) if queue is not before else (0, 0, len(queue))
-                for queue, before in zip(queues, self._queues, strict=True)]
-        for before, (_, old_start, size) in zip(self._queues, runs, strict=True):
-            for _ in map(where.pop, chain(before[:old_start], before[old_start + size:]),
-                         repeat(None)):
+        edits = list(map(_queue_edits, queues, self._queues))
+        for left, _ in edits:
+            for _ in map(where.pop, left, repeat(None)):
                 pass  # left the queue
         entered: list[str] = []
         num_known = len(where)
-        for number, (queue, (start, _, size)) in enumerate(zip(queues, runs, strict=True)):
-            new = [*queue[:start], *queue[start + size:]]
+        for number, (_, new) in enumerate(edits):
             where.update(zip(new, repeat(number)))
             entered += new
         to_check = list(dict.fromkeys(chain(ids, entered))) if entered else ids
@@ -102,6 +100,23 @@ class StateChecker:
     def _explain(self, state: SchedulerState) -> None:
         self._forget()  # a refused state leaves nothing remembered
         explain_state(state)
+
+
+def _queue_edits(queue: Queue, before: Queue) -> tuple[list[str], list[str]]:
+    """The ids that left ``before`` and those that entered ``queue`` (each
+    entered id is checked again): a shared queue says so itself
+    (:func:`~iterserve.records.id_queue.queue_changes`); otherwise what is
+    outside the run of ids ``queue`` kept in order (:func:`_common_run`)."""
+    if queue is before:
+        return [], []
+    changes = queue_changes(before, queue)
+    if changes is not None:
+        left, front, back = changes
+        return left, [*front, *back]
+    queue, before = tuple(queue), tuple(before)
+    start, old_start, size = _common_run(queue, before)
+    return ([*before[:old_start], *before[old_start + size:]],
+            [*queue[:start], *queue[start + size:]])
 
 
 def _common_run(queue: tuple[str, ...], before: tuple[str, ...]) -> tuple[int, int, int]:

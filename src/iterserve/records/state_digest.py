@@ -18,9 +18,10 @@ every view again), adds and subtracts the changed elements, and encodes the
 RUNNING views (at most the sequence budget, and nearly all of them changed)
 in one orjson call, which is their joined text: the same text, so the same
 sha256, as ``state_digest`` (the tests pin the two equal over whole runs).
-The waiting queue's pair sum follows the runs of ids the queue kept in
-order (:func:`common_runs`: slice compares and searches at C speed); only
-the pairs at their ends are hashed. Nothing is hashed or encoded per
+The waiting queue's pair sum follows the ids that left and entered a long
+(shared) queue, each at its place (:class:`_Links`), and a short one's runs
+of ids kept in order (:func:`common_runs`: slice compares and searches at C
+speed); only the pairs at their ends are hashed. Nothing is hashed or encoded per
 unchanged non-RUNNING view or waiting id.
 """
 
@@ -30,7 +31,7 @@ import hashlib
 import operator
 from bisect import bisect_left, insort
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from itertools import compress, repeat
 from operator import is_, not_
 
@@ -48,6 +49,7 @@ from iterserve.records.codec import (
     state_fields_to_json,
     view_to_json,
 )
+from iterserve.records.id_queue import IdQueue, Queue, queue_changes
 from iterserve.records.state import SchedulerState
 from iterserve.records.transition import claimed_prefix_rows
 from iterserve.records.view import Lifecycle, RequestView, view_lifecycle
@@ -73,7 +75,7 @@ class StateDigester:
     writes the same digest out over every view."""
 
     __slots__ = ("_seen", "_running", "_elements", "_others", "_running_ids",
-                 "_claim_ids", "_waiting", "_pairs")
+                 "_claim_ids", "_waiting", "_pairs", "_links")
 
     def __init__(self) -> None:
         self._forget()
@@ -85,8 +87,9 @@ class StateDigester:
         self._others = 0  # the sum of _elements (not reduced)
         self._running_ids: list[str] = []  # _running, sorted
         self._claim_ids: set[str] = set()  # ids whose view may hold a claimed prefix hit
-        self._waiting: tuple[str, ...] = ()  # the waiting queue digested last
+        self._waiting: Queue = ()  # the waiting queue digested last
         self._pairs = pair_element(None, None)  # the sum of its pairs' elements
+        self._links: _Links | None = None  # _waiting's neighbours, once it is an IdQueue
 
     def claimed_prefix_rows(self, state: SchedulerState) -> dict[str, int]:
         """:func:`~iterserve.records.transition.claimed_prefix_rows` of a
@@ -122,13 +125,26 @@ class StateDigester:
         running = encode_view_list(list(map(state.views.__getitem__, self._running_ids)))
         return [head, b',"views":{"others":"', others, b'","running":', running, b"}", tail]
 
-    def _follow_waiting(self, waiting: tuple[str, ...]) -> None:
-        """Take in the waiting queue: the pairs outside the runs of ids it
-        kept in order from the queue digested last are subtracted (the old
-        queue's) and added (the new one's); a pair inside a run is in both."""
+    def _follow_waiting(self, waiting: Queue) -> None:
+        """Take in the waiting queue. A shared queue
+        (:class:`~iterserve.records.id_queue.IdQueue`) says which ids left
+        and entered since the version digested last: each moves the pairs
+        at its place only (:class:`_Links`). Otherwise the pairs outside
+        the runs of ids it kept in order from the queue digested last are
+        subtracted (the old queue's) and added (the new one's)."""
         old = self._waiting
         if waiting is old:
             return
+        links = self._links
+        changes = queue_changes(old, waiting) if links is not None else None
+        if links is not None and changes is not None:
+            self._pairs += links.edit(*changes)
+        else:
+            self._follow_runs(tuple(old), tuple(waiting))
+            self._links = _Links(waiting) if isinstance(waiting, IdQueue) else None
+        self._waiting = waiting
+
+    def _follow_runs(self, old: tuple[str, ...], waiting: tuple[str, ...]) -> None:
         runs = common_runs(old, waiting)
         before = _loose_pairs(old, [(i, size) for i, _, size in runs])
         after = _loose_pairs(waiting, [(j, size) for _, j, size in runs])
@@ -137,7 +153,6 @@ class StateDigester:
             counts.subtract(before)  # a pair in both is neither added nor subtracted
             self._pairs += sum(count * pair_element(*pair)
                                for pair, count in counts.items() if count)
-        self._waiting = waiting
 
     def _follow(self, state: SchedulerState) -> None:
         """Take in ``state``'s views: the ids its view delta lists since the
@@ -198,6 +213,39 @@ class StateDigester:
             else:
                 running.discard(rid)
                 del running_ids[bisect_left(running_ids, rid)]
+
+
+class _Links:
+    """A waiting queue's neighbours (``None`` stands for both ends), kept
+    by the ids that left and entered it: each edit returns the change of
+    the pair sum, the pairs it broke subtracted and those it made added."""
+
+    __slots__ = ("_next", "_prev")
+
+    def __init__(self, queue: Iterable[str]) -> None:
+        ids: list[str | None] = [None, *queue, None]
+        # the first None is the front's neighbour, the last the back's
+        self._next: dict[str | None, str | None] = dict(zip(ids[:-1], ids[1:], strict=True))
+        self._prev: dict[str | None, str | None] = dict(zip(ids[1:], ids[:-1], strict=True))
+
+    def edit(self, left: list[str], front: list[str], back: list[str]) -> int:
+        nxt, prv = self._next, self._prev
+        change = 0
+        for rid in left:
+            before, after = prv.pop(rid), nxt.pop(rid)
+            nxt[before], prv[after] = after, before
+            change += (pair_element(before, after) - pair_element(before, rid)
+                       - pair_element(rid, after))
+        for rid in reversed(front):  # each goes first
+            after = nxt[None]
+            nxt[None], prv[rid], nxt[rid], prv[after] = rid, None, after, rid
+            change += pair_element(None, rid) + pair_element(rid, after) - pair_element(None, after)
+        for rid in back:  # each goes last
+            before = prv[None]
+            nxt[before], prv[rid], nxt[rid], prv[None] = rid, before, None, rid
+            change += (pair_element(before, rid) + pair_element(rid, None)
+                       - pair_element(before, None))
+        return change
 
 
 def _element(text: bytes) -> int:

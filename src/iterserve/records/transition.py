@@ -16,6 +16,7 @@ from itertools import chain, compress, repeat
 from operator import add, is_not
 
 from iterserve.records.columns import field_columns
+from iterserve.records.id_queue import Queue, appended, with_front, without
 from iterserve.records.ledger import Charge, ClientLedger, charge, lift
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent
 from iterserve.records.receipts import ForeignStatus, PreservationResult, binding_of, is_stale
@@ -25,6 +26,7 @@ from iterserve.records.spec import RequestSpec
 from iterserve.records.state import CapacityFacts, SchedulerState
 from iterserve.records.view import FinishReason, Lifecycle, RequestView, check_transition
 from iterserve.records.view_delta import next_delta
+from iterserve.records.view_map import edit, publish
 
 
 def with_arrivals(
@@ -58,9 +60,7 @@ def with_arrivals(
         ledger = lift(ledger, state.active_clients(), (spec.client_id for spec, _ in arrivals),
                       state.now if now is None else now)
     arrived = [views[spec.request_id] for spec, _ in arrivals]
-    waiting = state.waiting  # extended in one copy, not copied when nothing arrived
-    if arrivals:
-        waiting += tuple(spec.request_id for spec, _ in arrivals)
+    waiting = appended(state.waiting, [spec.request_id for spec, _ in arrivals])
     return _successor(state, views, waiting, state.running, state.suspended, state.finished,
                       now=state.now if now is None else now, decision_id=state.decision_id,
                       ledger=ledger, changed=arrived)
@@ -121,25 +121,20 @@ def _replace_ledger(state: SchedulerState, ledger: ClientLedger) -> SchedulerSta
 
 
 class _Queues:
-    """The queues a decision's intents edit. The waiting and suspended
-    queues are copied into lists only when an intent edits one (most
-    decisions leave a long waiting queue alone); :meth:`frozen` hands an
-    unedited one on as the same tuple."""
+    """The queues a decision's intents edit. The waiting queue stays the
+    state's (a tuple or a shared :class:`~iterserve.records.id_queue.IdQueue`)
+    and each edit makes a new version of it (most decisions leave a long
+    waiting queue alone or take its head); the suspended queue is copied
+    into a list only when an intent edits it."""
 
-    __slots__ = ("_state", "_waiting", "running", "_suspended", "finished")
+    __slots__ = ("_state", "waiting", "running", "_suspended", "finished")
 
     def __init__(self, state: SchedulerState) -> None:
         self._state = state
-        self._waiting: list[str] | None = None
+        self.waiting: Queue = state.waiting
         self._suspended: list[str] | None = None
         self.running = list(state.running)
         self.finished: list[str] = []
-
-    @property
-    def waiting(self) -> list[str]:
-        if self._waiting is None:
-            self._waiting = list(self._state.waiting)
-        return self._waiting
 
     @property
     def suspended(self) -> list[str]:
@@ -147,11 +142,18 @@ class _Queues:
             self._suspended = list(self._state.suspended)
         return self._suspended
 
-    def frozen(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-        """The waiting, running and suspended queues as tuples."""
+    def leave(self, request_id: str) -> None:
+        """``request_id`` leaves whichever live queue holds it."""
+        for queue in (self.running, self.suspended):
+            if request_id in queue:
+                queue.remove(request_id)
+                return
+        self.waiting = without(self.waiting, request_id)
+
+    def frozen(self) -> tuple[Queue, tuple[str, ...], tuple[str, ...]]:
+        """The waiting, running and suspended queues as published."""
         state = self._state
-        return (state.waiting if self._waiting is None else tuple(self._waiting),
-                tuple(self.running),
+        return (self.waiting, tuple(self.running),
                 state.suspended if self._suspended is None else tuple(self._suspended))
 
 
@@ -173,7 +175,7 @@ def _apply_intent(
     if kind is IntentKind.GUARD:
         return  # a record of why the interval was forced; no queue change
     if kind is IntentKind.ADMIT:
-        queues.waiting.remove(rid)
+        queues.waiting = without(queues.waiting, rid)
         queues.running.append(rid)
         views[rid] = _relabel(view, Lifecycle.RUNNING)
     elif kind is IntentKind.RESUME:
@@ -190,12 +192,10 @@ def _apply_intent(
             _settle_preservation(views, queues, receipt, same_iteration=True)
     elif kind in (IntentKind.PREEMPT_RECOMPUTE, IntentKind.PREEMPT_PRESERVE_EXACT):
         queues.running.remove(rid)
-        queues.waiting.insert(0, rid)  # preempted requests resume first (0x0D)
+        queues.waiting = with_front(queues.waiting, rid)  # preempted requests resume first (0x0D)
         views[rid] = _recompute_reset(view)
     else:  # REJECT or ABORT: terminal
-        for queue in (queues.waiting, queues.running, queues.suspended):
-            if rid in queue:
-                queue.remove(rid)
+        queues.leave(rid)
         terminal = Lifecycle.REJECTED if kind is IntentKind.REJECT else Lifecycle.ABORTED
         reason = FinishReason.REJECTED if kind is IntentKind.REJECT else FinishReason.ABORT
         views[rid] = _terminal(view, terminal, reason)
@@ -223,7 +223,7 @@ def _settle_preservation(views: dict[str, RequestView], queues: _Queues,
         out[rid] = _relabel(view, Lifecycle.SUSPENDED_PRESERVED)
     elif receipt.status is ForeignStatus.FAILED:
         queues.suspended.remove(rid)
-        queues.waiting.insert(0, rid)
+        queues.waiting = with_front(queues.waiting, rid)
         fallback = _relabel(view, Lifecycle.SUSPENDED_RECOMPUTE, Lifecycle.WAITING)
         out[rid] = fallback._replace(num_computed=0, num_committed=0)
 
@@ -324,11 +324,10 @@ _new_tuple = tuple.__new__
 
 
 def _copy(views: Mapping[str, RequestView]) -> dict[str, RequestView]:
-    """A new dict of ``views``. ``dict.copy`` clones a dict's table in one
-    copy even after retirements left holes in it; ``dict(views)`` re-inserts
-    every entry of such a dict, one at a time: every
-    transition copies every live view, a long waiting queue included."""
-    return views.copy() if type(views) is dict else dict(views)
+    """A writable successor of ``views``: a copy of a small mapping, a
+    draft over a large one that shares its unchanged views
+    (:mod:`iterserve.records.view_map`); :func:`_successor` publishes it."""
+    return edit(views)
 
 
 def _replace(view: RequestView, **changes: object) -> RequestView:
@@ -339,7 +338,7 @@ def _replace(view: RequestView, **changes: object) -> RequestView:
 def _successor(
     state: SchedulerState,
     views: dict[str, RequestView],
-    waiting: tuple[str, ...],
+    waiting: Queue,
     running: tuple[str, ...],
     suspended: tuple[str, ...],
     finished: tuple[str, ...],
@@ -360,6 +359,7 @@ def _successor(
     ``rise``: how far ``p + e`` of a changed view can have risen at most,
     each replacing one of ``state``'s views (completions: one emission)."""
     facts = state.capacity if capacity is None else capacity
+    views = publish(views)
     delta = next_delta(state.view_delta, state.views, views,
                        chain(map(_REQUEST_ID, changed), touched), removed)
     return SchedulerState(
@@ -399,8 +399,9 @@ def cancel(state: SchedulerState, request_id: str) -> SchedulerState:
     views = _copy(state.views)
     cancelled = _replace(view, lifecycle=Lifecycle.CANCELLED, finish_reason=FinishReason.CANCELLED)
     views[request_id] = _replace(cancelled, generation=view.generation + 1)
-    queues = [tuple(r for r in q if r != request_id) for q in (state.waiting, state.running, state.suspended)]
-    return _successor(state, views, queues[0], queues[1], queues[2], state.finished + (request_id,),
+    queues = _Queues(state)
+    queues.leave(request_id)
+    return _successor(state, views, *queues.frozen(), state.finished + (request_id,),
                       now=state.now, decision_id=state.decision_id, touched=(request_id,))
 
 

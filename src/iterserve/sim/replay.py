@@ -46,6 +46,7 @@ from iterserve.records.codec import (
     result_to_json,
 )
 from iterserve.records.errors import ContractViolation
+from iterserve.records.failures import failure_label
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.state import CapacityFacts, SchedulerState
@@ -350,8 +351,8 @@ class _Replay:
             except ContractViolation as exc:
                 line = self.cursor.last
                 where = self.cursor.end_where if line is None else line.where
-                raise ReplayDivergence(f"{where}: logged result rejected ({exc.code}): "
-                                       f"{exc}") from None
+                raise ReplayDivergence(f"{where}: logged result rejected ({exc.code}, "
+                                       f"{failure_label(exc.code)}): {exc}") from None
         line = self.cursor.peek()
         if line is not None:
             raise ReplayDivergence(f"{line.where}: the log continues but the replayed run "
