@@ -265,6 +265,8 @@ _BODY_KEYS = {
                   "result"},
     "cancel": {"type", "decision_id", "state_version", "request_id"},
     "summary": {"type", "decision_id", "state_version", "is_done"},
+    # requests an online engine took in between two steps (engine/online_log.py)
+    "arrival": {"type", "decision_id", "state_version", "requests"},
 }
 
 
@@ -295,6 +297,8 @@ def _check_body_line(line: LogLine, chained: bool) -> None:
             _require(hits, rid, "int>=0", f"{where}: claimed_prefix_rows")
         if "prefix_hits" in obj:
             _check_prefix_hits(obj["prefix_hits"], f"{where}: prefix_hits")
+    elif kind == "arrival":
+        _require(obj, "requests", "list", where)  # each request is checked as a workload's
     elif kind == "cancel":
         _require(obj, "request_id", "str", where)
         if "capacity" in obj:
