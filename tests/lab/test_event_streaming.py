@@ -141,7 +141,7 @@ def _cut(recorder: EventRecorder, now: float, published: float, emitted: dict[st
     completed = tuple(CompletedInterval(item.request_id, 0, item.start, item.end, True)
                       for item in work)
     recorder.on_step(state, SimpleNamespace(intents=(), work=work),  # type: ignore[arg-type]
-                     SimpleNamespace(completed=completed), SimpleNamespace(now=published))
+                     SimpleNamespace(completed=completed), SimpleNamespace(now=published, finished=()))
 
 
 def test_tokens_of_two_cuts_at_one_time_stream_as_one_line(tmp_path) -> None:
