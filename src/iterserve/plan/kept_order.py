@@ -30,7 +30,9 @@ request can be admitted (:meth:`KeptOrder.admits_none`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Iterator, Mapping
+from itertools import takewhile
 from typing import Any, NamedTuple
 
 from sortedcontainers import SortedList
@@ -53,9 +55,12 @@ class KeptOrder:
     Elements are ``(key, request_id)``; the views are read from the state."""
 
     __slots__ = ("_views", "_waiting", "_context", "_members", "_entries", "_sorted", "_rows",
-                 "_num_unaligned", "num_rebuilds", "num_rekeyed")
+                 "_num_unaligned", "_ready_only", "num_rebuilds", "num_rekeyed")
 
-    def __init__(self) -> None:
+    def __init__(self, *, ready_only: bool = True) -> None:
+        """``ready_only`` False: every waiting request is kept, ready or not
+        (for a pass in which a request that is not ready stops the pass)."""
+        self._ready_only = ready_only
         self._forget()
         self.num_rebuilds = 0  # full re-reads (for tests and benchmarks)
         self.num_rekeyed = 0  # views keyed one by one
@@ -71,7 +76,8 @@ class KeptOrder:
         self._num_unaligned = 0
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (KeptOrder, ())  # a copied policy starts without the memo
+        # a copied policy starts without the memo
+        return (_fresh, (self._ready_only,))
 
     # --- following the states ----------------------------------------------------------
 
@@ -121,7 +127,7 @@ class KeptOrder:
         self._views, self._waiting, self._context = views, state.waiting, context
 
     def _add(self, rid: str, view: RequestView, key_of: KeyOf, block_size: int | None) -> None:
-        if not view.is_ready:
+        if self._ready_only and not view.is_ready:
             return
         self.num_rekeyed += 1
         key = key_of(view)
@@ -165,9 +171,24 @@ class KeptOrder:
         """The kept ids at positions ``[start, stop)``, in order."""
         return (rid for _, rid in self._sorted.islice(start, stop))
 
-    def ids_from(self, key: Key) -> Iterator[tuple[Key, str]]:
-        """``(key, request_id)`` from the first key at or after ``key``."""
-        return iter(self._sorted.irange((key,)))
+    def ids_reversed(self) -> Iterator[tuple[Key, str]]:
+        """``(key, request_id)`` from the last in order to the first."""
+        return iter(self._sorted.islice(reverse=True))
+
+    def heads(self) -> Iterator[Any]:
+        """The distinct first key fields, in order (each found by one
+        bisection; the second key field must be a number)."""
+        ordered = self._sorted
+        index = 0
+        while index < len(ordered):
+            head = ordered[index][0][0]
+            yield head
+            index = ordered.bisect_left(((head, math.inf),))
+
+    def group(self, head: object) -> Iterator[tuple[Key, str]]:
+        """``(key, request_id)`` of the kept requests whose key starts with ``head``."""
+        return takewhile(lambda element: element[0][0] == head,
+                         self._sorted.irange(((head,),)))
 
     def views(self, state: SchedulerState) -> Iterator[RequestView]:
         """The kept views in order (lazily: a pass that stops early reads few)."""
@@ -185,6 +206,10 @@ class KeptOrder:
             return False
         rows = min(self._rows[0], tokens_left)
         return rows > 0 and blocks_opened(0, rows, block_size) > num_blocks_free
+
+
+def _fresh(ready_only: bool) -> KeptOrder:
+    return KeptOrder(ready_only=ready_only)
 
 
 class KeptRanks(NamedTuple):

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from iterserve.plan.builder import PlanBuilder, views_of
-from iterserve.plan.kept_order import Key, KeptRanks
+from iterserve.plan.kept_order import KeptRanks, Key
 from iterserve.plan.victims import VictimChooser, add_or_preempt, least_urgent_victim
 from iterserve.records import frontier
 from iterserve.records.keys import key_function

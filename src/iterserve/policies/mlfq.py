@@ -7,9 +7,14 @@ skip-join (F55) into j_0 = min{j : q_j >= t_init} (t_init: the predicted
 first iteration); demotion as its attained cost spends q_j0, q_j0+1, ...;
 promotion: unserved for alpha (since its last output, or arrival), it sits
 in Q_1 until served. Each iteration ranks every live request by (queue,
-arrival); a lower-queue running job is preempted through the shared
-mechanism on a KV shortfall. A chunked prefill counts as unserved until
-its first output.
+arrival order, request id, generation); a lower-queue running job is
+preempted through the shared mechanism on a KV shortfall. A chunked
+prefill counts as unserved until its first output.
+
+The waiting requests are kept in arrival order and by their promotion
+clock across decisions (:class:`~iterserve.plan.kept_order.KeptOrder`):
+those unserved for alpha are all in Q_1, so only the ones served or
+arrived within alpha (few, under load) have their queue computed.
 """
 
 from __future__ import annotations
@@ -17,10 +22,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from operator import itemgetter
 
 from iterserve.cost import FixedIterationCost, IterationCostModel
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
 from iterserve.plan.feasibility import RunningSet
+from iterserve.plan.kept_order import KeptOrder, KeptRanks
 from iterserve.plan.passes import schedule_ranked
 from iterserve.policies.policy import PolicyBase
 from iterserve.policies.settings import PolicyConfigError, check_count
@@ -55,6 +62,7 @@ class MlfqConfig:
 class Mlfq(PolicyBase[MlfqConfig]):
     policy_id = "mlfq"
     running_set = RunningSet.PREEMPTS  # the shared preemption step (plan.victims)
+    keeps_order = True  # the waiting queue's order is kept across decisions
     tie_break_key: tuple[str, ...] = ("arrival", "arrival_order", "request_id",
                                       "request_generation")
     contract = PolicyContract(
@@ -80,6 +88,11 @@ class Mlfq(PolicyBase[MlfqConfig]):
         non_claims="FastServe's latency results are not reproduced; no client-service bound; "
                    "preempted KV handling (M5.5) is the run's, not FastServe's",
     )
+
+    def __init__(self, config: MlfqConfig | None = None) -> None:
+        super().__init__(config)
+        self.kept_fifo = KeptOrder()  # waiting, in arrival order
+        self.kept_by_last_service = KeptOrder()  # waiting, by the promotion clock
 
     def with_cost_model(self, cost_model: IterationCostModel) -> Mlfq:
         return type(self)(dataclasses.replace(self.config, cost_model=cost_model))
@@ -107,10 +120,52 @@ class Mlfq(PolicyBase[MlfqConfig]):
 
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         ms_per_unit = _ms_per_unit(state.rules.clock, self.config.cost_model)
-        live = views_of(state, state.running + state.suspended + state.waiting)
-        ranked = sorted((view for view in live if view.is_ready), key=lambda view: (
-            self.queue_level(view, state, ms_per_unit), view.arrival_order))
-        schedule_ranked(builder, ranked)
+
+        def rank(view: RequestView) -> tuple[object, ...]:
+            return (self.queue_level(view, state, ms_per_unit), *_fifo_key(view))
+
+        others = [(rank(view), view) for view in views_of(state, state.running + state.suspended)
+                  if view.is_ready]
+        fifo, unpromoted = self.kept_fifo, self.kept_by_last_service
+        context = (state.rules.clock, ms_per_unit, state.max_num_batched_tokens)
+        fifo.sync(state, _fifo_key, context)
+        unpromoted.sync(state, _last_service_key, context)
+        lower = self._below_first_queue(unpromoted, state, ms_per_unit)
+        others += [(rank(view), view) for view in lower]
+        others.sort(key=itemgetter(0))
+
+        def before(key: tuple[object, ...]) -> int:
+            return fifo.bisect(key[1:]) if key[0] == 0 else len(fifo)
+
+        schedule_ranked(builder, others, KeptRanks(
+            fifo, state, before, {view.request_id for view in lower}))
+
+    def _below_first_queue(self, kept: KeptOrder, state: SchedulerState,
+                           ms_per_unit: float) -> list[RequestView]:
+        """The waiting requests whose queue is not Q_1 now. Every waiting
+        request unserved for alpha is in Q_1 (promoted); whether it waited
+        alpha is monotone in its last service time, so the unpromoted ones
+        are the last in ``kept`` (ordered by that time) and the walk stops at
+        the first promoted one."""
+        views, alpha_ms = state.views, self.config.alpha_ms
+        lower = []
+        for (last, *_), rid in kept.ids_reversed():
+            if (state.now - last) * ms_per_unit >= alpha_ms:
+                break
+            view = views[rid]
+            if self.queue_level(view, state, ms_per_unit) > 0:
+                lower.append(view)
+        return lower
+
+
+def _fifo_key(view: RequestView) -> tuple[object, ...]:
+    return (view.arrival_order, view.request_id, view.generation)
+
+
+def _last_service_key(view: RequestView) -> tuple[object, ...]:
+    """Last output time, else arrival (the promotion clock), then identity."""
+    last = view.arrival if view.last_output_time is None else view.last_output_time
+    return (last, view.request_id, view.generation)
 
 
 def _ms_per_unit(clock: str, cost_model: IterationCostModel | None) -> float:
