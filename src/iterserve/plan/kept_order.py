@@ -111,11 +111,20 @@ class KeptOrder:
 
     def _queue_edits(self, waiting: Queue) -> tuple[list[str], list[str]]:
         changes = queue_changes(self._waiting, waiting)
-        if changes is not None:
-            left, front, back = changes
+        if changes is None:
+            now = set(waiting)  # queues of two lineages: compare as sets (C speed)
+            return list(self._members - now), list(now - self._members)
+        left, front, back = changes
+        if not front:
+            return left, back
+        # a changed front lists every old front id as left and every new one as
+        # entered: those in both stayed (one whose view changed is re-keyed as
+        # touched), and the front of preempted requests can be long
+        stayed = set(left).intersection(front)
+        if not stayed:
             return left, [*front, *back]
-        now = set(waiting)  # queues of two lineages: compare as sets (C speed)
-        return list(self._members - now), list(now - self._members)
+        return ([rid for rid in left if rid not in stayed],
+                [rid for rid in (*front, *back) if rid not in stayed])
 
     def _rebuild(self, state: SchedulerState, key_of: KeyOf, context: Hashable) -> None:
         self._forget()
