@@ -7,24 +7,32 @@ start; ``mlfq`` and ``priority-aging`` sort stably by their published keys
 
 :func:`reference_schedule` gives each policy's old rule; the tests build a
 plan with it on the same policy object and compare it with the product's.
+The FCFS policies (sarathi-serve, sarathi, static, orca) are checked
+against themselves with the waiting order re-read at every decision.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator
 
 from iterserve.cost import default_cost_model
 from iterserve.metrics.slack import exclusive_endpoint_cost_s, predicted_slack
 from iterserve.metrics.slo import SloConfig
 from iterserve.plan import PlanBuilder, views_of
+from iterserve.plan.kept_order import KeptOrder
 from iterserve.plan.victims import add_or_preempt, least_urgent_victim
 from iterserve.policies.deadline import DeadlineOrderedPolicy
 from iterserve.policies.deadline_clock import DecisionClock, deadline_s, seconds_per_unit
 from iterserve.policies.edf import EarliestDeadlineFirst
 from iterserve.policies.least_slack import LeastSlack
 from iterserve.policies.mlfq import Mlfq, _ms_per_unit
+from iterserve.policies.orca import Orca
 from iterserve.policies.ordered import schedule_ordered
 from iterserve.policies.priority_aging import PriorityAging
+from iterserve.policies.sarathi import Sarathi
+from iterserve.policies.sarathi_serve import SarathiServe
+from iterserve.policies.static import StaticBatching
 from iterserve.policies.vtc import Vtc
 from iterserve.records.keys import key_function
 from iterserve.records.ledger import ClientLedger
@@ -135,7 +143,19 @@ def aging_schedule(policy: PriorityAging, builder: PlanBuilder, state: Scheduler
     schedule_ordered(builder, state, order, order)
 
 
+def reread_schedule(policy: object, builder: PlanBuilder, state: SchedulerState) -> None:
+    """The FCFS policies' rule with their waiting order read afresh (every
+    waiting view, sorted by arrival order, then id and generation)."""
+    clone = copy.copy(policy)
+    clone.kept_waiting = KeptOrder(ready_only=False)  # type: ignore[attr-defined]
+    type(policy).schedule(clone, builder, state)  # type: ignore[attr-defined]
+
+
 REFERENCES: dict[type, Schedule] = {
+    SarathiServe: reread_schedule,
+    Sarathi: reread_schedule,
+    StaticBatching: reread_schedule,
+    Orca: reread_schedule,
     EarliestDeadlineFirst: deadline_schedule,  # type: ignore[dict-item]
     LeastSlack: deadline_schedule,  # type: ignore[dict-item]
     Mlfq: mlfq_schedule,  # type: ignore[dict-item]

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from iterserve.cost import parse_cost_model
 from iterserve.engine.loop import Engine
 from iterserve.engine.observer import EngineObserver
+from iterserve.plan.feasibility import RunningSet
 from iterserve.plan.kept_order import KeptOrder, reads_view_deltas
 from iterserve.policies.registry import policy_for
 from iterserve.records.id_queue import IdQueue
@@ -35,8 +36,14 @@ from iterserve.sim.report import costed_executor
 from iterserve.sim.workload_spec import parse_spec
 from oracles.full_sort_policies import REFERENCES, reference_choose
 
-KEPT_POLICIES = ("edf", "least-slack", "mlfq", "vtc", "priority-aging")
+KEPT_POLICIES = ("edf", "least-slack", "mlfq", "vtc", "priority-aging", "sarathi-serve",
+                 "sarathi", "static", "orca")
 COST_MODEL = "linear:5,0.05,0.5"
+OVERRIDES = {"sarathi": {"chunk_size": 64}}
+
+
+def make_policy(name: str, workload: Any = None) -> Any:
+    return policy_for(name, workload, OVERRIDES.get(name), cost_model=parse_cost_model(COST_MODEL))
 
 
 def workload_spec(seed: int, num_requests: int, *, num_clients: int = 3,
@@ -90,7 +97,7 @@ def checked_run(policy_name: str, spec: dict[str, Any], max_iterations: int | No
                 observers: list[Any] | None = None) -> tuple[Checked, Engine]:
     manifest = generate_workload(parse_spec(spec))
     model = parse_cost_model(COST_MODEL)
-    checked = Checked(policy_for(policy_name, manifest.online, cost_model=model))
+    checked = Checked(make_policy(policy_name, manifest.online))
     engine = Engine(manifest.online, checked, costed_executor(manifest, model),  # type: ignore[arg-type]
                     observers or [])
     engine.run(max_iterations=max_iterations)
@@ -103,18 +110,20 @@ def kept_of(policy: Any) -> list[KeptOrder]:
 
 def test_every_kept_policy_has_its_oracle() -> None:
     for name in KEPT_POLICIES:
-        policy = policy_for(name)
+        policy = make_policy(name)
         assert type(policy) in REFERENCES
         assert reads_view_deltas(policy) and kept_of(policy)
     assert not reads_view_deltas(policy_for("vllm"))
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=24, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), name=st.sampled_from(KEPT_POLICIES),
        num_clients=st.integers(1, 4), num_kv_blocks=st.sampled_from([40, 120, 400]),
        mode=st.sampled_from(["recompute", "swap"]))
 def test_kept_order_decides_as_the_full_sort(seed: int, name: str, num_clients: int,
                                             num_kv_blocks: int, mode: str) -> None:
+    if make_policy(name).running_set is not RunningSet.PREEMPTS:
+        num_kv_blocks = 4_000  # a policy that cannot preempt needs its worst set to fit
     spec = workload_spec(seed, 80, num_clients=num_clients, num_kv_blocks=num_kv_blocks,
                          preemption_mode=mode)
     checked, engine = checked_run(name, spec)
@@ -128,8 +137,9 @@ def test_a_long_queue_is_followed_through_shared_structures(name: str) -> None:
     """4,200 requests arriving at once: the waiting queue is an IdQueue and
     the views a ViewMap; the kept order follows them without re-reading."""
     recorder = StateRecorder()
-    spec = workload_spec(7, 4_200, num_clients=4, num_kv_blocks=600, rate_per_s=200_000.0,
-                         max_prompt=120)
+    preempts = make_policy(name).running_set is RunningSet.PREEMPTS
+    spec = workload_spec(7, 4_200, num_clients=4, num_kv_blocks=600 if preempts else 40_000,
+                         rate_per_s=200_000.0, max_prompt=120)
     checked, engine = checked_run(name, spec, max_iterations=14, observers=[recorder])
     assert checked.num_checked == 14
     last = recorder.states[-1]
@@ -145,11 +155,12 @@ def test_states_asked_out_of_order_decide_the_same(name: str) -> None:
     """A policy asked about states of its run in any order (replay, a
     second run) re-reads where the changes do not reach back."""
     recorder = StateRecorder()
-    spec = workload_spec(11, 60, num_clients=3, num_kv_blocks=60)
+    preempts = make_policy(name).running_set is RunningSet.PREEMPTS
+    spec = workload_spec(11, 60, num_clients=3, num_kv_blocks=60 if preempts else 4_000)
     checked_run(name, spec, observers=[recorder])
     states = recorder.states[:]
     random.Random(5).shuffle(states)
-    fresh = Checked(policy_for(name, cost_model=parse_cost_model(COST_MODEL)))
+    fresh = Checked(make_policy(name))
     for state in states[:40]:
         fresh.choose(state)
     assert fresh.num_checked == min(40, len(states))

@@ -217,6 +217,18 @@ class KeptOrder:
         return rows > 0 and blocks_opened(0, rows, block_size) > num_blocks_free
 
 
+def arrival_key(view: RequestView) -> Key:
+    """Arrival order, then identity: FCFS (the engine numbers arrivals in time order)."""
+    return (view.arrival_order, view.request_id, view.generation)
+
+
+def in_arrival_order(kept: KeptOrder, state: SchedulerState) -> Iterator[RequestView]:
+    """``state``'s waiting views by :func:`arrival_key`, from ``kept`` (made
+    with ``ready_only=False``), lazily."""
+    kept.sync(state, arrival_key)
+    return kept.views(state)
+
+
 def _fresh(ready_only: bool) -> KeptOrder:
     return KeptOrder(ready_only=ready_only)
 
