@@ -180,6 +180,19 @@ class KeptOrder:
         """The kept ids at positions ``[start, stop)``, in order."""
         return (rid for _, rid in self._sorted.islice(start, stop))
 
+    def count_while(self, holds: Callable[[Key], bool]) -> int:
+        """How many keys from the first hold ``holds``, a predicate true on a
+        prefix of the order (binary search: O(log^2 n))."""
+        ordered = self._sorted
+        low, high = 0, len(ordered)
+        while low < high:
+            middle = (low + high) // 2
+            if holds(ordered[middle][0]):
+                low = middle + 1
+            else:
+                high = middle
+        return low
+
     def ids_reversed(self) -> Iterator[tuple[Key, str]]:
         """``(key, request_id)`` from the last in order to the first."""
         return iter(self._sorted.islice(reverse=True))

@@ -11,16 +11,19 @@ arrival order, request id, generation); a lower-queue running job is
 preempted through the shared mechanism on a KV shortfall. A chunked
 prefill counts as unserved until its first output.
 
-The waiting requests are kept in arrival order and by their promotion
-clock across decisions (:class:`~iterserve.plan.kept_order.KeptOrder`):
-those unserved for alpha are all in Q_1, so only the ones served or
-arrived within alpha (few, under load) have their queue computed.
+The waiting requests are kept across decisions in arrival order, by their
+promotion clock and by their attained-cost queue
+(:class:`~iterserve.plan.kept_order.KeptOrder`): those unserved for alpha
+are all in Q_1 and the others in their attained-cost queue, so a decision
+ranks the fewer of the two groups itself and walks the kept order of the
+other.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from operator import itemgetter
 
@@ -93,6 +96,7 @@ class Mlfq(PolicyBase[MlfqConfig]):
         super().__init__(config)
         self.kept_fifo = KeptOrder()  # waiting, in arrival order
         self.kept_by_last_service = KeptOrder()  # waiting, by the promotion clock
+        self.kept_by_attained = KeptOrder()  # waiting, by (attained-cost queue, arrival order)
 
     def with_cost_model(self, cost_model: IterationCostModel) -> Mlfq:
         return type(self)(dataclasses.replace(self.config, cost_model=cost_model))
@@ -103,10 +107,18 @@ class Mlfq(PolicyBase[MlfqConfig]):
 
     def queue_level(self, view: RequestView, state: SchedulerState, ms_per_unit: float) -> int:
         """0-based queue of ``view`` at this cut (see the module docstring)."""
-        last = view.arrival if view.last_output_time is None else view.last_output_time
-        if (state.now - last) * ms_per_unit >= self.config.alpha_ms:
+        if self._is_promoted(_last_service(view), state.now, ms_per_unit):
             return 0  # promoted: waited alpha
-        t_init = self._cost_ms(min(view.num_prompt_tokens, state.max_num_batched_tokens), 0)
+        return self._attained_level(view, state.max_num_batched_tokens)
+
+    def _is_promoted(self, last: float, now: float, ms_per_unit: float) -> bool:
+        """Unserved for alpha since ``last`` (monotone: true for every earlier ``last``)."""
+        return (now - last) * ms_per_unit >= self.config.alpha_ms
+
+    def _attained_level(self, view: RequestView, max_num_batched_tokens: int) -> int:
+        """The queue of an unpromoted ``view``: skip-join, then demotion by
+        attained cost (a function of the view alone)."""
+        t_init = self._cost_ms(min(view.num_prompt_tokens, max_num_batched_tokens), 0)
         top = self.config.num_queues - 1
         level = next((j for j in range(top + 1) if self.config.quantum_ms(j) >= t_init), top)
         attained = 0.0
@@ -120,42 +132,57 @@ class Mlfq(PolicyBase[MlfqConfig]):
 
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         ms_per_unit = _ms_per_unit(state.rules.clock, self.config.cost_model)
+        max_tokens = state.max_num_batched_tokens
 
         def rank(view: RequestView) -> tuple[object, ...]:
             return (self.queue_level(view, state, ms_per_unit), *_fifo_key(view))
 
+        def attained_rank(view: RequestView) -> tuple[object, ...]:
+            return (self._attained_level(view, max_tokens), *_fifo_key(view))
+
         others = [(rank(view), view) for view in views_of(state, state.running + state.suspended)
                   if view.is_ready]
-        fifo, unpromoted = self.kept_fifo, self.kept_by_last_service
-        context = (state.rules.clock, ms_per_unit, state.max_num_batched_tokens)
-        fifo.sync(state, _fifo_key, context)
-        unpromoted.sync(state, _last_service_key, context)
-        lower = self._below_first_queue(unpromoted, state, ms_per_unit)
-        others += [(rank(view), view) for view in lower]
+        context = (state.rules.clock, ms_per_unit, max_tokens)
+        for kept, key_of in ((self.kept_fifo, _fifo_key),
+                             (self.kept_by_last_service, _last_service_key),
+                             (self.kept_by_attained, attained_rank)):
+            kept.sync(state, key_of, context)
+        waiting = self._waiting_ranks(state, ms_per_unit, rank, others)
         others.sort(key=itemgetter(0))
+        schedule_ranked(builder, others, waiting)
 
-        def before(key: tuple[object, ...]) -> int:
-            return fifo.bisect(key[1:]) if key[0] == 0 else len(fifo)
+    def _waiting_ranks(self, state: SchedulerState, ms_per_unit: float,
+                       rank: Callable[[RequestView], tuple[object, ...]],
+                       others: list[tuple[tuple[object, ...], RequestView]]) -> KeptRanks:
+        """The waiting part of the ranked pass. The requests unserved for
+        alpha (promoted, all in Q_1) are a prefix of ``kept_by_last_service``;
+        the rest keep their attained-cost queue. The fewer of the two are
+        ranked with ``others``: the promoted ones beside the order by
+        attained queue (a burst: few waited alpha), or the unpromoted ones
+        below Q_1 beside the arrival order (overload: most waited alpha)."""
+        by_last, views = self.kept_by_last_service, state.views
+        num_promoted = by_last.count_while(
+            lambda key: self._is_promoted(key[0], state.now, ms_per_unit))
+        if len(by_last) - num_promoted <= num_promoted:
+            fifo = self.kept_fifo
+            lower = [view for view in map(views.__getitem__, by_last.ids(num_promoted))
+                     if self._attained_level(view, state.max_num_batched_tokens) > 0]
+            others += [(rank(view), view) for view in lower]
 
-        schedule_ranked(builder, others, KeptRanks(
-            fifo, state, before, {view.request_id for view in lower}))
+            def before(key: tuple[object, ...]) -> int:
+                return fifo.bisect(key[1:]) if key[0] == 0 else len(fifo)
 
-    def _below_first_queue(self, kept: KeptOrder, state: SchedulerState,
-                           ms_per_unit: float) -> list[RequestView]:
-        """The waiting requests whose queue is not Q_1 now. Every waiting
-        request unserved for alpha is in Q_1 (promoted); whether it waited
-        alpha is monotone in its last service time, so the unpromoted ones
-        are the last in ``kept`` (ordered by that time) and the walk stops at
-        the first promoted one."""
-        views, alpha_ms = state.views, self.config.alpha_ms
-        lower = []
-        for (last, *_), rid in kept.ids_reversed():
-            if (state.now - last) * ms_per_unit >= alpha_ms:
-                break
-            view = views[rid]
-            if self.queue_level(view, state, ms_per_unit) > 0:
-                lower.append(view)
-        return lower
+            return KeptRanks(fifo, state, before, {view.request_id for view in lower})
+        promoted = list(map(views.__getitem__, by_last.ids(0, num_promoted)))
+        others += [((0, *_fifo_key(view)), view) for view in promoted]
+        by_attained = self.kept_by_attained
+        return KeptRanks(by_attained, state, by_attained.bisect,
+                         {view.request_id for view in promoted})
+
+
+def _last_service(view: RequestView) -> float:
+    """The promotion clock's origin: last output time, else arrival."""
+    return view.arrival if view.last_output_time is None else view.last_output_time
 
 
 def _fifo_key(view: RequestView) -> tuple[object, ...]:
@@ -163,9 +190,7 @@ def _fifo_key(view: RequestView) -> tuple[object, ...]:
 
 
 def _last_service_key(view: RequestView) -> tuple[object, ...]:
-    """Last output time, else arrival (the promotion clock), then identity."""
-    last = view.arrival if view.last_output_time is None else view.last_output_time
-    return (last, view.request_id, view.generation)
+    return (_last_service(view), view.request_id, view.generation)
 
 
 def _ms_per_unit(clock: str, cost_model: IterationCostModel | None) -> float:
