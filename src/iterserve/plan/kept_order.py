@@ -217,6 +217,18 @@ class KeptOrder:
         views = state.views
         return (views[rid] for _, rid in self._sorted)
 
+    def may_fit(self, request_id: str, num_blocks_free: int | None, tokens_left: int) -> bool:
+        """False only when the kept request's first interval (capped by
+        ``tokens_left``) starts on a block boundary and opens more blocks than
+        ``num_blocks_free``: its admission is then refused, changing nothing."""
+        rows = self._entries[request_id][1]
+        if rows is None or num_blocks_free is None:
+            return True
+        block_size = self._context[1] if isinstance(self._context, tuple) else None
+        rows = min(rows, tokens_left)
+        return block_size is None or rows <= 0 or blocks_opened(
+            0, rows, block_size) <= num_blocks_free
+
     def admits_none(self, num_blocks_free: int | None, tokens_left: int) -> bool:
         """True when no kept request's first interval fits ``num_blocks_free``
         blocks: every one starts on a block boundary and the fewest rows any

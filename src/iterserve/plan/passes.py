@@ -200,10 +200,11 @@ class _WaitingWalk:
             self._position = end
             return True
         skip, views = self._ranks.skip, self._views
+        may_fit = order.may_fit
         for rid in order.ids(self._position, end):
             self._position += 1
-            if rid in skip:
-                continue
+            if rid in skip or not may_fit(rid, builder.num_blocks_free, builder.tokens_left):
+                continue  # ranked elsewhere, or refused for blocks: admitting changes nothing
             view = views[rid]
             if builder.is_aborted(view) or not builder.admit(view):
                 continue
