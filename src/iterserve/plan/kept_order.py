@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from itertools import takewhile
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from sortedcontainers import SortedList
@@ -45,6 +46,7 @@ from iterserve.records.view import RequestView
 from iterserve.records.view_delta import changes_since
 
 Key = tuple[Any, ...]
+_ID = itemgetter(1)  # an element's request id
 KeyOf = Callable[[RequestView], Key]
 
 
@@ -52,7 +54,8 @@ class KeptOrder:
     """The ready waiting requests of the state last synced, in key order.
 
     One instance per policy and per key; :meth:`sync` before each read.
-    Elements are ``(key, request_id)``; the views are read from the state."""
+    Elements are ``(key, request_id, rows)`` (``rows``: see
+    :meth:`elements`); the views are read from the state."""
 
     __slots__ = ("_views", "_waiting", "_context", "_members", "_entries", "_sorted", "_rows",
                  "_num_unaligned", "_ready_only", "num_rebuilds", "num_rekeyed")
@@ -144,7 +147,7 @@ class KeptOrder:
         rows = frontier.legal_rows(view.num_prompt_tokens, view.num_emitted,
                                    view.num_computed) if aligned else None
         self._entries[rid] = (key, rows)
-        self._sorted.add((key, rid))
+        self._sorted.add((key, rid, rows))
         if rows is None:
             self._num_unaligned += 1
         else:
@@ -155,7 +158,7 @@ class KeptOrder:
         if entry is None:
             return
         key, rows = entry
-        self._sorted.remove((key, rid))
+        self._sorted.remove((key, rid, rows))
         if rows is None:
             self._num_unaligned -= 1
         else:
@@ -178,7 +181,7 @@ class KeptOrder:
 
     def ids(self, start: int = 0, stop: int | None = None) -> Iterator[str]:
         """The kept ids at positions ``[start, stop)``, in order."""
-        return (rid for _, rid in self._sorted.islice(start, stop))
+        return map(_ID, self._sorted.islice(start, stop))
 
     def count_while(self, holds: Callable[[Key], bool]) -> int:
         """How many keys from the first hold ``holds``, a predicate true on a
@@ -193,10 +196,6 @@ class KeptOrder:
                 high = middle
         return low
 
-    def ids_reversed(self) -> Iterator[tuple[Key, str]]:
-        """``(key, request_id)`` from the last in order to the first."""
-        return iter(self._sorted.islice(reverse=True))
-
     def heads(self) -> Iterator[Any]:
         """The distinct first key fields, in order (each found by one
         bisection; the second key field must be a number)."""
@@ -207,27 +206,33 @@ class KeptOrder:
             yield head
             index = ordered.bisect_left(((head, math.inf),))
 
-    def group(self, head: object) -> Iterator[tuple[Key, str]]:
-        """``(key, request_id)`` of the kept requests whose key starts with ``head``."""
+    def group(self, head: object) -> Iterator[tuple[Any, ...]]:
+        """``(key, request_id, ...)`` of the kept requests whose key starts with ``head``."""
         return takewhile(lambda element: element[0][0] == head,
                          self._sorted.irange(((head,),)))
 
     def views(self, state: SchedulerState) -> Iterator[RequestView]:
         """The kept views in order (lazily: a pass that stops early reads few)."""
         views = state.views
-        return (views[rid] for _, rid in self._sorted)
+        return map(views.__getitem__, map(_ID, self._sorted))
 
-    def may_fit(self, request_id: str, num_blocks_free: int | None, tokens_left: int) -> bool:
-        """False only when the kept request's first interval (capped by
-        ``tokens_left``) starts on a block boundary and opens more blocks than
-        ``num_blocks_free``: its admission is then refused, changing nothing."""
-        rows = self._entries[request_id][1]
-        if rows is None or num_blocks_free is None:
-            return True
+    def elements(self, start: int, stop: int) -> Iterator[tuple[Key, str, int | None]]:
+        """``(key, request_id, rows)`` at positions ``[start, stop)``: ``rows``
+        is the request's first-interval width when it starts on a block
+        boundary, else None (compare it with :meth:`rows_limit`)."""
+        return iter(self._sorted.islice(start, stop))
+
+    def rows_limit(self, num_blocks_free: int | None, tokens_left: int) -> float:
+        """The most first-interval rows a block-aligned kept request may take
+        and still fit ``num_blocks_free`` blocks: one with more is refused
+        for blocks, its admission changing nothing. ``min(rows, tokens)``
+        opens at most X blocks exactly when rows or tokens are <= X * block
+        size."""
         block_size = self._context[1] if isinstance(self._context, tuple) else None
-        rows = min(rows, tokens_left)
-        return block_size is None or rows <= 0 or blocks_opened(
-            0, rows, block_size) <= num_blocks_free
+        if num_blocks_free is None or block_size is None:
+            return math.inf
+        limit = num_blocks_free * block_size
+        return math.inf if tokens_left <= limit else limit
 
     def admits_none(self, num_blocks_free: int | None, tokens_left: int) -> bool:
         """True when no kept request's first interval fits ``num_blocks_free``

@@ -200,11 +200,11 @@ class _WaitingWalk:
             self._position = end
             return True
         skip, views = self._ranks.skip, self._views
-        may_fit = order.may_fit
-        for rid in order.ids(self._position, end):
+        limit = order.rows_limit(builder.num_blocks_free, builder.tokens_left)
+        for _, rid, rows in order.elements(self._position, end):
             self._position += 1
-            if rid in skip or not may_fit(rid, builder.num_blocks_free, builder.tokens_left):
-                continue  # ranked elsewhere, or refused for blocks: admitting changes nothing
+            if (rows is not None and rows > limit) or rid in skip:
+                continue  # refused for blocks (changing nothing), or ranked elsewhere
             view = views[rid]
             if builder.is_aborted(view) or not builder.admit(view):
                 continue
@@ -213,4 +213,5 @@ class _WaitingWalk:
             if order.admits_none(builder.num_blocks_free, builder.tokens_left):
                 self._position = end
                 return True
+            limit = order.rows_limit(builder.num_blocks_free, builder.tokens_left)
         return True
