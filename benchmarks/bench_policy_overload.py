@@ -18,6 +18,8 @@ previous size (2.0 per doubling is linear).
     .venv/bin/python benchmarks/bench_policy_overload.py            # 5,000 / 10,000 / 20,000
     .venv/bin/python benchmarks/bench_policy_overload.py --sizes 500 1000 --policies edf
     .venv/bin/python benchmarks/bench_policy_overload.py --json out.json
+    # before/after: the same script on another tree (e.g. main before the kept orders)
+    PYTHONPATH=OTHER_TREE/src .venv/bin/python benchmarks/bench_policy_overload.py
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ from typing import Any
 from iterserve.cost import parse_cost_model
 from iterserve.engine.loop import Engine
 from iterserve.lab.machine import cpu_model, interpreter
-from iterserve.plan.kept_order import KeptOrder
 from iterserve.policies.registry import policy_for
 from iterserve.sim.collector import collector_held_back
 from iterserve.sim.generators import generate_workload
@@ -62,7 +63,13 @@ def spec(num_requests: int) -> dict[str, Any]:
     }
 
 
-def kept_orders(policy: object) -> list[KeptOrder]:
+def kept_orders(policy: object) -> list[Any]:
+    """The policy's kept orders (none on a tree before plan/kept_order.py:
+    the script then runs there too, for a before/after pair)."""
+    try:
+        from iterserve.plan.kept_order import KeptOrder
+    except ImportError:
+        return []
     return [value for value in vars(policy).values() if isinstance(value, KeptOrder)]
 
 
