@@ -31,7 +31,7 @@ request can be admitted (:meth:`KeptOrder.admits_none`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from itertools import takewhile
 from operator import itemgetter
 from typing import Any, NamedTuple
@@ -71,7 +71,7 @@ class KeptOrder:
     def _forget(self) -> None:
         self._views: Mapping[str, RequestView] | None = None
         self._waiting: Queue = ()
-        self._context: Hashable = None
+        self._context: object = None
         self._members: set[str] = set()  # every waiting id, ready or not
         self._entries: dict[str, tuple[Key, int | None]] = {}  # ready ids: key, rows (None: off-block)
         self._sorted = SortedList()  # (key, request_id)
@@ -84,9 +84,10 @@ class KeptOrder:
 
     # --- following the states ----------------------------------------------------------
 
-    def sync(self, state: SchedulerState, key_of: KeyOf, context: Hashable = None) -> None:
+    def sync(self, state: SchedulerState, key_of: KeyOf, context: object = None) -> None:
         """Make this order ``state``'s: its ready waiting views by ``key_of``,
-        which must depend on the view and ``context`` only."""
+        which must depend on the view and ``context`` only (a context unequal
+        to the last one re-reads every view)."""
         context = (context, state.capacity.block_size)
         found = None
         if context == self._context and self._views is not None:
@@ -129,7 +130,7 @@ class KeptOrder:
         return ([rid for rid in left if rid not in stayed],
                 [rid for rid in (*front, *back) if rid not in stayed])
 
-    def _rebuild(self, state: SchedulerState, key_of: KeyOf, context: Hashable) -> None:
+    def _rebuild(self, state: SchedulerState, key_of: KeyOf, context: object) -> None:
         self._forget()
         self.num_rebuilds += 1
         views, block_size = state.views, state.capacity.block_size

@@ -96,7 +96,7 @@ class DeadlineOrderedPolicy(PolicyBase[DeadlineConfig]):
         others = sorted(((rank(view), view) for view in views_of(
             state, state.running + state.suspended) if view.is_ready), key=itemgetter(0))
         kept = self.kept_waiting
-        kept.sync(state, rank, (state.rules.clock, seconds, state.max_num_batched_tokens))
+        kept.sync(state, rank, (self.config, state.rules.clock, seconds, state.max_num_batched_tokens))
         schedule_ranked(builder, others, KeptRanks(kept, state, kept.bisect))
 
 

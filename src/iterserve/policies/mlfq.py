@@ -142,7 +142,7 @@ class Mlfq(PolicyBase[MlfqConfig]):
 
         others = [(rank(view), view) for view in views_of(state, state.running + state.suspended)
                   if view.is_ready]
-        context = (state.rules.clock, ms_per_unit, max_tokens)
+        context = (self.config, state.rules.clock, ms_per_unit, max_tokens)
         for kept, key_of in ((self.kept_fifo, _fifo_key),
                              (self.kept_by_last_service, _last_service_key),
                              (self.kept_by_attained, attained_rank)):
