@@ -14,6 +14,7 @@ modes; one run is long enough that the waiting queue is a shared
 
 from __future__ import annotations
 
+import pickle
 import random
 from typing import Any
 
@@ -21,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from iterserve.admission.overload import make_gate
 from iterserve.cost import parse_cost_model
 from iterserve.engine.loop import Engine
 from iterserve.engine.observer import EngineObserver
@@ -32,7 +34,7 @@ from iterserve.records.plan import IterationPlan
 from iterserve.records.state import SchedulerState
 from iterserve.records.view_map import ViewMap
 from iterserve.sim.generators import generate_workload
-from iterserve.sim.report import costed_executor
+from iterserve.sim.report import RunConfig, costed_executor, run_simulation
 from iterserve.sim.workload_spec import parse_spec
 from oracles.full_sort_policies import REFERENCES, reference_choose
 
@@ -164,3 +166,24 @@ def test_states_asked_out_of_order_decide_the_same(name: str) -> None:
     for state in states[:40]:
         fresh.choose(state)
     assert fresh.num_checked == min(40, len(states))
+
+
+def test_a_followed_simulation_records_deltas_for_a_kept_order(tmp_path: Any) -> None:
+    """With the decision log written by the follower process, the run's own
+    states still carry view deltas when the policy keeps an order: it
+    follows them instead of re-reading the queue at every decision."""
+    manifest = generate_workload(parse_spec(workload_spec(3, 120, num_kv_blocks=120)))
+    model = parse_cost_model(COST_MODEL)
+    policy = make_policy("edf", manifest.online)
+    config = RunConfig(policy, model, make_gate("accept-all", {}))
+    with (tmp_path / "log.jsonl").open("w") as log, (tmp_path / "events.jsonl").open("w") as ev:
+        run = run_simulation(manifest, config, log, events=ev, log_process=True)
+    assert run.engine.num_iterations > 50
+    assert kept_of(policy)[0].num_rebuilds <= 1
+
+
+def test_a_copied_policy_starts_without_the_memo() -> None:
+    checked, _ = checked_run("vtc", workload_spec(5, 40), max_iterations=10)
+    copied = pickle.loads(pickle.dumps(checked.policy))
+    assert [len(order) for order in kept_of(copied)] == [0]
+    assert kept_of(copied)[0].num_rebuilds == 0
