@@ -113,3 +113,17 @@ def test_layered_states_decide_byte_for_byte_alike(
     monkeypatch.setattr(view_map, "compaction_size", lambda num_views: 4)
     (tmp_path / "layered").mkdir()
     assert run_case(path, policy, tmp_path / "layered") == plain
+
+
+@pytest.mark.usefixtures("layered_small")
+def test_deletions_count_toward_the_merge() -> None:
+    """A draining run deletes from the base at every transition: the ids it
+    hides are copied per transition too, so they are merged away as well."""
+    layered: dict = publish(edit({f"r{i}": (i,) for i in range(200)}))
+    for i in range(150):
+        draft = edit(layered)
+        del draft[f"r{i}"]
+        layered = publish(draft)
+        if type(layered) is ViewMap:
+            assert len(layered._gone) + len(own_table_ids(layered)) < 6
+    assert list(layered) == [f"r{i}" for i in range(150, 200)]

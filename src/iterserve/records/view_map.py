@@ -7,9 +7,11 @@ hundred. A :class:`ViewMap` is two layers: a ``base`` dict shared by every
 version since the last compaction, never written, and the version's own
 table (the dict this class extends) holding the views written since, with
 the ids deleted from the base in ``gone``. A transition copies the own
-table only; when it grows past :func:`compaction_size` (about 8 sqrt(n)
-views, so its copies stay small beside n and a compaction's O(n) is paid
-every few hundred decisions) the layers are merged into a new base.
+table and ``gone`` only; when the two together grow past
+:func:`compaction_size` (about 8 sqrt(n), so their copies stay small beside
+n and a compaction's O(n) is paid every few hundred decisions) the layers
+are merged into a new base. Deletions count: a draining queue retires
+requests from the base at every decision.
 
 Why two layers of dicts and not a HAMT (``immutables.Map``): a lookup in
 the own table is the dict's own C lookup, and a decision's hot loops look up
@@ -164,7 +166,7 @@ class ViewDraft(dict[str, RequestView]):
         # a view deleted and written again is new (it moves to the end, as in a dict)
         num_shadowing = sum(map(base.__contains__, self)) - len(gone.intersection(self))
         num_views = self._base_len - len(gone) + dict.__len__(self) - num_shadowing
-        if dict.__len__(self) >= compaction_size(num_views):
+        if dict.__len__(self) + len(gone) >= compaction_size(num_views):  # writes and deletions
             return _merged(base, gone, self)
         published = ViewMap(self)  # copies the own table: a C-level dict copy
         published._base, published._gone, published._len = base, frozenset(gone), num_views
