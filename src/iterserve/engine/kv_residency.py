@@ -13,6 +13,12 @@ for a recompute, abort or reject, a preservation receipt for a preserve.
 With ``preservation_lag_iterations > 0`` preservation is asynchronous: the
 receipt is INFLIGHT in the intent's iteration and READY that many
 iterations later, so PREEMPT_PENDING -> SUSPENDED_PRESERVED spans them.
+With ``release_lag_iterations > 0`` a preemption's release is delayed the
+same way: its blocks stay held (not free) until the READY release, the
+victim stays PREEMPT_PENDING, and the capacity facts say the owner does not
+release at once, so no plan counts the blocks of its own preemptions
+(0x0C). At 0 (the default) a release is READY in its intent's iteration,
+before the plan's work is backed (0x0D's synchronous owner).
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ class KvStats:
 
 
 _RELEASING = frozenset({IntentKind.PREEMPT_RECOMPUTE, IntentKind.ABORT, IntentKind.REJECT})
+_PREEMPTING = frozenset({IntentKind.PREEMPT_RECOMPUTE, IntentKind.PREEMPT_PRESERVE_EXACT})
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,13 +81,17 @@ class KvResidency:
     executor holding real tensors can copy the rows (PRESERVE_EXACT, 0x0C)."""
 
     def __init__(self, config: BlockManagerConfig, on_swap: SwapCopier | None = None, *,
-                 bytes_per_row: int | None = None, preservation_lag_iterations: int = 0) -> None:
-        if preservation_lag_iterations < 0:
-            raise ValueError("preservation_lag_iterations must be >= 0")
+                 bytes_per_row: int | None = None, preservation_lag_iterations: int = 0,
+                 release_lag_iterations: int = 0) -> None:
+        if preservation_lag_iterations < 0 or release_lag_iterations < 0:
+            raise ValueError("preservation_lag_iterations and release_lag_iterations must be >= 0")
         self.manager = BlockManager(config)
         self._on_swap = on_swap
         self._bytes_per_row = bytes_per_row
         self._lag = preservation_lag_iterations
+        self._release_lag = release_lag_iterations
+        # request id -> (binding, iteration its release turns READY)
+        self._releasing: dict[str, tuple[ForeignBinding, int]] = {}
         self._iteration = 0
         # request id -> (binding, preserved rows, iteration its receipt turns READY)
         self._preserving: dict[str, tuple[ForeignBinding, int, int]] = {}
@@ -99,7 +110,8 @@ class KvResidency:
     def facts(self) -> CapacityFacts:
         usage = self.manager.usage()
         free = usage.num_blocks_total - usage.num_blocks_used  # cached blocks are evictable
-        return CapacityFacts(self.block_size, usage.num_blocks_total, free)
+        return CapacityFacts(self.block_size, usage.num_blocks_total, free,
+                             releases_at_once=not self._release_lag)
 
     def key(self, request_id: str) -> RequestKey | None:
         return self._keys.get(request_id)
@@ -110,7 +122,7 @@ class KvResidency:
         asynchronous preservations that completed by this iteration."""
         self._iteration += 1
         failures: list[tuple[str, str]] = []
-        releases: list[ReleaseResult] = []
+        releases = self._completed_releases()
         preservations = self._completed_preservations()
         for intent in plan.intents:
             self._intents[intent.kind.value] += 1
@@ -120,13 +132,17 @@ class KvResidency:
                 if intent.kind in _RELEASING:
                     self.release([rid])
                 continue
-            binding = binding_of(view, view.suspension_epoch + 1)
-            if intent.kind in _RELEASING:
+            # a preemption opens the next suspension epoch; an ending keeps its own
+            binding = binding_of(view, view.suspension_epoch + (intent.kind in _PREEMPTING))
+            if intent.kind in _PREEMPTING and self._release_lag:
+                releases.append(self._delayed_release(rid, binding))
+            elif intent.kind in _RELEASING:
                 releases.append(self._release_receipt(rid, binding))
             elif intent.kind is IntentKind.PREEMPT_PRESERVE_EXACT:
                 failure = self._swap_out(rid)
                 if failure is not None:  # falls back to recompute: free (0x0C)
-                    releases.append(self._release_receipt(rid, binding))
+                    releases.append(self._delayed_release(rid, binding) if self._release_lag
+                                    else self._release_receipt(rid, binding))
                     failures.append((rid, failure))
                 else:  # holding no blocks, it preserves nothing: trivially READY
                     preservations.append(self._preservation(binding, view.num_computed))
@@ -161,6 +177,22 @@ class KvResidency:
         self.release([request_id])
         per_row = self._bytes_per_row or 0  # 0: the run declares no bytes per row
         return ReleaseResult(binding, ForeignStatus.READY, num_rows * per_row)
+
+    def _delayed_release(self, request_id: str, binding: ForeignBinding) -> ReleaseResult:
+        """An INFLIGHT release: the blocks stay held until it turns READY."""
+        self._releasing[request_id] = (binding, self._iteration + self._release_lag)
+        return ReleaseResult(binding, ForeignStatus.INFLIGHT)
+
+    def _completed_releases(self) -> list[ReleaseResult]:
+        """READY receipts of the delayed releases due by this iteration; the
+        blocks are freed now, before this iteration's work is backed."""
+        due = [rid for rid, (_, ready_at) in self._releasing.items() if ready_at <= self._iteration]
+        return [self._release_receipt(rid, self._releasing.pop(rid)[0]) for rid in due]
+
+    @property
+    def has_pending_releases(self) -> bool:
+        """A delayed release has not reported READY yet."""
+        return bool(self._releasing)
 
     def _preservation(self, binding: ForeignBinding, num_rows: int) -> PreservationResult:
         if not self._lag:
@@ -307,6 +339,7 @@ class KvResidency:
     def release(self, request_ids: Iterable[str]) -> None:
         for rid in request_ids:
             self._preserving.pop(rid, None)
+            self._releasing.pop(rid, None)
             key = self._keys.pop(rid, None)
             if key is not None:
                 self.manager.release(key)

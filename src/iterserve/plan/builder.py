@@ -30,6 +30,7 @@ from iterserve.records.plan import (
 from iterserve.records.preemption import PreemptionCause
 from iterserve.records.rows_bound import bound_of
 from iterserve.records.state import RunRules, SchedulerState
+from iterserve.records.victim import VictimScore
 from iterserve.records.view import Lifecycle, RequestView
 
 _new_tuple = tuple.__new__  # NamedTuple.__new__ is slow on the hot path
@@ -50,7 +51,8 @@ class PlanBuilder:
 
     __slots__ = ("_state", "_policy", "_key", "_work", "_intents", "tokens_left", "seqs_left",
                  "_facts", "num_blocks_free", "_max_num_batched_tokens", "_screen", "_preempt_kind",
-                 "_max_running", "_num_joined", "_aborted", "_blocks", "_masks")
+                 "_max_running", "_num_joined", "_aborted", "_blocks", "_masks",
+                 "num_blocks_releasing")
 
     def __init__(self, policy: Policy, state: SchedulerState,
                  max_num_batched_tokens: int | None = None, *, max_num_seqs: int | None = None,
@@ -72,6 +74,11 @@ class PlanBuilder:
         self.tokens_left = self._max_num_batched_tokens
         self.seqs_left = _tightened(state.max_num_seqs, max_num_seqs)
         self.num_blocks_free = state.capacity.num_blocks_free  # None: unbounded
+        # blocks a memory owner that does not release at once is releasing
+        # (this plan's preemptions and aborts, and earlier ones still
+        # PREEMPT_PENDING), not yet claimed by a request waiting for them:
+        # never free in this plan (PREEMPT_PENDING is not free capacity, 0x0C)
+        self.num_blocks_releasing = 0 if state.capacity.releases_at_once else _pending_blocks(state)
         self._max_running = state.max_num_seqs if max_running is None else max_running
         self._num_joined = 0  # requests resumed or admitted into the running set
         self._screen = ReservationScreen.for_state(state)
@@ -109,6 +116,25 @@ class PlanBuilder:
     def fits_memory(self, view: RequestView, num_rows: int) -> bool:
         free = self.num_blocks_free
         return free is None or self.blocks_needed(view, num_rows) <= free
+
+    def fits_after_release(self, view: RequestView, num_rows: int) -> bool:
+        """Whether ``num_rows`` more rows would fit once the releases this
+        plan asks for are READY: the request then runs in a later plan,
+        bound to the revised capacity fact (0x0C)."""
+        free = self.num_blocks_free
+        return free is None or self.blocks_needed(view, num_rows) <= free + self.num_blocks_releasing
+
+    def wait_for_release(self, view: RequestView, num_rows: int) -> None:
+        """Hold for ``view`` the blocks ``num_rows`` more rows need, free ones
+        first, then ones this plan's releases will free; it gets no work in
+        this plan (no later request of the plan may take them)."""
+        free = self.num_blocks_free
+        if free is None:
+            return
+        need = self.blocks_needed(view, num_rows)
+        taken = min(free, need)
+        self.num_blocks_free = free - taken
+        self.num_blocks_releasing -= need - taken
 
     def add_if_fits(self, view: RequestView, num_rows: int) -> bool:
         """:meth:`fits_memory` then :meth:`add` in one call (the running
@@ -282,15 +308,16 @@ class PlanBuilder:
 
     def abort(self, view: RequestView, reason: str = "exceeds_kv_capacity") -> None:
         """End a live request with ``reason`` (once per plan): its scheduled
-        work is removed and the device blocks it holds count as free."""
+        work is removed and the device blocks it holds are released
+        (:meth:`_release`)."""
         rid = view.request_id
         if rid in self._aborted:
             return
         self._aborted.add(rid)
         if rid in self._work:
             self.unschedule(view)
-        if self.num_blocks_free is not None and view.lifecycle is Lifecycle.RUNNING:
-            self.num_blocks_free += self._facts.blocks_for(view.num_computed)
+        if view.lifecycle is Lifecycle.RUNNING:
+            self._release(view)
         self.intend(IntentKind.ABORT, view, reason)
 
     def is_aborted(self, view: RequestView) -> bool:
@@ -310,14 +337,30 @@ class PlanBuilder:
         return self.add(view, max_rows)
 
     def preempt(self, view: RequestView, kind: IntentKind | None = None,
-                reason: str = PreemptionCause.KV_EXHAUSTED.value) -> None:
+                reason: str = PreemptionCause.KV_EXHAUSTED.value,
+                victim: VictimScore | None = None) -> None:
         """Preempt a running request: its scheduled work (if any) is removed
-        and its held blocks count as free for the rest of this plan."""
+        and its held blocks released (:meth:`_release`). ``victim``: the
+        choice's score inputs (its reason is their text)."""
         if view.request_id in self._work:
             self.unschedule(view)
-        if self.num_blocks_free is not None:
-            self.num_blocks_free += self._facts.blocks_for(view.num_computed)
-        self.intend(self._preempt_kind if kind is None else kind, view, reason)
+        self._release(view)
+        kind = self._preempt_kind if kind is None else kind
+        self._intents.append(QueueIntent(kind, view.request_id, view.generation,
+                                         reason if victim is None else victim.reason(), victim))
+
+    def _release(self, view: RequestView) -> None:
+        """Count the blocks ``view`` holds as released by this plan: free now
+        when the memory owner releases at once (its published fact, 0x0D);
+        otherwise pending, free only in a later fact once its matching READY
+        release arrives (PREEMPT_PENDING is not free capacity, 0x0C)."""
+        if self.num_blocks_free is None:
+            return
+        held = self._facts.blocks_for(view.num_computed)
+        if self._facts.releases_at_once:
+            self.num_blocks_free += held
+        else:
+            self.num_blocks_releasing += held
 
     def resume(self, view: RequestView, max_rows: int | None = None, reason: str = "") -> int:
         """Resume a suspended (preserved) request: its rows come back onto
@@ -367,6 +410,14 @@ def iter_views(state: SchedulerState, request_ids: Iterable[str]) -> Iterator[Re
     """:func:`views_of`, lazily: a pass that stops early (the waiting pass
     at its first misfit) reads only the views it reaches, not a long queue."""
     return map(state.views.__getitem__, request_ids)
+
+
+def _pending_blocks(state: SchedulerState) -> int:
+    """Blocks held by requests whose release or preservation is in flight
+    (PREEMPT_PENDING): free once its READY receipt arrives."""
+    views, facts = state.views, state.capacity
+    return sum(facts.blocks_for(views[rid].num_computed) for rid in state.suspended
+               if views[rid].lifecycle is Lifecycle.PREEMPT_PENDING)
 
 
 def _tightened(budget: int, limit: int | None) -> int:

@@ -34,6 +34,13 @@ class CapacityFacts:
     block_size: int = 1
     num_blocks_total: int | None = None
     num_blocks_free: int | None = None
+    # the memory owner releases a plan's preempted and aborted blocks before
+    # it backs that plan's work: one runtime owner whose release is READY at
+    # once (vLLM's scheduler frees synchronously, 0x0D), so a plan may count
+    # them. False: a release may be INFLIGHT, so no plan counts blocks of a
+    # PREEMPT_PENDING request; only a matching READY release publishes them
+    # in a later fact (0x0C)
+    releases_at_once: bool = True
 
     @property
     def is_bounded(self) -> bool:

@@ -19,7 +19,13 @@ from iterserve.records.columns import field_columns
 from iterserve.records.id_queue import Queue, appended, with_front, without
 from iterserve.records.ledger import Charge, ClientLedger, charge, lift
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent
-from iterserve.records.receipts import ForeignStatus, PreservationResult, binding_of, is_stale
+from iterserve.records.receipts import (
+    ForeignStatus,
+    PreservationResult,
+    ReleaseResult,
+    binding_of,
+    is_stale,
+)
 from iterserve.records.result import CompletedInterval, IterationResult
 from iterserve.records.rows_bound import carried
 from iterserve.records.spec import RequestSpec
@@ -78,11 +84,15 @@ def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult)
     queues = _Queues(state)
     failed = {failure.request_id for failure in result.failures} if result.failures else set()
     receipts = {r.binding.request_id: r for r in result.receipts} if result.receipts else {}
+    releases = {r.binding.request_id: r for r in result.releases} if result.releases else {}
     for intent in plan.intents:
-        _apply_intent(views, queues, intent, intent.request_id in failed,
-                      receipts.pop(intent.request_id, None))
+        rid = intent.request_id
+        _apply_intent(views, queues, intent, rid in failed, receipts.pop(rid, None),
+                      releases.pop(rid, None))
     for receipt in receipts.values():  # preservations started in an earlier iteration
         _settle_preservation(views, queues, receipt)
+    for release in releases.values():  # releases asked for in an earlier iteration
+        _settle_release(views, queues, release)
     completed, newly_finished, once = _complete_rows(views, result.completed, now)
     service = dict(state.service)
     for client, rows in result.service.items():
@@ -97,7 +107,8 @@ def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult)
         capacity=result.capacity, changed=completed, removed=state.finished,
         rise=1 if once else None,  # one emission at most per request (validated results)
         touched=[*(intent.request_id for intent in plan.intents),
-                 *(receipt.binding.request_id for receipt in result.receipts)],
+                 *(receipt.binding.request_id for receipt in result.receipts),
+                 *(release.binding.request_id for release in result.releases)],
     )
     if state.ledger is None:
         return successor
@@ -159,7 +170,7 @@ class _Queues:
 
 def _apply_intent(
     views: dict[str, RequestView], queues: _Queues, intent: QueueIntent, failed: bool,
-    receipt: PreservationResult | None = None,
+    receipt: PreservationResult | None = None, release: ReleaseResult | None = None,
 ) -> None:
     """Apply one queue intent through the lifecycle table (0x0C).
 
@@ -168,6 +179,10 @@ def _apply_intent(
     request suspended. A preservation ends SUSPENDED_PRESERVED only with a
     current READY ``receipt``; without one it stays PREEMPT_PENDING (in the
     suspended queue, never resumable) until a later result settles it.
+    Likewise a recompute whose ``release`` is not READY stays
+    PREEMPT_PENDING: its blocks are not free and it is not runnable until a
+    matching READY release arrives (no release: a run without a memory
+    owner, settled at once).
     """
     rid = intent.request_id
     view = views[rid]
@@ -192,6 +207,10 @@ def _apply_intent(
             _settle_preservation(views, queues, receipt, same_iteration=True)
     elif kind in (IntentKind.PREEMPT_RECOMPUTE, IntentKind.PREEMPT_PRESERVE_EXACT):
         queues.running.remove(rid)
+        if release is not None and release.status is not ForeignStatus.READY:
+            queues.suspended.append(rid)  # PREEMPT_PENDING is not free capacity (0x0C)
+            views[rid] = _relabel(view, Lifecycle.PREEMPT_PENDING, epoch_step=1)
+            return
         queues.waiting = with_front(queues.waiting, rid)  # preempted requests resume first (0x0D)
         views[rid] = _recompute_reset(view)
     else:  # REJECT or ABORT: terminal
@@ -226,6 +245,23 @@ def _settle_preservation(views: dict[str, RequestView], queues: _Queues,
         queues.waiting = with_front(queues.waiting, rid)
         fallback = _relabel(view, Lifecycle.SUSPENDED_RECOMPUTE, Lifecycle.WAITING)
         out[rid] = fallback._replace(num_computed=0, num_committed=0)
+
+
+def _settle_release(views: dict[str, RequestView], queues: _Queues,
+                    release: ReleaseResult) -> None:
+    """Consume a release receipt for a PREEMPT_PENDING recompute (0x0C): a
+    current READY one ends the suspension (front of waiting, computed rows
+    dropped); INFLIGHT, FAILED or stale leave it pending."""
+    rid = release.binding.request_id
+    view = views.get(rid)
+    if view is None or view.lifecycle is not Lifecycle.PREEMPT_PENDING or (
+            release.status is not ForeignStatus.READY or is_stale(release.binding,
+                                                                  binding_of(view))):
+        return
+    queues.suspended.remove(rid)
+    queues.waiting = with_front(queues.waiting, rid)
+    settled = _relabel(view, Lifecycle.SUSPENDED_RECOMPUTE, Lifecycle.WAITING)
+    views[rid] = settled._replace(num_computed=0, num_committed=0)
 
 
 def _relabel(view: RequestView, *path: Lifecycle, epoch_step: int = 0) -> RequestView:
