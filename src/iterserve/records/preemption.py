@@ -28,6 +28,25 @@ class PreemptionMode(enum.Enum):
     __hash__ = object.__hash__
 
 
+class FallbackMode(enum.Enum):
+    """What a failed preservation falls back to (0x0C's fallback matrix):
+    ``recompute`` rebuilds [0, T_target) from the immutable token history,
+    back at the front of waiting; ``remain_suspended`` keeps the request
+    suspended without K/V (no resume ticket until the resume pass brings it
+    back, then it rebuilds [0, T_target)); ``abort`` ends it. Marking the
+    failed receipt ready, or reusing an earlier epoch's, is never an option.
+    The workload's ``kv.preservation_fallback`` names the run's."""
+
+    RECOMPUTE = "recompute"
+    REMAIN_SUSPENDED = "remain_suspended"
+    ABORT = "abort"
+
+    __hash__ = object.__hash__
+
+
+FALLBACK_NAMES: tuple[str, ...] = tuple(mode.value for mode in FallbackMode)
+
+
 #: the modes a workload's ``kv.preemption_mode`` may name
 KV_PREEMPTION_MODES: tuple[PreemptionMode, ...] = (PreemptionMode.RECOMPUTE,
                                                     PreemptionMode.SWAP)

@@ -12,7 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from iterserve.records.limits import MAX_WATERMARK_ROWS
-from iterserve.records.preemption import PreemptionMode, parse_kv_preemption_mode
+from iterserve.records.preemption import (
+    FALLBACK_NAMES,
+    FallbackMode,
+    PreemptionMode,
+    parse_kv_preemption_mode,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +133,8 @@ class KvSpec:
     admission: str = "none"
     preemption_mode: PreemptionMode = PreemptionMode.RECOMPUTE
     plan_prefix_hits: bool = False  # claim verified hits before the policy runs (0x0E)
+    # what a failed preservation falls back to (0x0C's fallback matrix)
+    preservation_fallback: FallbackMode = FallbackMode.RECOMPUTE
 
     def __post_init__(self) -> None:
         if self.num_kv_blocks < 1 or self.block_size < 1 or self.num_host_blocks < 0:
@@ -135,6 +142,11 @@ class KvSpec:
                              "num_host_blocks >= 0")
         object.__setattr__(self, "preemption_mode",
                            parse_kv_preemption_mode(self.preemption_mode))
+        if not isinstance(self.preservation_fallback, FallbackMode):
+            if self.preservation_fallback not in FALLBACK_NAMES:
+                raise ValueError(f"kv.preservation_fallback must be one of {list(FALLBACK_NAMES)}")
+            object.__setattr__(self, "preservation_fallback",
+                               FallbackMode(self.preservation_fallback))
         if self.bytes_per_row is not None and self.bytes_per_row < 1:
             raise ValueError("kv.bytes_per_row must be >= 1")
         try:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from iterserve.records.id_queue import Queue
 from iterserve.records.kv_abi import blocks_for
 from iterserve.records.ledger import ClientLedger
-from iterserve.records.preemption import PreemptionMode
+from iterserve.records.preemption import FallbackMode, PreemptionMode
 from iterserve.records.rows_bound import RowsBound
 from iterserve.records.spec import OnlineWorkload
 from iterserve.records.view import RequestView
@@ -61,20 +61,21 @@ def blocks_used_of_total(facts: CapacityFacts) -> tuple[int, int]:
 class RunRules:
     """Run-level rules every decision of a run shares, taken from the
     workload: the clock ``now`` is measured on (``iteration`` or ``ms``), the
-    KV preemption mode (0x0C) and the admission
+    KV preemption mode and the preservation fallback (0x0C) and the admission
     estimate (``kv.admission``, 0x06). Constant over a run and recorded by the
     log header's workload, so the state digest leaves them out."""
 
     clock: str = "iteration"
     preemption_mode: PreemptionMode = PreemptionMode.RECOMPUTE
     admission: str = "none"
+    preservation_fallback: FallbackMode = FallbackMode.RECOMPUTE  # 0x0C's fallback matrix
 
     @classmethod
     def of(cls, workload: OnlineWorkload) -> RunRules:
         kv = workload.kv
         if kv is None:
             return cls(workload.clock)
-        return cls(workload.clock, kv.preemption_mode, kv.admission)
+        return cls(workload.clock, kv.preemption_mode, kv.admission, kv.preservation_fallback)
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,11 @@ from typing import Any
 from iterserve.records.input_files import MAX_DOCUMENT_BYTES, read_input_bytes
 from iterserve.records.kv_abi import kv_row_abi_from_hf_config
 from iterserve.records.limits import MAX_BYTES_PER_ROW
-from iterserve.records.preemption import DEPRECATED_SWAP_NAME, parse_kv_preemption_mode
+from iterserve.records.preemption import (
+    DEPRECATED_SWAP_NAME,
+    FallbackMode,
+    parse_kv_preemption_mode,
+)
 from iterserve.records.spec import (
     Capacity,
     FairnessSpec,
@@ -190,7 +194,7 @@ def _kv(doc: KvDoc) -> KvSpec:
     try:
         return KvSpec(doc.num_kv_blocks, doc.block_size, doc.num_host_blocks, bytes_per_row,
                       doc.admission, parse_kv_preemption_mode(doc.preemption_mode),
-                      doc.plan_prefix_hits)
+                      doc.plan_prefix_hits, FallbackMode(doc.preservation_fallback))
     except ValueError as exc:
         raise WorkloadError(f"workload: {exc}") from None
 
@@ -311,6 +315,8 @@ def _kv_to_json(kv: KvSpec) -> dict[str, Any]:
     fields["preemption_mode"] = kv.preemption_mode.value  # the file's spelling
     if kv.plan_prefix_hits:  # absent when off: older workload files read as before
         fields["plan_prefix_hits"] = True
+    if kv.preservation_fallback is not FallbackMode.RECOMPUTE:  # absent at the default, likewise
+        fields["preservation_fallback"] = kv.preservation_fallback.value
     return fields
 
 

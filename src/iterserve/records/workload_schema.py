@@ -22,7 +22,7 @@ from pydantic import (
 )
 
 from iterserve.records import limits
-from iterserve.records.preemption import KV_PREEMPTION_MODE_NAMES
+from iterserve.records.preemption import FALLBACK_NAMES, KV_PREEMPTION_MODE_NAMES
 from iterserve.records.spec import check_admission
 
 
@@ -108,6 +108,7 @@ class KvDoc(_Strict):
     admission: str = "none"
     preemption_mode: Literal[KV_PREEMPTION_MODE_NAMES] = "recompute"  # type: ignore[valid-type]
     plan_prefix_hits: bool = False
+    preservation_fallback: Literal[FALLBACK_NAMES] = "recompute"  # type: ignore[valid-type]
     model_config_: dict[str, Any] | None = Field(default=None, alias="model_config")
 
     @field_validator("admission")
