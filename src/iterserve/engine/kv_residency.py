@@ -27,6 +27,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from iterserve.admission.resume import ResumeBlocked
+from iterserve.engine.suspensions import SuspensionLedger
 from iterserve.kv.block_manager import BlockManager
 from iterserve.kv.config import BlockManagerConfig
 from iterserve.kv.results import (
@@ -37,6 +39,7 @@ from iterserve.kv.results import (
     SwapGranted,
 )
 from iterserve.records.plan import IntentKind, IterationPlan, WorkItem
+from iterserve.records.preemption import FallbackMode
 from iterserve.records.receipts import (
     ForeignBinding,
     ForeignStatus,
@@ -45,6 +48,7 @@ from iterserve.records.receipts import (
     binding_of,
 )
 from iterserve.records.state import CapacityFacts, SchedulerState
+from iterserve.records.view import RequestView
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +75,15 @@ class IntentOutcome:
     failures: tuple[tuple[str, str], ...]
     releases: tuple[ReleaseResult, ...]
     preservations: tuple[PreservationResult, ...]
+
+
+@dataclass(slots=True)
+class _Outcome:
+    """What :meth:`KvResidency.apply_intents` collects, in intent order."""
+
+    failures: list[tuple[str, str]]
+    releases: list[ReleaseResult]
+    preservations: list[PreservationResult]
 
 
 SwapCopier = Callable[[SwapDirection, tuple[tuple[int, int], ...]], None]
@@ -102,6 +115,7 @@ class KvResidency:
         self._failed = 0
         self._planned_hit_rows = 0  # hit rows published to the plan (prefill rows saved)
         self._intents: Counter[str] = Counter()
+        self.suspensions = SuspensionLedger()  # intents, receipts, resume tickets (0x0C)
 
     @property
     def block_size(self) -> int:
@@ -119,11 +133,12 @@ class KvResidency:
     def apply_intents(self, plan: IterationPlan, state: SchedulerState) -> IntentOutcome:
         """Carry out the plan's memory consequences: (id, reason) failures and
         the receipts answering each intent, plus READY receipts of earlier
-        asynchronous preservations that completed by this iteration."""
+        asynchronous preservations and delayed releases due by this
+        iteration. A resume (RESUME, or the ADMIT of a recompute victim)
+        needs a resume ticket derived from those facts (0x0C)."""
         self._iteration += 1
-        failures: list[tuple[str, str]] = []
-        releases = self._completed_releases()
-        preservations = self._completed_preservations()
+        out = _Outcome([], self._completed_releases(), self._completed_preservations())
+        fallback = state.rules.preservation_fallback
         for intent in plan.intents:
             self._intents[intent.kind.value] += 1
             rid = intent.request_id
@@ -134,28 +149,72 @@ class KvResidency:
                 continue
             # a preemption opens the next suspension epoch; an ending keeps its own
             binding = binding_of(view, view.suspension_epoch + (intent.kind in _PREEMPTING))
-            if intent.kind in _PREEMPTING and self._release_lag:
-                releases.append(self._delayed_release(rid, binding))
+            if intent.kind in _PREEMPTING:
+                self.suspensions.suspend(plan, intent, view, binding, fallback)
             elif intent.kind in _RELEASING:
-                releases.append(self._release_receipt(rid, binding))
-            elif intent.kind is IntentKind.PREEMPT_PRESERVE_EXACT:
-                failure = self._swap_out(rid)
-                if failure is not None:  # falls back to recompute: free (0x0C)
-                    releases.append(self._delayed_release(rid, binding) if self._release_lag
-                                    else self._release_receipt(rid, binding))
-                    failures.append((rid, failure))
-                else:  # holding no blocks, it preserves nothing: trivially READY
-                    preservations.append(self._preservation(binding, view.num_computed))
-            elif intent.kind is IntentKind.RESUME and rid in self._keys and (
-                self.manager.is_swapped(self._keys[rid])
-            ):
-                swapped = self.manager.swap_in(self._keys[rid])
-                if isinstance(swapped, SwapFailed):
-                    failures.append((rid, f"swap_in_failed:{swapped.reason.value}"))
-                else:
-                    self._copy(swapped)
-                    self._swapped_in += len(swapped.copy_pairs)
-        return IntentOutcome(tuple(failures), tuple(releases), tuple(preservations))
+                self.suspensions.forget(rid)
+            self._apply(intent.kind, view, binding, fallback, out)
+        for release in out.releases:
+            self.suspensions.on_release(release)
+        for preservation in out.preservations:
+            self.suspensions.on_preservation(preservation)
+        return IntentOutcome(tuple(out.failures), tuple(out.releases), tuple(out.preservations))
+
+    def _apply(self, kind: IntentKind, view: RequestView, binding: ForeignBinding,
+               fallback: FallbackMode, out: _Outcome) -> None:
+        rid = view.request_id
+        if kind is IntentKind.PREEMPT_RECOMPUTE and self._release_lag:
+            out.releases.append(self._delayed_release(rid, binding))
+        elif kind in _RELEASING:
+            out.releases.append(self._release_receipt(rid, binding))
+        elif kind is IntentKind.PREEMPT_PRESERVE_EXACT:
+            self._preserve(view, binding, fallback, out)
+        elif kind in (IntentKind.RESUME, IntentKind.ADMIT) and self.suspensions.is_suspended(rid):
+            self._resume(view, out)
+
+    def _preserve(self, view: RequestView, binding: ForeignBinding, fallback: FallbackMode,
+                  out: _Outcome) -> None:
+        """Swap the device blocks out (released from the device at once); a
+        failed swap takes the declared fallback (0x0C): the blocks are
+        released and the suspension loses its preserved rows."""
+        rid = view.request_id
+        rows = self._held_rows(rid)
+        failure = self._swap_out(rid)
+        if failure is not None:
+            out.releases.append(self._delayed_release(rid, binding) if self._release_lag
+                                else self._release_receipt(rid, binding))
+            out.failures.append((rid, failure))
+            if fallback is FallbackMode.ABORT:
+                self.suspensions.forget(rid)
+            else:
+                self.suspensions.lose_preserved_rows(rid)
+            return
+        out.releases.append(ReleaseResult(binding, ForeignStatus.READY,
+                                          rows * (self._bytes_per_row or 0)))
+        # holding no blocks, it preserves nothing: trivially READY
+        out.preservations.append(self._preservation(binding, view.num_computed))
+
+    def _resume(self, view: RequestView, out: _Outcome) -> None:
+        """A ticket, or the resume fails as a fact; then swap preserved rows in."""
+        rid = view.request_id
+        ticket = self.suspensions.resume(view)
+        if isinstance(ticket, ResumeBlocked):
+            blockers = ",".join(b.value for b in ticket.blockers)
+            out.failures.append((rid, f"no_resume_ticket:{blockers}"))
+            return
+        key = self._keys.get(rid)
+        if key is None or not self.manager.is_swapped(key):
+            return
+        swapped = self.manager.swap_in(key)
+        if isinstance(swapped, SwapFailed):
+            out.failures.append((rid, f"swap_in_failed:{swapped.reason.value}"))
+        else:
+            self._copy(swapped)
+            self._swapped_in += len(swapped.copy_pairs)
+
+    def _held_rows(self, request_id: str) -> int:
+        key = self._keys.get(request_id)
+        return 0 if key is None else self.manager.num_rows(key)
 
     def _swap_out(self, request_id: str) -> str | None:
         """Move the request's blocks to the host pool; the failure reason, if any."""
@@ -335,6 +394,14 @@ class KvResidency:
         key = self._keys.get(request_id)
         if key is not None:
             self.manager.commit_to(key, end)
+
+    def end(self, request_ids: Iterable[str]) -> None:
+        """:meth:`release` the blocks of requests that ended (finished), and
+        close their suspension records: they will never resume."""
+        request_ids = list(request_ids)
+        for rid in request_ids:
+            self.suspensions.forget(rid)
+        self.release(request_ids)
 
     def release(self, request_ids: Iterable[str]) -> None:
         for rid in request_ids:

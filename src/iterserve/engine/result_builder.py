@@ -166,7 +166,7 @@ class ResultBuilder:
     def release_finished(self) -> None:
         """Free the blocks of every request that finished in this iteration."""
         if self._kv is not None:
-            self._kv.release(self.finished)
+            self._kv.end(self.finished)
 
     def build(self, duration: float) -> IterationResult:
         """The result; capacity facts come from the memory owner, if any."""

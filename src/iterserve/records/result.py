@@ -58,8 +58,8 @@ class IterationResult:
     preserve intent it completed now, an INFLIGHT one for each it completes
     later, and the later READY (or FAILED) one in that iteration's result.
     ``releases`` are its release receipts (0x0C): one per intent that
-    releases device blocks (a recompute, an abort, a reject, a failed
-    preservation's recompute fallback), bound to the binding the intent
+    releases device blocks (a recompute, an abort, a reject, a preservation
+    that swapped them out or failed), bound to the binding the intent
     opened. A recompute victim leaves PREEMPT_PENDING, and its blocks count
     as free capacity, only with a current READY release.
     """

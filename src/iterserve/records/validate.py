@@ -459,16 +459,14 @@ _PREEMPTING_KINDS = frozenset({IntentKind.PREEMPT_RECOMPUTE, IntentKind.PREEMPT_
 def _validate_releases(plan: IterationPlan, state: SchedulerState,
                        result: IterationResult) -> None:
     """A release receipt answers, once, an intent of this plan that releases
-    device blocks (a recompute, an abort, a reject, a preservation that
-    failed) or a request whose release is pending (PREEMPT_PENDING), and is
+    device blocks (a recompute, an abort, a reject, a preservation: swapped
+    out or failed) or a request whose release is pending (PREEMPT_PENDING), and is
     bound to exactly the binding that intent opened (a preemption opens the
     next suspension epoch, 0x0C)."""
-    failed = {failure.request_id for failure in result.failures}
     expected = {}
     for intent in plan.intents:
         kind = intent.kind
-        if kind in _RELEASING_KINDS or (kind is IntentKind.PREEMPT_PRESERVE_EXACT
-                                        and intent.request_id in failed):
+        if kind in _RELEASING_KINDS or kind is IntentKind.PREEMPT_PRESERVE_EXACT:
             view = state.views[intent.request_id]
             expected[intent.request_id] = binding_of(
                 view, view.suspension_epoch + (kind in _PREEMPTING_KINDS))
