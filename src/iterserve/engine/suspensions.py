@@ -49,14 +49,6 @@ class Suspension:
     preservation: PreservationResult | None = None
 
 
-def semantic_target(view: RequestView) -> int:
-    """T_target frozen by a preemption: p + e - 1 once an output exists
-    (0x0C), else the rows computed so far (a prompt cut mid-prefill)."""
-    if view.num_emitted:
-        return frontier.target(view.num_prompt_tokens, view.num_emitted)
-    return view.num_computed
-
-
 class SuspensionLedger:
     """Intents and receipts per suspended request; tickets on resume."""
 
@@ -74,7 +66,8 @@ class SuspensionLedger:
             fallback = FallbackMode.REMAIN_SUSPENDED
         record = PreemptionIntent(
             f"d{plan.decision_id}:{view.request_id}", binding, mode, fallback,
-            semantic_target(view), _REASONS[preemption_cause_of(intent.reason)], plan.policy_id,
+            frontier.frozen_target(view.num_prompt_tokens, view.num_emitted, view.num_computed),
+            _REASONS[preemption_cause_of(intent.reason)], plan.policy_id,
             plan.decision_id)
         self._open[view.request_id] = Suspension(record)
 

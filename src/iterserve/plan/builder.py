@@ -10,10 +10,12 @@ hand and never counts budgets itself.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from operator import itemgetter
 
 from iterserve.admission.screen import ReservationScreen
 from iterserve.plan.contract import Policy
+from iterserve.plan.preemption_cost import PreemptionCosts
 from iterserve.records import frontier
 from iterserve.records.frontier import next_interval
 from iterserve.records.keys import key_function
@@ -27,7 +29,7 @@ from iterserve.records.plan import (
     preempt_intent_kind,
     work_tie_break,
 )
-from iterserve.records.preemption import PreemptionCause
+from iterserve.records.preemption import PreemptionCause, PreemptionMode
 from iterserve.records.rows_bound import bound_of
 from iterserve.records.state import RunRules, SchedulerState
 from iterserve.records.victim import VictimScore
@@ -52,7 +54,7 @@ class PlanBuilder:
     __slots__ = ("_state", "_policy", "_key", "_work", "_intents", "tokens_left", "seqs_left",
                  "_facts", "num_blocks_free", "_max_num_batched_tokens", "_screen", "_preempt_kind",
                  "_max_running", "_num_joined", "_aborted", "_blocks", "_masks",
-                 "num_blocks_releasing")
+                 "num_blocks_releasing", "_costs")
 
     def __init__(self, policy: Policy, state: SchedulerState,
                  max_num_batched_tokens: int | None = None, *, max_num_seqs: int | None = None,
@@ -83,6 +85,7 @@ class PlanBuilder:
         self._num_joined = 0  # requests resumed or admitted into the running set
         self._screen = ReservationScreen.for_state(state)
         self._preempt_kind = preemption_kind(state.rules)
+        self._costs: PreemptionCosts | None = None  # made at the first cost-chosen preemption
         self._aborted: set[str] = set()
         self._masks: tuple[list[RequestView], list[bool], list[bool]] | None = None
         if self._facts.num_blocks_total is not None:
@@ -345,9 +348,25 @@ class PlanBuilder:
         if view.request_id in self._work:
             self.unschedule(view)
         self._release(view)
-        kind = self._preempt_kind if kind is None else kind
+        if kind is None:
+            kind, victim = self._mode_for(view, victim)
         self._intents.append(QueueIntent(kind, view.request_id, view.generation,
                                          reason if victim is None else victim.reason(), victim))
+
+    def _mode_for(self, view: RequestView,
+                  victim: VictimScore | None) -> tuple[IntentKind, VictimScore | None]:
+        """The run's preemption intent; under ``cheaper``, the mode whose
+        planning cost is lower for this victim, both costs kept in its
+        victim record (0x0C)."""
+        if self._preempt_kind is not None:
+            return self._preempt_kind, victim
+        if self._costs is None:
+            self._costs = PreemptionCosts.of(self._state.rules)
+        choice = self._costs.choose(view)
+        if victim is not None:
+            victim = replace(victim, recompute_ms=choice.recompute_ms,
+                             preserve_ms=choice.preserve_ms)
+        return preempt_intent_kind(choice.mode), victim
 
     def _release(self, view: RequestView) -> None:
         """Count the blocks ``view`` holds as released by this plan: free now
@@ -424,6 +443,9 @@ def _tightened(budget: int, limit: int | None) -> int:
     return budget if limit is None or limit >= budget else limit
 
 
-def preemption_kind(rules: RunRules) -> IntentKind:
-    """The intent of the run's preemption mode (workload ``kv.preemption_mode``, 0x0C)."""
+def preemption_kind(rules: RunRules) -> IntentKind | None:
+    """The intent of the run's preemption mode (workload ``kv.preemption_mode``,
+    0x0C); None under ``cheaper``, which chooses per victim."""
+    if rules.preemption_mode is PreemptionMode.CHEAPER:
+        return None
     return preempt_intent_kind(rules.preemption_mode)

@@ -141,3 +141,5 @@ class ServiceDebitMismatch(ContractViolation):
 class UnmatchedRelease(ContractViolation):
     """A release receipt answers no releasing intent of its plan, or is not
     bound to the binding that intent opened (0x0C)."""
+
+    code = "unmatched_release"

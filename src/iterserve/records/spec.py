@@ -15,6 +15,7 @@ from iterserve.records.limits import MAX_WATERMARK_ROWS
 from iterserve.records.preemption import (
     FALLBACK_NAMES,
     FallbackMode,
+    PreemptionCostSpec,
     PreemptionMode,
     parse_kv_preemption_mode,
 )
@@ -135,6 +136,8 @@ class KvSpec:
     plan_prefix_hits: bool = False  # claim verified hits before the policy runs (0x0E)
     # what a failed preservation falls back to (0x0C's fallback matrix)
     preservation_fallback: FallbackMode = FallbackMode.RECOMPUTE
+    # C_recompute vs C_preserve inputs, for preemption_mode ``cheaper`` (0x0C)
+    preemption_cost: PreemptionCostSpec | None = None
 
     def __post_init__(self) -> None:
         if self.num_kv_blocks < 1 or self.block_size < 1 or self.num_host_blocks < 0:
@@ -149,6 +152,11 @@ class KvSpec:
                                FallbackMode(self.preservation_fallback))
         if self.bytes_per_row is not None and self.bytes_per_row < 1:
             raise ValueError("kv.bytes_per_row must be >= 1")
+        if self.preemption_mode is PreemptionMode.CHEAPER and (
+                self.preemption_cost is None or self.bytes_per_row is None
+                or not self.num_host_blocks):
+            raise ValueError("kv.preemption_mode 'cheaper' needs kv.preemption_cost, "
+                             "kv.bytes_per_row and kv.num_host_blocks > 0 (both modes allowed)")
         try:
             check_admission(self.admission)
         except ValueError as exc:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from iterserve.records.id_queue import Queue
 from iterserve.records.kv_abi import blocks_for
 from iterserve.records.ledger import ClientLedger
-from iterserve.records.preemption import FallbackMode, PreemptionMode
+from iterserve.records.preemption import FallbackMode, PreemptionCostSpec, PreemptionMode
 from iterserve.records.rows_bound import RowsBound
 from iterserve.records.spec import OnlineWorkload
 from iterserve.records.view import RequestView
@@ -69,13 +69,17 @@ class RunRules:
     preemption_mode: PreemptionMode = PreemptionMode.RECOMPUTE
     admission: str = "none"
     preservation_fallback: FallbackMode = FallbackMode.RECOMPUTE  # 0x0C's fallback matrix
+    # C_recompute vs C_preserve inputs (mode ``cheaper``) and the bytes a row holds
+    preemption_cost: PreemptionCostSpec | None = None
+    bytes_per_row: int | None = None
 
     @classmethod
     def of(cls, workload: OnlineWorkload) -> RunRules:
         kv = workload.kv
         if kv is None:
             return cls(workload.clock)
-        return cls(workload.clock, kv.preemption_mode, kv.admission, kv.preservation_fallback)
+        return cls(workload.clock, kv.preemption_mode, kv.admission, kv.preservation_fallback,
+                   kv.preemption_cost, kv.bytes_per_row)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,9 @@ class VictimScore:
     arrival: float
     held_rows: int
     cause: PreemptionCause = PreemptionCause.KV_EXHAUSTED
+    # C_recompute and C_preserve (ms) when the run chose the mode by cost (0x0C)
+    recompute_ms: float | None = None
+    preserve_ms: float | None = None
 
     def __post_init__(self) -> None:
         if not self.chooser or not 0 <= self.queue_position < self.queue_length:
@@ -48,13 +51,19 @@ class VictimScore:
         return (f"{self.cause.value}; victim by {self.chooser}: "
                 f"queue_position={self.queue_position}/{self.queue_length}, "
                 f"priority={self.priority}, arrival={self.arrival}, "
-                f"held_rows={self.held_rows}")
+                f"held_rows={self.held_rows}" + self._costs())
+
+    def _costs(self) -> str:
+        if self.recompute_ms is None or self.preserve_ms is None:
+            return ""
+        return f"; c_recompute_ms={self.recompute_ms!r}, c_preserve_ms={self.preserve_ms!r}"
 
 
 _REASON = re.compile(
     r"^(?P<cause>[a-z_]+); victim by (?P<chooser>[^:]+): "
     r"queue_position=(?P<position>\d+)/(?P<length>\d+), priority=(?P<priority>-?\d+), "
-    r"arrival=(?P<arrival>[^,]+), held_rows=(?P<held>\d+)$")
+    r"arrival=(?P<arrival>[^,]+), held_rows=(?P<held>\d+)"
+    r"(?:; c_recompute_ms=(?P<recompute>[^,]+), c_preserve_ms=(?P<preserve>[^,]+))?$")
 
 
 def victim_score_of(reason: str) -> VictimScore | None:
@@ -67,7 +76,7 @@ def victim_score_of(reason: str) -> VictimScore | None:
         cause = PreemptionCause(match["cause"])
         score = VictimScore(match["chooser"], int(match["position"]), int(match["length"]),
                             int(match["priority"]), _number(match["arrival"]), int(match["held"]),
-                            cause)
+                            cause, _cost(match["recompute"]), _cost(match["preserve"]))
     except ValueError:
         return None
     return score if score.reason() == reason else None
@@ -76,3 +85,7 @@ def victim_score_of(reason: str) -> VictimScore | None:
 def _number(text: str) -> float:
     """An arrival as the view held it: an int stays an int (its text has no point)."""
     return int(text) if re.fullmatch(r"-?\d+", text) else float(text)
+
+
+def _cost(text: str | None) -> float | None:
+    return None if text is None else float(text)
