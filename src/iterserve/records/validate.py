@@ -474,9 +474,10 @@ def _validate_releases(plan: IterationPlan, state: SchedulerState,
     for release in result.releases:
         rid = release.binding.request_id
         binding = expected.get(rid)
-        view = state.views.get(rid)
-        if binding is None and view is not None and view.lifecycle is Lifecycle.PREEMPT_PENDING:
-            binding = binding_of(view)
+        pending = state.views.get(rid)
+        if binding is None and pending is not None and (
+                pending.lifecycle is Lifecycle.PREEMPT_PENDING):
+            binding = binding_of(pending)
         if rid in seen or binding is None or release.binding != binding:
             raise E.UnmatchedRelease(f"{rid}: release receipt {release.binding} answers no "
                                      f"releasing intent of plan d{plan.decision_id}")
