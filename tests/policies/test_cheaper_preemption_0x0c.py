@@ -114,3 +114,27 @@ def test_cheaper_without_its_inputs_or_with_a_bad_cost_model_is_refused(tmp_path
                  str(tmp_path / "o"), "--no-plots"])
     err = capsys.readouterr().err
     assert code == 2 and "recompute_cost_model" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_run_rules_round_trip_through_the_workload_header_and_replay(tmp_path) -> None:
+    """The decision-log header's workload keeps kv.preemption_cost and
+    kv.preservation_fallback, so replay re-derives a cheaper run."""
+    from iterserve.engine.decision_log import DecisionLogWriter
+    from iterserve.records.preemption import FallbackMode
+    from iterserve.records.workload import online_to_json, parse_workload
+
+    requests = tuple(RequestSpec(f"r{i}", float(i), 3 + 4 * i, 12) for i in range(4))
+    kv = KvSpec(10, 4, 32, bytes_per_row=1000, preemption_mode=PreemptionMode.CHEAPER,
+                preemption_cost=COSTS, preservation_fallback=FallbackMode.REMAIN_SUSPENDED)
+    workload = OnlineWorkload("cheaper", "iteration", Capacity(64, 8), requests, kv=kv)
+    doc = online_to_json(workload)
+    assert doc["kv"]["preservation_fallback"] == "remain_suspended"
+    assert parse_workload(json.loads(json.dumps(doc))).online.kv == kv
+    policy = make_policy("vllm")
+    executor = SimulatedExecutor(HiddenTruth({r.request_id: 10 for r in requests}),
+                                 kv=KvResidency(BlockManagerConfig(10, 4, 32)), workload=workload)
+    path = tmp_path / "cheaper.jsonl"
+    with path.open("w") as stream:
+        writer = DecisionLogWriter(stream, bind_policy(workload, policy), executor.capacity())
+        Engine(workload, policy, executor, [writer]).run(max_iterations=500)
+    assert main(["replay", str(path)]) == 0
