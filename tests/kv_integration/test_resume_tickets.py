@@ -109,3 +109,25 @@ def test_a_resume_without_a_ready_release_is_refused_as_a_fact() -> None:
                          intents=(QueueIntent(IntentKind.RESUME, rid, view.generation),))
     outcome = kv.apply_intents(plan, forged_state)
     assert outcome.failures == ((rid, "no_resume_ticket:release_inflight"),)
+
+
+@pytest.mark.parametrize("policy", ["vllm", "vllm-priority", "sarathi-serve", "edf",
+                                    "least-slack", "orca", "vtc", "mlfq"])
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_under_a_delayed_release_no_validated_plan_counts_pending_blocks(policy, mode) -> None:
+    """Every plan is validated against the published free blocks alone (the
+    engine validates each one: a plan that counted a PREEMPT_PENDING
+    victim's blocks raises KvCapacityExceeded); the run still finishes,
+    every resume is ticketed and nothing leaks."""
+    manifest = load_workload(SMALL_KV)
+    spec = manifest.online.kv
+    assert spec is not None
+    online = dataclasses.replace(manifest.online, kv=dataclasses.replace(
+        spec, preemption_mode=PreemptionMode(mode)))
+    kv = KvResidency(BlockManagerConfig(spec.num_kv_blocks, spec.block_size,
+                                        spec.num_host_blocks), release_lag_iterations=2)
+    engine = Engine(online, make_policy(policy), SimulatedExecutor(
+        manifest.hidden, kv=kv, workload=online))
+    engine.run(max_iterations=20_000)
+    assert engine.is_done and kv.manager.audit().num_blocks_used == 0
+    assert not kv.has_pending_releases and kv.suspensions.num_blocked == 0
