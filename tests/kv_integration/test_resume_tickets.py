@@ -30,6 +30,7 @@ from iterserve.records.workload import load_workload
 from iterserve.sim.executor import SimulatedExecutor
 
 SMALL_KV = Path(__file__).resolve().parents[2] / "examples" / "small_kv.json"
+BYTES_PER_ROW = 131072  # small_kv's kv.bytes_per_row
 
 
 class _Targets(EngineObserver):
@@ -41,6 +42,7 @@ class _Targets(EngineObserver):
     def __init__(self) -> None:
         self.targets: list[int] = []
         self.rebuilt_rows = 0
+        self.released_rows = 0
         self._debt: dict[str, int] = {}
 
     def on_step(self, state, plan, result, successor) -> None:  # type: ignore[no-untyped-def]
@@ -48,6 +50,9 @@ class _Targets(EngineObserver):
             debt = self._debt.get(item.request_id, 0)
             self.rebuilt_rows += max(0, min(item.end, debt) - item.start)
         for intent in plan.intents:
+            if intent.kind in (IntentKind.PREEMPT_RECOMPUTE, IntentKind.PREEMPT_PRESERVE_EXACT,
+                               IntentKind.ABORT, IntentKind.REJECT):
+                self.released_rows += state.views[intent.request_id].num_computed
             if intent.kind in (IntentKind.PREEMPT_RECOMPUTE, IntentKind.PREEMPT_PRESERVE_EXACT):
                 view = state.views[intent.request_id]
                 target = (view.num_prompt_tokens + view.num_emitted - 1 if view.num_emitted
@@ -63,8 +68,9 @@ def _run(mode: str):
     assert spec is not None
     online = dataclasses.replace(manifest.online, kv=dataclasses.replace(
         spec, preemption_mode=PreemptionMode(mode)))
+    assert spec.bytes_per_row == BYTES_PER_ROW
     kv = KvResidency(BlockManagerConfig(spec.num_kv_blocks, spec.block_size,
-                                        spec.num_host_blocks))
+                                        spec.num_host_blocks), bytes_per_row=BYTES_PER_ROW)
     watch = _Targets()
     engine = Engine(online, make_policy("vllm"), SimulatedExecutor(
         manifest.hidden, kv=kv, workload=online), [watch])
@@ -84,6 +90,11 @@ def test_every_resume_is_ticketed_with_the_legal_rebuild_interval(mode) -> None:
         assert ticket.rebuild_interval == (expected_ready, ticket.semantic_target_tokens)
         assert "release" in ticket.matched_receipts
     assert kv.suspensions.recompute_overhead_tokens == watch.rebuilt_rows
+    stats = kv.stats()
+    assert (stats.num_resume_tickets, stats.recompute_overhead_tokens) == (
+        len(tickets), watch.rebuilt_rows)
+    # every row a victim or an ended request held is released once, at the declared bytes per row
+    assert stats.reclaimed_bytes == watch.released_rows * BYTES_PER_ROW
 
 
 def test_a_resume_without_a_ready_release_is_refused_as_a_fact() -> None:

@@ -61,6 +61,12 @@ class KvStats:
     num_failed_allocations: int
     intents: dict[str, int]
     num_planned_hit_rows: int = 0
+    # 0x0C telemetry: bytes READY releases reclaimed, resume tickets granted
+    # and refused, rows rebuilt under tickets (runtime cost, never service)
+    reclaimed_bytes: int = 0
+    num_resume_tickets: int = 0
+    num_resume_blocked: int = 0
+    recompute_overhead_tokens: int = 0
 
 
 _RELEASING = frozenset({IntentKind.PREEMPT_RECOMPUTE, IntentKind.ABORT, IntentKind.REJECT})
@@ -116,6 +122,7 @@ class KvResidency:
         self._planned_hit_rows = 0  # hit rows published to the plan (prefill rows saved)
         self._intents: Counter[str] = Counter()
         self.suspensions = SuspensionLedger()  # intents, receipts, resume tickets (0x0C)
+        self._reclaimed_bytes = 0
 
     @property
     def block_size(self) -> int:
@@ -156,6 +163,7 @@ class KvResidency:
             self._apply(intent.kind, view, binding, fallback, out)
         for release in out.releases:
             self.suspensions.on_release(release)
+            self._reclaimed_bytes += release.reclaimed_bytes
         for preservation in out.preservations:
             self.suspensions.on_preservation(preservation)
         return IntentOutcome(tuple(out.failures), tuple(out.releases), tuple(out.preservations))
@@ -412,6 +420,8 @@ class KvResidency:
                 self.manager.release(key)
 
     def stats(self) -> KvStats:
+        ledger = self.suspensions
         return KvStats(self._prefix_hit_tokens, self._swapped_out, self._swapped_in,
                        self._failed, dict(sorted(self._intents.items())),
-                       self._planned_hit_rows)
+                       self._planned_hit_rows, self._reclaimed_bytes, len(ledger.tickets),
+                       ledger.num_blocked, ledger.recompute_overhead_tokens)
