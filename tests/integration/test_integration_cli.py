@@ -4,6 +4,8 @@ errors (exit 2) for bad flags."""
 from __future__ import annotations
 
 import json
+import math
+import random
 from pathlib import Path
 
 import pytest
@@ -94,22 +96,51 @@ def test_row_dependent_cost_is_refused_on_the_iteration_clock(tmp_path, capsys) 
     assert "iteration clock needs a fixed cost model" in capsys.readouterr().err
 
 
+def _trial_attainment(burst_file: Path, tmp_path: Path, rate: float, trial_seed: str) -> float:
+    """Offered-load attainment of one sweep trial rebuilt by hand: Poisson
+    arrivals (unit-rate exponential gaps from random.Random(trial_seed), over
+    the rate, in ms), run through ``iterserve simulate``."""
+    rng, now_s = random.Random(trial_seed), 0.0
+    document = json.loads(burst_file.read_text())
+    for spec in document["requests"]:
+        now_s += rng.expovariate(rate)
+        spec["arrival"] = now_s * 1000.0
+    path = tmp_path / f"trial-{rate:g}-{trial_seed.replace('/', '-')}.json"
+    path.write_text(json.dumps(document))
+    out = tmp_path / f"sim-{path.stem}"
+    assert main(["simulate", "--workload", str(path), "--policy", "edf", "--cost-model",
+                 "fixed:10", "--out", str(out), "--no-plots"]) == 0
+    return json.loads((out / "report.json").read_text())["metrics"]["attainment"]["offered_load"]
+
+
+def _sweep(burst_file: Path, out: Path, alpha: float, workers: str) -> dict:
+    assert main(["sweep", "--workload", str(burst_file), "--policy", "edf", "--rates", "110",
+                 "130", "150", "--trials", "2", "--seed", "7", "--alpha", repr(alpha),
+                 "--cost-model", "fixed:10", "--workers", workers, "--out", str(out)]) == 0
+    return json.loads((out / "sweep.json").read_text())
+
+
 def test_sweep_smoke(burst_file, tmp_path, capsys) -> None:
-    """2 rates x 1 trial x 2 policies on two worker processes."""
-    out = tmp_path / "sweep"
-    assert main(["sweep", "--workload", str(burst_file), "--policy", "least-slack", "edf",
-                 "--rates", "5", "500", "--trials", "1", "--seed", "7", "--alpha", "0.9",
-                 "--cost-model", "fixed:10", "--workers", "2", "--out", str(out)]) == 0
-    sweep = json.loads((out / "sweep.json").read_text())
-    assert sweep["trial_seeds"] == ["7/0"] and sweep["trials"] == 1 and sweep["seed"] == 7
-    for name in ("least-slack", "edf"):
-        rates = sweep["policies"][name]["rates"]
-        assert [entry["rate_per_s"] for entry in rates] == [5.0, 500.0]
-        low, high = (entry["mean_offered_load_attainment"] for entry in rates)
-        assert low == 1.0 and high < 0.9  # spread-out arrivals all meet; a burst does not
-        assert sweep["policies"][name]["capacity_rate_per_s"] == 5.0
-    assert (out / "attainment_vs_rate.png").read_bytes().startswith(b"\x89PNG")
-    assert "goodput capacity 5.0 req/s" in capsys.readouterr().out
+    """Trials are averaged and capacity is the highest rate whose mean reaches
+    alpha (>=): at seed 7 the two trials at 130 req/s attain 1 and 5/6 of the
+    six requests (mean 11/12), at 150 req/s 1 and 4/6 (mean 5/6)."""
+    trials = {rate: [_trial_attainment(burst_file, tmp_path, rate, f"7/{t}") for t in (0, 1)]
+              for rate in (110.0, 130.0, 150.0)}
+    assert trials == {110.0: [1.0, 1.0], 130.0: [1.0, 5 / 6], 150.0: [1.0, 4 / 6]}
+    at_130 = (1.0 + 5 / 6) / 2  # exactly the mean the sweep must compute
+    sweep = _sweep(burst_file, tmp_path / "boundary", at_130, "2")
+    assert sweep["trial_seeds"] == ["7/0", "7/1"] and sweep["trials"] == 2
+    rates = sweep["policies"]["edf"]["rates"]
+    assert [e["rate_per_s"] for e in rates] == [110.0, 130.0, 150.0]
+    assert [e["offered_load_attainment"] for e in rates] == list(trials.values())
+    assert [e["mean_offered_load_attainment"] for e in rates] == [1.0, at_130, (1.0 + 4 / 6) / 2]
+    assert [e["meets_alpha"] for e in rates] == [True, True, False]  # a mean equal to alpha meets it
+    assert sweep["policies"]["edf"]["capacity_rate_per_s"] == 130.0
+    assert "goodput capacity 130.0 req/s" in capsys.readouterr().out
+    assert (tmp_path / "boundary" / "attainment_vs_rate.png").read_bytes().startswith(b"\x89PNG")
+    above = _sweep(burst_file, tmp_path / "above", math.nextafter(at_130, 1.0), "1")
+    assert [e["meets_alpha"] for e in above["policies"]["edf"]["rates"]] == [True, False, False]
+    assert above["policies"]["edf"]["capacity_rate_per_s"] == 110.0
 
 
 def test_sweep_is_the_same_on_one_process(burst_file, tmp_path) -> None:

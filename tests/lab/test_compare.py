@@ -75,6 +75,9 @@ def test_a_pair_differing_in_a_coordinate_is_refused_and_named(tmp_path, capsys,
     assert comparison.num_comparable_pairs == 0 and comparison.rankings == ((), ())
     assert coordinate in comparison.verdicts[0].differing
     assert f"differ in {coordinate}" in compare_text(capsys, a, b)
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "cmp")]) == 0
+    refused = json.loads((tmp_path / "cmp" / "compare.json").read_text())["refused"]
+    assert [entry["failure"] for entry in refused] == ["FC12"]
 
 
 def test_a_different_workload_is_refused_by_its_hash(tmp_path, capsys) -> None:
@@ -99,13 +102,58 @@ def test_a_different_denominator_is_refused(tmp_path) -> None:
 
 def test_source_reported_registry_has_no_comparable_pair_and_no_order(capsys) -> None:
     runs = load_runs(REGISTRY)
-    assert {run.label for run in runs} == {"ORCA", "vLLM", "Sarathi-Serve", "FastServe", "VTC"}
+    assert [run.label for run in runs] == [
+        "ORCA", "vLLM", "SARATHI decode", "SARATHI pipeline", "Sarathi-Serve", "FastServe",
+        "VTC", "Preble", "LayerKV"]  # nine records of the eight contracts (0x0E)
     assert all(r.evidence_class == "source-reported" for run in runs for r in run.records)
     comparison = compare_runs(runs)
-    assert len(comparison.verdicts) == 10 and comparison.num_comparable_pairs == 0
+    assert len(comparison.verdicts) == 9 * 8 // 2 and comparison.num_comparable_pairs == 0
     assert all(rankings == () for rankings in comparison.rankings)
     text = compare_text(capsys, REGISTRY)
     assert "No comparable pair: no ordering is produced." in text and " > " not in text
+    assert "| ORCA | no | no |" in text and "| VTC | yes | no |" in text
+    assert "## Refused pairs (not ranked: FC12 incomparable-ranking)" in text
+
+
+def test_registry_flags_are_read_and_none_is_reproduced_here() -> None:
+    """Complete by hand: ORCA leaves arrivals and load unstated, both SARATHI records
+    the workload, Preble the load, LayerKV four coordinates; the other four state all."""
+    flags = {run.label: run.flags for run in load_runs(REGISTRY)}
+    complete = {label for label, flag in flags.items() if flag and flag.coordinates_complete}
+    assert complete == {"vLLM", "Sarathi-Serve", "FastServe", "VTC"}
+    assert not any(flag is None or flag.reproduced_locally for flag in flags.values())
+
+
+def _registry_with(tmp_path: Path, **changes) -> Path:
+    document = json.loads(REGISTRY.read_text())
+    document["results"][0].update(changes)  # ORCA: source-reported, coordinates incomplete
+    path = tmp_path / "registry.json"
+    path.write_text(json.dumps(document))
+    return path
+
+
+@pytest.mark.parametrize(("changes", "needle"), [
+    ({"coordinates_complete": True}, "unstated arrivals, load"),
+    ({"arrivals": "Poisson", "load": "10 req/s"}, "every coordinate stated"),
+    ({"reproduced_locally": True, "reproduction": "sim run 1"},
+     "FC13 local-measurement-overclaim: a source-reported value is not reproduced here"),
+    ({"evidence_class": "measured here", "reproduced_locally": True}, "needs reproduction"),
+    ({"reproduction": "sim run 1"}, "needs reproduced_locally"),
+    ({"reproduced_locally": "no"}, "must be true or false"),
+])
+def test_a_registry_flag_that_the_record_contradicts_is_refused(tmp_path, capsys, changes,
+                                                               needle) -> None:
+    path = _registry_with(tmp_path, **changes)
+    assert main(["compare", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "results[0]" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_measured_reproduction_with_its_run_is_accepted(tmp_path) -> None:
+    path = _registry_with(tmp_path, evidence_class="measured here", reproduced_locally=True,
+                          reproduction="bench run 2026-12-04")
+    flags = load_runs(path)[0].flags
+    assert flags is not None and flags.reproduction == "bench run 2026-12-04"
 
 
 def test_comparable_is_equality_on_every_coordinate_of_the_set() -> None:

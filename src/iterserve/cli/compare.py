@@ -14,6 +14,7 @@ from iterserve.cli.simulate import writing_to
 from iterserve.lab.compare import Comparison, compare_runs
 from iterserve.lab.compare_md import render_comparison
 from iterserve.lab.inputs import load_runs
+from iterserve.records.failures import failure_of
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -48,7 +49,8 @@ def _to_json(comparison: Comparison) -> dict[str, Any]:
     return {
         "num_comparable_pairs": comparison.num_comparable_pairs,
         "groups": [list(g) for g in comparison.groups],
-        "refused": [{"a": v.a, "b": v.b, "differing": list(v.differing)}
+        "refused": [{"a": v.a, "b": v.b, "differing": list(v.differing),
+                     "failure": failure_of("incomparable_pair").failure_id}
                     for v in comparison.verdicts if not v.is_comparable],
         "rankings": [[{"metric": list(r.metric), "order": [list(o) for o in r.order],
                        "withheld": list(r.withheld)} for r in group]

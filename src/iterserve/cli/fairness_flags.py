@@ -91,5 +91,7 @@ def bound_of(policy: Policy, online: OnlineWorkload, run: SimulationRun,
     facts = run.executor.capacity()
     preemptions = 0 if kv is None else sum(
         value for key, value in kv["preemptions"].items() if key != "reason")
+    spread = run.ledger_trace.max_counter_spread
+    widest = None if spread is None else spread["value"]
     return lambda fairness: vtc_bound_report(online, weights, facts.num_blocks_total,
-                                             facts.block_size, preemptions, fairness)
+                                             facts.block_size, preemptions, fairness, widest)

@@ -47,6 +47,7 @@ from iterserve.plan.feasibility import InfeasibleRun
 from iterserve.policies.registry import UnknownPolicy
 from iterserve.policies.settings import PolicyConfigError
 from iterserve.records.errors import ContractViolation
+from iterserve.records.failures import failure_label
 from iterserve.records.vocabulary import RenamedWarning
 from iterserve.records.workload import WorkloadError
 from iterserve.sim.follower import FollowerError
@@ -117,6 +118,8 @@ def _main(argv: Sequence[str] | None) -> int:
     except Terminated:  # SIGTERM during start-up: one line and 143
         print(f"iterserve {args.command}: terminated during start-up", file=sys.stderr)
         return EXIT_TERMINATED
+    except ContractViolation as exc:  # named by its 0x0E failure class
+        return _fail(f"{prefix} {failure_label(exc.code)}: {exc}")
     except EXPECTED_ERRORS as exc:
         return _fail(f"{prefix} {exc}")
     except Exception as exc:  # the top-level net: one line, never a traceback

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from iterserve.lab.coordinates import ResultRecord, differing_coordinates, metric_key
+from iterserve.lab.source_registry import RegistryFlags
 
 MetricKey = tuple[str, str, str, str | None]
 
@@ -27,6 +28,7 @@ class CompareError(ValueError):
 class Run:
     label: str
     records: tuple[ResultRecord, ...]
+    flags: RegistryFlags | None = None  # a registry entry's completeness / reproduction
 
     def by_metric(self) -> dict[MetricKey, ResultRecord]:
         return {metric_key(r): r for r in self.records}

@@ -4,6 +4,10 @@ refused pair with the coordinates that differ (0x0E)."""
 from __future__ import annotations
 
 from iterserve.lab.compare import Comparison, MetricKey, Ranking
+from iterserve.lab.source_registry import RegistryFlags
+from iterserve.records.failures import failure_of
+
+INCOMPARABLE = failure_of("incomparable_pair")
 
 
 def _metric_name(key: MetricKey) -> str:
@@ -48,8 +52,18 @@ def render_comparison(comparison: Comparison) -> str:
             continue
         lines += ["", f"## Comparable group {number}: {', '.join(group)}", ""]
         lines += _group_table(group, rankings)
+    flagged = [run for run in comparison.runs if run.flags is not None]
+    if flagged:
+        lines += ["", "## Registry entries", "", "| run | coordinates complete | reproduced here |",
+                  "|---|---|---|"]
+        lines += [_flag_row(run.label, run.flags) for run in flagged if run.flags is not None]
     refused = [v for v in comparison.verdicts if not v.is_comparable]
     if refused:
-        lines += ["", "## Refused pairs (not ranked)", ""]
+        lines += ["", f"## Refused pairs (not ranked: {INCOMPARABLE.label})", ""]
         lines += [f"- {v.a} vs {v.b}: differ in {', '.join(v.differing)}" for v in refused]
     return "\n".join(lines) + "\n"
+
+
+def _flag_row(label: str, flags: RegistryFlags) -> str:
+    reproduced = f"yes ({flags.reproduction})" if flags.reproduced_locally else "no"
+    return f"| {label} | {'yes' if flags.coordinates_complete else 'no'} | {reproduced} |"

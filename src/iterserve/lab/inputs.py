@@ -1,6 +1,7 @@
 """What ``compare`` reads: run directories (their report.json), a single
 report.json, or a result registry (``{"schema": REGISTRY_SCHEMA,
-"results": [...]}``, one run per record, e.g. source-reported headlines)."""
+"results": [...]}``, one run per record with its registry flags, e.g.
+source-reported headlines)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from iterserve.lab.compare import Run
-from iterserve.lab.coordinates import CoordinateError, ResultRecord
+from iterserve.lab.coordinates import CoordinateError
 from iterserve.lab.run_record import records_of_report
+from iterserve.lab.source_registry import entry_from_json
 from iterserve.records.input_files import MAX_LOG_BYTES, read_input_bytes
 
 REGISTRY_SCHEMA = "iterserve.lab.result_registry/v1"
@@ -37,6 +39,8 @@ def _registry_runs(document: dict[str, Any], where: str) -> list[Run]:
     results = document.get("results")
     if not isinstance(results, list) or not results:
         raise CoordinateError(f"{where}: a registry needs a non-empty results list")
-    return [Run(str(obj.get("label")) if isinstance(obj, dict) else "?",
-                (ResultRecord.from_json(obj, f"{where} results[{i}]"),))
-            for i, obj in enumerate(results)]
+    runs = []
+    for i, obj in enumerate(results):
+        record, flags = entry_from_json(obj, f"{where} results[{i}]")
+        runs.append(Run(record.label, (record,), flags))
+    return runs

@@ -83,6 +83,11 @@ def _summary(report: FairnessReport, bound: Mapping[str, Any] | None, unit: Time
                      f"(U={bound['U']:g}, L_input={bound['L_input']}, M={bound['M']}); "
                      f"observed max gap {bound['observed_max_gap']:g}; "
                      f"premises: {bound['premises_text']}")
+        spread = bound.get("observed_max_counter_spread")
+        if spread is not None:
+            lines.append(f"- the widest VTC counter spread over active clients while a "
+                         f"request waited (F58, max c_i - min c_i <= U={bound['U']:g}): "
+                         f"{spread:g}")
     elif bound is not None:
         lines.append(f"- the policy's promised limit on that difference, declared bound "
                      f"({bound['name']}): {bound['premises_text']}; "

@@ -17,6 +17,7 @@ from iterserve.policies.mlfq import Mlfq
 from iterserve.policies.orca import Orca
 from iterserve.policies.policy import PolicyBase
 from iterserve.policies.prefill_first import PrefillFirst
+from iterserve.policies.prefix_aware import PrefixAware
 from iterserve.policies.prefix_quota import PrefixGreedy, PrefixQuota
 from iterserve.policies.priority import StaticPriority
 from iterserve.policies.priority_aging import PriorityAging
@@ -57,6 +58,7 @@ POLICIES: dict[str, type[PolicyBase]] = {
     "mlfq": Mlfq,
     "prefix-quota": PrefixQuota,
     "prefix-greedy": PrefixGreedy,
+    "prefix-aware": PrefixAware,
 }
 
 

@@ -1,26 +1,36 @@
 """The starvation guard: liveness as a gate, around any policy (0x09A, F63).
 
 A run-level rule, not a policy: with a horizon H (clock units), a protected
-identity (client) that has been active and without a completed service
-event for at least H, and has no work in the policy's plan, gets the next
+identity (client) that has been continuously eligible and without a
+completed service event for at least H, and has no work in the policy's
+plan, gets the next
 legal interval of its oldest ready request forced into the plan, recorded
 as an intent whose reason starts with :data:`GUARD_REASON` (ADMIT for a
 waiting request, RESUME for a suspended one, GUARD for a running one).
+Eligible means ready scheduler work: a client whose live requests all wait
+on foreign readiness is not eligible, and its stretch restarts when it is
+unblocked (the ledger's ``eligible_from``, F63).
 
 The guarded plan is rebuilt through the shared mechanism: the policy's
 preemptions first, then the forced intervals, then the policy's own work in
 its plan order while the ledgers allow (the last items may no longer fit).
-The policy's identity and tie-break evidence are kept. A guarded run claims
-no policy's service bound: forcing work changes every theorem's premises.
+
+A guard that changes decisions is a new contract (0x0E: composition is not
+the sum of paper names): every plan, fired or not, names the composition,
+``<inner id>+starvation-guard`` at ``<inner version>+guard.<GUARD_VERSION>``,
+and its contract states what it adds and that none of the inner policy's
+theorems, SLO statements or results carry over. The tie-break key is the
+inner policy's (its evidence orders the unforced work).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from iterserve.plan import PlanBuilder, Policy
+from iterserve.plan import PlanBuilder, Policy, PolicyContract
 from iterserve.plan.feasibility import RunningSet
 from iterserve.policies.settings import PolicyConfigError
+from iterserve.records.failures import failure_of
 from iterserve.records.plan import IntentKind, IterationPlan
 from iterserve.records.preemption import PreemptionCause
 from iterserve.records.spec import FairnessSpec
@@ -28,6 +38,8 @@ from iterserve.records.state import SchedulerState
 from iterserve.records.view import Lifecycle, RequestView
 
 GUARD_REASON = PreemptionCause.STARVATION_GUARD.value  # a metric reads the cause off it
+GUARD_ID_SUFFIX = "+starvation-guard"
+GUARD_VERSION = "1"  # the forcing rule's own version, bumped when the rule changes
 _PREEMPTS = (IntentKind.PREEMPT_RECOMPUTE, IntentKind.PREEMPT_PRESERVE_EXACT)
 
 
@@ -39,12 +51,11 @@ class StarvationGuard:
             raise PolicyConfigError(f"starvation horizon must be > 0, got {horizon}")
         self.inner = inner
         self.horizon = horizon
-        self.policy_id = inner.policy_id
-        self.policy_version = inner.policy_version
+        self.policy_id = guarded_id(inner.policy_id)
+        self.policy_version = guarded_version(inner.policy_version)
         self.tie_break_key = inner.tie_break_key
-        self.contract = dataclasses.replace(
-            inner.contract, assumptions=f"{inner.contract.assumptions}; run under the "
-            f"starvation guard (horizon {horizon:g} clock units): no service bound is claimed")
+        self.contract = composed_contract(inner.policy_id, inner.contract, horizon)
+        check_composition(inner, self)
         self.ledger_weights = getattr(inner, "ledger_weights", None) or FairnessSpec()
         self.uses_prefix_hits = getattr(inner, "uses_prefix_hits", False)
         # what the feasibility check reads: the guard forces work, it adds no memory path
@@ -57,7 +68,8 @@ class StarvationGuard:
         served = {state.views[item.request_id].client_id for item in plan.work}
         starving = [view for view in self._oldest_starving(state) if view.client_id not in served]
         if not starving:
-            return plan
+            return dataclasses.replace(plan, policy_id=self.policy_id,
+                                       policy_version=self.policy_version)
         return self._force(state, plan, starving)
 
     def _oldest_starving(self, state: SchedulerState) -> list[RequestView]:
@@ -77,7 +89,7 @@ class StarvationGuard:
 
     def _force(self, state: SchedulerState, plan: IterationPlan,
                starving: list[RequestView]) -> IterationPlan:
-        builder = PlanBuilder(self.inner, state, **_ledgers(self.inner))
+        builder = PlanBuilder(self, state, **_ledgers(self.inner))
         victims = set()
         for intent in plan.intents:
             view = state.views[intent.request_id]
@@ -98,6 +110,65 @@ class StarvationGuard:
             view = state.views[item.request_id]
             _take(builder, view, "", item.end - item.start)
         return builder.build()
+
+
+def guarded_id(inner_id: str) -> str:
+    return inner_id + GUARD_ID_SUFFIX
+
+
+def guarded_version(inner_version: str) -> str:
+    return f"{inner_version}+guard.{GUARD_VERSION}"
+
+
+def inner_identity(policy_id: str, policy_version: str) -> tuple[str, str] | None:
+    """The inner policy's (id, version) of a guarded identity; None when
+    ``policy_id`` names no guard composition."""
+    suffix = f"+guard.{GUARD_VERSION}"
+    if not policy_id.endswith(GUARD_ID_SUFFIX):
+        return None
+    inner_version = policy_version.removesuffix(suffix) if policy_version.endswith(suffix) \
+        else policy_version
+    return policy_id.removesuffix(GUARD_ID_SUFFIX), inner_version
+
+
+def check_composition(inner: Policy, composed: Policy) -> None:
+    """FC14 (0x0E): a composition that changes decisions must not keep the
+    inner policy's id, version or theorem premises."""
+    kept = [name for name, same in (
+        ("id", composed.policy_id == inner.policy_id),
+        ("version", composed.policy_version == inner.policy_version),
+        ("premises", composed.contract.premises == inner.contract.premises
+         and bool(inner.contract.premises))) if same]
+    if kept:
+        raise PolicyConfigError(f"{failure_of('theorem_transfer').label}: {composed.policy_id} "
+                                f"keeps the inner policy's {', '.join(kept)}")
+
+
+def composed_contract(inner_id: str, inner: PolicyContract, horizon: float) -> PolicyContract:
+    """The composition's own K_m: the inner policy's fields with what the
+    guard adds, and premises, results and claims that no longer transfer."""
+    guard = f"the starvation guard (horizon {horizon:g} clock units, F63)"
+    return dataclasses.replace(
+        inner,
+        protected_identity=f"{inner.protected_identity}; client (the guard's liveness identity)",
+        visible_state=f"{inner.visible_state}; per-client time since the last completed "
+                      "service event",
+        decision_output=f"{inner.decision_output}; forced next legal intervals for starving "
+                        "clients (GUARD, ADMIT or RESUME intents with the guard's reason)",
+        objective=f"{inner.objective}, subject to no active client going unserved for the "
+                  "horizon",
+        metric=f"{inner.metric}; starved clients and guard firings (F63)",
+        assumptions=f"composition of {inner_id} with {guard}: forcing work changes the "
+                    f"inner policy's premises; no service bound is claimed",
+        premises="none transferred: the inner policy's theorem premises do not hold under "
+                 "forced work",
+        source=f"composition (0x0E) of {inner_id} ({inner.source}) with {guard} (0x09A)",
+        source_version=f"{inner.source_version}; starvation guard {GUARD_VERSION}",
+        evidence_class="simulated or measured here (iterserve); never source-reported",
+        non_claims=f"no theorem, SLO statement or result of {inner_id} or its source carries "
+                   "over to the composition without a new proof or measurement",
+        exact_runtime_reproduction=False,
+    )
 
 
 def _ledgers(policy: Policy) -> dict[str, int | None]:

@@ -17,7 +17,12 @@ two families of counters, both divided by the client weight phi_i:
 
 Active = has a live request (waiting, running or suspended). For the
 starvation guard (F63) the ledger also keeps, per client, when it last
-became active and when it last completed a service event.
+became active, when it last completed a service event, and when it could
+last have become eligible again after being blocked: a client whose live
+requests all wait on foreign readiness (remote K/V, promotion, layers,
+0x09B/0x0C) is not ready scheduler work, so its eligibility interval
+restarts when it is unblocked (``eligible_from``; ``blocked`` holds the
+clients blocked at the last published decision).
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ class ClientLedger:
     last_departed: float = 0.0
     active_since: Mapping[str, float] = field(default_factory=dict)
     last_served: Mapping[str, float] = field(default_factory=dict)
+    eligible_from: Mapping[str, float] = field(default_factory=dict)
+    blocked: frozenset[str] = frozenset()
 
     def counter(self, client_id: str) -> float:
         return self.counters.get(client_id, 0.0)
@@ -47,9 +54,12 @@ class ClientLedger:
         return self.done.get(client_id, 0.0)
 
     def unserved_for(self, client_id: str, now: float) -> float:
-        """How long an active client has gone without a completed event (F63)."""
+        """How long an active client has been continuously eligible without a
+        completed event (F63): from the latest of becoming active, its last
+        completed event and the end of its last blocked stretch."""
         since = max(self.active_since.get(client_id, now),
-                    self.last_served.get(client_id, -math.inf))
+                    self.last_served.get(client_id, -math.inf),
+                    self.eligible_from.get(client_id, -math.inf))
         return now - since
 
     def to_json(self) -> dict[str, object]:
@@ -59,7 +69,18 @@ class ClientLedger:
                 "counters": dict(sorted(self.counters.items())),
                 "done": dict(sorted(self.done.items())), "last_departed": self.last_departed,
                 "active_since": dict(sorted(self.active_since.items())),
-                "last_served": dict(sorted(self.last_served.items()))}
+                "last_served": dict(sorted(self.last_served.items())),
+                # only once a client was blocked: older logs' states keep their bytes
+                **({"eligible_from": dict(sorted(self.eligible_from.items())),
+                    "blocked": sorted(self.blocked)}
+                   if self.eligible_from or self.blocked else {})}
+
+
+def counter_spread(ledger: ClientLedger, clients: Iterable[str]) -> float:
+    """max_i c_i - min_i c_i over ``clients`` (F58's left side); 0 for fewer
+    than two."""
+    counters = [ledger.counter(client) for client in clients]
+    return max(counters) - min(counters) if len(counters) > 1 else 0.0
 
 
 def interval_cost(weights: FairnessSpec, view: RequestView, start: int, end: int) -> float:
@@ -75,12 +96,30 @@ def interval_cost(weights: FairnessSpec, view: RequestView, start: int, end: int
     return cost / weights.client_weight(view.client_id)
 
 
+def blocked_clients(views: Mapping[str, RequestView], live: Iterable[str]) -> set[str]:
+    """Clients with live requests none of which is ready: blocked on foreign
+    readiness, not eligible (F63)."""
+    clients: dict[str, bool] = {}
+    for rid in live:
+        view = views[rid]
+        clients[view.client_id] = clients.get(view.client_id, False) or view.is_ready
+    return {client for client, ready in clients.items() if not ready}
+
+
 def lift(ledger: ClientLedger, active: set[str], arriving: Iterable[str],
          now: float) -> ClientLedger:
     """Lift each client that becomes active (in arrival order) to the minimum
-    counter of the clients already active, else to the last departed (F56)."""
+    counter of the clients already active, else to the last departed (F56).
+
+    Arrivals published at a later ``now`` (the clock crossed an idle gap)
+    move the eligibility of the clients still blocked at the last decision
+    to ``now``: no decision saw them unblocked in the gap."""
     counters = dict(ledger.counters)
     since = dict(ledger.active_since)
+    if ledger.blocked:
+        ledger = replace(ledger, eligible_from={
+            **ledger.eligible_from, **{c: max(now, ledger.eligible_from.get(c, now))
+                                       for c in ledger.blocked if c in active}})
     active = set(active)
     for client in arriving:
         if client in active:
@@ -104,9 +143,11 @@ class Charge:
 
 
 def charge(ledger: ClientLedger, charges: Iterable[Charge], active_before: set[str],
-           active_after: set[str], now: float) -> ClientLedger:
+           active_after: set[str], now: float, blocked: Iterable[str] = ()) -> ClientLedger:
     """Apply one step's joins and completed intervals (published at ``now``),
-    then record the last departed counter (the largest, if several leave)."""
+    then record the last departed counter (the largest, if several leave).
+    ``blocked``: the clients blocked on foreign readiness throughout the
+    step (at its input cut); none can have been eligible before ``now``."""
     weights = ledger.weights
     counters, done = dict(ledger.counters), dict(ledger.done)
     served = dict(ledger.last_served)
@@ -130,7 +171,13 @@ def charge(ledger: ClientLedger, charges: Iterable[Charge], active_before: set[s
     last = ledger.last_departed
     if departed:
         last = max(counters.get(client, 0.0) for client in departed)
-    return ClientLedger(weights, counters, done, last, ledger.active_since, served)
+    blocked = frozenset(blocked)
+    eligible_from = dict(ledger.eligible_from)
+    eligible_from.update(dict.fromkeys(blocked & active_after, now))
+    for client in set(eligible_from) - active_after:  # a new stretch starts at arrival
+        del eligible_from[client]
+    return ClientLedger(weights, counters, done, last, ledger.active_since, served,
+                        eligible_from, blocked & active_after)
 
 
 def _is_service_event(item: Charge) -> bool:

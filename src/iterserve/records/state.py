@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from iterserve.records.id_queue import Queue
 from iterserve.records.kv_abi import blocks_for
 from iterserve.records.ledger import ClientLedger
+from iterserve.records.live_clients import LiveClients, counted
 from iterserve.records.preemption import FallbackMode, PreemptionCostSpec, PreemptionMode
 from iterserve.records.rows_bound import RowsBound
 from iterserve.records.spec import OnlineWorkload
@@ -114,6 +115,9 @@ class SchedulerState:
     # the ids the transition that made ``views`` wrote or deleted
     # (records/view_delta); never encoded, not part of the state's identity
     view_delta: ViewDelta | None = field(default=None, compare=False, repr=False)
+    # live requests per client, carried by the transitions of a run that keeps a
+    # ledger (records/live_clients); never encoded, not part of the state's identity
+    live_clients: LiveClients | None = field(default=None, compare=False, repr=False)
 
     def view(self, request_id: str) -> RequestView:
         return self.views[request_id]
@@ -124,9 +128,16 @@ class SchedulerState:
 
     def active_clients(self) -> set[str]:
         """Clients with a live (waiting, running or suspended) request."""
-        views = self.views
-        return {views[rid].client_id for queue in (self.waiting, self.running, self.suspended)
-                for rid in queue}
+        return set(self.live_clients_now().counts)
+
+    def live_clients_now(self) -> LiveClients:
+        """Live (and not ready) requests per client: carried by the
+        transitions where they hold for these queues, else counted."""
+        queues = (self.waiting, self.running, self.suspended)
+        live = self.live_clients
+        if live is not None and live.holds_for(queues):
+            return live
+        return counted(self.views, queues)
 
     @property
     def has_live(self) -> bool:

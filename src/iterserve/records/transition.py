@@ -18,6 +18,7 @@ from operator import add, is_not
 from iterserve.records.columns import field_columns
 from iterserve.records.id_queue import Queue, appended, with_front, without
 from iterserve.records.ledger import Charge, ClientLedger, charge, lift
+from iterserve.records.live_clients import carried as live_carried
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent
 from iterserve.records.preemption import FallbackMode
 from iterserve.records.receipts import (
@@ -70,7 +71,8 @@ def with_arrivals(
     waiting = appended(state.waiting, [spec.request_id for spec, _ in arrivals])
     return _successor(state, views, waiting, state.running, state.suspended, state.finished,
                       now=state.now if now is None else now, decision_id=state.decision_id,
-                      ledger=ledger, changed=arrived)
+                      ledger=ledger, changed=arrived,
+                      entered=[spec.request_id for spec, _ in arrivals])
 
 
 def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult) -> SchedulerState:
@@ -108,6 +110,7 @@ def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult)
         decision_id=state.decision_id + 1, service=service,
         capacity=result.capacity, changed=completed, removed=state.finished,
         rise=1 if once else None,  # one emission at most per request (validated results)
+        left=queues.finished,
         touched=[*(intent.request_id for intent in plan.intents),
                  *(receipt.binding.request_id for receipt in result.receipts),
                  *(release.binding.request_id for release in result.releases)],
@@ -125,8 +128,9 @@ def _charged(ledger: ClientLedger, state: SchedulerState, plan: IterationPlan,
                if i.kind is IntentKind.ADMIT and views[i.request_id].num_computed == 0
                and views[i.request_id].num_emitted == 0]
     charges += [Charge(views[item.request_id], item.start, item.end) for item in result.completed]
-    return charge(ledger, charges, state.active_clients(), successor.active_clients(),
-                  successor.now)
+    live = state.live_clients_now()
+    return charge(ledger, charges, set(live.counts), successor.active_clients(),
+                  successor.now, live.blocked())
 
 
 def _replace_ledger(state: SchedulerState, ledger: ClientLedger) -> SchedulerState:
@@ -423,16 +427,25 @@ def _successor(
     touched: Iterable[str] = (),
     removed: Iterable[str] = (),
     rise: int | None = None,
+    entered: Sequence[str] = (),
+    left: Sequence[str] = (),
+    flipped: Sequence[str] = (),
 ) -> SchedulerState:
     """The next state. ``changed``: every view whose ``p + e`` may differ
     from ``state``'s (arrivals, completions); ``touched``: the ids of every
     other view written; ``removed``: the ids deleted (the view delta).
     ``rise``: how far ``p + e`` of a changed view can have risen at most,
-    each replacing one of ``state``'s views (completions: one emission)."""
+    each replacing one of ``state``'s views (completions: one emission).
+    ``entered``: the ids that became live (arrivals); ``left``: those that
+    became terminal; ``flipped``: those whose ready flag changed (the live
+    clients of a run that keeps a ledger)."""
     facts = state.capacity if capacity is None else capacity
     views = publish(views)
     delta = next_delta(state.view_delta, state.views, views,
                        chain(map(_REQUEST_ID, changed), touched), removed)
+    queues = (waiting, running, suspended)
+    live = None if state.ledger is None and ledger is None else live_carried(
+        state.live_clients_now(), views, queues, entered=entered, left=left, flipped=flipped)
     return SchedulerState(
         decision_id=decision_id,
         state_version=state.state_version + 1,
@@ -451,6 +464,7 @@ def _successor(
         rows_bound=carried(state.views, state.rows_bound, views, changed, _pool_rows(facts),
                            rise=rise),
         view_delta=delta,
+        live_clients=live,
     )  # prefix_hits: facts of one cut, never carried to a successor
 
 
@@ -473,7 +487,8 @@ def cancel(state: SchedulerState, request_id: str) -> SchedulerState:
     queues = _Queues(state)
     queues.leave(request_id)
     return _successor(state, views, *queues.frozen(), state.finished + (request_id,),
-                      now=state.now, decision_id=state.decision_id, touched=(request_id,))
+                      now=state.now, decision_id=state.decision_id, touched=(request_id,),
+                      left=(request_id,))
 
 
 def with_prefix_hits(state: SchedulerState, hits: Mapping[str, int]) -> SchedulerState:
@@ -544,8 +559,12 @@ def with_readiness(state: SchedulerState, ready: dict[str, bool]) -> SchedulerSt
     if not ready:
         return state
     views = _copy(state.views)
+    flipped = []
     for rid, is_ready in ready.items():
-        views[rid] = _replace(views[rid], is_ready=is_ready)
+        view = views[rid]
+        if bool(view.is_ready) != bool(is_ready) and not view.lifecycle.is_terminal:
+            flipped.append(rid)
+        views[rid] = _replace(view, is_ready=is_ready)
     return _successor(state, views, state.waiting, state.running, state.suspended,
                       state.finished, now=state.now, decision_id=state.decision_id,
-                      touched=ready)
+                      touched=ready, flipped=flipped)

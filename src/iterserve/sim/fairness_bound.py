@@ -1,5 +1,9 @@
 """VTC's conditional service-difference bound beside the observed gap (F57-F60).
 
+F58, the counter spread max_i c_i - min_i c_i <= U over active clients while
+the queue is nonempty, is checked beside it from the widest spread the
+ledger trace saw (``spread_holds``; None when the run saw no such decision).
+
 U = max(w_p * L_input, w_q * M) is the largest one-step counter charge
 (F57); for two clients backlogged over an interval the paper proves
 |W_f - W_g| <= 2U (F60) under five premises. A run states what it can
@@ -33,7 +37,10 @@ def vtc_charge_bound(weights: FairnessSpec, max_input_tokens: int, max_batch_tok
 
 def vtc_bound_report(workload: OnlineWorkload, weights: FairnessSpec,
                      num_blocks_total: int | None, block_size: int, num_preemptions: int,
-                     fairness: FairnessReport) -> dict[str, Any]:
+                     fairness: FairnessReport, max_counter_spread: float | None = None
+                     ) -> dict[str, Any]:
+    """F60 beside the observed gap, and F58 beside the widest counter spread
+    the run showed over active clients while a request waited."""
     gap = fairness.max_backlogged_gap
     observed = 0.0 if gap is None else gap.value
     max_input = max((r.num_prompt_tokens for r in workload.requests), default=0)
@@ -41,12 +48,13 @@ def vtc_bound_report(workload: OnlineWorkload, weights: FairnessSpec,
     record: dict[str, Any] = {
         "name": "VTC Theorem 4.4: |W_f - W_g| <= 2U (F60)", "L_input": max_input,
         "M": batch_rows, "num_preemptions": num_preemptions, "observed_max_gap": observed,
-        "premises": list(PREMISES),
+        "premises": list(PREMISES), "observed_max_counter_spread": max_counter_spread,
     }
     if batch_rows is None or num_preemptions:
         why = "unbounded memory (M)" if batch_rows is None else "the run preempted"
         return {**record, "applies": False, "U": None, "bound": None, "holds": None,
-                "premises_text": f"not met: {why}; no bound is claimed"}
+                "spread_holds": None, "premises_text": f"not met: {why}; no bound is claimed"}
     u, bound = vtc_charge_bound(weights, max_input, batch_rows)
+    spread_holds = None if max_counter_spread is None else max_counter_spread <= u
     return {**record, "applies": True, "U": u, "bound": bound, "holds": observed <= bound,
-            "premises_text": "; ".join(PREMISES)}
+            "spread_holds": spread_holds, "premises_text": "; ".join(PREMISES)}

@@ -15,7 +15,7 @@ from typing import Any
 
 from iterserve.engine.observer import EngineObserver
 from iterserve.policies.starvation_guard import GUARD_REASON
-from iterserve.records.ledger import interval_cost
+from iterserve.records.ledger import counter_spread, interval_cost
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.state import SchedulerState
@@ -29,6 +29,9 @@ class LedgerTrace(EngineObserver):
         self.max_decisions = max_decisions
         self.num_decisions = 0
         self.guard_firings: list[dict[str, Any]] = []
+        # F58: the widest counter spread over the active clients at any
+        # decision taken while a request waits (the queue is nonempty)
+        self.max_counter_spread: dict[str, Any] | None = None
 
     def on_step(self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
                 successor: SchedulerState) -> None:
@@ -36,6 +39,8 @@ class LedgerTrace(EngineObserver):
         if ledger is None or after is None:
             return
         self.num_decisions += 1
+        if state.waiting:
+            self._note_spread(state)
         for intent in plan.intents:
             if intent.reason.startswith(GUARD_REASON):
                 self.guard_firings.append({
@@ -61,9 +66,21 @@ class LedgerTrace(EngineObserver):
             "w_done_after": dict(sorted(after.done.items())),
         })
 
+    def _note_spread(self, state: SchedulerState) -> None:
+        ledger = state.ledger
+        assert ledger is not None
+        active = state.active_clients()
+        spread = counter_spread(ledger, active)
+        held = self.max_counter_spread
+        if held is None or spread > held["value"]:
+            self.max_counter_spread = {
+                "value": spread, "decision_id": state.decision_id, "now": state.now,
+                "counters": {c: ledger.counter(c) for c in sorted(active)}}
+
     def to_dict(self) -> dict[str, Any]:
         return {"decisions": self.entries, "num_decisions": self.num_decisions,
-                "truncated": self.num_decisions > len(self.entries)}
+                "truncated": self.num_decisions > len(self.entries),
+                "max_counter_spread": self.max_counter_spread}
 
     def guard_dict(self, horizon: float) -> dict[str, Any]:
         """How often the starvation guard fired, and each firing (capped)."""
