@@ -85,6 +85,9 @@ def test_recompute_preemption_mid_generation(tiny_model, tiny_tokenizer, prompts
     want = _unconstrained(tiny_model, tiny_tokenizer, prompts)
     _assert_mid_generation_preemptions(run, IntentKind.PREEMPT_RECOMPUTE)
     assert executor.kv.stats().intents["preempt_recompute"] > 0
+    # every readmitted victim resumed through a ticket rebuilding [0, T_target) (0x0C)
+    tickets = executor.kv.suspensions.tickets
+    assert tickets and all(t.rebuild_interval == (0, t.semantic_target_tokens) for t in tickets)
     assert run.outputs == want.outputs
     assert run.finish_reasons == ["length"] * len(prompts)
     _assert_close_logprobs(run.logprobs, want.logprobs)
@@ -109,6 +112,10 @@ def test_preserve_exact_preemption_swaps_and_keeps_greedy_outputs(tiny_model, ti
     # preservation never failed over to recompute
     assert "preempt_recompute" not in stats.intents
     assert "preserve_fallback_recompute" not in stats.intents
+    # every resume went through a ticket: exact preservation rebuilds nothing (0x0C)
+    tickets = executor.kv.suspensions.tickets
+    assert tickets and all(t.rebuild_interval[0] == t.rebuild_interval[1] for t in tickets)
+    assert executor.kv.suspensions.num_blocked == 0
     assert run.outputs == want.outputs
     assert run.finish_reasons == ["length"] * len(prompts)
     _assert_close_logprobs(run.logprobs, want.logprobs)

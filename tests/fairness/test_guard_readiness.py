@@ -43,7 +43,7 @@ def _run(ready_at: float) -> tuple[Engine, LedgerTrace]:
     trace = LedgerTrace()
     engine = Engine(workload, policy, SimulatedExecutor(hidden), [trace])
     engine.require("low", [REMOTE])
-    binding = ForeignBinding("low", 0, snapshot_digest("low", 0, 1), 0)
+    binding = ForeignBinding("low", 0, snapshot_digest("low", 0, 1, 0), 0)
     published = False
     while not engine.is_done:
         if not published and engine.state.now >= ready_at:

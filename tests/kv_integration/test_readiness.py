@@ -41,7 +41,7 @@ def _engine() -> Engine:
 
 
 def _fact(generation: int, epoch: int, status: ReadinessStatus = ReadinessStatus.READY):
-    binding = ForeignBinding("remote", generation, snapshot_digest("remote", generation, 4), epoch)
+    binding = ForeignBinding("remote", generation, snapshot_digest("remote", generation, 4, 0), epoch)
     return ReadinessFact(ReadinessKind.REMOTE_KV, binding, status)
 
 
@@ -74,7 +74,7 @@ def test_board_accepts_only_the_current_binding(generation: int, epoch: int) -> 
     board = ReadinessBoard()
     board.require("remote", [REMOTE])
     view = RequestView("remote", 1, 5, "c", 0, 0.0, 0, 4, 3, suspension_epoch=1)
-    binding = ForeignBinding("remote", generation, snapshot_digest("remote", generation, 4), epoch)
+    binding = ForeignBinding("remote", generation, snapshot_digest("remote", generation, 4, 0), epoch)
     board.publish(ReadinessFact(ReadinessKind.REMOTE_KV, binding, ReadinessStatus.READY))
     assert board.is_runnable(view) is ((generation, epoch) == (1, 1))
 

@@ -13,21 +13,13 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from iterserve.records.preemption import PreemptionMode
+from iterserve.records.preemption import FallbackMode, PreemptionMode
 from iterserve.records.receipts import (
     ForeignBinding,
     ForeignStatus,
     ReleaseResult,
     is_stale,
 )
-
-
-class FallbackMode(enum.Enum):
-    """What to do when the chosen mode's foreign transaction fails."""
-
-    RECOMPUTE = "recompute"
-    REMAIN_SUSPENDED = "remain_suspended"
-    ABORT = "abort"
 
 
 class PreemptionReason(enum.Enum):

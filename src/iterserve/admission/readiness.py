@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from iterserve.records.receipts import ForeignBinding, Staleness, binding_of, staleness
 from iterserve.records.state import SchedulerState
-from iterserve.records.view import RequestView
+from iterserve.records.view import Lifecycle, RequestView
 
 
 class ReadinessKind(enum.Enum):
@@ -124,11 +124,15 @@ class ReadinessBoard:
         return is_runnable(current, facts, required)
 
     def readiness(self, state: SchedulerState) -> dict[str, bool]:
-        """is_ready per tracked live request whose published flag is out of date."""
+        """is_ready per tracked live request whose published flag is out of date.
+
+        A running request is left alone: it consumed its facts when it was
+        admitted or resumed, and the facts bind the snapshot it had then
+        (the digest moves with every output it emits, 0x0C)."""
         changed = {}
         for rid in list(self._required) + [r for r in self._facts if r not in self._required]:
             view = state.views.get(rid)
-            if view is None or view.lifecycle.is_terminal:
+            if view is None or view.lifecycle.is_terminal or view.lifecycle is Lifecycle.RUNNING:
                 continue
             ready = self.is_runnable(view)
             if ready != view.is_ready:

@@ -13,6 +13,12 @@ for a recompute, abort or reject, a preservation receipt for a preserve.
 With ``preservation_lag_iterations > 0`` preservation is asynchronous: the
 receipt is INFLIGHT in the intent's iteration and READY that many
 iterations later, so PREEMPT_PENDING -> SUSPENDED_PRESERVED spans them.
+With ``release_lag_iterations > 0`` a preemption's release is delayed the
+same way: its blocks stay held (not free) until the READY release, the
+victim stays PREEMPT_PENDING, and the capacity facts say the owner does not
+release at once, so no plan counts the blocks of its own preemptions
+(0x0C). At 0 (the default) a release is READY in its intent's iteration,
+before the plan's work is backed (0x0D's synchronous owner).
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from iterserve.admission.resume import ResumeBlocked
+from iterserve.engine.suspensions import SuspensionLedger
 from iterserve.kv.block_manager import BlockManager
 from iterserve.kv.config import BlockManagerConfig
 from iterserve.kv.results import (
@@ -31,6 +39,7 @@ from iterserve.kv.results import (
     SwapGranted,
 )
 from iterserve.records.plan import IntentKind, IterationPlan, WorkItem
+from iterserve.records.preemption import FallbackMode
 from iterserve.records.receipts import (
     ForeignBinding,
     ForeignStatus,
@@ -39,6 +48,7 @@ from iterserve.records.receipts import (
     binding_of,
 )
 from iterserve.records.state import CapacityFacts, SchedulerState
+from iterserve.records.view import RequestView
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +61,16 @@ class KvStats:
     num_failed_allocations: int
     intents: dict[str, int]
     num_planned_hit_rows: int = 0
+    # 0x0C telemetry: bytes READY releases reclaimed, resume tickets granted
+    # and refused, rows rebuilt under tickets (runtime cost, never service)
+    reclaimed_bytes: int = 0
+    num_resume_tickets: int = 0
+    num_resume_blocked: int = 0
+    recompute_overhead_tokens: int = 0
 
 
 _RELEASING = frozenset({IntentKind.PREEMPT_RECOMPUTE, IntentKind.ABORT, IntentKind.REJECT})
+_PREEMPTING = frozenset({IntentKind.PREEMPT_RECOMPUTE, IntentKind.PREEMPT_PRESERVE_EXACT})
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +83,15 @@ class IntentOutcome:
     preservations: tuple[PreservationResult, ...]
 
 
+@dataclass(slots=True)
+class _Outcome:
+    """What :meth:`KvResidency.apply_intents` collects, in intent order."""
+
+    failures: list[tuple[str, str]]
+    releases: list[ReleaseResult]
+    preservations: list[PreservationResult]
+
+
 SwapCopier = Callable[[SwapDirection, tuple[tuple[int, int], ...]], None]
 
 
@@ -74,13 +100,17 @@ class KvResidency:
     executor holding real tensors can copy the rows (PRESERVE_EXACT, 0x0C)."""
 
     def __init__(self, config: BlockManagerConfig, on_swap: SwapCopier | None = None, *,
-                 bytes_per_row: int | None = None, preservation_lag_iterations: int = 0) -> None:
-        if preservation_lag_iterations < 0:
-            raise ValueError("preservation_lag_iterations must be >= 0")
+                 bytes_per_row: int | None = None, preservation_lag_iterations: int = 0,
+                 release_lag_iterations: int = 0) -> None:
+        if preservation_lag_iterations < 0 or release_lag_iterations < 0:
+            raise ValueError("preservation_lag_iterations and release_lag_iterations must be >= 0")
         self.manager = BlockManager(config)
         self._on_swap = on_swap
         self._bytes_per_row = bytes_per_row
         self._lag = preservation_lag_iterations
+        self._release_lag = release_lag_iterations
+        # request id -> (binding, iteration its release turns READY)
+        self._releasing: dict[str, tuple[ForeignBinding, int]] = {}
         self._iteration = 0
         # request id -> (binding, preserved rows, iteration its receipt turns READY)
         self._preserving: dict[str, tuple[ForeignBinding, int, int]] = {}
@@ -91,6 +121,8 @@ class KvResidency:
         self._failed = 0
         self._planned_hit_rows = 0  # hit rows published to the plan (prefill rows saved)
         self._intents: Counter[str] = Counter()
+        self.suspensions = SuspensionLedger()  # intents, receipts, resume tickets (0x0C)
+        self._reclaimed_bytes = 0
 
     @property
     def block_size(self) -> int:
@@ -99,7 +131,8 @@ class KvResidency:
     def facts(self) -> CapacityFacts:
         usage = self.manager.usage()
         free = usage.num_blocks_total - usage.num_blocks_used  # cached blocks are evictable
-        return CapacityFacts(self.block_size, usage.num_blocks_total, free)
+        return CapacityFacts(self.block_size, usage.num_blocks_total, free,
+                             releases_at_once=not self._release_lag)
 
     def key(self, request_id: str) -> RequestKey | None:
         return self._keys.get(request_id)
@@ -107,11 +140,12 @@ class KvResidency:
     def apply_intents(self, plan: IterationPlan, state: SchedulerState) -> IntentOutcome:
         """Carry out the plan's memory consequences: (id, reason) failures and
         the receipts answering each intent, plus READY receipts of earlier
-        asynchronous preservations that completed by this iteration."""
+        asynchronous preservations and delayed releases due by this
+        iteration. A resume (RESUME, or the ADMIT of a recompute victim)
+        needs a resume ticket derived from those facts (0x0C)."""
         self._iteration += 1
-        failures: list[tuple[str, str]] = []
-        releases: list[ReleaseResult] = []
-        preservations = self._completed_preservations()
+        out = _Outcome([], self._completed_releases(), self._completed_preservations())
+        fallback = state.rules.preservation_fallback
         for intent in plan.intents:
             self._intents[intent.kind.value] += 1
             rid = intent.request_id
@@ -120,26 +154,75 @@ class KvResidency:
                 if intent.kind in _RELEASING:
                     self.release([rid])
                 continue
-            binding = binding_of(view, view.suspension_epoch + 1)
-            if intent.kind in _RELEASING:
-                releases.append(self._release_receipt(rid, binding))
-            elif intent.kind is IntentKind.PREEMPT_PRESERVE_EXACT:
-                failure = self._swap_out(rid)
-                if failure is not None:  # falls back to recompute: free (0x0C)
-                    releases.append(self._release_receipt(rid, binding))
-                    failures.append((rid, failure))
-                else:  # holding no blocks, it preserves nothing: trivially READY
-                    preservations.append(self._preservation(binding, view.num_computed))
-            elif intent.kind is IntentKind.RESUME and rid in self._keys and (
-                self.manager.is_swapped(self._keys[rid])
-            ):
-                swapped = self.manager.swap_in(self._keys[rid])
-                if isinstance(swapped, SwapFailed):
-                    failures.append((rid, f"swap_in_failed:{swapped.reason.value}"))
-                else:
-                    self._copy(swapped)
-                    self._swapped_in += len(swapped.copy_pairs)
-        return IntentOutcome(tuple(failures), tuple(releases), tuple(preservations))
+            # a preemption opens the next suspension epoch; an ending keeps its own
+            binding = binding_of(view, view.suspension_epoch + (intent.kind in _PREEMPTING))
+            if intent.kind in _PREEMPTING:
+                self.suspensions.suspend(plan, intent, view, binding, fallback)
+            elif intent.kind in _RELEASING:
+                self.suspensions.forget(rid)
+            self._apply(intent.kind, view, binding, fallback, out)
+        for release in out.releases:
+            self.suspensions.on_release(release)
+            self._reclaimed_bytes += release.reclaimed_bytes
+        for preservation in out.preservations:
+            self.suspensions.on_preservation(preservation)
+        return IntentOutcome(tuple(out.failures), tuple(out.releases), tuple(out.preservations))
+
+    def _apply(self, kind: IntentKind, view: RequestView, binding: ForeignBinding,
+               fallback: FallbackMode, out: _Outcome) -> None:
+        rid = view.request_id
+        if kind is IntentKind.PREEMPT_RECOMPUTE and self._release_lag:
+            out.releases.append(self._delayed_release(rid, binding))
+        elif kind in _RELEASING:
+            out.releases.append(self._release_receipt(rid, binding))
+        elif kind is IntentKind.PREEMPT_PRESERVE_EXACT:
+            self._preserve(view, binding, fallback, out)
+        elif kind in (IntentKind.RESUME, IntentKind.ADMIT) and self.suspensions.is_suspended(rid):
+            self._resume(view, out)
+
+    def _preserve(self, view: RequestView, binding: ForeignBinding, fallback: FallbackMode,
+                  out: _Outcome) -> None:
+        """Swap the device blocks out (released from the device at once); a
+        failed swap takes the declared fallback (0x0C): the blocks are
+        released and the suspension loses its preserved rows."""
+        rid = view.request_id
+        rows = self._held_rows(rid)
+        failure = self._swap_out(rid)
+        if failure is not None:
+            out.releases.append(self._delayed_release(rid, binding) if self._release_lag
+                                else self._release_receipt(rid, binding))
+            out.failures.append((rid, failure))
+            if fallback is FallbackMode.ABORT:
+                self.suspensions.forget(rid)
+            else:
+                self.suspensions.lose_preserved_rows(rid)
+            return
+        out.releases.append(ReleaseResult(binding, ForeignStatus.READY,
+                                          rows * (self._bytes_per_row or 0)))
+        # holding no blocks, it preserves nothing: trivially READY
+        out.preservations.append(self._preservation(binding, view.num_computed))
+
+    def _resume(self, view: RequestView, out: _Outcome) -> None:
+        """A ticket, or the resume fails as a fact; then swap preserved rows in."""
+        rid = view.request_id
+        ticket = self.suspensions.resume(view)
+        if isinstance(ticket, ResumeBlocked):
+            blockers = ",".join(b.value for b in ticket.blockers)
+            out.failures.append((rid, f"no_resume_ticket:{blockers}"))
+            return
+        key = self._keys.get(rid)
+        if key is None or not self.manager.is_swapped(key):
+            return
+        swapped = self.manager.swap_in(key)
+        if isinstance(swapped, SwapFailed):
+            out.failures.append((rid, f"swap_in_failed:{swapped.reason.value}"))
+        else:
+            self._copy(swapped)
+            self._swapped_in += len(swapped.copy_pairs)
+
+    def _held_rows(self, request_id: str) -> int:
+        key = self._keys.get(request_id)
+        return 0 if key is None else self.manager.num_rows(key)
 
     def _swap_out(self, request_id: str) -> str | None:
         """Move the request's blocks to the host pool; the failure reason, if any."""
@@ -161,6 +244,22 @@ class KvResidency:
         self.release([request_id])
         per_row = self._bytes_per_row or 0  # 0: the run declares no bytes per row
         return ReleaseResult(binding, ForeignStatus.READY, num_rows * per_row)
+
+    def _delayed_release(self, request_id: str, binding: ForeignBinding) -> ReleaseResult:
+        """An INFLIGHT release: the blocks stay held until it turns READY."""
+        self._releasing[request_id] = (binding, self._iteration + self._release_lag)
+        return ReleaseResult(binding, ForeignStatus.INFLIGHT)
+
+    def _completed_releases(self) -> list[ReleaseResult]:
+        """READY receipts of the delayed releases due by this iteration; the
+        blocks are freed now, before this iteration's work is backed."""
+        due = [rid for rid, (_, ready_at) in self._releasing.items() if ready_at <= self._iteration]
+        return [self._release_receipt(rid, self._releasing.pop(rid)[0]) for rid in due]
+
+    @property
+    def has_pending_releases(self) -> bool:
+        """A delayed release has not reported READY yet."""
+        return bool(self._releasing)
 
     def _preservation(self, binding: ForeignBinding, num_rows: int) -> PreservationResult:
         if not self._lag:
@@ -304,14 +403,25 @@ class KvResidency:
         if key is not None:
             self.manager.commit_to(key, end)
 
+    def end(self, request_ids: Iterable[str]) -> None:
+        """:meth:`release` the blocks of requests that ended (finished), and
+        close their suspension records: they will never resume."""
+        request_ids = list(request_ids)
+        for rid in request_ids:
+            self.suspensions.forget(rid)
+        self.release(request_ids)
+
     def release(self, request_ids: Iterable[str]) -> None:
         for rid in request_ids:
             self._preserving.pop(rid, None)
+            self._releasing.pop(rid, None)
             key = self._keys.pop(rid, None)
             if key is not None:
                 self.manager.release(key)
 
     def stats(self) -> KvStats:
+        ledger = self.suspensions
         return KvStats(self._prefix_hit_tokens, self._swapped_out, self._swapped_in,
                        self._failed, dict(sorted(self._intents.items())),
-                       self._planned_hit_rows)
+                       self._planned_hit_rows, self._reclaimed_bytes, len(ledger.tickets),
+                       ledger.num_blocked, ledger.recompute_overhead_tokens)

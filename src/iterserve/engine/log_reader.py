@@ -253,10 +253,13 @@ def _check_policy(obj: Mapping[str, Any], where: str) -> None:
 
 
 def _check_capacity(obj: Mapping[str, Any], where: str) -> None:
-    _exact_keys(obj, {"block_size", "num_blocks_total", "num_blocks_free"}, set(), where)
+    _exact_keys(obj, {"block_size", "num_blocks_total", "num_blocks_free"},
+                {"releases_at_once"}, where)
     _require(obj, "block_size", "int", where)
     _require(obj, "num_blocks_total", "int?", where)
     _require(obj, "num_blocks_free", "int?", where)
+    if "releases_at_once" in obj:
+        _require(obj, "releases_at_once", "bool", where)
 
 
 # --- body lines ---------------------------------------------------------------------------
@@ -325,15 +328,18 @@ def _check_rejected(value: Any, where: str) -> None:
 
 
 _RESULT_KEYS = {"decision_id", "input_state_version", "completed", "failures", "service",
-                "duration", "capacity", "receipts"}
+                "duration", "capacity", "receipts", "releases"}
 # format 1 may omit the first four; receipts appear only when a preservation
-# does not complete in its intent's iteration (0x0C)
-_RESULT_OPTIONAL = {"failures", "service", "duration", "capacity", "receipts"}
+# does not complete in its intent's iteration, releases only when one is not
+# READY in its intent's iteration (0x0C)
+_RESULT_OPTIONAL = {"failures", "service", "duration", "capacity", "receipts", "releases"}
 _COMPLETED = {"request_id": "str", "generation": "int>=0", "start": "int>=0", "end": "int>=0",
               "emitted": "bool", "token_id": "int?", "finish_reason": "str?"}
 _FAILURE = {"request_id": "str", "generation": "int>=0", "reason": "str"}
 _RECEIPT = {"request_id": "str", "generation": "int>=0", "snapshot_digest": "str",
             "suspension_epoch": "int>=0", "status": "str", "exact_ready_prefix_tokens": "int>=0"}
+_RELEASE = {"request_id": "str", "generation": "int>=0", "snapshot_digest": "str",
+            "suspension_epoch": "int>=0", "status": "str", "reclaimed_bytes": "int>=0"}
 _RECEIPT_STATUSES = {status.value for status in ForeignStatus}
 _FINISH_REASONS = {reason.value for reason in FinishReason}
 
@@ -353,6 +359,11 @@ def _check_result(obj: Mapping[str, Any], where: str) -> None:
         _check_record(item, _RECEIPT, f"{where}.receipts[{i}]")
         if item["status"] not in _RECEIPT_STATUSES:
             raise MalformedLog(f"{where}.receipts[{i}]: status must be one of "
+                               f"{sorted(_RECEIPT_STATUSES)}")
+    for i, item in enumerate(_require(obj, "releases", "list", where) if "releases" in obj else ()):
+        _check_record(item, _RELEASE, f"{where}.releases[{i}]")
+        if item["status"] not in _RECEIPT_STATUSES:
+            raise MalformedLog(f"{where}.releases[{i}]: status must be one of "
                                f"{sorted(_RECEIPT_STATUSES)}")
     service = _require(obj, "service", "object", where) if "service" in obj else {}
     for client in service:

@@ -26,7 +26,7 @@ from iterserve.records.frontier import (
     length_stop_rows,
 )
 from iterserve.records.plan import IterationPlan, WorkItem
-from iterserve.records.receipts import PreservationResult
+from iterserve.records.receipts import PreservationResult, ReleaseResult
 from iterserve.records.result import Completed, CompletedInterval, IterationResult, WorkFailure
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import (
@@ -53,7 +53,8 @@ class ResultBuilder:
     """
 
     __slots__ = ("_plan", "_views", "_kv", "_commit_kv", "_length_first", "completed",
-                 "_columns", "failures", "_failed_ids", "_service", "finished", "_receipts")
+                 "_columns", "failures", "_failed_ids", "_service", "finished", "_receipts",
+                 "_releases")
 
     def __init__(self, plan: IterationPlan, state: SchedulerState, kv: KvResidency | None,
                  *, length_first: bool = False, commits_rows: bool = True) -> None:
@@ -72,9 +73,11 @@ class ResultBuilder:
         self._service: Counter[str] = Counter()
         self.finished: list[str] = []
         self._receipts: tuple[PreservationResult, ...] = ()
+        self._releases: tuple[ReleaseResult, ...] = ()
         if kv is not None:
             outcome = kv.apply_intents(plan, state)
             self._receipts = outcome.preservations  # the transition consumes them (0x0C)
+            self._releases = outcome.releases  # they publish the freed capacity (0x0C)
             for rid, reason in outcome.failures:
                 self._failed_ids.add(rid)
                 self.failures.append(WorkFailure(rid, self._views[rid].generation, reason))
@@ -163,7 +166,7 @@ class ResultBuilder:
     def release_finished(self) -> None:
         """Free the blocks of every request that finished in this iteration."""
         if self._kv is not None:
-            self._kv.release(self.finished)
+            self._kv.end(self.finished)
 
     def build(self, duration: float) -> IterationResult:
         """The result; capacity facts come from the memory owner, if any."""
@@ -178,4 +181,5 @@ class ResultBuilder:
             duration=duration,
             capacity=None if self._kv is None else self._kv.facts(),
             receipts=self._receipts,
+            releases=self._releases,
         )

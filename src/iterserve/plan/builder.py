@@ -10,10 +10,12 @@ hand and never counts budgets itself.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from operator import itemgetter
 
 from iterserve.admission.screen import ReservationScreen
 from iterserve.plan.contract import Policy
+from iterserve.plan.preemption_cost import PreemptionCosts
 from iterserve.records import frontier
 from iterserve.records.frontier import next_interval
 from iterserve.records.keys import key_function
@@ -27,9 +29,10 @@ from iterserve.records.plan import (
     preempt_intent_kind,
     work_tie_break,
 )
-from iterserve.records.preemption import PreemptionCause
+from iterserve.records.preemption import PreemptionCause, PreemptionMode
 from iterserve.records.rows_bound import bound_of
 from iterserve.records.state import RunRules, SchedulerState
+from iterserve.records.victim import VictimScore
 from iterserve.records.view import Lifecycle, RequestView
 
 _new_tuple = tuple.__new__  # NamedTuple.__new__ is slow on the hot path
@@ -50,7 +53,8 @@ class PlanBuilder:
 
     __slots__ = ("_state", "_policy", "_key", "_work", "_intents", "tokens_left", "seqs_left",
                  "_facts", "num_blocks_free", "_max_num_batched_tokens", "_screen", "_preempt_kind",
-                 "_max_running", "_num_joined", "_aborted", "_blocks", "_masks")
+                 "_max_running", "_num_joined", "_aborted", "_blocks", "_masks",
+                 "num_blocks_releasing", "_costs")
 
     def __init__(self, policy: Policy, state: SchedulerState,
                  max_num_batched_tokens: int | None = None, *, max_num_seqs: int | None = None,
@@ -72,10 +76,16 @@ class PlanBuilder:
         self.tokens_left = self._max_num_batched_tokens
         self.seqs_left = _tightened(state.max_num_seqs, max_num_seqs)
         self.num_blocks_free = state.capacity.num_blocks_free  # None: unbounded
+        # blocks a memory owner that does not release at once is releasing
+        # (this plan's preemptions and aborts, and earlier ones still
+        # PREEMPT_PENDING), not yet claimed by a request waiting for them:
+        # never free in this plan (PREEMPT_PENDING is not free capacity, 0x0C)
+        self.num_blocks_releasing = 0 if state.capacity.releases_at_once else _pending_blocks(state)
         self._max_running = state.max_num_seqs if max_running is None else max_running
         self._num_joined = 0  # requests resumed or admitted into the running set
         self._screen = ReservationScreen.for_state(state)
         self._preempt_kind = preemption_kind(state.rules)
+        self._costs: PreemptionCosts | None = None  # made at the first cost-chosen preemption
         self._aborted: set[str] = set()
         self._masks: tuple[list[RequestView], list[bool], list[bool]] | None = None
         if self._facts.num_blocks_total is not None:
@@ -109,6 +119,25 @@ class PlanBuilder:
     def fits_memory(self, view: RequestView, num_rows: int) -> bool:
         free = self.num_blocks_free
         return free is None or self.blocks_needed(view, num_rows) <= free
+
+    def fits_after_release(self, view: RequestView, num_rows: int) -> bool:
+        """Whether ``num_rows`` more rows would fit once the releases this
+        plan asks for are READY: the request then runs in a later plan,
+        bound to the revised capacity fact (0x0C)."""
+        free = self.num_blocks_free
+        return free is None or self.blocks_needed(view, num_rows) <= free + self.num_blocks_releasing
+
+    def wait_for_release(self, view: RequestView, num_rows: int) -> None:
+        """Hold for ``view`` the blocks ``num_rows`` more rows need, free ones
+        first, then ones this plan's releases will free; it gets no work in
+        this plan (no later request of the plan may take them)."""
+        free = self.num_blocks_free
+        if free is None:
+            return
+        need = self.blocks_needed(view, num_rows)
+        taken = min(free, need)
+        self.num_blocks_free = free - taken
+        self.num_blocks_releasing -= need - taken
 
     def add_if_fits(self, view: RequestView, num_rows: int) -> bool:
         """:meth:`fits_memory` then :meth:`add` in one call (the running
@@ -282,15 +311,16 @@ class PlanBuilder:
 
     def abort(self, view: RequestView, reason: str = "exceeds_kv_capacity") -> None:
         """End a live request with ``reason`` (once per plan): its scheduled
-        work is removed and the device blocks it holds count as free."""
+        work is removed and the device blocks it holds are released
+        (:meth:`_release`)."""
         rid = view.request_id
         if rid in self._aborted:
             return
         self._aborted.add(rid)
         if rid in self._work:
             self.unschedule(view)
-        if self.num_blocks_free is not None and view.lifecycle is Lifecycle.RUNNING:
-            self.num_blocks_free += self._facts.blocks_for(view.num_computed)
+        if view.lifecycle is Lifecycle.RUNNING:
+            self._release(view)
         self.intend(IntentKind.ABORT, view, reason)
 
     def is_aborted(self, view: RequestView) -> bool:
@@ -310,14 +340,46 @@ class PlanBuilder:
         return self.add(view, max_rows)
 
     def preempt(self, view: RequestView, kind: IntentKind | None = None,
-                reason: str = PreemptionCause.KV_EXHAUSTED.value) -> None:
+                reason: str = PreemptionCause.KV_EXHAUSTED.value,
+                victim: VictimScore | None = None) -> None:
         """Preempt a running request: its scheduled work (if any) is removed
-        and its held blocks count as free for the rest of this plan."""
+        and its held blocks released (:meth:`_release`). ``victim``: the
+        choice's score inputs (its reason is their text)."""
         if view.request_id in self._work:
             self.unschedule(view)
-        if self.num_blocks_free is not None:
-            self.num_blocks_free += self._facts.blocks_for(view.num_computed)
-        self.intend(self._preempt_kind if kind is None else kind, view, reason)
+        self._release(view)
+        if kind is None:
+            kind, victim = self._mode_for(view, victim)
+        self._intents.append(QueueIntent(kind, view.request_id, view.generation,
+                                         reason if victim is None else victim.reason(), victim))
+
+    def _mode_for(self, view: RequestView,
+                  victim: VictimScore | None) -> tuple[IntentKind, VictimScore | None]:
+        """The run's preemption intent; under ``cheaper``, the mode whose
+        planning cost is lower for this victim, both costs kept in its
+        victim record (0x0C)."""
+        if self._preempt_kind is not None:
+            return self._preempt_kind, victim
+        if self._costs is None:
+            self._costs = PreemptionCosts.of(self._state.rules)
+        choice = self._costs.choose(view)
+        if victim is not None:
+            victim = replace(victim, recompute_ms=choice.recompute_ms,
+                             preserve_ms=choice.preserve_ms)
+        return preempt_intent_kind(choice.mode), victim
+
+    def _release(self, view: RequestView) -> None:
+        """Count the blocks ``view`` holds as released by this plan: free now
+        when the memory owner releases at once (its published fact, 0x0D);
+        otherwise pending, free only in a later fact once its matching READY
+        release arrives (PREEMPT_PENDING is not free capacity, 0x0C)."""
+        if self.num_blocks_free is None:
+            return
+        held = self._facts.blocks_for(view.num_computed)
+        if self._facts.releases_at_once:
+            self.num_blocks_free += held
+        else:
+            self.num_blocks_releasing += held
 
     def resume(self, view: RequestView, max_rows: int | None = None, reason: str = "") -> int:
         """Resume a suspended (preserved) request: its rows come back onto
@@ -369,10 +431,21 @@ def iter_views(state: SchedulerState, request_ids: Iterable[str]) -> Iterator[Re
     return map(state.views.__getitem__, request_ids)
 
 
+def _pending_blocks(state: SchedulerState) -> int:
+    """Blocks held by requests whose release or preservation is in flight
+    (PREEMPT_PENDING): free once its READY receipt arrives."""
+    views, facts = state.views, state.capacity
+    return sum(facts.blocks_for(views[rid].num_computed) for rid in state.suspended
+               if views[rid].lifecycle is Lifecycle.PREEMPT_PENDING)
+
+
 def _tightened(budget: int, limit: int | None) -> int:
     return budget if limit is None or limit >= budget else limit
 
 
-def preemption_kind(rules: RunRules) -> IntentKind:
-    """The intent of the run's preemption mode (workload ``kv.preemption_mode``, 0x0C)."""
+def preemption_kind(rules: RunRules) -> IntentKind | None:
+    """The intent of the run's preemption mode (workload ``kv.preemption_mode``,
+    0x0C); None under ``cheaper``, which chooses per victim."""
+    if rules.preemption_mode is PreemptionMode.CHEAPER:
+        return None
     return preempt_intent_kind(rules.preemption_mode)

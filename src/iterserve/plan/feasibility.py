@@ -27,9 +27,11 @@ import enum
 from collections.abc import Sequence
 
 from iterserve.plan.contract import Policy
+from iterserve.plan.preemption_cost import PreemptionCosts
 from iterserve.records import frontier
+from iterserve.records.preemption import PreemptionMode
 from iterserve.records.spec import OnlineWorkload, RequestSpec
-from iterserve.records.state import CapacityFacts
+from iterserve.records.state import CapacityFacts, RunRules
 
 
 class InfeasibleRun(ValueError):
@@ -58,6 +60,7 @@ def check_run(policy: Policy, workload: OnlineWorkload, facts: CapacityFacts) ->
                 f"policy {policy.policy_id!r} prefills whole prompts: request "
                 f"{too_long[0].request_id!r} has {too_long[0].num_prompt_tokens} prompt tokens, "
                 f"more than the token budget {budget}")
+    _check_preemption_cost(workload)
     running_set = getattr(policy, "running_set", RunningSet.UNBOUNDED)
     if facts.num_blocks_total is None or running_set is RunningSet.PREEMPTS:
         return
@@ -68,6 +71,18 @@ def check_run(policy: Policy, workload: OnlineWorkload, facts: CapacityFacts) ->
             f"policy {policy.policy_id!r} has no preemption path and its worst running set "
             f"({running_set.value}) needs {need} KV blocks; the pool has "
             f"{facts.num_blocks_total} (use a policy that preempts, e.g. vllm, or a larger pool)")
+
+
+def _check_preemption_cost(workload: OnlineWorkload) -> None:
+    """A run that chooses its preemption mode by cost parses its cost model
+    before the first decision, not at its first preemption (0x0C)."""
+    kv = workload.kv
+    if kv is None or kv.preemption_mode is not PreemptionMode.CHEAPER:
+        return
+    try:
+        PreemptionCosts.of(RunRules.of(workload))
+    except ValueError as exc:
+        raise InfeasibleRun(f"kv.preemption_cost.recompute_cost_model: {exc}") from None
 
 
 def _check_any_fits(policy: Policy, workload: OnlineWorkload, facts: CapacityFacts) -> None:

@@ -3,8 +3,9 @@
 A victim chooser picks one request from the running candidates (the queue
 in its policy's order); :func:`add_or_preempt` preempts victims, in the
 run's preemption mode, until a running request's rows fit the KV ledger.
-The intent reason names the chooser and its score inputs, so the decision
-log shows why this victim.
+Each preempt intent carries a :class:`~iterserve.records.victim.VictimScore`:
+the chooser, its score inputs and tie-break as fields, so the decision log
+shows why this victim.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from iterserve.plan.builder import PlanBuilder
 from iterserve.records.plan import IntentKind
 from iterserve.records.preemption import PreemptionCause
+from iterserve.records.victim import VictimScore
 from iterserve.records.view import RequestView
 
 VictimChooser = Callable[[list[RequestView]], RequestView]
@@ -43,25 +45,32 @@ def add_or_preempt(builder: PlanBuilder, view: RequestView, num_rows: int,
                    queue: list[RequestView], gone: set[str],
                    choose_victim: VictimChooser, kind: IntentKind | None = None) -> bool:
     """Schedule ``num_rows`` of a running request, preempting victims from
-    ``queue`` (victims leave it and join ``gone``) until the KV ledger fits.
+    ``queue`` (victims leave it and join ``gone``) on a KV shortfall.
 
-    ``kind`` overrides the run's preemption mode (default: the workload's).
-    Returns False when ``view`` itself was chosen as the victim: the
-    running pass must stop (vLLM v0.23.0 ``can_schedule = False``, 0x0D).
+    Victims are preempted until the free blocks and the blocks their
+    releases free cover the request's need. A memory owner that releases at
+    once frees them for this plan (vLLM's synchronous free, 0x0D); with any
+    other, PREEMPT_PENDING is not free capacity (0x0C): the request waits
+    for the READY releases (it keeps its place and the blocks are held for
+    it) and runs in a later plan. ``kind`` overrides the
+    run's preemption mode (default: the workload's). Returns False when
+    ``view`` itself was chosen as the victim: the running pass must stop
+    (vLLM v0.23.0 ``can_schedule = False``, 0x0D).
     """
     if builder.add_if_fits(view, num_rows):  # the common case: no victim needed
         return True
-    while not builder.fits_memory(view, num_rows):
+    name = getattr(choose_victim, "__name__", "policy")
+    while not builder.fits_after_release(view, num_rows):
         victim = choose_victim(queue)
-        reason = (  # the score inputs, so the log shows why this victim (0x0C)
-            f"{PreemptionCause.KV_EXHAUSTED.value}; victim by {getattr(choose_victim, '__name__', 'policy')}: "
-            f"queue_position={queue.index(victim)}/{len(queue)}, priority={victim.priority}, "
-            f"arrival={victim.arrival}, held_rows={victim.num_computed}"
-        )
+        score = VictimScore(name, queue.index(victim), len(queue), victim.priority,
+                            victim.arrival, victim.num_computed, PreemptionCause.KV_EXHAUSTED)
         queue.remove(victim)
         gone.add(victim.request_id)
-        builder.preempt(victim, kind, reason)
+        builder.preempt(victim, kind, victim=score)
         if victim.request_id == view.request_id:
             return False
-    builder.add(view, num_rows)
+    if builder.fits_memory(view, num_rows):  # the shortfall was a budget, not memory
+        builder.add(view, num_rows)
+    else:
+        builder.wait_for_release(view, num_rows)
     return True

@@ -94,7 +94,7 @@ class StarvationGuard:
         for intent in plan.intents:
             view = state.views[intent.request_id]
             if intent.kind in _PREEMPTS:
-                builder.preempt(view, intent.kind, intent.reason)
+                builder.preempt(view, intent.kind, intent.reason, intent.victim)
                 victims.add(intent.request_id)
             elif intent.kind in (IntentKind.REJECT, IntentKind.ABORT):
                 builder.intend(intent.kind, view, intent.reason)

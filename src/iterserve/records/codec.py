@@ -22,10 +22,12 @@ from iterserve.records.receipts import (
     ForeignBinding,
     ForeignStatus,
     PreservationResult,
+    ReleaseResult,
     preserved_at_once,
 )
 from iterserve.records.result import CompletedInterval, IterationResult, WorkFailure
 from iterserve.records.state import CapacityFacts, SchedulerState
+from iterserve.records.victim import victim_score_of
 from iterserve.records.view import FinishReason, Lifecycle, RequestView, WorkKind
 
 LEAK_FIELDS = frozenset(
@@ -75,12 +77,19 @@ def state_fields_to_json(state: SchedulerState, views: object,
 
 
 def capacity_to_json(facts: CapacityFacts) -> dict[str, Any]:
-    return {"block_size": facts.block_size, "num_blocks_total": facts.num_blocks_total,
-            "num_blocks_free": facts.num_blocks_free}
+    """``releases_at_once`` is written only when False (every log before it
+    came from a memory owner that releases at once)."""
+    doc: dict[str, Any] = {"block_size": facts.block_size,
+                           "num_blocks_total": facts.num_blocks_total,
+                           "num_blocks_free": facts.num_blocks_free}
+    if not facts.releases_at_once:
+        doc["releases_at_once"] = False
+    return doc
 
 
 def capacity_from_json(obj: Mapping[str, Any]) -> CapacityFacts:
-    return CapacityFacts(int(obj["block_size"]), obj["num_blocks_total"], obj["num_blocks_free"])
+    return CapacityFacts(int(obj["block_size"]), obj["num_blocks_total"], obj["num_blocks_free"],
+                         bool(obj.get("releases_at_once", True)))
 
 
 # Enum ``.value`` is a Python-level descriptor; these run once per view or
@@ -287,7 +296,8 @@ def plan_from_json(obj: Mapping[str, Any]) -> IterationPlan:
         _check_fields(i, _INTENT_FIELDS, f"intent {i.get('request_id')}")
     _check_fields(obj["policy"], {"id", "version"}, "plan.policy")
     intents = tuple(
-        QueueIntent(IntentKind(i["kind"]), i["request_id"], int(i["generation"]), i.get("reason", ""))
+        QueueIntent(IntentKind(i["kind"]), i["request_id"], int(i["generation"]),
+                    i.get("reason", ""), victim_score_of(i.get("reason", "")))
         for i in obj.get("intents", ())
     )
     return IterationPlan(
@@ -321,7 +331,31 @@ def result_to_json(result: IterationResult, plan: IterationPlan | None = None,
     explicit = [r for r in result.receipts if r not in implied]
     if explicit:
         doc["receipts"] = [_receipt_to_json(r) for r in explicit]
+    releases = [r for r in result.releases if not _is_implied_release(r, plan)]
+    if releases:
+        doc["releases"] = [_release_to_json(r) for r in releases]
     return doc
+
+
+def _is_implied_release(release: ReleaseResult, plan: IterationPlan | None) -> bool:
+    """A READY release answering an intent of ``plan``: the transition reads
+    the intent alone the same way, so the log leaves it out (the logs of a
+    memory owner that releases at once stay as they were)."""
+    return plan is not None and release.status is ForeignStatus.READY and any(
+        intent.request_id == release.binding.request_id for intent in plan.intents)
+
+
+def _release_to_json(release: ReleaseResult) -> dict[str, Any]:
+    b = release.binding
+    return {"request_id": b.request_id, "generation": b.generation,
+            "snapshot_digest": b.snapshot_digest, "suspension_epoch": b.suspension_epoch,
+            "status": release.status.value, "reclaimed_bytes": release.reclaimed_bytes}
+
+
+def _release_from_json(obj: Mapping[str, Any]) -> ReleaseResult:
+    binding = ForeignBinding(obj["request_id"], int(obj["generation"]),
+                             obj["snapshot_digest"], int(obj["suspension_epoch"]))
+    return ReleaseResult(binding, ForeignStatus(obj["status"]), int(obj["reclaimed_bytes"]))
 
 
 def _implied_receipts(failures: tuple[WorkFailure, ...], plan: IterationPlan | None,
@@ -389,6 +423,7 @@ def result_from_json(obj: Mapping[str, Any], plan: IterationPlan | None = None,
         duration=float(obj.get("duration", 1.0)),
         capacity=None if obj.get("capacity") is None else capacity_from_json(obj["capacity"]),
         receipts=_receipts_from_json(obj.get("receipts", ()), failures, plan, state),
+        releases=tuple(_release_from_json(r) for r in obj.get("releases", ())),
     )
 
 

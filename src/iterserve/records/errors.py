@@ -136,3 +136,10 @@ class WrongOutputClock(ContractViolation):
 
 class ServiceDebitMismatch(ContractViolation):
     code = "service_debit_mismatch"
+
+
+class UnmatchedRelease(ContractViolation):
+    """A release receipt answers no releasing intent of its plan, or is not
+    bound to the binding that intent opened (0x0C)."""
+
+    code = "unmatched_release"

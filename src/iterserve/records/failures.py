@@ -70,7 +70,8 @@ FAILURE_CLASSES: tuple[FailureClass, ...] = (
            "a plan, result or receipt names a state version, generation, snapshot or policy "
            "that is no longer current, so it cannot act", "0x00B, 0x0C",
            ("stale_state_version", "stale_generation", "stale_snapshot", "stale_result",
-            "policy_identity_mismatch"), ("stale_state_version", "stale_generation")),
+            "policy_identity_mismatch", "unmatched_release"),
+           ("stale_state_version", "stale_generation")),
     _prior("FC02", "illegal-interval", B.RECORDS,
            "work outside the request's next legal interval: before the computed frontier, past "
            "the prompt or target, empty, more than one decode row, or forged kind / positions",

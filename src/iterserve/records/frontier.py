@@ -56,6 +56,12 @@ def target(p: int, e: int) -> int:
     return p if e == 0 else p + e - 1
 
 
+def frozen_target(p: int, e: int, c: int) -> int:
+    """T_target a preemption freezes (0x0C): p + e - 1 once an output
+    exists, else the prompt rows computed so far (a prompt cut mid-prefill)."""
+    return c if e == 0 else p + e - 1
+
+
 def next_kind(p: int, e: int, c: int) -> WorkKind:
     """The phase of the next interval: prefill while nothing is emitted,
     decode at the target, rebuild anywhere else (below it, in any reachable

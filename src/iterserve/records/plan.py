@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 from iterserve.records.columns import FieldColumns, field_columns
 from iterserve.records.preemption import PreemptionMode
+from iterserve.records.victim import VictimScore
 from iterserve.records.view import WorkKind
 
 
@@ -121,10 +122,18 @@ def preemption_mode_of(kind: IntentKind) -> PreemptionMode | None:
 
 @dataclass(frozen=True, slots=True)
 class QueueIntent:
+    """``victim``: a preemption's score inputs and tie-break as fields
+    (0x0C); its reason is then ``victim.reason()``, the text the log writes."""
+
     kind: IntentKind
     request_id: str
     generation: int
     reason: str = ""
+    victim: VictimScore | None = None
+
+    def __post_init__(self) -> None:
+        if self.victim is not None and self.reason != self.victim.reason():
+            raise ValueError(f"{self.request_id}: the reason of a victim record is its fields' text")
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,13 +87,18 @@ def is_stale(receipt: ForeignBinding, current: ForeignBinding) -> bool:
     return staleness(receipt, current) is not Staleness.CURRENT
 
 
-def snapshot_digest(request_id: str, generation: int, num_prompt_tokens: int) -> str:
-    """sha256 of one request generation's immutable snapshot identity: its
-    id, generation and prompt length (the token history a preserved or
-    remote K/V copy was computed from starts with that prompt). Constant for
-    the generation, so receipts stay current across decisions; a successor
-    generation (cancellation, append) gets another digest."""
-    text = f"{request_id}\x00{generation}\x00{num_prompt_tokens}"
+def snapshot_digest(request_id: str, generation: int, num_prompt_tokens: int,
+                    num_emitted: int) -> str:
+    """sha256 of one request generation's semantic snapshot: its id,
+    generation, prompt length and emitted outputs, which fix the token
+    history and the frozen frontier T_target = p + e - 1 (0x0C). It changes
+    with the snapshot (every emitted output), so a receipt bound to an
+    earlier snapshot of the same generation and epoch is STALE_DIGEST; a
+    request that resumes without changing its semantic frontier keeps its
+    digest (the spec's ABA case, which the suspension epoch closes).
+    Computed rows are left out: a rebuild or a prefix claim moves them
+    without changing the logical state."""
+    text = f"{request_id}\x00{generation}\x00{num_prompt_tokens}\x00{num_emitted}"
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -139,7 +144,8 @@ def binding_of(view: RequestView, suspension_epoch: int | None = None) -> Foreig
     snapshot digest and suspension epoch (``suspension_epoch`` overrides the
     view's, e.g. the epoch a preemption is about to open), never the per-step
     snapshot version (which changes every iteration)."""
-    digest = snapshot_digest(view.request_id, view.generation, view.num_prompt_tokens)
+    digest = snapshot_digest(view.request_id, view.generation, view.num_prompt_tokens,
+                             view.num_emitted)
     epoch = view.suspension_epoch if suspension_epoch is None else suspension_epoch
     return ForeignBinding(view.request_id, view.generation, digest, epoch)
 

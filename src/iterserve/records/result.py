@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from iterserve.records.columns import FieldColumns
-from iterserve.records.receipts import PreservationResult
+from iterserve.records.receipts import PreservationResult, ReleaseResult
 from iterserve.records.state import CapacityFacts
 from iterserve.records.view import FinishReason
 
@@ -57,6 +57,11 @@ class IterationResult:
     the memory owner's preservation receipts (0x0C): a READY one for each
     preserve intent it completed now, an INFLIGHT one for each it completes
     later, and the later READY (or FAILED) one in that iteration's result.
+    ``releases`` are its release receipts (0x0C): one per intent that
+    releases device blocks (a recompute, an abort, a reject, a preservation
+    that swapped them out or failed), bound to the binding the intent
+    opened. A recompute victim leaves PREEMPT_PENDING, and its blocks count
+    as free capacity, only with a current READY release.
     """
 
     decision_id: int
@@ -67,3 +72,4 @@ class IterationResult:
     duration: float = 1.0  # run clock units (records/__init__: Time)
     capacity: CapacityFacts | None = None
     receipts: tuple[PreservationResult, ...] = ()
+    releases: tuple[ReleaseResult, ...] = ()

@@ -12,7 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from iterserve.records.limits import MAX_WATERMARK_ROWS
-from iterserve.records.preemption import PreemptionMode, parse_kv_preemption_mode
+from iterserve.records.preemption import (
+    FALLBACK_NAMES,
+    FallbackMode,
+    PreemptionCostSpec,
+    PreemptionMode,
+    parse_kv_preemption_mode,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +134,10 @@ class KvSpec:
     admission: str = "none"
     preemption_mode: PreemptionMode = PreemptionMode.RECOMPUTE
     plan_prefix_hits: bool = False  # claim verified hits before the policy runs (0x0E)
+    # what a failed preservation falls back to (0x0C's fallback matrix)
+    preservation_fallback: FallbackMode = FallbackMode.RECOMPUTE
+    # C_recompute vs C_preserve inputs, for preemption_mode ``cheaper`` (0x0C)
+    preemption_cost: PreemptionCostSpec | None = None
 
     def __post_init__(self) -> None:
         if self.num_kv_blocks < 1 or self.block_size < 1 or self.num_host_blocks < 0:
@@ -135,8 +145,18 @@ class KvSpec:
                              "num_host_blocks >= 0")
         object.__setattr__(self, "preemption_mode",
                            parse_kv_preemption_mode(self.preemption_mode))
+        if not isinstance(self.preservation_fallback, FallbackMode):
+            if self.preservation_fallback not in FALLBACK_NAMES:
+                raise ValueError(f"kv.preservation_fallback must be one of {list(FALLBACK_NAMES)}")
+            object.__setattr__(self, "preservation_fallback",
+                               FallbackMode(self.preservation_fallback))
         if self.bytes_per_row is not None and self.bytes_per_row < 1:
             raise ValueError("kv.bytes_per_row must be >= 1")
+        if self.preemption_mode is PreemptionMode.CHEAPER and (
+                self.preemption_cost is None or self.bytes_per_row is None
+                or not self.num_host_blocks):
+            raise ValueError("kv.preemption_mode 'cheaper' needs kv.preemption_cost, "
+                             "kv.bytes_per_row and kv.num_host_blocks > 0 (both modes allowed)")
         try:
             check_admission(self.admission)
         except ValueError as exc:

@@ -15,7 +15,7 @@ from iterserve.records.id_queue import Queue
 from iterserve.records.kv_abi import blocks_for
 from iterserve.records.ledger import ClientLedger
 from iterserve.records.live_clients import LiveClients, counted
-from iterserve.records.preemption import PreemptionMode
+from iterserve.records.preemption import FallbackMode, PreemptionCostSpec, PreemptionMode
 from iterserve.records.rows_bound import RowsBound
 from iterserve.records.spec import OnlineWorkload
 from iterserve.records.view import RequestView
@@ -35,6 +35,13 @@ class CapacityFacts:
     block_size: int = 1
     num_blocks_total: int | None = None
     num_blocks_free: int | None = None
+    # the memory owner releases a plan's preempted and aborted blocks before
+    # it backs that plan's work: one runtime owner whose release is READY at
+    # once (vLLM's scheduler frees synchronously, 0x0D), so a plan may count
+    # them. False: a release may be INFLIGHT, so no plan counts blocks of a
+    # PREEMPT_PENDING request; only a matching READY release publishes them
+    # in a later fact (0x0C)
+    releases_at_once: bool = True
 
     @property
     def is_bounded(self) -> bool:
@@ -55,20 +62,25 @@ def blocks_used_of_total(facts: CapacityFacts) -> tuple[int, int]:
 class RunRules:
     """Run-level rules every decision of a run shares, taken from the
     workload: the clock ``now`` is measured on (``iteration`` or ``ms``), the
-    KV preemption mode (0x0C) and the admission
+    KV preemption mode and the preservation fallback (0x0C) and the admission
     estimate (``kv.admission``, 0x06). Constant over a run and recorded by the
     log header's workload, so the state digest leaves them out."""
 
     clock: str = "iteration"
     preemption_mode: PreemptionMode = PreemptionMode.RECOMPUTE
     admission: str = "none"
+    preservation_fallback: FallbackMode = FallbackMode.RECOMPUTE  # 0x0C's fallback matrix
+    # C_recompute vs C_preserve inputs (mode ``cheaper``) and the bytes a row holds
+    preemption_cost: PreemptionCostSpec | None = None
+    bytes_per_row: int | None = None
 
     @classmethod
     def of(cls, workload: OnlineWorkload) -> RunRules:
         kv = workload.kv
         if kv is None:
             return cls(workload.clock)
-        return cls(workload.clock, kv.preemption_mode, kv.admission)
+        return cls(workload.clock, kv.preemption_mode, kv.admission, kv.preservation_fallback,
+                   kv.preemption_cost, kv.bytes_per_row)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,14 @@ from iterserve.records.id_queue import Queue, appended, with_front, without
 from iterserve.records.ledger import Charge, ClientLedger, charge, lift
 from iterserve.records.live_clients import carried as live_carried
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent
-from iterserve.records.receipts import ForeignStatus, PreservationResult, binding_of, is_stale
+from iterserve.records.preemption import FallbackMode
+from iterserve.records.receipts import (
+    ForeignStatus,
+    PreservationResult,
+    ReleaseResult,
+    binding_of,
+    is_stale,
+)
 from iterserve.records.result import CompletedInterval, IterationResult
 from iterserve.records.rows_bound import carried
 from iterserve.records.spec import RequestSpec
@@ -80,11 +87,16 @@ def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult)
     queues = _Queues(state)
     failed = {failure.request_id for failure in result.failures} if result.failures else set()
     receipts = {r.binding.request_id: r for r in result.receipts} if result.receipts else {}
+    releases = {r.binding.request_id: r for r in result.releases} if result.releases else {}
+    fallback = state.rules.preservation_fallback
     for intent in plan.intents:
-        _apply_intent(views, queues, intent, intent.request_id in failed,
-                      receipts.pop(intent.request_id, None))
+        rid = intent.request_id
+        _apply_intent(views, queues, intent, rid in failed, receipts.pop(rid, None),
+                      releases.pop(rid, None), fallback)
     for receipt in receipts.values():  # preservations started in an earlier iteration
-        _settle_preservation(views, queues, receipt)
+        _settle_preservation(views, queues, receipt, fallback)
+    for release in releases.values():  # releases asked for in an earlier iteration
+        _settle_release(views, queues, release)
     completed, newly_finished, once = _complete_rows(views, result.completed, now)
     service = dict(state.service)
     for client, rows in result.service.items():
@@ -100,7 +112,8 @@ def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult)
         rise=1 if once else None,  # one emission at most per request (validated results)
         left=queues.finished,
         touched=[*(intent.request_id for intent in plan.intents),
-                 *(receipt.binding.request_id for receipt in result.receipts)],
+                 *(receipt.binding.request_id for receipt in result.receipts),
+                 *(release.binding.request_id for release in result.releases)],
     )
     if state.ledger is None:
         return successor
@@ -163,15 +176,20 @@ class _Queues:
 
 def _apply_intent(
     views: dict[str, RequestView], queues: _Queues, intent: QueueIntent, failed: bool,
-    receipt: PreservationResult | None = None,
+    receipt: PreservationResult | None = None, release: ReleaseResult | None = None,
+    fallback: FallbackMode = FallbackMode.RECOMPUTE,
 ) -> None:
     """Apply one queue intent through the lifecycle table (0x0C).
 
     ``failed`` is the executor's fact that the intent's memory action failed:
-    a failed preservation falls back to recompute; a failed resume leaves the
-    request suspended. A preservation ends SUSPENDED_PRESERVED only with a
+    a failed preservation takes the run's declared ``fallback``
+    (:func:`_fall_back`); a failed resume leaves the request suspended. A preservation ends SUSPENDED_PRESERVED only with a
     current READY ``receipt``; without one it stays PREEMPT_PENDING (in the
     suspended queue, never resumable) until a later result settles it.
+    Likewise a recompute whose ``release`` is not READY stays
+    PREEMPT_PENDING: its blocks are not free and it is not runnable until a
+    matching READY release arrives (no release: a run without a memory
+    owner, settled at once).
     """
     rid = intent.request_id
     view = views[rid]
@@ -193,9 +211,19 @@ def _apply_intent(
         queues.suspended.append(rid)
         views[rid] = _relabel(view, Lifecycle.PREEMPT_PENDING, epoch_step=1)
         if receipt is not None:
-            _settle_preservation(views, queues, receipt, same_iteration=True)
+            _settle_preservation(views, queues, receipt, fallback, same_iteration=True)
+    elif kind is IntentKind.PREEMPT_PRESERVE_EXACT and fallback is not FallbackMode.RECOMPUTE:
+        queues.running.remove(rid)
+        queues.suspended.append(rid)
+        pending = _relabel(view, Lifecycle.PREEMPT_PENDING, epoch_step=1)
+        views[rid] = pending._replace(snapshot_version=view.snapshot_version)
+        _fall_back(views, queues, rid, fallback)
     elif kind in (IntentKind.PREEMPT_RECOMPUTE, IntentKind.PREEMPT_PRESERVE_EXACT):
         queues.running.remove(rid)
+        if release is not None and release.status is not ForeignStatus.READY:
+            queues.suspended.append(rid)  # PREEMPT_PENDING is not free capacity (0x0C)
+            views[rid] = _relabel(view, Lifecycle.PREEMPT_PENDING, epoch_step=1)
+            return
         queues.waiting = with_front(queues.waiting, rid)  # preempted requests resume first (0x0D)
         views[rid] = _recompute_reset(view)
     else:  # REJECT or ABORT: terminal
@@ -207,12 +235,14 @@ def _apply_intent(
 
 
 def _settle_preservation(views: dict[str, RequestView], queues: _Queues,
-                         receipt: PreservationResult, *, same_iteration: bool = False) -> None:
+                         receipt: PreservationResult,
+                         fallback: FallbackMode = FallbackMode.RECOMPUTE, *,
+                         same_iteration: bool = False) -> None:
     """Consume a preservation receipt for a PREEMPT_PENDING request (0x0C):
-    READY -> SUSPENDED_PRESERVED; FAILED -> the recompute fallback (front of
-    waiting, computed rows dropped); INFLIGHT or stale -> unchanged. Settled
-    in the intent's own iteration, the view gets one successor snapshot, not
-    two (as before receipts existed)."""
+    READY -> SUSPENDED_PRESERVED; FAILED -> the declared ``fallback``
+    (:func:`_fall_back`); INFLIGHT or stale -> unchanged. Settled in the
+    intent's own iteration, the view gets one successor snapshot, not two
+    (as before receipts existed)."""
     rid = receipt.binding.request_id
     view = views[rid]
     if view.lifecycle is not Lifecycle.PREEMPT_PENDING or is_stale(receipt.binding,
@@ -222,14 +252,55 @@ def _settle_preservation(views: dict[str, RequestView], queues: _Queues,
         return
     if same_iteration:
         view = view._replace(snapshot_version=view.snapshot_version - 1)
-    out = views
     if receipt.status is ForeignStatus.READY:
-        out[rid] = _relabel(view, Lifecycle.SUSPENDED_PRESERVED)
+        views[rid] = _relabel(view, Lifecycle.SUSPENDED_PRESERVED)
     elif receipt.status is ForeignStatus.FAILED:
+        views[rid] = view
+        _fall_back(views, queues, rid, fallback)
+
+
+def _fall_back(views: dict[str, RequestView], queues: _Queues, rid: str,
+               fallback: FallbackMode) -> None:
+    """0x0C's fallback matrix for a PREEMPT_PENDING request (in the suspended
+    queue) whose preservation FAILED; its K/V is lost either way:
+
+    - RECOMPUTE: SUSPENDED_RECOMPUTE -> WAITING at the front, computed rows
+      dropped: the next admission rebuilds [0, T_target) from the token history;
+    - REMAIN_SUSPENDED: SUSPENDED_RECOMPUTE, computed rows dropped, kept in
+      the suspended queue: no resume ticket until a resume pass brings it
+      back, which rebuilds [0, T_target);
+    - ABORT: ABORTED, terminal.
+    """
+    view = views[rid]
+    if fallback is FallbackMode.ABORT:
+        queues.suspended.remove(rid)
+        views[rid] = _terminal(view, Lifecycle.ABORTED, FinishReason.ABORT)
+        queues.finished.append(rid)
+        return
+    if fallback is FallbackMode.RECOMPUTE:
         queues.suspended.remove(rid)
         queues.waiting = with_front(queues.waiting, rid)
-        fallback = _relabel(view, Lifecycle.SUSPENDED_RECOMPUTE, Lifecycle.WAITING)
-        out[rid] = fallback._replace(num_computed=0, num_committed=0)
+        lost = _relabel(view, Lifecycle.SUSPENDED_RECOMPUTE, Lifecycle.WAITING)
+    else:
+        lost = _relabel(view, Lifecycle.SUSPENDED_RECOMPUTE)
+    views[rid] = lost._replace(num_computed=0, num_committed=0)
+
+
+def _settle_release(views: dict[str, RequestView], queues: _Queues,
+                    release: ReleaseResult) -> None:
+    """Consume a release receipt for a PREEMPT_PENDING recompute (0x0C): a
+    current READY one ends the suspension (front of waiting, computed rows
+    dropped); INFLIGHT, FAILED or stale leave it pending."""
+    rid = release.binding.request_id
+    view = views.get(rid)
+    if view is None or view.lifecycle is not Lifecycle.PREEMPT_PENDING or (
+            release.status is not ForeignStatus.READY or is_stale(release.binding,
+                                                                  binding_of(view))):
+        return
+    queues.suspended.remove(rid)
+    queues.waiting = with_front(queues.waiting, rid)
+    settled = _relabel(view, Lifecycle.SUSPENDED_RECOMPUTE, Lifecycle.WAITING)
+    views[rid] = settled._replace(num_computed=0, num_committed=0)
 
 
 def _relabel(view: RequestView, *path: Lifecycle, epoch_step: int = 0) -> RequestView:

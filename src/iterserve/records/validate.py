@@ -31,6 +31,7 @@ from iterserve.records.plan import (
     WorkItem,
     work_request_id,
 )
+from iterserve.records.receipts import binding_of
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
@@ -267,7 +268,11 @@ def _validate_ledger(state: SchedulerState, plan: IterationPlan, tokens: int) ->
 
 
 def _validate_kv(state: SchedulerState, plan: IterationPlan, columns: WorkColumns) -> None:
-    """New blocks fit in free blocks plus blocks the plan's preemptions free.
+    """New blocks fit in the published free blocks, plus the blocks the
+    plan's own preemptions and aborts release only when the memory owner
+    publishes that it releases at once (before it backs the plan's work,
+    0x0D). Otherwise PREEMPT_PENDING is not free capacity (0x0C): only a
+    matching READY release publishes it, in a later state's capacity fact.
 
     Logical feasibility only: the allocator still publishes the physical
     result (reservation is not allocation, 0x00D).
@@ -283,11 +288,15 @@ def _validate_kv(state: SchedulerState, plan: IterationPlan, columns: WorkColumn
             freed += held
         elif intent.kind is IntentKind.RESUME:
             resumed += held  # swapped-in rows need device blocks again
+    if not facts.releases_at_once:
+        freed = 0
     needed = resumed + blocks_opened_total(columns.starts, columns.ends, columns.widths,
                                            facts.block_size)
     if needed > facts.num_blocks_free + freed:
         raise E.KvCapacityExceeded(
             f"plan needs {needed} new KV blocks, {facts.num_blocks_free} free + {freed} released"
+            + ("" if facts.releases_at_once else
+               " (its own preemptions free blocks only after their READY release)")
         )
 
 
@@ -350,6 +359,8 @@ def check_result(plan: IterationPlan, state: SchedulerState, result: IterationRe
                                      f"{_in_completion_order(service, result, state)}")
     if result.receipts:
         _validate_receipts(plan, state, result)
+    if result.releases:
+        _validate_releases(plan, state, result)
 
 
 def _accepted_service(plan: IterationPlan, state: SchedulerState,
@@ -438,4 +449,36 @@ def _validate_receipts(plan: IterationPlan, state: SchedulerState,
         pending = view is not None and view.lifecycle is Lifecycle.PREEMPT_PENDING
         if rid in seen or not (rid in preserving or pending):
             raise E.UnplannedCompletion(f"{rid}: preservation receipt for no open preservation")
+        seen.add(rid)
+
+
+_RELEASING_KINDS = frozenset({IntentKind.PREEMPT_RECOMPUTE, IntentKind.ABORT, IntentKind.REJECT})
+_PREEMPTING_KINDS = frozenset({IntentKind.PREEMPT_RECOMPUTE, IntentKind.PREEMPT_PRESERVE_EXACT})
+
+
+def _validate_releases(plan: IterationPlan, state: SchedulerState,
+                       result: IterationResult) -> None:
+    """A release receipt answers, once, an intent of this plan that releases
+    device blocks (a recompute, an abort, a reject, a preservation: swapped
+    out or failed) or a request whose release is pending (PREEMPT_PENDING), and is
+    bound to exactly the binding that intent opened (a preemption opens the
+    next suspension epoch, 0x0C)."""
+    expected = {}
+    for intent in plan.intents:
+        kind = intent.kind
+        if kind in _RELEASING_KINDS or kind is IntentKind.PREEMPT_PRESERVE_EXACT:
+            view = state.views[intent.request_id]
+            expected[intent.request_id] = binding_of(
+                view, view.suspension_epoch + (kind in _PREEMPTING_KINDS))
+    seen: set[str] = set()
+    for release in result.releases:
+        rid = release.binding.request_id
+        binding = expected.get(rid)
+        pending = state.views.get(rid)
+        if binding is None and pending is not None and (
+                pending.lifecycle is Lifecycle.PREEMPT_PENDING):
+            binding = binding_of(pending)
+        if rid in seen or binding is None or release.binding != binding:
+            raise E.UnmatchedRelease(f"{rid}: release receipt {release.binding} answers no "
+                                     f"releasing intent of plan d{plan.decision_id}")
         seen.add(rid)

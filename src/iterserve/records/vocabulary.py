@@ -7,7 +7,7 @@ Every layer, flag, config field, workload file and report uses these names
 - ``max_num_seqs``: the per-iteration sequence cap (K_seq, 0x05); a
   policy's own ``max_num_seqs`` setting caps its running set (vLLM's);
 - ``num_kv_blocks`` and ``block_size``: the paged KV pool;
-- ``preemption_mode``: ``recompute`` or ``swap`` (0x0C).
+- ``preemption_mode``: ``recompute``, ``swap`` or ``cheaper`` (per victim by cost) (0x0C).
 
 Older names in workload files are read with a :class:`RenamedWarning`
 naming the new one; two spellings of one field in one file are an error.

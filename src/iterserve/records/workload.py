@@ -38,7 +38,12 @@ from typing import Any
 from iterserve.records.input_files import MAX_DOCUMENT_BYTES, read_input_bytes
 from iterserve.records.kv_abi import kv_row_abi_from_hf_config
 from iterserve.records.limits import MAX_BYTES_PER_ROW
-from iterserve.records.preemption import DEPRECATED_SWAP_NAME, parse_kv_preemption_mode
+from iterserve.records.preemption import (
+    DEPRECATED_SWAP_NAME,
+    FallbackMode,
+    PreemptionCostSpec,
+    parse_kv_preemption_mode,
+)
 from iterserve.records.spec import (
     Capacity,
     FairnessSpec,
@@ -190,7 +195,9 @@ def _kv(doc: KvDoc) -> KvSpec:
     try:
         return KvSpec(doc.num_kv_blocks, doc.block_size, doc.num_host_blocks, bytes_per_row,
                       doc.admission, parse_kv_preemption_mode(doc.preemption_mode),
-                      doc.plan_prefix_hits)
+                      doc.plan_prefix_hits, FallbackMode(doc.preservation_fallback),
+                      None if doc.preemption_cost is None
+                      else PreemptionCostSpec(**doc.preemption_cost.model_dump()))
     except ValueError as exc:
         raise WorkloadError(f"workload: {exc}") from None
 
@@ -311,6 +318,13 @@ def _kv_to_json(kv: KvSpec) -> dict[str, Any]:
     fields["preemption_mode"] = kv.preemption_mode.value  # the file's spelling
     if kv.plan_prefix_hits:  # absent when off: older workload files read as before
         fields["plan_prefix_hits"] = True
+    if kv.preservation_fallback is not FallbackMode.RECOMPUTE:  # absent at the default, likewise
+        fields["preservation_fallback"] = kv.preservation_fallback.value
+    if kv.preemption_cost is not None:
+        cost = kv.preemption_cost
+        fields["preemption_cost"] = {name: getattr(cost, name) for name in (
+            "recompute_cost_model", "write_bytes_per_s", "read_bytes_per_s",
+            "staging_overhead_ms", "queue_overhead_ms")}
     return fields
 
 

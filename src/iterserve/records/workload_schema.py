@@ -22,7 +22,7 @@ from pydantic import (
 )
 
 from iterserve.records import limits
-from iterserve.records.preemption import KV_PREEMPTION_MODE_NAMES
+from iterserve.records.preemption import FALLBACK_NAMES, KV_PREEMPTION_MODE_NAMES
 from iterserve.records.spec import check_admission
 
 
@@ -100,6 +100,14 @@ class CapacityDoc(_Strict):
     kv_rows: Annotated[int, Field(ge=1, le=limits.MAX_KV_ROWS)] | None = None
 
 
+class PreemptionCostDoc(_Strict):
+    recompute_cost_model: NonEmpty
+    write_bytes_per_s: Annotated[float, Field(gt=0)]
+    read_bytes_per_s: Annotated[float, Field(gt=0)]
+    staging_overhead_ms: Annotated[float, Field(ge=0)] = 0.0
+    queue_overhead_ms: Annotated[float, Field(ge=0)] = 0.0
+
+
 class KvDoc(_Strict):
     num_kv_blocks: NumBlocks
     block_size: Annotated[int, Field(ge=1, le=limits.MAX_BLOCK_SIZE)] = 16
@@ -108,6 +116,8 @@ class KvDoc(_Strict):
     admission: str = "none"
     preemption_mode: Literal[KV_PREEMPTION_MODE_NAMES] = "recompute"  # type: ignore[valid-type]
     plan_prefix_hits: bool = False
+    preservation_fallback: Literal[FALLBACK_NAMES] = "recompute"  # type: ignore[valid-type]
+    preemption_cost: PreemptionCostDoc | None = None
     model_config_: dict[str, Any] | None = Field(default=None, alias="model_config")
 
     @field_validator("admission")

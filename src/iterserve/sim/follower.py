@@ -160,9 +160,10 @@ def result_record(result: IterationResult,
                    else (rids, generations, starts, ends, emitted, tokens, reasons))
     capacity = result.capacity
     facts = None if capacity is None else (capacity.block_size, capacity.num_blocks_total,
-                                           capacity.num_blocks_free)
+                                           capacity.num_blocks_free, capacity.releases_at_once)
     return (_RESULT, result.decision_id, result.input_state_version, as_planned, columns,
-            result.failures, result.service, result.duration, facts, result.receipts)
+            result.failures, result.service, result.duration, facts, result.receipts,
+            result.releases)
 
 
 def result_from_record(record: tuple[Any, ...],
@@ -170,7 +171,7 @@ def result_from_record(record: tuple[Any, ...],
     """:func:`result_record`'s result, the same value (``plan``: the plan
     record it was made with)."""
     (_, decision_id, state_version, as_planned, columns, failures, service, duration, facts,
-     receipts) = record
+     receipts, releases) = record
     completed: tuple[CompletedInterval, ...] = ()
     if as_planned:
         if plan is None or plan[1] != decision_id:
@@ -183,7 +184,7 @@ def result_from_record(record: tuple[Any, ...],
             map(_new_tuple, repeat(CompletedInterval), zip(*columns, strict=True)), columns)
     capacity = None if facts is None else CapacityFacts(*facts)
     return IterationResult(decision_id, state_version, completed, failures, service, duration,
-                           capacity, receipts)
+                           capacity, receipts, releases)
 
 
 class FeedWriter:
