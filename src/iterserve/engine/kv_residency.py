@@ -31,6 +31,7 @@ from iterserve.kv.results import (
     SwapGranted,
 )
 from iterserve.records.plan import IntentKind, IterationPlan, WorkItem
+from iterserve.records.prefix_claims import NO_CLAIMS, PrefixClaims
 from iterserve.records.receipts import (
     ForeignBinding,
     ForeignStatus,
@@ -266,37 +267,43 @@ class KvResidency:
         return result.num_cached_rows
 
     def claim_prefix(self, request_id: str, generation: int,
-                     prompt_token_ids: Sequence[int]) -> int:
+                     prompt_token_ids: Sequence[int]) -> tuple[int, int]:
         """Publish a waiting request's verified prefix hit as a fact the plan
         can count on (0x0E): the cached rows are held for it now, so its
-        computed frontier may start past them. Returns the rows held (0: no
-        claimable hit, or the request already holds blocks)."""
+        computed frontier may start past them. Returns (rows held, blocks
+        reclaimed from the evictable cache); (0, 0): no hit, or the request
+        already holds blocks."""
         if request_id in self._keys:
-            return 0
+            return 0, 0
         key = RequestKey(request_id, generation)
-        num_rows = self.manager.claim_prefix(key, prompt_token_ids)
-        if num_rows:
+        claimed = self.manager.claim_prefix(key, prompt_token_ids)
+        if claimed.num_rows:
             self._keys[request_id] = key
-            self._prefix_hit_tokens += num_rows
-            self._planned_hit_rows += num_rows
-        return num_rows
+            self._prefix_hit_tokens += claimed.num_rows
+            self._planned_hit_rows += claimed.num_rows
+        return claimed.num_rows, claimed.num_reclaimed_blocks
 
     def claim_prefix_hits(self, state: SchedulerState,
-                    prompt_of: Callable[[str], Sequence[int] | None]) -> dict[str, int]:
+                          prompt_of: Callable[[str], Sequence[int] | None]) -> PrefixClaims:
         """Claimed hits of the waiting requests that have computed nothing
         yet and whose prompt tokens ``prompt_of`` knows (0x0E). Only the
         first ``max_num_seqs`` waiting requests are looked up: no plan
         admits more, and a long queue would otherwise be hashed every step."""
-        hits = {}
+        hits, reclaimed = {}, {}
         views = state.views
         for rid in state.waiting[:state.max_num_seqs]:
             view = views[rid]
             if view.num_computed or view.num_emitted:
                 continue
             prompt = prompt_of(rid)
-            if prompt is not None and (rows := self.claim_prefix(rid, view.generation, prompt)):
+            if prompt is None:
+                continue
+            rows, blocks = self.claim_prefix(rid, view.generation, prompt)
+            if rows:
                 hits[rid] = rows
-        return hits
+                if blocks:
+                    reclaimed[rid] = blocks
+        return PrefixClaims(hits, reclaimed) if hits else NO_CLAIMS
 
     def commit(self, request_id: str, end: int) -> None:
         """Record rows [0, end) as written (never below a prefix hit's rows)."""

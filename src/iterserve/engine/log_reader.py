@@ -246,7 +246,8 @@ def _check_body_line(line: LogLine, chained: bool) -> None:
                            f"(expected one of {sorted(_BODY_KEYS)})")
     where = f"line {line.number} ({kind})"
     required = _BODY_KEYS[kind] | ({CHAIN_KEY} if chained else set())
-    optional = {"cancel": {"rejected", "capacity"}, "iteration": {"rejected", "prefix_hits", "claimed_prefix_rows"}}
+    optional = {"cancel": {"rejected", "capacity"}, "iteration": {"rejected", "prefix_hits", "claimed_prefix_rows",
+                                                                      "reclaimed_prefix_blocks"}}
     _exact_keys(obj, required, optional.get(kind, {"rejected"}), where)
     _require(obj, "decision_id", "int>=0", where)
     _require(obj, "state_version", "int>=0", where)
@@ -263,6 +264,9 @@ def _check_body_line(line: LogLine, chained: bool) -> None:
         hits = _require(obj, claimed, "object", where) if claimed in obj else {}
         for rid in hits:
             _require(hits, rid, "int>=0", f"{where}: claimed_prefix_rows")
+        if "reclaimed_prefix_blocks" in obj:
+            _check_prefix_hits(obj["reclaimed_prefix_blocks"], f"{where}: reclaimed_prefix_blocks",
+                               "blocks")
         if "prefix_hits" in obj:
             _check_prefix_hits(obj["prefix_hits"], f"{where}: prefix_hits")
     elif kind == "cancel":
@@ -273,13 +277,14 @@ def _check_body_line(line: LogLine, chained: bool) -> None:
         _require(obj, "is_done", "bool", where)
 
 
-def _check_prefix_hits(value: Any, where: str) -> None:
-    """The memory owner's prefix-hit facts a decision read: {request_id: rows >= 1}."""
+def _check_prefix_hits(value: Any, where: str, what: str = "cached rows") -> None:
+    """The memory owner's prefix-hit facts a decision read: {request_id: rows >= 1}
+    (or blocks >= 1: ``what``)."""
     ok = isinstance(value, dict) and all(
         isinstance(rows, int) and not isinstance(rows, bool) and rows >= 1
         for rows in value.values())
     if not ok:
-        raise MalformedLog(f"{where}: must be an object of request_id: cached rows >= 1")
+        raise MalformedLog(f"{where}: must be an object of request_id: {what} >= 1")
 
 
 def _check_rejected(value: Any, where: str) -> None:

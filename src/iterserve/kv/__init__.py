@@ -20,6 +20,7 @@ from iterserve.kv.results import (
     CommitResult,
     FailureReason,
     PoolUsage,
+    PrefixClaimed,
     PrefixHit,
     ReleasedBlocks,
     RequestKey,
@@ -32,7 +33,7 @@ from iterserve.kv.results import (
 __all__ = [
     "AllocationFailed", "AllocationGranted", "AllocationResult", "BlockHasher", "BlockManager",
     "BlockManagerConfig", "CommitResult", "DuplicateRequestError", "FailureReason", "ReleasedBlocks",
-    "KvError", "KvInvariantError", "PoolUsage", "PrefixHit", "RequestKey",
+    "KvError", "KvInvariantError", "PoolUsage", "PrefixClaimed", "PrefixHit", "RequestKey",
     "RequestStateError", "SwapDirection", "SwapFailed", "SwapGranted", "SwapResult",
     "UnknownRequestError", "blake2b_block_hash",
 ]

@@ -40,6 +40,7 @@ from iterserve.kv.results import (
     CommitResult,
     FailureReason,
     PoolUsage,
+    PrefixClaimed,
     PrefixHit,
     ReleasedBlocks,
     RequestKey,
@@ -174,23 +175,24 @@ class BlockManager:
                                         match.new_chain())
         return AllocationGranted(key, rows, num_cached_rows, num_new_blocks, len(block_ids))
 
-    def claim_prefix(self, key: RequestKey, token_ids: Sequence[int]) -> int:
+    def claim_prefix(self, key: RequestKey, token_ids: Sequence[int]) -> PrefixClaimed:
         """Hold the verified cached prefix of ``token_ids`` for ``key`` (0x0E:
-        U = S - H_hit), taking no fresh block: only a prefix whose blocks a
-        live request already holds is claimed (an evictable one is left to
-        the allocation that reuses it). Returns the rows held, 0 for none;
-        the hit rows count as committed, and later rows append as usual."""
+        U = S - H_hit), taking no fresh block. Blocks a live request holds are
+        shared; evictable cached ones are reclaimed for ``key`` (they leave
+        the available pool, counted in ``num_reclaimed_blocks``), so the hit
+        is proven available as well as identical. The hit rows count as
+        committed, and later rows append as usual."""
         if key in self._resident or key in self._swapped:
             raise DuplicateRequestError(f"{key} already holds blocks")
         match = self._match(token_ids, len(token_ids) - 1)
-        if not match.block_ids or match.num_reclaimable_hits:
-            return 0
+        if not match.block_ids:
+            return PrefixClaimed(key, 0, 0)
         for block_id in match.block_ids:
             self._device.acquire(block_id)
         num_rows = len(match.block_ids) * self._block_size
         self._resident[key] = _Resident(list(match.block_ids), num_rows, num_rows,
                                         list(token_ids[:num_rows]), match.new_chain())
-        return num_rows
+        return PrefixClaimed(key, num_rows, match.num_reclaimable_hits)
 
     def can_append(self, key: RequestKey, num_rows: int) -> bool:
         resident = self._get_resident(key)

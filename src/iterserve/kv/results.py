@@ -71,6 +71,21 @@ class PrefixHit:
 
 
 @dataclass(frozen=True, slots=True)
+class PrefixClaimed:
+    """A verified cached prefix now held for a request (0x0E: U = S - H_hit).
+
+    ``num_rows`` rows (whole blocks; 0: nothing claimed) count as committed;
+    ``num_reclaimed_blocks`` of their blocks were evictable (refcount 0) and
+    left the available pool for this claim; the rest were already held by
+    live requests and are shared.
+    """
+
+    request_key: RequestKey
+    num_rows: int
+    num_reclaimed_blocks: int
+
+
+@dataclass(frozen=True, slots=True)
 class AllocationGranted:
     """Blocks now back ``num_rows`` rows of the request (allocate or append).
 

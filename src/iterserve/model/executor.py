@@ -41,6 +41,7 @@ from iterserve.model.stopping import IncrementalDetokenizer, StopReason, token_s
 from iterserve.model.tokenizer import TextTokenizer
 from iterserve.records.frontier import emits
 from iterserve.records.plan import IterationPlan, WorkItem
+from iterserve.records.prefix_claims import PrefixClaims
 from iterserve.records.result import IterationResult
 from iterserve.records.sampling_params import SamplingParams
 from iterserve.records.state import CapacityFacts, SchedulerState
@@ -175,7 +176,7 @@ class TorchExecutor:
             tuple(prompt_token_ids), params, seed, detok, list(prompt_token_ids)
         )
 
-    def claim_prefix_hits(self, state: SchedulerState) -> dict[str, int]:
+    def claim_prefix_hits(self, state: SchedulerState) -> PrefixClaims:
         """Verified prefix hits of waiting requests, held for them (0x0E)."""
         return self.kv.claim_prefix_hits(state, self._prompt_of)
 

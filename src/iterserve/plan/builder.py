@@ -50,7 +50,7 @@ class PlanBuilder:
 
     __slots__ = ("_state", "_policy", "_key", "_work", "_intents", "tokens_left", "seqs_left",
                  "_facts", "num_blocks_free", "_max_num_batched_tokens", "_screen", "_preempt_kind",
-                 "_max_running", "_num_joined", "_aborted", "_blocks", "_masks")
+                 "_max_running", "_num_joined", "_aborted", "_blocks", "_masks", "_reclaimed")
 
     def __init__(self, policy: Policy, state: SchedulerState,
                  max_num_batched_tokens: int | None = None, *, max_num_seqs: int | None = None,
@@ -67,6 +67,9 @@ class PlanBuilder:
         self._blocks: dict[str, int] = {}  # id -> KV blocks its item charged, when any
         self._intents: list[QueueIntent] = []
         self._facts = state.capacity
+        # a claimed prefix hit's blocks taken from the evictable cache: the
+        # facts count them free, so the claimer's first interval pays them
+        self._reclaimed = state.reclaimed_prefix_blocks
         self._max_num_batched_tokens = _tightened(state.max_num_batched_tokens,
                                                   max_num_batched_tokens)
         self.tokens_left = self._max_num_batched_tokens
@@ -104,7 +107,10 @@ class PlanBuilder:
         return next_interval(view.num_prompt_tokens, view.num_emitted, view.num_computed, left)[0]
 
     def blocks_needed(self, view: RequestView, num_rows: int) -> int:
-        return blocks_opened(view.num_computed, num_rows, self._facts.block_size)
+        blocks = blocks_opened(view.num_computed, num_rows, self._facts.block_size)
+        if self._reclaimed:
+            blocks += self._reclaimed.get(view.request_id, 0)
+        return blocks
 
     def fits_memory(self, view: RequestView, num_rows: int) -> bool:
         free = self.num_blocks_free
@@ -115,8 +121,9 @@ class PlanBuilder:
         pass asks it of every running request); False, changing nothing,
         when ``num_rows`` more rows do not fit the KV ledger."""
         free = self.num_blocks_free
-        if free is not None and blocks_opened(view.num_computed, num_rows,
-                                              self._facts.block_size) > free:
+        if free is not None and (self.blocks_needed(view, num_rows) if self._reclaimed else
+                                 blocks_opened(view.num_computed, num_rows,
+                                               self._facts.block_size)) > free:
             return False
         self.add(view, num_rows)
         return True
@@ -203,6 +210,8 @@ class PlanBuilder:
         free = self.num_blocks_free
         if free is not None:
             blocks = blocks_opened(c, rows, self._facts.block_size)
+            if self._reclaimed:
+                blocks += self._reclaimed.get(rid, 0)
             if blocks > free:
                 return 0
             self.num_blocks_free = free - blocks

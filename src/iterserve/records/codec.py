@@ -70,6 +70,8 @@ def state_fields_to_json(state: SchedulerState, views: object,
         record["ledger"] = state.ledger.to_json()
     if state.prefix_hits:
         record["prefix_hits"] = dict(sorted(state.prefix_hits.items()))
+    if state.reclaimed_prefix_blocks:  # absent unless a claim reclaimed evictable blocks
+        record["reclaimed_prefix_blocks"] = dict(sorted(state.reclaimed_prefix_blocks.items()))
     return record
 
 

@@ -96,6 +96,9 @@ class SchedulerState:
     service: Mapping[str, int] = field(default_factory=dict)
     ledger: ClientLedger | None = None
     prefix_hits: Mapping[str, int] = field(default_factory=dict)
+    # blocks each claimed prefix hit took from the evictable cache
+    # (records/prefix_claims): the plan charges them to the claimer; one cut only
+    reclaimed_prefix_blocks: Mapping[str, int] = field(default_factory=dict)
     rules: RunRules = RunRules()
     # a derived bound on p + e over ``views`` the transitions carry forward
     # (records/rows_bound); never encoded, not part of the state's identity

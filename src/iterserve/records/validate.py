@@ -31,6 +31,7 @@ from iterserve.records.plan import (
     WorkItem,
     work_request_id,
 )
+from iterserve.records.prefix_claims import reclaimed_blocks_of
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
@@ -71,6 +72,7 @@ def validate_state(state: SchedulerState) -> None:
 _LIFECYCLE = operator.attrgetter("lifecycle")
 _COMMITTED = operator.attrgetter("num_committed")
 _COMPUTED = operator.attrgetter("num_computed")
+_ID = operator.attrgetter("request_id")
 
 
 def _queue_ok(views: Mapping[str, RequestView], queue: tuple[str, ...],
@@ -285,6 +287,7 @@ def _validate_kv(state: SchedulerState, plan: IterationPlan, columns: WorkColumn
             resumed += held  # swapped-in rows need device blocks again
     needed = resumed + blocks_opened_total(columns.starts, columns.ends, columns.widths,
                                            facts.block_size)
+    needed += reclaimed_blocks_of(state.reclaimed_prefix_blocks, map(_ID, columns.views))
     if needed > facts.num_blocks_free + freed:
         raise E.KvCapacityExceeded(
             f"plan needs {needed} new KV blocks, {facts.num_blocks_free} free + {freed} released"

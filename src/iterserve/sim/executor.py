@@ -20,6 +20,7 @@ from iterserve.engine.kv_residency import KvResidency
 from iterserve.engine.result_builder import ResultBuilder
 from iterserve.records.columns import field_columns
 from iterserve.records.plan import IterationPlan, WorkItem
+from iterserve.records.prefix_claims import NO_CLAIMS, PrefixClaims
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import HiddenTruth, OnlineWorkload
 from iterserve.records.state import CapacityFacts, SchedulerState
@@ -49,11 +50,11 @@ class SimulatedExecutor:
             self._prompts = {r.request_id: r.prompt_token_ids for r in workload.requests
                              if r.prompt_token_ids is not None}
 
-    def claim_prefix_hits(self, state: SchedulerState) -> dict[str, int]:
+    def claim_prefix_hits(self, state: SchedulerState) -> PrefixClaims:
         """Verified prefix hits of waiting requests, held for them (0x0E);
         only for a workload whose ``kv.plan_prefix_hits`` asks for them."""
         if self.kv is None or not self._plan_prefix_hits:
-            return {}
+            return NO_CLAIMS
         return self.kv.claim_prefix_hits(state, self._prompts.get)
 
     def capacity(self) -> CapacityFacts:
