@@ -100,7 +100,18 @@ class KvResidency:
     def facts(self) -> CapacityFacts:
         usage = self.manager.usage()
         free = usage.num_blocks_total - usage.num_blocks_used  # cached blocks are evictable
-        return CapacityFacts(self.block_size, usage.num_blocks_total, free)
+        return CapacityFacts(self.block_size, usage.num_blocks_total, free,
+                             self.manager.num_blocks_pending_release)
+
+    def shortfall_reason(self, request_id: str, end: int) -> str:
+        """Why backing ``request_id``'s rows up to ``end`` failed: for a
+        request holding blocks, the allocator's extension answer (0x06:
+        ``extension_temporarily_unavailable`` or ``extension_failed``),
+        else a fresh allocation's failure (``kv_allocation``)."""
+        key = self._keys.get(request_id)
+        if key is None or not self.manager.is_resident(key):
+            return "kv_allocation"
+        return self.manager.extension_status(key, end).failure_reason
 
     def key(self, request_id: str) -> RequestKey | None:
         return self._keys.get(request_id)

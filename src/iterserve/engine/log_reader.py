@@ -223,10 +223,13 @@ def _check_policy(obj: Mapping[str, Any], where: str) -> None:
 
 
 def _check_capacity(obj: Mapping[str, Any], where: str) -> None:
-    _exact_keys(obj, {"block_size", "num_blocks_total", "num_blocks_free"}, set(), where)
+    _exact_keys(obj, {"block_size", "num_blocks_total", "num_blocks_free"},
+                {"num_blocks_pending_release"}, where)
     _require(obj, "block_size", "int", where)
     _require(obj, "num_blocks_total", "int?", where)
     _require(obj, "num_blocks_free", "int?", where)
+    if "num_blocks_pending_release" in obj:
+        _require(obj, "num_blocks_pending_release", "int>=0", where)
 
 
 # --- body lines ---------------------------------------------------------------------------

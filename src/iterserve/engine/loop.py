@@ -280,7 +280,10 @@ class Engine:
             self._state_check.check(state)  # validate_state, unchanged views not re-read
         if self.validate:
             validate_plan(self.bound_workload, state, plan)
-        if plan.is_empty and not _has_pending_preservation(state):
+        # a request waiting on a release in flight (0x06) or a preservation
+        # (0x0C) waits on the memory owner: the empty plan runs, nothing stalls
+        if (plan.is_empty and not _has_pending_preservation(state)
+                and not state.capacity.num_blocks_pending_release):
             if self._jump_to_next_arrival():
                 return True
             raise EngineStalled(

@@ -18,6 +18,8 @@ from iterserve.kv.results import (
     AllocationGranted,
     AllocationResult,
     CommitResult,
+    ExtensionResult,
+    ExtensionStatus,
     FailureReason,
     PoolUsage,
     PrefixClaimed,
@@ -32,7 +34,8 @@ from iterserve.kv.results import (
 
 __all__ = [
     "AllocationFailed", "AllocationGranted", "AllocationResult", "BlockHasher", "BlockManager",
-    "BlockManagerConfig", "CommitResult", "DuplicateRequestError", "FailureReason", "ReleasedBlocks",
+    "BlockManagerConfig", "CommitResult", "DuplicateRequestError", "ExtensionResult",
+    "ExtensionStatus", "FailureReason", "ReleasedBlocks",
     "KvError", "KvInvariantError", "PoolUsage", "PrefixClaimed", "PrefixHit", "RequestKey",
     "RequestStateError", "SwapDirection", "SwapFailed", "SwapGranted", "SwapResult",
     "UnknownRequestError", "blake2b_block_hash",

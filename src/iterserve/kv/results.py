@@ -113,6 +113,35 @@ class AllocationFailed:
 AllocationResult = AllocationGranted | AllocationFailed
 
 
+class ExtensionStatus(enum.Enum):
+    """The allocator's answer to growing a running request's blocks (0x06:
+    OPEN_UNDER_RESERVATION -> extension request -> one of three facts)."""
+
+    GRANTED = "granted"  # the blocks are the request's now
+    # short now, but blocks whose release is in flight cover the need: wait
+    TEMPORARILY_UNAVAILABLE = "temporarily_unavailable"
+    FAILED = "failed"  # short even after every pending release: preempt, reject or abort
+
+
+@dataclass(frozen=True, slots=True)
+class ExtensionResult:
+    """One extension answer. ``num_blocks_needed`` new blocks were asked
+    for, ``num_blocks_available`` could be taken at once and
+    ``num_blocks_pending_release`` return when in-flight releases complete.
+    Only GRANTED changes the pools."""
+
+    request_key: RequestKey
+    status: ExtensionStatus
+    num_blocks_needed: int
+    num_blocks_available: int
+    num_blocks_pending_release: int
+
+    @property
+    def failure_reason(self) -> str:
+        """The work failure an executor publishes for an extension not granted."""
+        return f"extension_{self.status.value}"
+
+
 @dataclass(frozen=True, slots=True)
 class CommitResult:
     """Rows whose K/V the executor has written; full blocks below become cacheable."""

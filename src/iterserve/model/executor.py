@@ -210,8 +210,8 @@ class TorchExecutor:
                 self._failures[work.request_id] = exc
                 builder.fail(work, EXECUTOR_ERROR)
                 continue
-            if segment is None:
-                builder.fail(work)
+            if segment is None:  # the allocator's answer names the branch (0x06)
+                builder.fail(work, self.kv.shortfall_reason(work.request_id, work.end))
                 continue
             if segment.token_ids:  # an interval wholly inside a prefix hit computes nothing
                 segments.append((segment, work))

@@ -116,6 +116,15 @@ class PlanBuilder:
         free = self.num_blocks_free
         return free is None or self.blocks_needed(view, num_rows) <= free
 
+    def waits_for_release(self, view: RequestView, num_rows: int) -> bool:
+        """``num_rows`` more rows of ``view`` do not fit now but fit once the
+        releases in flight complete (0x06: TEMPORARILY_UNAVAILABLE): the
+        request waits, holding its blocks, and no victim is chosen for it."""
+        pending = self._facts.num_blocks_pending_release
+        free = self.num_blocks_free
+        return bool(pending) and free is not None and (
+            free < self.blocks_needed(view, num_rows) <= free + pending)
+
     def add_if_fits(self, view: RequestView, num_rows: int) -> bool:
         """:meth:`fits_memory` then :meth:`add` in one call (the running
         pass asks it of every running request); False, changing nothing,

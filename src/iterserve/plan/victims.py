@@ -51,6 +51,8 @@ def add_or_preempt(builder: PlanBuilder, view: RequestView, num_rows: int,
     """
     if builder.add_if_fits(view, num_rows):  # the common case: no victim needed
         return True
+    if builder.waits_for_release(view, num_rows):  # blocks in flight cover it: wait
+        return True
     while not builder.fits_memory(view, num_rows):
         victim = choose_victim(queue)
         reason = (  # the score inputs, so the log shows why this victim (0x0C)

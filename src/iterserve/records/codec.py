@@ -76,12 +76,16 @@ def state_fields_to_json(state: SchedulerState, views: object,
 
 
 def capacity_to_json(facts: CapacityFacts) -> dict[str, Any]:
-    return {"block_size": facts.block_size, "num_blocks_total": facts.num_blocks_total,
-            "num_blocks_free": facts.num_blocks_free}
+    record = {"block_size": facts.block_size, "num_blocks_total": facts.num_blocks_total,
+              "num_blocks_free": facts.num_blocks_free}
+    if facts.num_blocks_pending_release:  # absent when none: older logs keep their bytes
+        record["num_blocks_pending_release"] = facts.num_blocks_pending_release
+    return record
 
 
 def capacity_from_json(obj: Mapping[str, Any]) -> CapacityFacts:
-    return CapacityFacts(int(obj["block_size"]), obj["num_blocks_total"], obj["num_blocks_free"])
+    return CapacityFacts(int(obj["block_size"]), obj["num_blocks_total"], obj["num_blocks_free"],
+                         int(obj.get("num_blocks_pending_release", 0)))
 
 
 # Enum ``.value`` is a Python-level descriptor; these run once per view or

@@ -30,11 +30,15 @@ class CapacityFacts:
     holding ``c`` computed rows is accounted as ceil(c / block_size) blocks;
     ``num_blocks_free is None`` means memory is unbounded in this run. With
     ``block_size == 1`` the blocks are logical rows (the ``kv_rows`` knob).
+    ``num_blocks_pending_release`` blocks are held by releases in flight:
+    not free, but they will be without a victim, so a request short of them
+    waits (0x06: TEMPORARILY_UNAVAILABLE) rather than preempting.
     """
 
     block_size: int = 1
     num_blocks_total: int | None = None
     num_blocks_free: int | None = None
+    num_blocks_pending_release: int = 0
 
     @property
     def is_bounded(self) -> bool:

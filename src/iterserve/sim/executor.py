@@ -98,7 +98,7 @@ class SimulatedExecutor:
             ran = tuple(compress(work, backed))
             for item, ok in zip(work, backed, strict=True):
                 if not ok:
-                    builder.fail(item)
+                    builder.fail(item, kv.shortfall_reason(item.request_id, item.end))
         rids = field_columns(ran)[0] if ran else ()
         views = list(map(state.views.__getitem__, rids))
         # output k has the synthetic id k; STOP once the hidden realized length is reached
@@ -120,10 +120,13 @@ class SimulatedExecutor:
             if faults and (rid, plan.decision_id) in faults:
                 builder.fail(work, "injected_fault")
                 continue
-            if (intent_failed is not None and intent_failed(rid)) or not (
-                    self._back(work, view) if back is None
-                    else back(rid, work.generation, work.start, work.end, None)):
+            if intent_failed is not None and intent_failed(rid):
                 builder.fail(work)
+                continue
+            if not (self._back(work, view) if back is None
+                    else back(rid, work.generation, work.start, work.end, None)):
+                builder.fail(work, "kv_allocation" if self.kv is None
+                             else self.kv.shortfall_reason(rid, work.end))
                 continue
             num_emitted = view.num_emitted + 1  # output k has the synthetic id k
             # STOP once the hidden realized output length is reached
