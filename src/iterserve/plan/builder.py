@@ -28,6 +28,7 @@ from iterserve.records.plan import (
     work_tie_break,
 )
 from iterserve.records.preemption import PreemptionCause
+from iterserve.records.reservation import ReservationDecision
 from iterserve.records.rows_bound import bound_of
 from iterserve.records.state import RunRules, SchedulerState
 from iterserve.records.view import Lifecycle, RequestView
@@ -50,7 +51,8 @@ class PlanBuilder:
 
     __slots__ = ("_state", "_policy", "_key", "_work", "_intents", "tokens_left", "seqs_left",
                  "_facts", "num_blocks_free", "_max_num_batched_tokens", "_screen", "_preempt_kind",
-                 "_max_running", "_num_joined", "_aborted", "_blocks", "_masks", "_reclaimed")
+                 "_max_running", "_num_joined", "_aborted", "_blocks", "_masks", "_reclaimed",
+                 "_reservations")
 
     def __init__(self, policy: Policy, state: SchedulerState,
                  max_num_batched_tokens: int | None = None, *, max_num_seqs: int | None = None,
@@ -66,6 +68,7 @@ class PlanBuilder:
         self._work: dict[str, WorkItem] = {}  # id -> its item, in the order chosen
         self._blocks: dict[str, int] = {}  # id -> KV blocks its item charged, when any
         self._intents: list[QueueIntent] = []
+        self._reservations: list[ReservationDecision] = []  # the policy's n_rsrv intents
         self._facts = state.capacity
         # a claimed prefix hit's blocks taken from the evictable cache: the
         # facts count them free, so the claimer's first interval pays them
@@ -242,6 +245,11 @@ class PlanBuilder:
         if self.num_blocks_free is not None:
             self.num_blocks_free += blocks
 
+    def reserve(self, decision: ReservationDecision) -> None:
+        """Publish a reservation intent with the plan (ORCA's n_rsrv, 0x03):
+        a logical counter of the policy's, never an allocation."""
+        self._reservations.append(decision)
+
     def intend(self, kind: IntentKind, view: RequestView, reason: str = "") -> None:
         self._intents.append(QueueIntent(kind, view.request_id, view.generation, reason))
 
@@ -374,6 +382,7 @@ class PlanBuilder:
             sequences_used=len(work),
             tie_break_key=self._policy.tie_break_key,
             intents=tuple(self._intents),
+            reservations=tuple(self._reservations),
         )
 
 

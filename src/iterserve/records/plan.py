@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 from iterserve.records.columns import FieldColumns, field_columns
 from iterserve.records.preemption import PreemptionMode
+from iterserve.records.reservation import ReservationDecision
 from iterserve.records.view import WorkKind
 
 
@@ -134,6 +135,10 @@ class IterationPlan:
     ``tokens_used``/``sequences_used`` are the plan's own budget ledger; the
     validator checks them against the work (ledger drift is an error).
     ``tie_break_key`` names the ordering fields the items' keys hold.
+    ``reservations``: the policy's reservation intents (ORCA's n_rsrv,
+    0x03), one per initiation it selects, in selection order; checked
+    against the state by validation, and not written to the decision log
+    (replay derives them again with the plan).
     """
 
     decision_id: int
@@ -145,6 +150,7 @@ class IterationPlan:
     sequences_used: int
     tie_break_key: tuple[str, ...] = ()
     intents: tuple[QueueIntent, ...] = ()
+    reservations: tuple[ReservationDecision, ...] = ()
 
     @property
     def is_empty(self) -> bool:

@@ -32,6 +32,7 @@ from iterserve.records.plan import (
     work_request_id,
 )
 from iterserve.records.prefix_claims import reclaimed_blocks_of
+from iterserve.records.reservation import check_reservations
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
@@ -153,6 +154,12 @@ def check_plan(workload: OnlineWorkload, state: SchedulerState, plan: IterationP
     _validate_ledger(state, plan, sum(columns.widths))
     _validate_kv(state, plan, columns)
     _validate_tie_break(state, plan, columns)
+    if plan.reservations:  # ORCA's n_rsrv intents (0x03)
+        check_reservations(state.views, state.running, _admissions(plan), plan.reservations)
+
+
+def _admissions(plan: IterationPlan) -> list[tuple[str, int]]:
+    return [(i.request_id, i.generation) for i in plan.intents if i.kind is IntentKind.ADMIT]
 
 
 def _validate_intents(state: SchedulerState, plan: IterationPlan) -> tuple[set[str], set[str]]:
