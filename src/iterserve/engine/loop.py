@@ -275,7 +275,7 @@ class Engine:
         if self._prefix_hits is not None:
             self.state = with_prefix_hits(self.state, self._prefix_hits(self.state))
         state = self.state
-        plan = self.policy.choose(state)
+        plan = self.readiness.bind_dependencies(self.policy.choose(state), state)
         if self._state_check is not None:
             self._state_check.check(state)  # validate_state, unchanged views not re-read
         if self.validate:

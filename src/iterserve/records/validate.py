@@ -18,6 +18,7 @@ from itertools import islice, repeat
 from typing import NoReturn
 
 from iterserve.records import errors as E
+from iterserve.records.dependencies import check_dependencies
 from iterserve.records.frontier import (
     check_interval,
     check_output_clock,
@@ -156,6 +157,9 @@ def check_plan(workload: OnlineWorkload, state: SchedulerState, plan: IterationP
     _validate_tie_break(state, plan, columns)
     if plan.reservations:  # ORCA's n_rsrv intents (0x03)
         check_reservations(state.views, state.running, _admissions(plan), plan.reservations)
+    if plan.dependencies:  # the readiness facts selected rows bind (0x01A)
+        check_dependencies(state.views, {item.request_id for item in plan.work},
+                           plan.dependencies)
 
 
 def _admissions(plan: IterationPlan) -> list[tuple[str, int]]:
