@@ -26,7 +26,7 @@ import pytest
 
 from iterserve.engine.loop import Engine
 from iterserve.engine.trace import RunTrace
-from iterserve.kv import BlockManager, BlockManagerConfig, PrefixClaimed, RequestKey
+from iterserve.kv import BlockManager, BlockManagerConfig, RequestKey
 from iterserve.policies.registry import make_policy
 from iterserve.records import Capacity, RequestSpec
 from iterserve.records.errors import KvCapacityExceeded
@@ -160,7 +160,7 @@ def test_claim_prefix_reclaims_evictable_blocks_and_shares_held_ones() -> None:
     before = manager.usage()
     assert (before.num_blocks_used, before.num_blocks_cached) == (2, 1)
     claimed = manager.claim_prefix(b, tokens + [7])
-    assert claimed == PrefixClaimed(b, 8, 1)  # 2 blocks held, 1 of them reclaimed
+    assert claimed.num_rows == 8 and claimed.num_reclaimed_blocks == 1  # 1 of 2 reclaimed
     after = manager.usage()
     assert (after.num_blocks_used, after.num_blocks_cached) == (3, 0)
     assert after.num_blocks_available == before.num_blocks_available - 1
@@ -192,3 +192,29 @@ def test_the_reclaimed_blocks_are_logged_and_replayed(tmp_path, capsys) -> None:
     capsys.readouterr()
     assert main(["replay", str(edited)]) == 2
     assert "differs" in capsys.readouterr().err
+
+
+def test_a_second_claim_of_the_same_evictable_prefix_is_charged_too() -> None:
+    """W1 and W2 (both SHARED + their own 8 rows) wait after r0 left its 8
+    SHARED blocks evictable. W1 claims first and reclaims them; W2 shares
+    them. W2 has the higher priority and its 8 uncached rows take the whole
+    token budget (8), so only W2 runs: W1's claim ends before execution and
+    W2 is left holding the 8 blocks, so it is charged them too: the
+    reclaimed map is {W1: 8, W2: 8}, not {W1: 8}."""
+    requests = (
+        RequestSpec("r0", 0.0, 36, 1, prompt_token_ids=SHARED + (0, 0, 0, 0)),
+        RequestSpec("W1", 9.0, 40, 1, priority=1, prompt_token_ids=SHARED + (1,) * 8),
+        RequestSpec("W2", 9.0, 40, 1, priority=0, prompt_token_ids=SHARED + (2,) * 8),
+    )
+    kv = KvSpec(num_kv_blocks=16, block_size=4, bytes_per_row=8, plan_prefix_hits=True)
+    online = OnlineWorkload("shared-claims", "iteration", Capacity(8, 8), requests, kv=kv)
+    manifest = WorkloadManifest(online, HiddenTruth({"r0": 1, "W1": 1, "W2": 1}))
+    executor = make_simulated_executor(manifest)
+    decisions = _Decisions()
+    engine = Engine(online, make_policy("vllm-priority"), executor, [decisions])
+    engine.run(max_iterations=100)
+    assert engine.is_done
+    state, plan = next((s, p) for s, p in decisions.steps if "W2" in _work(p))
+    assert _work(plan) == {"W2": (32, 40)}  # U = 40 - 32 = 8 rows: the whole budget
+    assert state.reclaimed_prefix_blocks == {"W1": 8, "W2": 8}
+    assert executor.kv.stats().num_failed_allocations == 0

@@ -278,21 +278,29 @@ class KvResidency:
         return result.num_cached_rows
 
     def claim_prefix(self, request_id: str, generation: int,
-                     prompt_token_ids: Sequence[int]) -> tuple[int, int]:
+                     prompt_token_ids: Sequence[int],
+                     reclaimed: set[int] | None = None) -> tuple[int, int]:
         """Publish a waiting request's verified prefix hit as a fact the plan
         can count on (0x0E): the cached rows are held for it now, so its
         computed frontier may start past them. Returns (rows held, blocks
-        reclaimed from the evictable cache); (0, 0): no hit, or the request
-        already holds blocks."""
+        of the hit that were evictable); (0, 0): no hit, or the request
+        already holds blocks. ``reclaimed``: block ids earlier claims of the
+        same decision reclaimed (updated): a hit sharing them counts them
+        too, since the claim that reclaimed them may not be scheduled."""
         if request_id in self._keys:
             return 0, 0
         key = RequestKey(request_id, generation)
         claimed = self.manager.claim_prefix(key, prompt_token_ids)
-        if claimed.num_rows:
-            self._keys[request_id] = key
-            self._prefix_hit_tokens += claimed.num_rows
-            self._planned_hit_rows += claimed.num_rows
-        return claimed.num_rows, claimed.num_reclaimed_blocks
+        if not claimed.num_rows:
+            return 0, 0
+        self._keys[request_id] = key
+        self._prefix_hit_tokens += claimed.num_rows
+        self._planned_hit_rows += claimed.num_rows
+        if reclaimed is None:
+            return claimed.num_rows, claimed.num_reclaimed_blocks
+        reclaimed.update(claimed.reclaimed_block_ids)
+        held = self.manager.block_table(key)
+        return claimed.num_rows, sum(block_id in reclaimed for block_id in held)
 
     def claim_prefix_hits(self, state: SchedulerState,
                           prompt_of: Callable[[str], Sequence[int] | None]) -> PrefixClaims:
@@ -301,6 +309,7 @@ class KvResidency:
         first ``max_num_seqs`` waiting requests are looked up: no plan
         admits more, and a long queue would otherwise be hashed every step."""
         hits, reclaimed = {}, {}
+        reclaimed_ids: set[int] = set()
         views = state.views
         for rid in state.waiting[:state.max_num_seqs]:
             view = views[rid]
@@ -309,7 +318,7 @@ class KvResidency:
             prompt = prompt_of(rid)
             if prompt is None:
                 continue
-            rows, blocks = self.claim_prefix(rid, view.generation, prompt)
+            rows, blocks = self.claim_prefix(rid, view.generation, prompt, reclaimed_ids)
             if rows:
                 hits[rid] = rows
                 if blocks:

@@ -190,13 +190,14 @@ class BlockManager:
             raise DuplicateRequestError(f"{key} already holds blocks")
         match = self._match(token_ids, len(token_ids) - 1)
         if not match.block_ids:
-            return PrefixClaimed(key, 0, 0)
+            return PrefixClaimed(key, 0)
+        reclaimed = tuple(b for b in match.block_ids if self._device.ref_count(b) == 0)
         for block_id in match.block_ids:
             self._device.acquire(block_id)
         num_rows = len(match.block_ids) * self._block_size
         self._resident[key] = _Resident(list(match.block_ids), num_rows, num_rows,
                                         list(token_ids[:num_rows]), match.new_chain())
-        return PrefixClaimed(key, num_rows, match.num_reclaimable_hits)
+        return PrefixClaimed(key, num_rows, reclaimed)
 
     # -------------------------------------------------------------- extension
 

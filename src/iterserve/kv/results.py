@@ -75,14 +75,18 @@ class PrefixClaimed:
     """A verified cached prefix now held for a request (0x0E: U = S - H_hit).
 
     ``num_rows`` rows (whole blocks; 0: nothing claimed) count as committed;
-    ``num_reclaimed_blocks`` of their blocks were evictable (refcount 0) and
-    left the available pool for this claim; the rest were already held by
-    live requests and are shared.
+    ``reclaimed_block_ids`` of their blocks were evictable (refcount 0) and
+    left the available pool for this claim (for the executor side only: ids
+    never reach the scheduler); the rest were already held and are shared.
     """
 
     request_key: RequestKey
     num_rows: int
-    num_reclaimed_blocks: int
+    reclaimed_block_ids: tuple[int, ...] = ()
+
+    @property
+    def num_reclaimed_blocks(self) -> int:
+        return len(self.reclaimed_block_ids)
 
 
 @dataclass(frozen=True, slots=True)
