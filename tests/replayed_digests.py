@@ -26,10 +26,10 @@ class _TextDigests(EngineObserver):
 
 
 def replayed_text_digests(path: Path) -> list[str]:
-    """Replay the format-4 or format-5 log at ``path`` and list each replayed
+    """Replay the format-4, -5 or -6 log at ``path`` and list each replayed
     state's format-3 digest, in decision order."""
     log = read_log(path)
-    assert log.format in (4, 5)
+    assert log.format in (4, 5, 6)
     run = _Replay(log, None)
     observer = _TextDigests()
     run.engine.observers.append(observer)

@@ -43,13 +43,22 @@ def workload_document(regime: Regime, trace: list[TraceRequest]) -> dict[str, An
     }
 
 
-def run_iterserve(regime: Regime, trace: list[TraceRequest], *, reserve_full_isl: bool,
-                  max_steps: int = 5000) -> list[dict[str, Any]]:
+def policy_settings(regime: Regime, overrides: dict[str, int] | None = None) -> dict[str, int]:
+    """The policy's settings for ``regime``: vLLM's for the same scheduler
+    config, everything else at the policy's defaults (vLLM 0.32's), then
+    ``overrides`` (e.g. reserve_full_isl=0 to see its effect)."""
     settings: dict[str, int] = {"max_num_seqs": regime.max_num_seqs}
     if regime.long_prefill_token_threshold:
         settings["long_prefill_token_threshold"] = regime.long_prefill_token_threshold
-    if reserve_full_isl:
-        settings["reserve_full_isl"] = 1
+    if regime.adaptive:
+        settings["long_prefill_token_threshold_adaptive"] = 1
+    return {**settings, **(overrides or {})}
+
+
+def run_iterserve(regime: Regime, trace: list[TraceRequest],
+                  overrides: dict[str, int] | None = None,
+                  max_steps: int = 5000) -> list[dict[str, Any]]:
+    settings = policy_settings(regime, overrides)
     policy = make_policy("vllm-priority" if regime.priority else "vllm", **settings)
     plans = _Plans()
     manifest = parse_workload(workload_document(regime, trace))

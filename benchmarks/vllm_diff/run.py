@@ -7,7 +7,12 @@ counts every missing step as different).
 Run from a scratch environment that can import both vllm and iterserve
 (see README.md); never a dependency of iterserve:
 
-    python benchmarks/vllm_diff/run.py --seeds 24 [--reserve-full-isl] [--json OUT]
+    python benchmarks/vllm_diff/run.py --seeds 24 [--policy-setting NAME=N ...] [--json OUT]
+
+With no --policy-setting, iterserve's policy runs at its defaults (vLLM 0.32's);
+``--policy-setting reserve_full_isl=0`` or
+``--policy-setting long_prefill_token_threshold_caps_lone_request=1`` shows what
+each of those defaults is worth.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ def first_divergence(a: list[dict], b: list[dict]) -> dict | None:
     return None
 
 
-def run_regime(regime: Regime, seeds: int, reserve_full_isl: bool) -> dict:
+def run_regime(regime: Regime, seeds: int, overrides: dict[str, int]) -> dict:
     from vllm_driver import make_config, run_vllm
 
     config = make_config(regime)
@@ -50,7 +55,7 @@ def run_regime(regime: Regime, seeds: int, reserve_full_isl: bool) -> dict:
     examples = []
     for seed in range(seeds):
         trace = make_trace(regime, seed)
-        ours = busy(run_iterserve(regime, trace, reserve_full_isl=reserve_full_isl))
+        ours = busy(run_iterserve(regime, trace, overrides))
         theirs = busy(run_vllm(regime, trace, config))
         s, t = compare(theirs, ours)
         same, total = same + s, total + t
@@ -63,14 +68,29 @@ def run_regime(regime: Regime, seeds: int, reserve_full_isl: bool) -> dict:
             "preemptions_vllm": pre_v, "preemptions_iterserve": pre_i, "examples": examples}
 
 
+def parse_override(text: str) -> tuple[str, int]:
+    name, _, value = text.partition("=")
+    if not name or not value.isdigit():
+        raise SystemExit(f"error: --policy-setting {text!r}: expected NAME=N")
+    return name, int(value)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=24)
-    parser.add_argument("--reserve-full-isl", action="store_true",
-                        help="make iterserve's policy with reserve_full_isl=1 (R1)")
+    parser.add_argument("--policy-setting", action="append", default=[], metavar="NAME=N",
+                        help="override one of iterserve's policy settings (repeatable)")
+    parser.add_argument("--regime", action="append", default=[],
+                        help="run only this regime (repeatable; default: all)")
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args()
-    rows = [run_regime(regime, args.seeds, args.reserve_full_isl) for regime in REGIMES]
+    overrides = dict(parse_override(text) for text in args.policy_setting)
+    names = {regime.name for regime in REGIMES}
+    unknown = sorted(set(args.regime) - names)
+    if unknown:
+        parser.error(f"unknown regime {unknown[0]!r} (regimes: {', '.join(sorted(names))})")
+    chosen = [r for r in REGIMES if not args.regime or r.name in args.regime]
+    rows = [run_regime(regime, args.seeds, overrides) for regime in chosen]
     print("| regime | traces | steps | identical | share | preemptions vLLM / iterserve |")
     print("|---|---|---|---|---|---|")
     for row in rows:

@@ -42,6 +42,7 @@ def make_config(regime: Regime) -> VllmConfig:
         max_num_seqs=regime.max_num_seqs, max_num_batched_tokens=regime.max_num_batched_tokens,
         max_model_len=MAX_MODEL_LEN, enable_chunked_prefill=True, is_encoder_decoder=False,
         long_prefill_token_threshold=regime.long_prefill_token_threshold,
+        long_prefill_token_threshold_adaptive=regime.adaptive,
         policy="priority" if regime.priority else "fcfs", async_scheduling=False)
     cache = CacheConfig(block_size=regime.block_size, enable_prefix_caching=False)
     config = VllmConfig(model_config=model, scheduler_config=sched, cache_config=cache)

@@ -14,6 +14,7 @@ from iterserve.admission.overload import OverloadGate, make_gate
 from iterserve.config import EngineConfig
 from iterserve.engine.observer import EngineObserver
 from iterserve.engine.online import OnlineEngine
+from iterserve.engine.online_log import OnlineLogs
 from iterserve.kv.pool_size import KvPoolRequest, num_pool_blocks
 from iterserve.model.executor import TorchExecutor
 from iterserve.model.hub import resolve_model
@@ -101,10 +102,11 @@ def _load_executor(model_dir: str | Path, config: EngineConfig,
 def load_runtime(model_dir: str | Path, config: EngineConfig, *,
                  served_model_name: str | None = None,
                  observers: Sequence[EngineObserver] = (),
-                 chat_template: str | None = None) -> Runtime:
+                 chat_template: str | None = None, logs: OnlineLogs | None = None) -> Runtime:
     """Load the checkpoint (a directory, or a hub id in the local Hugging Face
     cache: model/hub.py) and start its online engine thread; ``chat_template``
-    (a Jinja template's text) replaces the checkpoint's."""
+    (a Jinja template's text) replaces the checkpoint's; ``logs``: where the
+    engine's logs go (default: kept in memory)."""
     policy = make_engine_policy(config)  # a bad name or setting fails before any model work
     gate = make_overload_gate(config)
     if config.device.startswith("cuda") and not cuda_available():
@@ -122,7 +124,7 @@ def load_runtime(model_dir: str | Path, config: EngineConfig, *,
     kv = None if config.admission == "none" else KvSpec(
         num_blocks, config.block_size, config.num_host_blocks, admission=config.admission)
     engine = OnlineEngine(executor, policy, config.capacity(), max_model_len=max_model_len,
-                          kv=kv, gate=gate, observers=observers)
+                          kv=kv, gate=gate, observers=observers, logs=logs)
     _freeze_startup_objects()
     name = served_model_name or source.name
     return Runtime(engine.start(), tokenizer, name, max_model_len)

@@ -1,10 +1,11 @@
-"""Decision-log formats 4 and 5 (issue 15): their state digest is a function
+"""Decision-log formats 4 to 6 (issue 15): their state digest is a function
 of the state alone (not of the views mapping's order, nor of which view
 objects carry the values) that tells states apart, and replay checks every
 log with its own format's digest: a format-3 log (the whole-text digest)
 still replays, and a digest of the other format is a divergence. Format 5
-writes an iteration's work and completions as columns; the same log with
-one object per item (format 4) replays too."""
+writes an iteration's work and completions as columns, format 6 as tables;
+the same log with one object per item (format 4) or one array per field
+(format 5) replays too."""
 
 from __future__ import annotations
 
@@ -21,13 +22,13 @@ from iterserve.records.codec import (
     COMPLETED_COLUMNS,
     WORK_COLUMNS,
     dumps,
-    rows_of_columns,
     state_text_digest,
 )
 from iterserve.records.state import SchedulerState
 from iterserve.records.state_digest import state_digest
 from iterserve.records.view import Lifecycle
 from iterserve.sim.replay import _Replay
+from log_rows import as_columns, as_rows
 
 from .helpers import Recorder, random_workload_json, write_json
 
@@ -57,17 +58,18 @@ def _replayed_states(log: Path) -> list[SchedulerState]:
 
 def _rewritten(log: Path, out: Path, log_format: int, digests: list[str]) -> Path:
     """``log`` with header ``format`` and these iteration digests, chained
-    again; below format 5 the work and the completions as row objects."""
+    again; below format 5 the work and the completions as row objects, in
+    format 5 as arrays (format 6: tables)."""
     lines = [json.loads(text) for text in log.read_text().splitlines()]
     lines[0]["format"] = log_format
     iterations = [line for line in lines if line["type"] == "iteration"]
     assert len(iterations) == len(digests)
     for line, digest in zip(iterations, digests, strict=True):
         line["state_digest"] = digest
-        if log_format < 5:
-            line["plan"]["work"] = rows_of_columns(line["plan"]["work"], WORK_COLUMNS)
-            line["result"]["completed"] = rows_of_columns(line["result"]["completed"],
-                                                          COMPLETED_COLUMNS)
+        if log_format < 6:
+            as_rows(line)
+        if log_format == 5:
+            as_columns(line, tables=False)
     chain, texts = "", []
     for line in lines:
         line.pop(CHAIN_KEY)
@@ -78,10 +80,10 @@ def _rewritten(log: Path, out: Path, log_format: int, digests: list[str]) -> Pat
     return out
 
 
-def test_the_log_is_format_5_and_each_format_has_its_digest(run) -> None:
+def test_the_log_is_format_6_and_each_format_has_its_digest(run) -> None:
     _, log = run
-    assert json.loads(log.read_text().splitlines()[0])["format"] == 5
-    assert STATE_DIGESTS[5] is STATE_DIGESTS[4] is state_digest
+    assert json.loads(log.read_text().splitlines()[0])["format"] == 6
+    assert STATE_DIGESTS[6] is STATE_DIGESTS[5] is STATE_DIGESTS[4] is state_digest
     assert all(STATE_DIGESTS[f] is state_text_digest for f in (1, 2, 3))
 
 
@@ -90,6 +92,19 @@ def test_a_format_4_log_replays_with_one_object_per_item(run, tmp_path, capsys) 
     states = _replayed_states(log)
     old = _rewritten(log, tmp_path / "format4.jsonl", 4, [state_digest(s) for s in states])
     assert '"work":[{' in old.read_text()
+    capsys.readouterr()
+    assert main(["replay", str(old)]) == 0, capsys.readouterr().err
+    assert main(["replay", str(old), "--workload", str(workload)]) == 0, capsys.readouterr().err
+
+
+def test_a_format_5_log_replays_with_one_array_per_field(run, tmp_path, capsys) -> None:
+    workload, log = run
+    states = _replayed_states(log)
+    old = _rewritten(log, tmp_path / "format5.jsonl", 5, [state_digest(s) for s in states])
+    first = next(json.loads(text) for text in old.read_text().splitlines()
+                 if '"type":"iteration"' in text)
+    assert set(first["plan"]["work"]) == set(WORK_COLUMNS)  # arrays, no table
+    assert set(first["result"]["completed"]) == set(COMPLETED_COLUMNS)
     capsys.readouterr()
     assert main(["replay", str(old)]) == 0, capsys.readouterr().err
     assert main(["replay", str(old), "--workload", str(workload)]) == 0, capsys.readouterr().err
@@ -107,7 +122,8 @@ def test_a_format_3_log_replays_with_the_whole_text_digest(run, tmp_path, capsys
 
 
 @pytest.mark.parametrize(("log_format", "digest"), [(3, state_digest), (4, state_text_digest),
-                                                    (5, state_text_digest)])
+                                                    (5, state_text_digest),
+                                                    (6, state_text_digest)])
 def test_a_digest_of_the_other_format_diverges(run, tmp_path, capsys, log_format,
                                                digest) -> None:
     _, log = run

@@ -64,7 +64,7 @@ def _replay(path: Path, workload: Path | None, capsys) -> tuple[int, str]:
 
 def test_the_untouched_log_replays_in_both_modes(log_path, workload_path, capsys):
     lines = _lines(log_path)
-    assert lines[0]["format"] == 5 and lines[0]["executor"] == "simulated"
+    assert lines[0]["format"] == 6 and lines[0]["executor"] == "simulated"
     assert any(line["result"]["capacity"]["num_blocks_free"] < 12 for line in lines[1:])
     assert len({line["result"]["duration"] for line in lines[1:]}) > 1
     assert "realized_output_tokens" not in log_path.read_text()

@@ -73,7 +73,7 @@ def decisions() -> tuple[tuple[Any, Any, Any, Any], ...]:
         engine = Engine(manifest.online_projection(), policy_for(policy_name, manifest.online),
                         make_simulated_executor(manifest), [recorder])
         engine.run()
-        found += [(engine.workload, state, plan, result)
+        found += [(engine.bound_workload, state, plan, result)
                   for state, plan, result, _ in recorder.steps if not plan.is_empty]
     return tuple(found)
 

@@ -37,7 +37,9 @@ def unchunked(tiny_dir, prompt):
 @pytest.mark.parametrize("threshold", [1, 2, 3, 5])
 def test_threshold_chunks_give_the_unchunked_greedy_output(tiny_dir, prompt, unchunked,
                                                            threshold) -> None:
-    llm = LLM(tiny_dir, policy="vllm", block_size=4, long_prefill_token_threshold=threshold)
+    # one request: vLLM would not cut it (nobody to starve); this test is about chunks
+    llm = LLM(tiny_dir, policy="vllm", block_size=4, long_prefill_token_threshold=threshold,
+              extra_policy_settings=(("long_prefill_token_threshold_caps_lone_request", 1),))
     steps = _CountSteps()
     out = llm.generate([prompt], GREEDY, on_step=steps)[0]
     assert out.token_ids == unchunked.token_ids
@@ -57,6 +59,7 @@ def test_chunk_ledger_starts_follow_the_threshold(tiny_model, tiny_tokenizer, pr
     capacity = Capacity(max_num_batched_tokens=512, max_num_seqs=8)
     run = run_engine(TorchExecutor(tiny_model, 64, 4, tiny_tokenizer), [prompt], "vllm",
                      capacity=capacity,
-                     settings={"max_num_seqs": 8, "long_prefill_token_threshold": 5})
+                     settings={"max_num_seqs": 8, "long_prefill_token_threshold": 5,
+                               "long_prefill_token_threshold_caps_lone_request": 1})
     assert run.trace.prefill_chunk_starts["r0"] == [0, 5, 10]
     assert run.finish_reasons == ["length"]

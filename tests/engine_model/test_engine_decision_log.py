@@ -45,8 +45,9 @@ def test_torch_log_replays_with_its_results_checked_by_the_chain(torch_log, caps
 def test_an_edited_torch_result_breaks_the_chain_at_its_line(torch_log, field, position,
                                                             tmp_path, capsys):
     lines = _lines(torch_log)
-    index = len(lines) // 2 if position == "middle" else position
-    index = index if index > 0 else len(lines) + index
+    # the first, a middle and the last iteration line (an online log has arrival lines too)
+    iterations = [i for i, line in enumerate(lines) if line["type"] == "iteration"]
+    index = iterations[{1: 0, "middle": len(iterations) // 2, -1: -1}[position]]
     result = lines[index]["result"]
     if field == "token_id":
         completion = next(c for c in reversed(result["completed"]) if c["emitted"])

@@ -41,7 +41,7 @@ def test_decision_lines_are_byte_identical(paths, name, policy, tmp_path) -> Non
     assert json.loads(actual[0])["policy"] == json.loads(expected[0])["policy"]
     assert len(actual) == len(expected), "number of decision lines changed"
     for number, (got, want) in enumerate(zip(actual[1:], expected[1:], strict=True), start=2):
-        got = row_form_bytes(got)  # format 5: work and completions as columns
+        got = row_form_bytes(got)  # formats 5 and 6: work and completions as columns
         assert _CHANGED.sub(b"masked", got) == _CHANGED.sub(b"masked", want), \
             f"{name} under {policy}: line {number} differs"
     (tmp_path / "new.jsonl").write_bytes(data)

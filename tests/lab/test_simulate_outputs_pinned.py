@@ -58,6 +58,11 @@ MASKED_LOG = "decisions.jsonl (state_digest, chain and format masked)"
 EVENT_LINES = "events.jsonl (one line per event)"
 _MASK = re.compile(rb'"(state_digest|chain)":"[0-9a-f]{64}"|"format":[0-9]+')
 
+# re-pinned when the vllm policy took vLLM 0.32's default reserve_full_isl=1 (whole-sequence
+# admission; this pool is small enough for it to change admissions): run with
+# --policy-setting reserve_full_isl=0, report.md, events.jsonl and the four PNGs were
+# byte for byte the earlier pins, and the log and report.json differed by the settings
+# they record (now every vllm setting, the new switches included).
 # main at 340567d, before the sliced report phase; report.json, the decision
 # log (its header and so its chain) and batch_composition.png (its axis label)
 # re-pinned when the one vocabulary renamed the budgets: the masked log and
@@ -66,51 +71,51 @@ _MASK = re.compile(rb'"(state_digest|chain)":"[0-9a-f]{64}"|"format":[0-9]+')
 PINNED: dict[str, dict[str, str]] = {
     "one-client": {
         "report.json":
-            "daa6440544e26e7764d0c14c1ffadd8b83729ddad2fafdcd2f6151052128f8d2",
+            "a4381589bf8a690ddaacc513490a338cf9059803f3e06b017eec6dc837af04b0",
         "report.md":
-            "19bea1a051912d8825158506a1f1885048c1ffa8e9b4ec22839157392ab5d798",
+            "c264bec410ab126614c2a0e90c5fc77bee55bba0dd8280d5b67e0f5b3a2aa047",
         "events.jsonl":  # a run of tokens at one time is one line (issue 15)
-            "df8fcc0c11c85651f0d7a8e0490ddfe2d031e1b98b51715fd7b50dba86d5f949",
+            "5c874a99d893373d2114ab6725d345c56a79f446baecbc0b1e3d2a3609b8daea",
         EVENT_LINES:
-            "e990d203d4719e4776f00e5cd6d5841a06797e285820c893958981de38522ae9",
-        "decisions.jsonl":  # log format 5 (issue 15: work and completions as columns)
-            "6331a44d6cc2f42f1d6b720c7a7a98ba2ffc5dfa028ad2e95713c47dfd8b59ca",
+            "078c3a7a06864c1a187b03515f7d224752dbf06e37886a05ed29407fb0331402",
+        "decisions.jsonl":  # log format 6 (issue 37: work and completions as tables)
+            "d8993186ad3e076cf89fb9315c56cc75e6c39a5cc9e8a9b8b0c201efb4e2ba0f",
         FORMAT_4_LOG:  # log format 4 (issue 15: the incremental state digest)
-            "631cba003267db1797586ade55713958cc82bfe07433f283429a5881594652f6",
+            "d1f647cbf83b742a911af81a6be6258e06a9fd6aa4b3bdc01dc663601deeacd8",
         MASKED_LOG:  # main's format-3 log, masked alike: the same decisions
-            "c4adf5b3e4e0d0bbee67db02d59d98d3468bfcc39627ac2ed499ab6fcb87f05d",
+            "4e4bc25a66b09b58cc8889c9d88422a0a97172b4999de8e1738a2a4122977290",
         "latency_cdfs.png":
-            "7acbde9e7ab2635b2900c653ceeec18a660cc5908c1ee3eb7d3b98296c991c73",
+            "c2062e6a1ad739bf268827f804c1ac239ebfd371cb0ea88ed275a05c5dedeeee",
         "batch_composition.png":
-            "1995ee1c63608306fa42a162d5d7237f8acccaa46a8d7e8b7ec42ccf03b57e02",
+            "7ef9764fde8efdc5dbe26dffc23e9b28f7aa49de98e01c632e46c500c00da2a3",
         "queue_and_kv.png":
-            "24c2e875bdf34babb9298bc7072744ba5d14b792f5d80833a90e15133989b832",
+            "927b6dae29ad7889fd26f0718a0e8cded6247c622cd49e03cb29f02478a38559",
         "client_service.png":
-            "064f7e8562e2d6ee0e149ddd71cc84947010d321ce7a66286b8d37c9dad79050",
+            "00394ad3bcd483cab994494d923ceefaedec6bd39a8846d9dc2126aff26ddf58",
     },
     "two-clients-slo": {
         "report.json":
-            "c8f45bb523e2244a30132bf1ea1788d2c013f8c58dca489b21a645eed1f951d7",
+            "a4d9c03b2262c1ff37dbb32cacf91fe03ec318d89ae55095632ddd66db14e4ee",
         "report.md":
-            "2fb6e785f458bb416cd7b5818dbf9bd5c3c5ddf6d7713454e4f082b456db3709",
+            "0c3526e02d73d9375d282db89fbaa12c8a9dcbb0a6b5f05edce1a238fbcdc362",
         "events.jsonl":
-            "acbe0607bb106fdb95a69cd7ff9ce5c3c7153c838431950170eb5482e9f44059",
+            "6384c26edbbe9a7737e07ab56336b5382f0688cba6282275a35152545e46576b",
         EVENT_LINES:
-            "3c331c7acbb9429f635e9aed446306d13a7a1c6bf465e38316785b6ace48c1fc",
+            "e2843001c1cdddcfb3f6d6c1efb7ce048b65de3bdb98efb316fb5c26a64e4274",
         "decisions.jsonl":
-            "f7af61c5931dc8c046697afb8893eaaf2debce78841d2d9f84552d46b7c21cb5",
+            "ad92b7ab4e37304dd09040031690f42e8c2dcb754bbc126484dc50d689155268",
         FORMAT_4_LOG:
-            "c0228143b3aa2de078d6f3152464e839934b59d09fc3f2493da59aa6cf680afa",
+            "5b29893164a025b78bdf3d308765fc6467a84b7c89652172e0d4423e0bb5e916",
         MASKED_LOG:
-            "a94f955cd835a2fa98edb8fe9f2d01a515b7ffd0ec2e0a81ff7881e191b6f275",
+            "474634b842fccfa9daeec9056b2f79b7d0989bc12eb42f959d2f47d64311c8ef",
         "latency_cdfs.png":
-            "3ff8d436e5ca08d92252f6f4446aa140713d15240038117e0495e558dcbdd593",
+            "f692b10e5d9207611b9d8d77b6a705e01bac3cf3b9a931ee5099083f6b83a5a7",
         "batch_composition.png":
-            "3b5c5d7bb74ac2a1bd20e8b8b04c094db8ce79d1861661aa9addf2e818800d57",
+            "da93b68483a715c1875268f33ab247c0863acc186b377a15b1011a69a5bf9ad9",
         "queue_and_kv.png":
-            "e0468efd9719ada5db7b637515d7b73e93f89f80948992206d499a1bb17100f4",
+            "74f4273cf2fc528e00ca4903aa6ef9517fdfe7fb585b38c25b10ce7890c7c606",
         "client_service.png":
-            "0fc890ddaaae2e57368bff810a65b742e9d22e63a34a2bb82f18077f18a3e46c",
+            "882502200f0fcb0698e3802c22e113bea5b1a090b30ac570d4c703262aee9533",
     },
 }
 

@@ -1,7 +1,8 @@
 """The 0x0D six-policy x four-snapshot decision matrix, rebuilt as the
 smallest snapshots that activate each policy difference (the evidence
 files 0x0D names do not exist here). Each cell is the policy's real plan
-on the snapshot: work intervals, queue intents and budget use."""
+on the snapshot: work intervals, queue intents and budget use; the test
+compares it with the cells worked out by hand in decision_matrix_oracle_0x0d."""
 
 from __future__ import annotations
 

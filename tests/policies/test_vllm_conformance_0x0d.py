@@ -1,7 +1,7 @@
 """0x0D, the vLLM-shaped policies: SchedulerConfig-style cross-field
 rules (one error per rule), ``reserve_full_isl`` (vLLM 0.32's
-``scheduler_reserve_full_isl``, R1), and the six-policy x four-snapshot
-decision matrix."""
+``scheduler_reserve_full_isl``, on by default), and the six-policy x
+four-snapshot decision matrix."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from decision_matrix_0x0d import POLICIES, decision_matrix
+from decision_matrix_oracle_0x0d import ORACLE, expected_matrix
 from policy_helpers import choose_validated, state_of, waiting_view, workload_for
 
 from iterserve.cli.main import main
@@ -21,8 +22,6 @@ from iterserve.records.spec import Capacity
 from iterserve.records.state import CapacityFacts
 from iterserve.records.view import Lifecycle
 
-MATRIX = Path(__file__).parent / "fixtures" / "decision_matrix_0x0d.json"
-
 
 # --- cross-field rules ------------------------------------------------------------------------
 @pytest.mark.parametrize(("policy", "settings", "message"), [
@@ -30,9 +29,16 @@ MATRIX = Path(__file__).parent / "fixtures" / "decision_matrix_0x0d.json"
      "rule SC1: max_num_batched_tokens (4) must be >= max_num_seqs (8)"),
     ("vllm-priority", {"max_num_batched_tokens": 4, "max_num_seqs": 8},
      "rule SC1: max_num_batched_tokens (4) must be >= max_num_seqs (8)"),
-    ("vllm", {"long_prefill_token_threshold": 64, "max_num_batched_tokens": 32},
-     "rule SC2: long_prefill_token_threshold (64) must be <= max_num_batched_tokens (32)"),
-    ("vllm", {"reserve_full_isl": 2}, "rule SC3: reserve_full_isl (2) must be 1 (on)"),
+    ("vllm", {"max_num_partial_prefills": 2, "enable_chunked_prefill": 0,
+              "long_prefill_token_threshold": 8},
+     "rule SC2: max_num_partial_prefills (2) > 1 requires enable_chunked_prefill=1 (got 0)"),
+    ("vllm", {"long_prefill_token_threshold": 64, "max_model_len": 32},
+     "rule SC3: long_prefill_token_threshold (64) cannot exceed max_model_len (32)"),
+    ("vllm-priority", {"long_prefill_token_threshold": 33, "max_model_len": 32},
+     "rule SC3: long_prefill_token_threshold (33) cannot exceed max_model_len (32)"),
+    ("vllm", {"enable_chunked_prefill": 0, "max_num_batched_tokens": 16, "max_model_len": 32},
+     "rule SC4: enable_chunked_prefill=0 needs max_num_batched_tokens (16) >= max_model_len (32)"),
+    ("vllm", {"reserve_full_isl": 2}, "setting reserve_full_isl: must be 0 (off) or 1 (on)"),
 ])
 def test_each_cross_field_rule_has_its_own_one_line_error(policy, settings, message) -> None:
     with pytest.raises(PolicyConfigError) as caught:
@@ -42,10 +48,14 @@ def test_each_cross_field_rule_has_its_own_one_line_error(policy, settings, mess
 
 
 @pytest.mark.parametrize("settings", [
-    {"max_num_batched_tokens": 8, "max_num_seqs": 8},
-    {"long_prefill_token_threshold": 32, "max_num_batched_tokens": 32},
+    {"max_num_batched_tokens": 8, "max_num_seqs": 8},  # SC1 at its edge
+    {"max_num_partial_prefills": 2, "enable_chunked_prefill": 1, "max_model_len": 100},
+    {"max_num_partial_prefills": 1, "enable_chunked_prefill": 0},  # SC2 binds only above 1
+    {"long_prefill_token_threshold": 32, "max_model_len": 32},  # SC3 at its edge
+    {"long_prefill_token_threshold": 64, "max_num_batched_tokens": 32},  # vLLM accepts it too
+    {"enable_chunked_prefill": 0, "max_num_batched_tokens": 32, "max_model_len": 32},
     {"max_num_seqs": 8},  # a rule relating an unset field is not checked
-    {"reserve_full_isl": 1},
+    {"reserve_full_isl": 0},
 ])
 def test_settings_that_keep_every_rule_are_accepted(settings) -> None:
     assert make_policy("vllm", **settings).config == type(make_policy("vllm").config)(**settings)
@@ -83,12 +93,14 @@ def full_isl_state(num_emitted: int = 0):
 @pytest.mark.parametrize("policy", ["vllm", "vllm-priority"])
 def test_reserve_full_isl_admits_only_when_the_whole_sequence_fits(policy) -> None:
     state, workload = full_isl_state()
-    _, first_chunk = choose_validated(make_policy(policy, long_prefill_token_threshold=3),
+    # the threshold binds a lone request only when asked to (vLLM never)
+    lone = {"long_prefill_token_threshold": 3, "long_prefill_token_threshold_caps_lone_request": 1}
+    _, first_chunk = choose_validated(make_policy(policy, reserve_full_isl=0, **lone),
                                       workload, state)
     assert [(w.request_id, w.start, w.end) for w in first_chunk.work] == [("W", 0, 3)]
-    _, full = choose_validated(make_policy(policy, long_prefill_token_threshold=3,
-                                           reserve_full_isl=1), workload, state)
-    assert full.work == () and full.intents == ()
+    for full_isl in ({"reserve_full_isl": 1}, {}):  # on by default, as vLLM 0.32's
+        _, full = choose_validated(make_policy(policy, **lone, **full_isl), workload, state)
+        assert full.work == () and full.intents == ()
 
 
 def test_reserve_full_isl_counts_a_resumed_requests_outputs() -> None:
@@ -96,7 +108,7 @@ def test_reserve_full_isl_counts_a_resumed_requests_outputs() -> None:
     assert state.view("W").lifecycle is Lifecycle.WAITING
     roomy = dataclasses.replace(state, capacity=CapacityFacts(block_size=1, num_blocks_total=16,
                                                               num_blocks_free=7))
-    policy = make_policy("vllm", long_prefill_token_threshold=3, reserve_full_isl=1)
+    policy = make_policy("vllm", long_prefill_token_threshold=3)
     _, plan = choose_validated(policy, workload, roomy)  # p + e = 8 rows > 7 free
     assert plan.work == ()
     fits = dataclasses.replace(roomy, capacity=CapacityFacts(block_size=1, num_blocks_total=16,
@@ -110,14 +122,23 @@ def test_reserve_full_isl_still_aborts_a_request_that_can_never_fit() -> None:
     facts = CapacityFacts(block_size=1, num_blocks_total=8, num_blocks_free=8)
     state = state_of([view], max_num_batched_tokens=16, max_num_seqs=4, capacity=facts)
     workload = workload_for(state, Capacity(max_num_batched_tokens=16, max_num_seqs=4))
-    policy = make_policy("vllm", long_prefill_token_threshold=3, reserve_full_isl=1)
+    policy = make_policy("vllm", long_prefill_token_threshold=3)
     _, plan = choose_validated(policy, workload, state)
     assert [(i.kind, i.request_id) for i in plan.intents] == [(IntentKind.ABORT, "W")]
 
 
 # --- the six-policy x four-snapshot matrix --------------------------------------------------------
-def test_decision_matrix_matches_the_committed_fixture() -> None:
-    assert decision_matrix() == json.loads(MATRIX.read_text())["matrix"]
+@pytest.mark.parametrize("snapshot", sorted(ORACLE))
+def test_each_policy_decides_what_its_rule_gives_by_hand(snapshot) -> None:
+    got = decision_matrix()[snapshot]
+    assert set(got) == set(POLICIES) == set(ORACLE[snapshot])
+    for policy, cell in ORACLE[snapshot].items():
+        assert got[policy] == cell["expected"], f"{snapshot} {policy}: {cell['why']}"
+
+
+def test_the_oracle_covers_six_policies_on_four_snapshots() -> None:
+    assert len(POLICIES) == 6 and len(expected_matrix()) == 4
+    assert set(decision_matrix()) == set(expected_matrix())
 
 
 def test_every_snapshot_activates_a_policy_difference_and_every_pair_differs_somewhere() -> None:

@@ -36,7 +36,7 @@ class Served:
 @pytest.fixture(scope="module")
 def serve(tiny_dir: Path) -> Iterator[Callable[..., Served]]:
     """``serve(**EngineConfig overrides, api_key=None, strict_fields=False,
-    chat_template=None, server={ServerSettings fields})`` -> a running server
+    chat_template=None, server={ServerSettings fields}, logs=OnlineLogs)`` -> a running server
     (each call starts a fresh one; all stop when the test module ends)."""
     import uvicorn
 
@@ -48,10 +48,11 @@ def serve(tiny_dir: Path) -> Iterator[Callable[..., Served]]:
 
     def start(api_key: str | None = None, max_body_bytes: int = 1 << 20,
               strict_fields: bool = False, chat_template: str | None = None,
-              server: dict[str, object] | None = None, **overrides: object) -> Served:
+              server: dict[str, object] | None = None, logs: object = None,
+              **overrides: object) -> Served:
         config = EngineConfig(**{"num_kv_blocks": 256, **overrides})  # type: ignore[arg-type]
         runtime = load_runtime(tiny_dir, config, served_model_name="tiny",
-                               chat_template=chat_template)
+                               chat_template=chat_template, logs=logs)  # type: ignore[arg-type]
         app = create_app(runtime, ServerSettings(api_key, max_body_bytes, strict_fields=strict_fields,
                                                  **(server or {})))  # type: ignore[arg-type]
         port = free_port()

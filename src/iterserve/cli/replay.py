@@ -12,8 +12,8 @@ from iterserve.sim.replay import replay
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("replay", help="check a decision log by making every decision again; exit 2 "
                                    "naming the first difference")
-    parser.add_argument("log", type=Path, help="decision log (JSONL) written by simulate, serve or generate "
-                                          "--decision-log")
+    parser.add_argument("log", type=Path, help="decision log (JSONL, or zstd-compressed JSONL) "
+                                          "written by simulate, serve or generate --decision-log")
     parser.add_argument("--workload", type=Path, default=None,
                         help="the simulated run's workload file, with the realized output "
                              "lengths (hidden truth): re-run the simulated executor too, so "

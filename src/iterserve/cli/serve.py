@@ -3,9 +3,12 @@
 Without MODEL_DIR the built-in tiny model is served (written once with
 ``make-model`` into ``--model-cache-dir``). Flags take vLLM's names where the
 meaning is the same. SIGTERM (or Ctrl-C) stops accepting (503), drains the
-in-flight requests up to ``--drain-timeout``, aborts the rest, writes the
+in-flight requests up to ``--drain-timeout``, aborts the rest, ends the
 decision and event logs and exits 0, always within the drain timeout (a
-second signal cuts the drain short; the logs are still written, exit 0).
+second signal cuts the drain short; the logs are still ended, exit 0). The
+logs are streamed to their files as the server runs, rolled over by size
+with ``--log-max-bytes`` (docs/server-logs.md): memory is bounded by the live
+requests, not by how long the server has run.
 SIGTERM while the model loads exits 143 with one line. Connection limits
 and their defaults: docs/server-limits.md.
 """
@@ -24,12 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from iterserve.cli.flag_types import add_attention_backend_flag
-from iterserve.cli.output_files import (
-    OutputFileError,
-    checked_output_file,
-    pending_file,
-    write_text_file,
-)
+from iterserve.cli.output_files import OutputFileError, checked_output_file
+from iterserve.cli.rotating_file import RotatingTextFile
 from iterserve.cli.signals import terminate_raises
 from iterserve.cli.simulate import FlagError
 from iterserve.policies.settings import add_policy_setting_flag
@@ -37,13 +36,14 @@ from iterserve.server.client_labels import DEFAULT_MAX_CLIENT_LABELS
 from iterserve.server.limits import ConnectionLimits
 
 if TYPE_CHECKING:
-    from iterserve.engine.online import OnlineEngine
+    from iterserve.engine.online_log import OnlineLogs
     from iterserve.llm import EngineConfig
     from iterserve.runtime import Runtime
     from iterserve.server.app import ServerSettings
     from iterserve.server.shutdown import DrainingServer
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+DEFAULT_LOG_BACKUPS = 5
 API_KEY_ENV = "ITERSERVE_API_KEY"
 
 
@@ -124,9 +124,17 @@ def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
 
 def _add_ops_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--decision-log", type=Path, default=None,
-                        help="write the decision log (replayable) here at shutdown")
+                        help="stream the decision log (replayable) to this file as the "
+                             "server runs")
     parser.add_argument("--event-log", type=Path, default=None,
-                        help="write the metric event log (JSONL) here at shutdown")
+                        help="stream the metric event log (JSONL) to this file as the "
+                             "server runs")
+    parser.add_argument("--log-max-bytes", type=int, default=None,
+                        help="roll a log file over to FILE.1 (FILE.1 to FILE.2, ...) before "
+                             "it passes this size (default: never)")
+    parser.add_argument("--log-backups", type=int, default=DEFAULT_LOG_BACKUPS,
+                        help="rolled-over files kept per log; older ones are deleted "
+                             "(default: %(default)s)")
     parser.add_argument("--drain-timeout", type=float, default=30.0,
                         help="seconds SIGTERM waits for in-flight requests before aborting "
                              "them (default: %(default)s)")
@@ -175,8 +183,7 @@ def connection_limits(args: argparse.Namespace) -> ConnectionLimits:
 
 
 def _check_log_paths(args: argparse.Namespace) -> None:
-    """The logs are written at shutdown: a path that cannot take them is
-    refused now, not after the whole run."""
+    """A path that cannot take a log is refused now, before the model loads."""
     for flag, path in (("--decision-log", args.decision_log), ("--event-log", args.event_log)):
         if path is not None:
             try:
@@ -196,9 +203,9 @@ def builtin_model(cache_dir: Path | None) -> Path:
 def _check_flags(args: argparse.Namespace) -> None:
     for flag in ("port", "max_num_batched_tokens", "max_num_seqs", "block_size",
                  "num_kv_blocks", "kv_cache_memory", "max_model_len", "max_live",
-                 "max_body_bytes", "max_client_labels"):
+                 "max_body_bytes", "max_client_labels", "log_max_bytes", "log_backups"):
         value = getattr(args, flag)
-        least = 0 if flag in ("port", "max_client_labels") else 1
+        least = 0 if flag in ("port", "max_client_labels", "log_backups") else 1
         if value is not None and value < least:
             raise FlagError(f"--{flag.replace('_', '-')} must be >= {least}, got {value}")
     if args.port > 65535:
@@ -345,25 +352,68 @@ def run(args: argparse.Namespace) -> int:
     # SIGTERM before uvicorn handles it (the model loading): one line and 143 (cli/signals.py)
     with terminate_raises():
         sock = None
+        logs = _LogFiles()
         try:
-            runtime, sock = _load(args)
+            runtime, sock = _load(args, logs)
             server = _server(args, runtime, settings)
         except BaseException:
             if sock is not None:
                 sock.close()
+            logs.close()
             raise
     print(f"iterserve: serving {runtime.model_name!r} on http://{args.host}:{args.port}/v1",
           flush=True)
-    server.run(sockets=[sock])
-    runtime.engine.shutdown(0.0)  # whatever the drain left (or a second signal cut short)
-    _write_logs(runtime.engine, args)
+    try:
+        server.run(sockets=[sock])
+        runtime.engine.shutdown(0.0)  # whatever the drain left (or a second signal cut short)
+        runtime.engine.close_logs()
+    finally:
+        logs.close()
     if server.was_forced:
         print("iterserve serve: second signal: the drain was cut short; logs written",
               file=sys.stderr, flush=True)
-    return 0
+    return logs.report_failures()
 
 
-def _load(args: argparse.Namespace) -> tuple[Runtime, socket.socket]:
+class _LogFiles:
+    """The streamed log files of one serve run (opened once the port is bound)."""
+
+    def __init__(self) -> None:
+        self.files: list[RotatingTextFile] = []
+
+    def open(self, args: argparse.Namespace) -> OnlineLogs:
+        from iterserve.engine.online_log import OnlineLogs
+
+        decisions = self._open(args.decision_log, "--decision-log", args)
+        events = self._open(args.event_log, "--event-log", args)
+        return OnlineLogs(decisions, events, keep_in_memory=False)  # type: ignore[arg-type]
+
+    def _open(self, path: Path | None, flag: str,
+              args: argparse.Namespace) -> RotatingTextFile | None:
+        if path is None:
+            return None
+        try:
+            sink = RotatingTextFile(path, args.log_max_bytes, args.log_backups, label=flag)
+        except OSError as exc:
+            raise FlagError(f"{flag} {path}: cannot be opened ({exc.strerror or exc})") from None
+        self.files.append(sink)
+        return sink
+
+    def close(self) -> None:
+        for sink in self.files:
+            sink.close()
+
+    def report_failures(self) -> int:
+        """1, with one line per log that could not be written to its end; else 0."""
+        failed = [sink for sink in self.files if sink.error is not None]
+        for sink in failed:
+            assert sink.error is not None
+            print(f"iterserve serve: {sink.label} {sink.path}: cut short by a failed write "
+                  f"({sink.error.strerror or sink.error})", file=sys.stderr, flush=True)
+        return 1 if failed else 0
+
+
+def _load(args: argparse.Namespace, logs: _LogFiles) -> tuple[Runtime, socket.socket]:
     """The flags checked against the policy and gate, the port bound (a busy
     one is one line before the model loads, seconds to minutes), then the
     model loaded; the listening socket comes back with the runtime."""
@@ -380,7 +430,7 @@ def _load(args: argparse.Namespace) -> tuple[Runtime, socket.socket]:
         configure_logging(args.log_level)
         runtime = load_runtime(source.path, config,
                                served_model_name=args.served_model_name or source.name,
-                               chat_template=chat_template)
+                               chat_template=chat_template, logs=logs.open(args))
     except BaseException:
         sock.close()
         raise
@@ -413,14 +463,3 @@ def _server(args: argparse.Namespace, runtime: Runtime,
 
 #: the largest request head (request line and headers) read; h11's default is 16 KiB too
 MAX_REQUEST_HEAD_BYTES = 16 * 1024
-
-
-def _write_logs(engine: OnlineEngine, args: argparse.Namespace) -> None:
-    """The decision and event logs, each committed whole or not at all."""
-    from iterserve.metrics.events import event_lines
-
-    if args.decision_log is not None:
-        write_text_file(args.decision_log, "--decision-log", engine.decision_log())
-    if args.event_log is not None:
-        with pending_file(args.event_log, "--event-log") as stream:
-            stream.writelines(event_lines(engine.events.log()))

@@ -46,6 +46,7 @@ from iterserve.metrics.capacity import batched_tokens_utilisation
 from iterserve.plan.feasibility import check_run
 from iterserve.policies.registry import bind_fairness, policy_for
 from iterserve.policies.settings import add_policy_setting_flag, settings_of
+from iterserve.records.compressed_text import compressed_text, is_compressed_path
 from iterserve.records.limits import MAX_BYTES_PER_ROW
 from iterserve.records.pretty_json import encode_section, write_sorted_json
 from iterserve.records.spec import OnlineWorkload, WorkloadManifest
@@ -123,7 +124,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="output directory (absent or a directory)")
     parser.add_argument("--decision-log", type=output_file,
                         help="write every scheduling decision to this JSONL file (decision "
-                             "log), for `iterserve replay`; written only once the run succeeds")
+                             "log), for `iterserve replay`; written only once the run "
+                             "succeeds; a path ending .zst is written zstd-compressed")
     parser.add_argument("--log-process", choices=("auto", "off"), default="auto",
                         help="auto: with two usable CPUs a second process writes the decision "
                              "log and events.jsonl and checks each decision's state (the same "
@@ -248,6 +250,8 @@ def _simulate(args: argparse.Namespace) -> int:
             stream = stack.enter_context(pending_file(args.decision_log, "--decision-log",
                                                       buffering=STREAM_BUFFER_BYTES,
                                                       may_make_dir=True))
+            if is_compressed_path(args.decision_log):  # zstd as it is written, frames ended
+                stream = stack.enter_context(contextlib.closing(compressed_text(stream.buffer)))
         progress = RunProgress(len(online.requests))
         stack.callback(progress.close)
         # the metric events go to disk as the run goes, not to memory (bounded memory)

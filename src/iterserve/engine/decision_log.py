@@ -15,11 +15,16 @@ Later lines, in the order the facts happened:
 - ``iteration``: decision id, the input state's version and digest, the plan
   and the result, and ``rejected`` ([[request_id, reason], ...], present when
   the arrival gate rejected requests since the previous line). From format 5
-  on, the plan's ``work`` and the result's ``completed`` are columns: an
-  object of one array per field (:data:`~iterserve.records.codec.WORK_COLUMNS`,
+  on, the plan's ``work`` and the result's ``completed`` are columns, one per
+  field (:data:`~iterserve.records.codec.WORK_COLUMNS`,
   :data:`~iterserve.records.codec.COMPLETED_COLUMNS`), row ``i`` of each
-  array being item ``i``'s (format 4 wrote one object per item: the same
-  values, about 2.5 times the bytes);
+  being item ``i``'s (format 4 wrote one object per item: the same values,
+  about 2.5 times the bytes). Format 5 writes each column as an array;
+  format 6 as a table (:mod:`~iterserve.records.log_columns`): a column that
+  repeats another (a completion's id and interval, the key's id), holds
+  runs of one value (``kind``), steps (``snapshot_version``), numbered ids or
+  lengths over ``start`` is written as such, so a line's bytes follow the
+  values that differ, about a third of format 5's;
 - ``cancel``: a client cancellation between iterations, with the decision id
   and state version it was applied at and the capacity facts after it (and
   ``rejected`` likewise);
@@ -27,7 +32,7 @@ Later lines, in the order the facts happened:
   stopped before it was done, or rejections happened after the last line):
   the state version the run ended at and the trailing ``rejected``.
 
-Every line (formats 3 and 4) is the canonical encoding of its fields
+Every line (formats 3 to 6) is the canonical encoding of its fields
 followed by ``chain``, its last key: sha256 of the previous line's chain
 (empty for the header) and this line's canonical text without ``chain``.
 An edited, dropped or reordered line breaks the chain from there on. The
@@ -48,8 +53,12 @@ that did not change costs the writer nothing per decision
 hash the whole canonical state text
 (:func:`~iterserve.records.codec.state_text_digest`, every view at every
 decision); replay checks each log with its format's digest
-(:data:`STATE_DIGESTS`). Format 4 changes nothing else; format 5 keeps
-format 4's digest.
+(:data:`STATE_DIGESTS`). Format 4 changes nothing else; formats 5 and 6
+keep format 4's digest.
+
+The writer writes text to any stream; a ``.zst`` file is written through
+:func:`~iterserve.records.compressed_text.compressed_text` (the same text,
+zstd frames ended at each flush), which the reader tells by its first bytes.
 """
 
 from __future__ import annotations
@@ -63,11 +72,13 @@ from iterserve.engine.observer import EngineObserver
 from iterserve.records.codec import (
     capacity_to_json,
     completed_columns,
+    completed_table,
     dumps,
     plan_to_json,
     result_to_json,
     state_text_digest,
     work_columns,
+    work_table,
 )
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
@@ -77,17 +88,20 @@ from iterserve.records.state_digest import StateDigester, state_digest
 from iterserve.records.transition import claimed_prefix_rows
 from iterserve.records.workload import online_to_json
 
-LOG_FORMAT = 5
+LOG_FORMAT = 6
 # format 1: no cost model, gate or cancel lines; format 2: no executor,
 # hidden-truth digest or chain; format 3: the state digest over the whole text;
-# format 4: the plan's work and the result's completed intervals as row objects
-READABLE_FORMATS = (1, 2, 3, 4, 5)
+# format 4: the plan's work and the result's completed intervals as row objects;
+# format 5: as columns, one array per field
+READABLE_FORMATS = (1, 2, 3, 4, 5, 6)
 #: formats whose iteration lines hold the work and the completions as columns
-COLUMNAR_FORMATS = frozenset({5})
+COLUMNAR_FORMATS = frozenset({5, 6})
+#: formats whose columns are tables (:mod:`~iterserve.records.log_columns`)
+TABLE_FORMATS = frozenset({6})
 #: each readable format's state digest (replay checks a log with its own)
 STATE_DIGESTS: Mapping[int, Callable[[SchedulerState], str]] = {
     1: state_text_digest, 2: state_text_digest, 3: state_text_digest, 4: state_digest,
-    5: state_digest,
+    5: state_digest, 6: state_digest,
 }
 EXECUTORS = ("simulated", "torch")
 CHAIN_KEY = "chain"
@@ -148,9 +162,11 @@ def iteration_line(
     :class:`StateDigester` (the same value); ``claimed``: likewise
     :func:`claimed_prefix_rows` or that digester's (called after ``digest``)."""
     plan_doc = plan_to_json(plan, with_work=False)
-    plan_doc["work"] = work_columns(plan.work)
+    work = work_columns(plan.work)
+    plan_doc["work"] = work_table(work, len(plan.work))
     result_doc = result_to_json(result, plan, state, with_completed=False)
-    result_doc["completed"] = completed_columns(result.completed)
+    result_doc["completed"] = completed_table(completed_columns(result.completed),
+                                              len(result.completed), work)
     line = {
         "type": "iteration",
         "decision_id": state.decision_id,

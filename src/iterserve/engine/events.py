@@ -238,6 +238,14 @@ class EventRecorder(EngineObserver):
 
     def on_cancel(self, request_id: str, state: SchedulerState, successor: SchedulerState) -> None:
         self._record(CancelEvent(self.to_s(state.now), request_id, reason="client"))
+        self._forget(successor.finished)
+
+    def _forget(self, ended: Sequence[str]) -> None:
+        """Requests terminal at this cut need no admission or preemption
+        mark any more (a long run's memory is what is live)."""
+        for rid in ended:
+            self._admitted.discard(rid)
+            self._preempted.discard(rid)
 
     def on_step(
         self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
@@ -250,6 +258,8 @@ class EventRecorder(EngineObserver):
             self._intent(intent, successor.views[intent.request_id], decided_s)
         if plan.work and self._composes:
             self.composition.record(state, plan, decided_s)
+        if successor.finished:
+            self._forget(successor.finished)
         if not result.completed:
             return
         published_s = self.to_s(successor.now)

@@ -6,7 +6,10 @@ mistyped field, an unknown line type, an unreadable format) is one
 only meets well-typed lines. The header's unknown keys are tolerated (a
 later format may add one; the chain still covers them); a body line's are
 not. Plans are not shape-checked here: replay compares them with the
-re-derived plan and names the first difference.
+re-derived plan and names the first difference. A format-6 line's tables
+are decoded into rows here (a table that is not one is malformed, named by
+line and field); a zstd-compressed file is told by its first bytes and
+decompressed whole before its lines are read.
 """
 
 from __future__ import annotations
@@ -23,8 +26,19 @@ from iterserve.engine.decision_log import (
     COLUMNAR_FORMATS,
     EXECUTORS,
     READABLE_FORMATS,
+    TABLE_FORMATS,
 )
-from iterserve.records.codec import COMPLETED_COLUMNS, WORK_COLUMNS, rows_of_columns
+from iterserve.records.codec import (
+    COMPLETED_COLUMNS,
+    WORK_COLUMNS,
+    columns_of_tables,
+    rows_of_columns,
+)
+from iterserve.records.compressed_text import (
+    CompressedStreamError,
+    decompressed,
+    is_compressed,
+)
 from iterserve.records.input_files import MAX_LOG_BYTES, read_input_bytes
 from iterserve.records.jsonl import json_kind, parse_lines
 from iterserve.records.receipts import ForeignStatus
@@ -102,26 +116,37 @@ def _read_log(path: Path) -> DecisionLogFile:
     _check_header(header)
     chained = header.fields["format"] >= 3
     if header.fields["format"] in COLUMNAR_FORMATS:
-        lines[1:] = [_with_rows(line) for line in lines[1:]]
+        is_table = header.fields["format"] in TABLE_FORMATS
+        lines[1:] = [_with_rows(line, is_table) for line in lines[1:]]
     for line in lines[1:]:
         _check_body_line(line, chained)
     return DecisionLogFile(header, tuple(lines[1:]))
 
 
-def _with_rows(line: LogLine) -> LogLine:
+def _with_rows(line: LogLine, is_table: bool = False) -> LogLine:
     """An iteration line of a columnar format with its :attr:`LogLine.rows`
-    (its other lines need none)."""
+    (its other lines need none); ``is_table``: its columns are format 6's
+    tables (:func:`~iterserve.records.codec.columns_of_tables`)."""
     obj = line.fields
     if obj.get("type") != "iteration":
         return line
     where = f"line {line.number} (iteration)"
-    rows = dict(obj)
-    for part, key, names in (("plan", "work", WORK_COLUMNS),
-                             ("result", "completed", COMPLETED_COLUMNS)):
-        doc = _require(obj, part, "object", where)
+    plan = _require(obj, "plan", "object", where)
+    result = _require(obj, "result", "object", where)
+    work = _require(plan, "work", "object", f"{where}: plan")
+    completed = _require(result, "completed", "object", f"{where}: result")
+    if is_table:
         try:
-            rows[part] = {**doc, key: rows_of_columns(_require(doc, key, "object",
-                                                               f"{where}: {part}"), names)}
+            work, completed = columns_of_tables(work, completed)
+        except ValueError as exc:
+            part = "plan" if str(exc).startswith("work") else "result"
+            raise MalformedLog(f"{where}: {part}.{exc}") from None
+    rows = dict(obj)
+    for part, doc, key, columns, names in (("plan", plan, "work", work, WORK_COLUMNS),
+                                           ("result", result, "completed", completed,
+                                            COMPLETED_COLUMNS)):
+        try:
+            rows[part] = {**doc, key: rows_of_columns(columns, names)}
         except ValueError as exc:
             raise MalformedLog(f"{where}: {part}.{key}: {exc}") from None
     return LogLine(line.number, obj, rows)
@@ -129,6 +154,11 @@ def _with_rows(line: LogLine) -> LogLine:
 
 def _parsed_lines(path: Path) -> list[LogLine]:
     data = read_input_bytes(path, MalformedLog, MAX_LOG_BYTES, named=False)
+    if is_compressed(data):  # told by its first bytes: a renamed file reads the same
+        try:
+            data = decompressed(data, MAX_LOG_BYTES)
+        except CompressedStreamError as exc:
+            raise MalformedLog(f"zstd: {exc}") from None
     return [LogLine(number, obj) for number, obj in parse_lines(
         data.split(b"\n"), MalformedLog, where=lambda number: f"line {number}",
         strict_numbers=True, max_line_bytes=MAX_LINE_BYTES)]
@@ -238,6 +268,8 @@ _BODY_KEYS = {
                   "result"},
     "cancel": {"type", "decision_id", "state_version", "request_id"},
     "summary": {"type", "decision_id", "state_version", "is_done"},
+    # requests an online engine took in between two steps (engine/online_log.py)
+    "arrival": {"type", "decision_id", "state_version", "requests"},
 }
 
 
@@ -272,6 +304,8 @@ def _check_body_line(line: LogLine, chained: bool) -> None:
                                "blocks")
         if "prefix_hits" in obj:
             _check_prefix_hits(obj["prefix_hits"], f"{where}: prefix_hits")
+    elif kind == "arrival":
+        _require(obj, "requests", "list", where)  # each request is checked as a workload's
     elif kind == "cancel":
         _require(obj, "request_id", "str", where)
         if "capacity" in obj:

@@ -8,6 +8,7 @@ time on the run's clock) and idle gaps; it contains no policy logic.
 from __future__ import annotations
 
 import dataclasses
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -103,12 +104,9 @@ class Engine:
         state check and no observer digests the states (a decision-log
         writer would re-read every view)."""
         # the workload as made, bound to the policy: what every step checks
-        # against (its budgets and identity); requests declared later are kept
-        # apart (:meth:`submit`) and joined only when :attr:`workload` is read
+        # against (its budgets and identity); requests declared later
+        # (:meth:`submit`) are held only until they are published
         self.bound_workload = bind_policy(workload, policy)
-        self._declared: list[RequestSpec] = []
-        self._joined: OnlineWorkload = self.bound_workload  # workload read last, and its size
-        self._num_joined = 0
         self.policy = policy
         self.executor = executor
         self.observers = list(observers)
@@ -122,11 +120,12 @@ class Engine:
         self._has_claimed = False  # a prefix-hit claim was published (0x0E)
         self._claimed_now: Mapping[str, int] = {}  # the claims this decision published
         order = sorted(range(len(workload.requests)), key=lambda i: (workload.requests[i].arrival, i))
-        # arrival_order is the rank by (arrival, file index): FCFS keys follow time
-        self._pending: list[tuple[RequestSpec, int]] = [
-            (workload.requests[i], rank) for rank, i in enumerate(order)
-        ]
-        self._next_arrival = 0
+        # arrival_order is the rank by (arrival, file index): FCFS keys follow time.
+        # Requests not yet published, in rank order; a published one leaves
+        self._pending: deque[tuple[RequestSpec, int]] = deque(
+            (workload.requests[i], rank) for rank, i in enumerate(order))
+        self._num_declared = len(order)
+        self._last_arrival = self._pending[-1][0].arrival if self._pending else 0.0
         self.state = initial_state(self.bound_workload, executor.capacity(),
                                    policy_ledger(policy))
         if not view_deltas:
@@ -140,40 +139,38 @@ class Engine:
 
     @property
     def is_done(self) -> bool:
-        return not self.state.has_live and self._next_arrival == len(self._pending)
+        return not self.state.has_live and not self._pending
 
     @property
-    def workload(self) -> OnlineWorkload:
-        """The run's workload: the one it was made with and every request
-        declared since (:meth:`submit`), in order. Built when read, so a
-        declaration costs its own requests, not the run's history."""
-        if self._num_joined != len(self._declared):
-            self._joined = dataclasses.replace(
-                self.bound_workload,
-                requests=self.bound_workload.requests + tuple(self._declared))
-            self._num_joined = len(self._declared)
-        return self._joined
+    def num_pending_arrivals(self) -> int:
+        """Requests declared and not yet published."""
+        return len(self._pending)
 
     @property
     def last_arrival(self) -> float:
         """The latest arrival declared so far (0 before any)."""
-        return self._pending[-1][0].arrival if self._pending else 0.0
+        return self._last_arrival
 
     def submit(self, specs: Sequence[RequestSpec]) -> None:
         """Declare requests while the engine runs (the online front).
 
-        They join the workload in arrival order, none before the last one
-        declared, and are published by the same rule as a workload's: at the
-        first cut at or after their arrival. A decision log whose header
-        holds the grown workload therefore replays the run.
+        They join the pending arrivals in arrival order, none before the last
+        one declared, and are published by the same rule as a workload's: at
+        the first cut at or after their arrival. A decision log that records
+        each declaration before the step that follows it (or a header that
+        holds them all) therefore replays the run. A declaration costs its
+        own requests; the engine keeps a request's spec only until it is
+        published.
         """
-        last = self.last_arrival
+        last = self._last_arrival
         for spec in specs:
             if spec.arrival < last:
                 raise ValueError(f"{spec.request_id}: arrival {spec.arrival} precedes {last}")
             last = spec.arrival
-            self._pending.append((spec, len(self._pending)))
-        self._declared.extend(specs)
+        for spec in specs:
+            self._pending.append((spec, self._num_declared))
+            self._num_declared += 1
+        self._last_arrival = last
 
     def _publish_arrivals(self, now: float | None = None) -> None:
         """Publish arrivals due by the clock (or by ``now``, an idle jump).
@@ -182,13 +179,14 @@ class Engine:
         already holds the arrivals admitted before it.
         """
         clock = self.state.now if now is None else now
-        start = end = self._next_arrival
-        while end < len(self._pending) and self._pending[end][0].arrival <= clock:
-            end += 1
+        pending = self._pending
+        due: list[tuple[RequestSpec, int]] = []
+        while pending and pending[0][0].arrival <= clock:
+            due.append(pending.popleft())
         if now is not None:
             self.state = with_arrivals(self.state, (), now=now)
         batch: list[tuple[RequestSpec, int]] = []
-        for spec, order in self._pending[start:end]:
+        for spec, order in due:
             if self.gate is not None:
                 self.state = with_arrivals(self.state, batch) if batch else self.state
                 batch = []
@@ -201,7 +199,6 @@ class Engine:
                 observer.on_arrival(spec, spec.arrival)
         if batch:
             self.state = with_arrivals(self.state, batch)
-        self._next_arrival = end
 
     def _reject(self, spec: RequestSpec, reason: str) -> None:
         self.rejected[spec.request_id] = reason
@@ -223,9 +220,9 @@ class Engine:
         self.state = successor
 
     def _jump_to_next_arrival(self) -> bool:
-        if self._next_arrival == len(self._pending):
+        if not self._pending:
             return False
-        self._publish_arrivals(now=max(self.state.now, self._pending[self._next_arrival][0].arrival))
+        self._publish_arrivals(now=max(self.state.now, self._pending[0][0].arrival))
         return True
 
     def publish_fact(self, fact: ReadinessFact) -> None:

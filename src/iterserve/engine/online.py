@@ -10,8 +10,12 @@ made. A submission is stamped with it when ``add_request`` is called (TTFT
 counts from there, 0x07). After an idle jump the executor times the next
 iteration from the jumped-to instant, so ``state.now`` keeps tracking the
 engine clock. The loop drains the inbox only between steps and stamps no
-arrival at or before the cut the previous step published at, so the grown
-workload in the decision log's header replays the run bit for bit.
+arrival at or before the cut the previous step published at, so the arrival
+lines in the decision log (engine/online_log.py) replay the run bit for bit.
+
+Memory: the engine keeps a request's records only while it is live or
+pending; its logs stream to the sinks :class:`OnlineLogs` names (or, by
+default, are kept in memory for the offline API to read back).
 
 Abort (0x0C): ``Engine.cancel`` publishes a successor generation and frees
 the request's blocks; it counts as cancelled (client) or aborted (engine).
@@ -27,6 +31,7 @@ aborted, and the exception is logged once with its traceback.
 from __future__ import annotations
 
 import dataclasses
+import io
 import logging
 import math
 import threading
@@ -42,7 +47,7 @@ from iterserve.engine.events import EventRecorder
 from iterserve.engine.executor import Executor, FailureSource
 from iterserve.engine.loop import Engine
 from iterserve.engine.observer import EngineObserver
-from iterserve.engine.online_log import BufferedDecisionLog
+from iterserve.engine.online_log import OnlineDecisionLog, OnlineLogs
 from iterserve.engine.publisher import StreamPublisher
 from iterserve.engine.streams import StreamSink
 from iterserve.plan import Policy
@@ -94,7 +99,8 @@ class OnlineEngine:
     def __init__(self, executor: TokenExecutor, policy: Policy, capacity: Capacity, *,
                  max_model_len: int, kv: KvSpec | None = None, gate: OverloadGate | None = None,
                  observers: Sequence[EngineObserver] = (), executor_name: str = "torch",
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter,
+                 logs: OnlineLogs | None = None) -> None:
         self._clock = clock
         self._start_s = clock()
         self.executor = executor
@@ -102,18 +108,25 @@ class OnlineEngine:
         self._failure_source = executor if isinstance(executor, FailureSource) else None
         self.max_model_len = max_model_len
         self.publisher = StreamPublisher(executor.streams)
-        self.events = EventRecorder(seconds_per_clock_unit=ms_to_s(1.0))
+        logs = logs or OnlineLogs()
+        self.events = _event_recorder(logs)
         workload = OnlineWorkload("online", "ms", capacity, (), kv=kv)
+        recorders: list[EngineObserver] = [] if self.events is None else [self.events]
         # caller observers see a step before the streams do
         self.engine = Engine(workload, policy, executor,
-                             [self.events, *observers, self.publisher], gate=engine_gate(gate))
+                             [*recorders, *observers, self.publisher], gate=engine_gate(gate))
         self._initial_capacity = executor.capacity()
         self._gate_record = None if engine_gate(gate) is None or gate is None else \
             GateRecord(gate.gate_id, gate.params())
-        self._log = BufferedDecisionLog(self.engine.bound_workload, self._initial_capacity,
-                                        gate=self._gate_record,
-                                        policy_settings=settings_of(policy), executor=executor_name)
-        self.engine.observers.append(self._log)
+        self._file_sinks = [s for s in (logs.decision_log, logs.event_log) if s is not None]
+        sink = logs.decision_log
+        if sink is None and logs.keep_in_memory:
+            sink = io.StringIO()
+        self._log = None if sink is None else OnlineDecisionLog(
+            sink, self.engine.bound_workload, self._initial_capacity, gate=self._gate_record,
+            policy_settings=settings_of(policy), executor=executor_name)
+        if self._log is not None:
+            self.engine.observers.append(self._log)
         self._cond = threading.Condition()
         self._inbox: list[tuple[RequestSpec, StreamSink]] = []
         self._aborts: list[tuple[str, str]] = []
@@ -251,18 +264,32 @@ class OnlineEngine:
             self._thread.join()
 
     def decision_log(self) -> str:
-        """The decision log so far: a header holding every request declared,
-        then the logged lines, chained (call it while the engine is idle, or
-        after :meth:`shutdown`, for a log that replays to its end)."""
+        """The decision log so far, kept in memory: the header, then every
+        line (arrivals included), and a summary line when the run is not done
+        (call it while the engine is idle, or after :meth:`shutdown`, for a
+        log that replays to its end)."""
+        if self._log is None:
+            raise ValueError("this engine keeps no decision log")
         with self._cond:
-            return self._log.text(self.engine.workload, self.engine.state,
-                                  is_done=self.engine.is_done)
+            return self._log.text(self.engine.state, is_done=self.engine.is_done)
 
     def write_logs(self, decision_log: Path | None, event_log: Path | None) -> None:
+        """Write the logs kept in memory to files (the offline API, tests)."""
         if decision_log is not None:
             Path(decision_log).write_text(self.decision_log())
         if event_log is not None:
+            if self.events is None:
+                raise ValueError("this engine keeps no event log")
             self.events.log().write_jsonl(event_log)
+
+    def close_logs(self) -> None:
+        """After :meth:`shutdown`: encode what is queued and end the streamed
+        logs (the decision log's summary line when the run is not done, the
+        event log's pending facts). The sinks stay open: their owner closes them."""
+        if self._log is not None:
+            self._log.close(self.engine.state, is_done=self.engine.is_done)
+        if self.events is not None:
+            self.events.close()
 
     def _live_ids(self) -> list[str]:
         with self._cond:
@@ -275,8 +302,12 @@ class OnlineEngine:
         while True:
             # idle: encode the decision log off the step path, a slice at a
             # time so that an arrival waits for one slice at most
-            while self.engine.is_done and not self._inbox and self._log.flush(_IDLE_FLUSH_FACTS):
+            while self.engine.is_done and not self._inbox and self._log is not None \
+                    and self._log.flush(_IDLE_FLUSH_FACTS):
                 pass
+            if self.engine.is_done and not self._inbox:  # what is written is on disk when idle
+                for sink in self._file_sinks:
+                    sink.flush()
             with self._cond:
                 while not (self._inbox or self._aborts or self._is_stopping
                            or not self.engine.is_done):
@@ -289,6 +320,11 @@ class OnlineEngine:
             self._apply_aborts(aborts)
             if not self.engine.is_done:
                 self._step()
+            # the engine's own record of rejections is for replay; the front
+            # has reported each one through its observers
+            self.engine.rejected.clear()
+            if self._log is not None and self._log.is_backlogged:  # a busy engine
+                self._log.flush()
 
     def _submit(self, specs: Iterable[RequestSpec]) -> None:
         floor = math.nextafter(self._published_through, math.inf)
@@ -296,6 +332,8 @@ class OnlineEngine:
         for spec in specs:
             arrival = max(spec.arrival, floor, self.engine.last_arrival)
             stamped.append(spec if arrival == spec.arrival else _restamp(spec, arrival))
+        if self._log is not None:  # logged before the step that can publish them
+            self._log.on_declare(stamped, self.engine.state)
         self.engine.submit(stamped)
 
     def _apply_aborts(self, aborts: Iterable[tuple[str, str]]) -> None:
@@ -346,6 +384,14 @@ class OnlineEngine:
         for request_id in (*state.waiting, *state.running, *state.suspended):
             self.publisher.end_reasons[request_id] = reason
             self.engine.cancel(request_id)
+
+
+def _event_recorder(logs: OnlineLogs) -> EventRecorder | None:
+    """The metric event recorder the logs ask for: streaming (no batch
+    composition: it would grow with every iteration), in memory, or none."""
+    if logs.event_log is not None:
+        return EventRecorder(ms_to_s(1.0), sink=logs.event_log, composes=False)
+    return EventRecorder(ms_to_s(1.0)) if logs.keep_in_memory else None
 
 
 def _restamp(spec: RequestSpec, arrival: float) -> RequestSpec:

@@ -119,6 +119,13 @@ class AsyncOutputStream:
     async def next_event(self) -> StreamEvent:
         return await self._queue.get()
 
+    def take_ready(self) -> list[StreamEvent]:
+        """The events already queued, without waiting (none when it is empty)."""
+        ready = []
+        while not self._queue.empty():
+            ready.append(self._queue.get_nowait())
+        return ready
+
     async def __aiter__(self) -> AsyncIterator[StreamEvent]:
         while True:
             event = await self._queue.get()

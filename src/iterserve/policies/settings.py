@@ -30,15 +30,31 @@ class NoSettings:
     """The config of a policy that takes no settings."""
 
 
-@dataclass_transform(frozen_default=True)
+def flag(default: int) -> Any:
+    """A config field that is a switch: 1 on, 0 off (integers, so a
+    decision log header records it and ``--policy-setting NAME=0`` sets it)."""
+    return dataclasses.field(default=default, metadata={"flag": True})
+
+
+def optional(unset: str, default: None = None) -> Any:
+    """A config field that may be left out (None), with what that means
+    (the policies reference prints it)."""
+    return dataclasses.field(default=default, metadata={"unset": unset})
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(flag, optional))
 def count_settings(cls: type[T]) -> type[T]:
     """``cls`` as a frozen slotted config whose fields are counts: integers
-    >= 1 (None allowed where the default is None), checked on construction;
-    then the class's ``check_fields`` (cross-field rules), when it has one."""
+    >= 1 (None allowed where the default is None), or :func:`flag` switches
+    (0 or 1), checked on construction; then the class's ``check_fields``
+    (cross-field rules), when it has one."""
 
     def __post_init__(self: object) -> None:
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            check_count(f.name, getattr(self, f.name), optional=f.default is None)
+            if f.metadata.get("flag"):
+                check_flag(f.name, getattr(self, f.name))
+            else:
+                check_count(f.name, getattr(self, f.name), optional=f.default is None)
         check_fields = getattr(self, "check_fields", None)
         if check_fields is not None:
             check_fields()
@@ -56,6 +72,12 @@ def check_count(name: str, value: object, *, optional: bool = False) -> None:
         raise PolicyConfigError(f"setting {name}: must be an integer >= 1, got {value!r}")
     if value < 1:
         raise PolicyConfigError(f"setting {name}: must be >= 1, got {value}")
+
+
+def check_flag(name: str, value: object) -> None:
+    """A config check: ``value`` must be 0 (off) or 1 (on); the error names the field."""
+    if isinstance(value, bool) or not isinstance(value, int) or value not in (0, 1):
+        raise PolicyConfigError(f"setting {name}: must be 0 (off) or 1 (on), got {value!r}")
 
 
 def setting_names(config_type: type) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from typing import Any
 from iterserve.records import errors as E
 from iterserve.records.canonical_json import canonical_json
 from iterserve.records.columns import field_columns
+from iterserve.records.log_columns import decode_table, encode_table
 from iterserve.records.plan import IntentKind, IterationPlan, QueueIntent, WorkItem
 from iterserve.records.receipts import (
     ForeignBinding,
@@ -191,6 +192,53 @@ def completed_columns(completed: Sequence[CompletedInterval]) -> dict[str, Any]:
         reasons = tuple(None if reason is None else reason._value_ for reason in reasons)
     return {"request_id": rids, "generation": generations, "start": starts, "end": ends,
             "emitted": emitted, "token_id": tokens, "finish_reason": reasons}
+
+
+#: format 6: the forms each field's column may take (:mod:`~iterserve.records.log_columns`);
+#: ``tie_break``'s are each key column's. A completion's id, generation and interval are
+#: its work item's where every work item completed, in order
+WORK_HINTS = {"request_id": ("numbered",), "generation": ("runs",),
+              "snapshot_version": ("steps",), "end": ("plus:start",), "kind": ("runs",),
+              "tie_break": ("same:request_id", "same:generation", "runs", "steps")}
+COMPLETED_HINTS = {"request_id": ("same:work.request_id", "numbered"),
+                   "generation": ("same:work.generation", "runs"),
+                   "start": ("same:work.start",), "end": ("same:work.end", "plus:start"),
+                   "emitted": ("runs",), "token_id": ("steps",), "finish_reason": ("runs",)}
+_SHARED_WITH_WORK = ("request_id", "generation", "start", "end")
+
+
+def work_table(columns: Mapping[str, Any], num_rows: int) -> dict[str, Any]:
+    """:func:`work_columns`' ``columns`` as a format-6 table
+    (:mod:`~iterserve.records.log_columns`)."""
+    return encode_table(columns, WORK_COLUMNS, num_rows, WORK_HINTS)
+
+
+def completed_table(columns: Mapping[str, Any], num_rows: int,
+                    work: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`completed_columns`' ``columns`` as a format-6 table whose
+    columns may be ``same`` as the plan's ``work`` columns."""
+    return encode_table(columns, COMPLETED_COLUMNS, num_rows, COMPLETED_HINTS,
+                        known=_work_known(work))
+
+
+def columns_of_tables(work: Any, completed: Any) -> tuple[dict[str, list[Any]],
+                                                          dict[str, list[Any]]]:
+    """A format-6 line's work and completion tables as columns (format 5's
+    form); ``ValueError`` naming ``work: FIELD`` or ``completed: FIELD`` and
+    the problem."""
+    try:
+        work_decoded = decode_table(work, WORK_COLUMNS)
+    except ValueError as exc:
+        raise ValueError(f"work: {exc}") from None
+    try:
+        return work_decoded, decode_table(completed, COMPLETED_COLUMNS,
+                                          known=_work_known(work_decoded))
+    except ValueError as exc:
+        raise ValueError(f"completed: {exc}") from None
+
+
+def _work_known(work: Mapping[str, Any]) -> dict[str, Any]:
+    return {f"work.{name}": work[name] for name in _SHARED_WITH_WORK}
 
 
 def rows_of_columns(columns: Mapping[str, Any], names: tuple[str, ...]) -> list[dict[str, Any]]:

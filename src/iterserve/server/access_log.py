@@ -3,7 +3,7 @@
 A pure ASGI middleware times the request from its first byte to the end of
 its response body (a stream included) and reads the status it sent. A
 generation route notes the engine request id(s) and the client
-(:func:`note_request`); the line then adds the request's prompt and output
+(:func:`note_requests`); the line then adds the request's prompt and output
 tokens and its TTFT from the engine's facts (counted from arrival, 0x07).
 ``/health`` and ``/metrics`` are logged at DEBUG: scrapes are not traffic.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from starlette.requests import Request
@@ -34,11 +34,13 @@ class AccessNote:
     client: str = "-"
 
 
-def note_request(request: Request, request_id: str, client: str) -> None:
-    """Called by a generation route once the engine accepted the request."""
+def note_requests(request: Request, request_ids: Sequence[str], *, client: str) -> None:
+    """Called by a generation route once the engine took its requests (its
+    access line takes their summaries: an ended request's is kept only
+    until then)."""
     note = request.scope.get("state", {}).get(_STATE_KEY)
     if note is not None:
-        note.request_ids.append(request_id)
+        note.request_ids.extend(request_ids)
         note.client = client
 
 
@@ -73,9 +75,10 @@ class AccessLog:
     def _log(self, scope: Scope, note: AccessNote, status: int, duration_s: float) -> None:
         path = scope.get("path", "")
         level = logging.DEBUG if path in _QUIET_PATHS else logging.INFO
+        # taken even when no line is logged: an ended request's summary is kept only for this
+        summaries = [self._take_summary(rid) for rid in note.request_ids]
         if not logger.isEnabledFor(level):
             return
-        summaries = [self._take_summary(rid) for rid in note.request_ids]
         known = [s for s in summaries if s is not None]
         prompt = sum(s.num_prompt_tokens for s in known) if known else None
         output = sum(s.num_output_tokens for s in known) if known else None

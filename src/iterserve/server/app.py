@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from dataclasses import dataclass
+from functools import partial
 
 from fastapi import FastAPI, Header, Request
 from fastapi.middleware.cors import CORSMiddleware
@@ -20,7 +21,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 import iterserve
 from iterserve.runtime import Runtime
 from iterserve.server import submit
-from iterserve.server.access_log import AccessLog, note_request
+from iterserve.server.access_log import AccessLog, note_requests
 from iterserve.server.client_labels import DEFAULT_MAX_CLIENT_LABELS
 from iterserve.server.connections import RequestGuard
 from iterserve.server.errors import APIError, install_error_handlers
@@ -171,9 +172,8 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None,
             if body.echo else ()
         want_logprobs = body.logprobs is not None
         num_prompt_tokens = sum(len(ids) for ids in prompts)
-        started = await submit.start_all(runtime, subs, mailboxes)
-        for request_id, _ in started:
-            note_request(request, request_id, client)
+        started = await submit.start_all(runtime, subs, mailboxes,
+                                         partial(note_requests, request, client=client))
         if body.wants_stream:
             settings_ = stream_settings(body, num_prompt_tokens, want_logprobs, echo_texts)
             return StreamingResponse(completion_stream(runtime, started, settings_),
@@ -195,9 +195,8 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None,
         client = client_identity(body.user, x_client_id)
         ids = submit.chat_prompt(body, runtime)
         subs = submit.submissions(body, [ids], submit.DEFAULT_CHAT_MAX_TOKENS, client)
-        started = await submit.start_all(runtime, subs, mailboxes)
-        for request_id, _ in started:
-            note_request(request, request_id, client)
+        started = await submit.start_all(runtime, subs, mailboxes,
+                                         partial(note_requests, request, client=client))
         want_logprobs = bool(body.logprobs)
         if body.wants_stream:
             return StreamingResponse(

@@ -15,6 +15,7 @@ inter-token gap from the previous output (0x07).
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -120,15 +121,20 @@ class MetricsObserver(EngineObserver):
         self._counts: defaultdict[CountKey, float] = defaultdict(float)
         self._live: dict[str, _Track] = {}
         self._ended: OrderedDict[str, RequestSummary] = OrderedDict()
+        # live requests whose access line is already written (a client that went
+        # away): their summary is not kept when they end, nobody would take it
+        self._untaken: set[str] = set()
+        self._ended_lock = threading.Lock()  # _ended and _untaken: the loop and the engine
         self.snapshot = MetricsSnapshot(engine.state, {})
 
     # -- the access log (any thread) --------------------------------------------
     def take_summary(self, request_id: str) -> RequestSummary | None:
         """An ended request's summary, once (None if unknown or still live)."""
-        try:
-            return self._ended.pop(request_id)
-        except KeyError:
-            return None
+        with self._ended_lock:
+            summary = self._ended.pop(request_id, None)
+            if summary is None and request_id in self._live:
+                self._untaken.add(request_id)
+            return summary
 
     # -- engine thread ------------------------------------------------------------
     def on_outcome(self, request_id: str, outcome: str, finish_reason: str,
@@ -151,7 +157,8 @@ class MetricsObserver(EngineObserver):
         self._counts[("iterserve:requests_submitted", ())] += 1
         self._counts[("iterserve:rejections", (reason if reason in GATE_REASONS
                                                else "other",))] += 1
-        self._ended[spec.request_id] = RequestSummary(spec.num_prompt_tokens, 0, None)
+        with self._ended_lock:
+            self._keep_ended(spec.request_id, RequestSummary(spec.num_prompt_tokens, 0, None))
 
     def on_step(self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
                 successor: SchedulerState) -> None:
@@ -220,6 +227,16 @@ class MetricsObserver(EngineObserver):
         track.last_token_ms = now_ms
         track.num_output_tokens += 1
 
+    def _keep_ended(self, request_id: str, summary: RequestSummary) -> None:
+        """Until the access log takes it (unless it has already written the
+        request's line); the oldest go past the bound. Under ``_ended_lock``."""
+        if request_id in self._untaken:
+            self._untaken.discard(request_id)
+            return
+        self._ended[request_id] = summary
+        while len(self._ended) > _MAX_ENDED:
+            self._ended.popitem(last=False)
+
     def publish(self, state: SchedulerState) -> None:
         """Publish ``state`` with the counts through it (one immutable object)."""
         self.snapshot = MetricsSnapshot(state, dict(self._counts))
@@ -228,15 +245,14 @@ class MetricsObserver(EngineObserver):
         self.publish(self._engine.state)
 
     def _end(self, request_id: str, outcome: str) -> None:
-        track = self._live.pop(request_id, None)
-        if track is None:
-            return
-        first, last = track.first_token_ms, track.last_token_ms
-        ttft_s = None if first is None else (first - track.arrival_ms) / 1000.0
-        self._ended[request_id] = RequestSummary(track.num_prompt_tokens,
-                                                 track.num_output_tokens, ttft_s)
-        while len(self._ended) > _MAX_ENDED:
-            self._ended.popitem(last=False)
+        with self._ended_lock:  # live, or ended: never neither to take_summary
+            track = self._live.pop(request_id, None)
+            if track is None:
+                return
+            first, last = track.first_token_ms, track.last_token_ms
+            ttft_s = None if first is None else (first - track.arrival_ms) / 1000.0
+            self._keep_ended(request_id, RequestSummary(track.num_prompt_tokens,
+                                                        track.num_output_tokens, ttft_s))
         if outcome != "finished" or first is None or last is None:
             return
         hist = self._hist

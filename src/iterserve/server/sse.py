@@ -15,21 +15,21 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from pydantic import BaseModel
-
 from iterserve.engine.streams import AsyncOutputStream, StreamEvent
 from iterserve.model.tokenizer import TextTokenizer
 from iterserve.runtime import Runtime
+from iterserve.server.chunks import (
+    ChunkHead,
+    chat_chunk,
+    completion_chunk,
+    usage_chunk,
+    usage_dict,
+)
 from iterserve.server.errors import error_body
 from iterserve.server.responses import (
-    ChatChunkChoice,
-    ChatCompletionChunk,
-    ChatDelta,
     ChatLogprobs,
     ChatTokenLogprob,
-    CompletionChoice,
     CompletionLogprobs,
-    CompletionResponse,
     TopLogprob,
     Usage,
 )
@@ -50,8 +50,7 @@ class StreamSettings:
     echo_texts: tuple[str, ...] = ()  # per choice, sent first (completions' echo)
 
 
-def sse(payload: BaseModel | str) -> str:
-    data = payload if isinstance(payload, str) else payload.model_dump_json()
+def sse(data: str) -> str:
     return f"data: {data}\n\n"
 
 
@@ -125,14 +124,45 @@ def ended_early_chunk(event: StreamEvent) -> str | None:
                                      code=str(event.finish_reason))))
 
 
+def merged(first: StreamEvent, more: Sequence[StreamEvent]) -> StreamEvent:
+    """``first`` and the events queued behind it as one event: their tokens,
+    text, logprobs and times in order, the last one's ending. A consumer
+    that fell behind sends one chunk for what it missed, as vLLM's server
+    does, instead of one per token."""
+    if not more:
+        return first
+    events = (first, *more)
+    last = events[-1]
+    return StreamEvent(
+        first.request_id,
+        token_ids=tuple(t for e in events for t in e.token_ids),
+        text="".join(e.text for e in events),
+        logprobs=tuple(lp for e in events for lp in e.logprobs),
+        token_times_s=tuple(t for e in events for t in e.token_times_s),
+        finish_reason=last.finish_reason, reason=last.reason,
+        top_logprobs=tuple(top for e in events for top in e.top_logprobs),
+        prompt_logprobs=next((e.prompt_logprobs for e in events if e.prompt_logprobs), ()))
+
+
+async def _batches(stream: AsyncOutputStream) -> AsyncIterator[StreamEvent]:
+    """The stream's events, those already queued behind one merged into it."""
+    while True:
+        event = await stream.next_event()
+        event = merged(event, stream.take_ready())
+        yield event
+        if event.is_final:
+            return
+
+
 async def merged_events(runtime: Runtime,
                         started: Started) -> AsyncIterator[tuple[int, StreamEvent]]:
-    """(choice index, event) as each choice's events arrive; the requests
-    still running when the consumer stops are aborted."""
+    """(choice index, event) as each choice's events arrive (each choice's
+    queued events merged); the requests still running when the consumer
+    stops are aborted."""
     finished: set[int] = set()
     if len(started) == 1:  # one choice: no fan-in task on the per-token path
         try:
-            async for event in started[0][1]:
+            async for event in _batches(started[0][1]):
                 if event.is_final:
                     finished.add(0)
                 yield 0, event
@@ -142,7 +172,7 @@ async def merged_events(runtime: Runtime,
     queue: asyncio.Queue[tuple[int, StreamEvent]] = asyncio.Queue()
 
     async def pump(index: int, stream: AsyncOutputStream) -> None:
-        async for event in stream:
+        async for event in _batches(stream):
             queue.put_nowait((index, event))
 
     tasks = [asyncio.ensure_future(pump(i, stream)) for i, (_, stream) in enumerate(started)]
@@ -165,18 +195,13 @@ def _abort_unfinished(runtime: Runtime, started: Started, finished: set[int]) ->
 
 
 async def completion_stream(runtime: Runtime, started: Started,
-                            settings: StreamSettings) -> AsyncIterator[str]:
-    created = int(time.time())
-    response_id = f"cmpl-{started[0][0]}"
+                            settings: StreamSettings) -> AsyncIterator[bytes | str]:
+    head = ChunkHead(f"cmpl-{started[0][0]}", "text_completion", int(time.time()),
+                     runtime.model_name)
     num_tokens = 0
     offsets = [len(text) for text in settings.echo_texts] or [0] * len(started)
-
-    def chunk(choices: list[CompletionChoice], usage_: Usage | None = None) -> str:
-        return sse(CompletionResponse(id=response_id, created=created, model=runtime.model_name,
-                                      choices=choices, usage=usage_))
-
     for index, text in enumerate(settings.echo_texts):
-        yield chunk([CompletionChoice(index=index, text=text)], _so_far(settings, num_tokens))
+        yield completion_chunk(head, index, text, usage=_so_far(settings, num_tokens))
     async for index, event in merged_events(runtime, started):
         num_tokens += len(event.token_ids)
         if not (event.text or event.token_ids or event.is_final):
@@ -186,32 +211,26 @@ async def completion_stream(runtime: Runtime, started: Started,
             logprobs = completion_logprobs(runtime.tokenizer, event.token_ids, event.logprobs,
                                            event.top_logprobs, offsets[index])
             offsets[index] += sum(len(t) for t in logprobs.tokens)
-        choice = CompletionChoice(index=index, text=event.text, logprobs=logprobs,
-                                  finish_reason=openai_finish_reason(event.finish_reason))
-        yield chunk([choice], _so_far(settings, num_tokens))
+        yield completion_chunk(head, index, event.text, openai_finish_reason(event.finish_reason),
+                               logprobs, _so_far(settings, num_tokens))
         if event.is_final and (error := ended_early_chunk(event)) is not None:
             yield error
     if settings.include_usage:
-        yield chunk([], usage(settings.num_prompt_tokens, num_tokens))
+        yield usage_chunk(head, usage_dict(settings.num_prompt_tokens, num_tokens))
     yield sse("[DONE]")
 
 
-def _so_far(settings: StreamSettings, num_tokens: int) -> Usage | None:
-    return usage(settings.num_prompt_tokens, num_tokens) if settings.continuous_usage else None
+def _so_far(settings: StreamSettings, num_tokens: int) -> dict[str, int] | None:
+    return usage_dict(settings.num_prompt_tokens, num_tokens) \
+        if settings.continuous_usage else None
 
 
 async def chat_stream(runtime: Runtime, started: Started,
-                      settings: StreamSettings) -> AsyncIterator[str]:
-    created = int(time.time())
-    response_id = f"chatcmpl-{started[0][0]}"
-
-    def chunk(choices: list[ChatChunkChoice], usage_: Usage | None = None) -> str:
-        return sse(ChatCompletionChunk(id=response_id, created=created, model=runtime.model_name,
-                                       choices=choices, usage=usage_))
-
+                      settings: StreamSettings) -> AsyncIterator[bytes | str]:
+    head = ChunkHead(f"chatcmpl-{started[0][0]}", "chat.completion.chunk", int(time.time()),
+                     runtime.model_name)
     for index in range(len(started)):
-        yield chunk([ChatChunkChoice(index=index, delta=ChatDelta(role="assistant", content=""))],
-                    _so_far(settings, 0))
+        yield chat_chunk(head, index, "", role="assistant", usage=_so_far(settings, 0))
     num_tokens = 0
     async for index, event in merged_events(runtime, started):
         num_tokens += len(event.token_ids)
@@ -220,12 +239,11 @@ async def chat_stream(runtime: Runtime, started: Started,
         logprobs = chat_logprobs(runtime.tokenizer, event.token_ids, event.logprobs,
                                  event.top_logprobs) \
             if settings.want_logprobs and event.token_ids else None
-        yield chunk([ChatChunkChoice(index=index, delta=ChatDelta(content=event.text),
-                                     logprobs=logprobs,
-                                     finish_reason=openai_finish_reason(event.finish_reason))],
-                    _so_far(settings, num_tokens))
+        yield chat_chunk(head, index, event.text,
+                         finish_reason=openai_finish_reason(event.finish_reason),
+                         logprobs=logprobs, usage=_so_far(settings, num_tokens))
         if event.is_final and (error := ended_early_chunk(event)) is not None:
             yield error
     if settings.include_usage:
-        yield chunk([], usage(settings.num_prompt_tokens, num_tokens))
+        yield usage_chunk(head, usage_dict(settings.num_prompt_tokens, num_tokens))
     yield sse("[DONE]")

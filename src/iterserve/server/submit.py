@@ -220,11 +220,14 @@ class Mailboxes:
 
 
 async def start_all(runtime: Runtime, subs: Sequence[Submission],
-                    mailboxes: Mailboxes | None = None) -> list[tuple[str, AsyncOutputStream]]:
+                    mailboxes: Mailboxes | None = None,
+                    on_submitted: Callable[[Sequence[str]], None] | None = None,
+                    ) -> list[tuple[str, AsyncOutputStream]]:
     """Submit requests as one batch (one arrival instant) and wait until the
     arrival gate admitted every one; 429 (the others aborted) when it
     rejected any. Streams made through ``mailboxes`` share one loop wake-up
-    per step."""
+    per step. ``on_submitted`` hears the engine's request ids as soon as it
+    took them (the access log notes them, a rejected request's too)."""
     loop = asyncio.get_running_loop()
     mailbox = None if mailboxes is None else mailboxes.current()
     streams = [AsyncOutputStream("", loop, mailbox) for _ in subs]
@@ -236,6 +239,8 @@ async def start_all(runtime: Runtime, subs: Sequence[Submission],
         raise APIError(400, str(exc), param="max_tokens") from None
     except EngineClosed:
         raise APIError(503, "the server is shutting down") from None
+    if on_submitted is not None:
+        on_submitted(request_ids)
     try:
         firsts = await asyncio.gather(*(stream.next_event() for stream in streams))
         for first in firsts:

@@ -4,7 +4,8 @@ The engine runs again with the logged policy (bound to the logged cost
 model) and the logged overload contract, one step at a time. Each step
 compares the input state's digest and the re-derived plan with the log and
 stops at the first divergence, naming its line and field (the digest of
-the log's format: format 4's, or the whole-text digest of formats 1 to 3).
+the log's format: format 4's for formats 4 to 6, or the whole-text digest of
+formats 1 to 3).
 Results come from one of two places:
 
 - a simulated run replayed with its workload file (``workload``): the
@@ -12,9 +13,10 @@ Results come from one of two places:
   hidden truth, whose digest must match the header's; every result
   (tokens, stops, durations, capacity facts) is re-derived and compared;
 - otherwise the logged results are used as they are, after their chain
-  link is checked (formats 3 and 4): an edited line breaks the chain there.
+  link is checked (formats 3 to 6): an edited line breaks the chain there.
 
-Logged cancellations are applied at the state version they were made at;
+Logged cancellations, and the requests an online engine took in while it
+ran (``arrival`` lines), are applied at the state version they were made at;
 rejections are re-derived by the gate and must match the logged lists. A
 logged result that fails validation is a divergence at its line too.
 """
@@ -54,6 +56,7 @@ from iterserve.records.state_digest import StateDigester, state_digest
 from iterserve.records.view import Lifecycle
 from iterserve.sim.executor import SimulatedExecutor
 from iterserve.sim.replay_header import (
+    arrival_requests,
     header_manifest,
     rebuild_gate,
     rebuild_policy,
@@ -72,7 +75,7 @@ class ReplayReport:
 
 
 class _Chain:
-    """Checks each line's chain link in file order (formats 3 and 4)."""
+    """Checks each line's chain link in file order (formats 3 to 6)."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
@@ -268,6 +271,8 @@ class _Replay:
             header.fields["initial_capacity"]), self._check_rejections, simulated,
             _state_digest(log.format))
         self.engine = Engine(manifest.online, self.policy, self.executor, gate=gate)
+        self._header = header
+        self._declared_ids = {spec.request_id for spec in manifest.online.requests}
         self._is_rederiving = simulated is not None
         self._num_rejected_checked = 0
 
@@ -297,8 +302,25 @@ class _Replay:
             if line.kind == "summary":
                 self._check_summary(line)
                 return True
+            if line.kind == "arrival":
+                self._declare(line)
+                continue
             self._cancel(line)
         return False
+
+    def _declare(self, line: LogLine) -> None:
+        """A logged arrival line: its requests join the run's pending arrivals."""
+        specs = arrival_requests(self._header, line)
+        for spec in specs:
+            if spec.request_id in self._declared_ids:
+                raise ReplayDivergence(f"{line.where}: request {spec.request_id!r} was "
+                                       f"declared twice")
+            self._declared_ids.add(spec.request_id)
+        try:
+            self.engine.submit(specs)
+        except ValueError as exc:  # an arrival before one declared earlier
+            raise ReplayDivergence(f"{line.where}: {exc}") from None
+        self.cursor.verify(line)
 
     def _check_summary(self, line: LogLine) -> None:
         state = self.engine.state

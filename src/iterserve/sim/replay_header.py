@@ -19,7 +19,7 @@ from iterserve.policies.registry import UnknownPolicy, make_policy, settings_for
 from iterserve.policies.settings import PolicyConfigError
 from iterserve.policies.starvation_guard import inner_identity
 from iterserve.records.codec import capacity_to_json, dumps
-from iterserve.records.spec import HiddenTruth, OnlineWorkload, WorkloadManifest
+from iterserve.records.spec import HiddenTruth, OnlineWorkload, RequestSpec, WorkloadManifest
 from iterserve.records.vocabulary import RenamedWarning
 from iterserve.records.workload import WorkloadError, load_workload, parse_workload
 from iterserve.sim.executor import SimulatedExecutor
@@ -107,6 +107,19 @@ def header_manifest(header: LogLine) -> WorkloadManifest:
             return parse_workload(header.fields["workload"])
     except WorkloadError as exc:
         raise MalformedLog(f"{header.where}: {exc}") from None  # exc names "workload: FIELD"
+
+
+def arrival_requests(header: LogLine, line: LogLine) -> tuple[RequestSpec, ...]:
+    """The requests of an online run's ``arrival`` line, read as the
+    header's workload reads its requests (the same checks and errors)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RenamedWarning)
+            manifest = parse_workload({**header.fields["workload"],
+                                       "requests": line.fields["requests"]})
+    except WorkloadError as exc:
+        raise MalformedLog(f"{line.where}: {exc}") from None
+    return manifest.online.requests
 
 
 def _hidden_truth(path: Path) -> HiddenTruth:
