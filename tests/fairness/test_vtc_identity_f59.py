@@ -23,6 +23,7 @@ from fairness_helpers import request, simulate, workload
 
 from iterserve.records.spec import FairnessSpec
 from iterserve.sim.fairness_bound import vtc_charge_bound
+from log_rows import as_rows
 
 W_P, W_Q = 1, 2
 A_JOBS = [(4, 3), (2, 1), (3, 2), (4, 1), (1, 3), (2, 2)]  # (prompt, outputs)
@@ -37,7 +38,7 @@ def _run(tmp: Path) -> tuple[dict, list[dict], dict]:  # type: ignore[type-arg]
     spec["capacity"]["kv_rows"] = 64  # every running request at full length: no preemption
     log = tmp / "decisions.jsonl"
     report = simulate(tmp, spec, "vtc", "--decision-log", str(log))
-    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    lines = [as_rows(json.loads(line)) for line in log.read_text().splitlines()]
     return report, [line for line in lines if line["type"] == "iteration"], spec
 
 
@@ -46,10 +47,9 @@ def _service_by_decision(iterations: list[dict], spec: dict) -> list[dict[str, i
     by_id = {r["request_id"]: r for r in spec["requests"]}
     out = []
     for line in iterations:
-        done = line["result"]["completed"]
         service: dict[str, int] = {}
-        for rid, start, end, emitted in zip(done["request_id"], done["start"], done["end"],
-                                            done["emitted"], strict=True):
+        for row in line["result"]["completed"]:
+            rid, start, end, emitted = row["request_id"], row["start"], row["end"], row["emitted"]
             req = by_id[rid]
             cost = W_P * max(0, min(end, req["prompt_tokens"]) - start) + W_Q * emitted
             service[req["client_id"]] = service.get(req["client_id"], 0) + cost
@@ -62,10 +62,9 @@ def _last_live_decision(iterations: list[dict], spec: dict, client: str) -> int:
     (every request arrives at tick 0, so it is live until it finishes)."""
     finished = {}
     for line in iterations:
-        done = line["result"]["completed"]
-        for rid, reason in zip(done["request_id"], done["finish_reason"], strict=True):
-            if reason is not None:
-                finished[rid] = line["decision_id"]
+        for row in line["result"]["completed"]:
+            if row["finish_reason"] is not None:
+                finished[row["request_id"]] = line["decision_id"]
     return max(finished[r["request_id"]] for r in spec["requests"] if r["client_id"] == client)
 
 
@@ -73,8 +72,8 @@ def test_the_service_difference_is_the_counter_difference_over_every_backlogged_
         tmp_path) -> None:
     report, iterations, spec = _run(tmp_path)
     assert report["fairness"]["bound"]["num_preemptions"] == 0
-    assert all(len(set(line["result"]["completed"]["request_id"])) ==
-               len(line["result"]["completed"]["request_id"]) for line in iterations)
+    assert all(len({row["request_id"] for row in line["result"]["completed"]}) ==
+               len(line["result"]["completed"]) for line in iterations)
     trace = report["fairness"]["ledger_trace"]
     assert not trace["truncated"]
     counters = {entry["decision_id"]: entry["counters"] for entry in trace["decisions"]}
@@ -110,7 +109,7 @@ def test_an_interval_across_a_lift_breaks_the_per_client_identity(tmp_path) -> N
     spec["capacity"]["kv_rows"] = 64
     log = tmp_path / "decisions.jsonl"
     report = simulate(tmp_path, spec, "vtc", "--decision-log", str(log))
-    iterations = [json.loads(line) for line in log.read_text().splitlines()][1:]
+    iterations = [as_rows(json.loads(line)) for line in log.read_text().splitlines()][1:]
     iterations = [line for line in iterations if line["type"] == "iteration"]
     counters = {e["decision_id"]: e["counters"] for e in report["fairness"]["ledger_trace"]
                 ["decisions"]}
