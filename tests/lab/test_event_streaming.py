@@ -141,7 +141,8 @@ def _cut(recorder: EventRecorder, now: float, published: float, emitted: dict[st
     completed = tuple(CompletedInterval(item.request_id, 0, item.start, item.end, True)
                       for item in work)
     recorder.on_step(state, SimpleNamespace(intents=(), work=work),  # type: ignore[arg-type]
-                     SimpleNamespace(completed=completed), SimpleNamespace(now=published))
+                     SimpleNamespace(completed=completed),
+                     SimpleNamespace(now=published, finished=()))
 
 
 def test_tokens_of_two_cuts_at_one_time_stream_as_one_line(tmp_path) -> None:
@@ -154,7 +155,8 @@ def test_tokens_of_two_cuts_at_one_time_stream_as_one_line(tmp_path) -> None:
         _cut(recorder, 1.0, 2.0, {"a": 1, "b": 1})
         _cut(recorder, 2.0, 2.0, {"a": 2, "b": 2})
         _cut(recorder, 2.0, 3.0, {"a": 3})
-        recorder.on_cancel("a", SimpleNamespace(now=3.0), None)  # type: ignore[arg-type]
+        recorder.on_cancel("a", SimpleNamespace(now=3.0),  # type: ignore[arg-type]
+                           SimpleNamespace(finished=("a",)))  # type: ignore[arg-type]
         _cut(recorder, 3.0, 4.0, {"b": 3})
         recorder.close()
     expected = tmp_path / "expected.jsonl"

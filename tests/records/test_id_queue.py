@@ -23,6 +23,7 @@ def _random_edits(seed: int, steps: int):  # type: ignore[no-untyped-def]
     rng = random.Random(seed)
     shared: id_queue.Queue = IdQueue()
     model: list[str] = []
+    left: list[str] = []  # removed ids: a preempted request comes back first
     next_id = 0
     for _ in range(steps):
         kind = rng.random()
@@ -31,13 +32,18 @@ def _random_edits(seed: int, steps: int):  # type: ignore[no-untyped-def]
             next_id += len(ids)
             shared, model = appended(shared, ids), model + ids
         elif kind < 0.6 and model:  # the head: an admission
+            left.append(model[0])
             shared, model = without(shared, model[0]), model[1:]
         elif kind < 0.85 and model:  # anywhere: a priority admission or an abort
             rid = rng.choice(model)
+            left.append(rid)
             shared, model = without(shared, rid), [r for r in model if r != rid]
-        else:  # a preempted request goes first
-            rid = f"p{next_id}"
-            next_id += 1
+        else:  # a preempted request goes first: one that left, or a new one
+            if left and rng.random() < 0.7:
+                rid = left.pop(rng.randrange(len(left)))
+            else:
+                rid = f"p{next_id}"
+                next_id += 1
             shared, model = with_front(shared, rid), [rid, *model]
         yield shared, model
 

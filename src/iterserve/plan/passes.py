@@ -9,7 +9,8 @@ chooser; the loops, the stop rules and the preemption step live here once.
 - :func:`resume_suspended`: preserved requests, oldest suspension first;
 - :func:`waiting_pass`: admissions under ``max_num_seqs`` and the budgets;
 - :func:`resume_then_admit`: resume every preserved request before any new one;
-- :func:`schedule_ranked`: one ranked list of every live request (deadlines).
+- :func:`schedule_ranked`: every live request in one rank order (deadlines,
+  mlfq), the waiting ones from a kept order (:mod:`iterserve.plan.kept_order`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from iterserve.plan.builder import PlanBuilder, views_of
+from iterserve.plan.kept_order import KeptRanks, Key
 from iterserve.plan.victims import VictimChooser, add_or_preempt, least_urgent_victim
 from iterserve.records import frontier
 from iterserve.records.keys import key_function
@@ -141,17 +143,26 @@ def resume_then_admit(builder: PlanBuilder, state: SchedulerState,
         waiting_pass(builder, waiting, rows_of, full_isl=full_isl)
 
 
-def schedule_ranked(builder: PlanBuilder, ranked: list[RequestView]) -> None:
-    """Legal intervals in rank order: waiting requests are admitted and
-    suspended ones resumed when they fit; running ones preempt the least
-    urgent running requests (in the run's mode, 0x0C) on a KV shortfall,
-    and the pass stops when one preempts itself (as vLLM's)."""
-    victims = [view for view in ranked
+def schedule_ranked(builder: PlanBuilder, ranked: list[tuple[Key, RequestView]],
+                    waiting: KeptRanks) -> None:
+    """Legal intervals in rank order over ``ranked`` (the running and
+    suspended requests with their rank keys, sorted) and the waiting ones
+    ``waiting`` keeps in the same key order: waiting requests are admitted
+    and suspended ones resumed when they fit; running ones preempt the least
+    urgent running requests (in the run's mode, 0x0C) on a KV shortfall, and
+    the pass stops when one preempts itself (as vLLM's).
+
+    The waiting requests ranked between two others are walked lazily, and
+    skipped at once when none of them can be admitted
+    (:meth:`KeptOrder.admits_none`): a refused admission changes nothing, so
+    the plan is the one walking each gives."""
+    victims = [view for _, view in ranked
                if view.lifecycle is Lifecycle.RUNNING and not builder.is_aborted(view)]
     gone: set[str] = set()
-    for view in ranked:
-        if not builder.can_add():
-            break
+    walk = _WaitingWalk(builder, waiting)
+    for key, view in ranked:
+        if not walk.admit_before(key) or not builder.can_add():
+            return
         if view.request_id in gone or builder.is_aborted(view):
             continue
         if view.lifecycle is Lifecycle.WAITING:
@@ -161,5 +172,46 @@ def schedule_ranked(builder: PlanBuilder, ranked: list[RequestView]) -> None:
         else:
             rows = builder.rows_within_tokens(view)
             if not add_or_preempt(builder, view, rows, victims, gone, least_urgent_victim):
-                break
+                return
+    walk.admit_before(None)
 
+
+class _WaitingWalk:
+    """The kept waiting requests of :func:`schedule_ranked`, walked in order
+    up to each other request's rank."""
+
+    __slots__ = ("_builder", "_ranks", "_views", "_position")
+
+    def __init__(self, builder: PlanBuilder, ranks: KeptRanks) -> None:
+        self._builder, self._ranks = builder, ranks
+        self._views = ranks.state.views
+        self._position = 0
+
+    def admit_before(self, key: Key | None) -> bool:
+        """Admit the kept requests ranked before ``key`` (all when None)
+        while they fit; False when the budgets ran out (the pass ends)."""
+        order, builder = self._ranks.order, self._builder
+        end = len(order) if key is None else self._ranks.before(key)
+        if self._position >= end:
+            return True
+        if not builder.can_add():
+            return False
+        if order.admits_none(builder.num_blocks_free, builder.tokens_left):
+            self._position = end
+            return True
+        skip, views = self._ranks.skip, self._views
+        limit = order.rows_limit(builder.num_blocks_free, builder.tokens_left)
+        for _, rid, rows in order.elements(self._position, end):
+            self._position += 1
+            if (rows is not None and rows > limit) or rid in skip:
+                continue  # refused for blocks (changing nothing), or ranked elsewhere
+            view = views[rid]
+            if builder.is_aborted(view) or not builder.admit(view):
+                continue
+            if not builder.can_add():
+                return False
+            if order.admits_none(builder.num_blocks_free, builder.tokens_left):
+                self._position = end
+                return True
+            limit = order.rows_limit(builder.num_blocks_free, builder.tokens_left)
+        return True

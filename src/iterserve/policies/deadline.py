@@ -7,6 +7,10 @@ smaller runs first); deadlines and the clock scale come from
 Ready requests rank by (urgency, then the tie-break key), urgency quantized
 to 1 ns so float noise cannot break a declared tie, and each gets its legal
 interval while the budgets allow (:func:`iterserve.plan.passes.schedule_ranked`).
+Urgency is a function of the view alone (never of ``now``): the waiting
+requests' ranks are then kept across decisions
+(:class:`~iterserve.plan.kept_order.KeptOrder`), re-ranked only when their
+view changes.
 The plan records the tie-break key ``(phase_rank, arrival, request_id,
 request_generation)``.
 """
@@ -15,10 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from operator import itemgetter
 
 from iterserve.cost import IterationCostModel, default_cost_model
 from iterserve.plan import PlanBuilder, Policy, PolicyContract, views_of
 from iterserve.plan.feasibility import RunningSet
+from iterserve.plan.kept_order import KeptOrder, KeptRanks
 from iterserve.plan.passes import schedule_ranked
 from iterserve.policies.deadline_clock import DecisionClock, seconds_per_unit
 from iterserve.policies.policy import PolicyBase
@@ -53,11 +59,13 @@ class DeadlineOrderedPolicy(PolicyBase[DeadlineConfig]):
 
     policy_id = "deadline"
     running_set = RunningSet.PREEMPTS
+    keeps_order = True  # the waiting queue's rank order is kept across decisions
     tie_break_key: tuple[str, ...] = TIE_BREAK_KEY
     contract_template: PolicyContract
 
     def __init__(self, config: DeadlineConfig | None = None) -> None:
         self.config = DeadlineConfig() if config is None else config
+        self.kept_waiting = KeptOrder()
         cost_model = self.cost_model = self.config.cost_model
         model_text = "one clock unit per iteration" if cost_model is None else cost_model.model_id
         template = self.contract_template
@@ -71,6 +79,8 @@ class DeadlineOrderedPolicy(PolicyBase[DeadlineConfig]):
         seconds_per_unit(rules.clock, self.cost_model, self.policy_id)
 
     def urgency(self, view: RequestView, slo: SloTargets | None, clock: DecisionClock) -> float:
+        """A function of the view and the run's clock scale, never of
+        ``clock.now_s`` (waiting ranks are kept across decisions)."""
         raise NotImplementedError
 
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
@@ -79,17 +89,15 @@ class DeadlineOrderedPolicy(PolicyBase[DeadlineConfig]):
                               self.cost_model or default_cost_model(state.rules.clock),
                               state.max_num_batched_tokens)
         key_of = key_function(self.tie_break_key, state)
-        queued = state.running + state.suspended + state.waiting
-        live = [view for view in views_of(state, queued) if view.is_ready]
-        ranks = {
-            view.request_id: (
-                round(self.urgency(view, view.slo, clock), _QUANTUM_DIGITS),
-                *key_of(view),
-            )
-            for view in live
-        }
-        live.sort(key=lambda view: ranks[view.request_id])
-        schedule_ranked(builder, live)
+
+        def rank(view: RequestView) -> tuple[object, ...]:
+            return (round(self.urgency(view, view.slo, clock), _QUANTUM_DIGITS), *key_of(view))
+
+        others = sorted(((rank(view), view) for view in views_of(
+            state, state.running + state.suspended) if view.is_ready), key=itemgetter(0))
+        kept = self.kept_waiting
+        kept.sync(state, rank, (self.config, state.rules.clock, seconds, state.max_num_batched_tokens))
+        schedule_ranked(builder, others, KeptRanks(kept, state, kept.bisect))
 
 
 def bind_cost_model(policy: Policy, cost_model: IterationCostModel) -> Policy:

@@ -11,7 +11,13 @@ a recompute preemption (0x0C) also needs its rebuild rows first, so they are
 added to its cost. Negative slack means the endpoint is infeasible even
 under that optimistic model; positive slack is no guarantee.
 
-Ties (slack equal to 1 ns) break on next token before first token, then
+Requests rank by slack + now = deadline - predicted cost (their latest
+start): ``now`` is the same for every request of one decision, so the order
+is slack's, and it does not move while a request waits (its remaining rows
+do not change): the waiting queue's order is kept across decisions
+(:class:`~iterserve.plan.kept_order.KeptOrder`).
+
+Ties (latest starts equal to 1 ns) break on next token before first token, then
 arrival, then request id (the 0x07 burst's declared order). Least slack
 proves no fairness property: a class with loose deadlines can starve (0x09A).
 """
@@ -53,12 +59,15 @@ class LeastSlack(DeadlineOrderedPolicy):
     """)
 
     def urgency(self, view: RequestView, slo: SloTargets | None, clock: DecisionClock) -> float:
+        """Slack plus ``now``: the latest start, deadline - predicted cost.
+        ``now`` is common to every request of a decision, so this orders as
+        slack does, and a waiting request's rank stays put while it waits."""
         if slo is None or (slo.ttft_ms is None and slo.tbt_ms is None):
             return math.inf
         seconds = clock.seconds_per_unit
         last = view.last_output_time
         estimate = predicted_slack(
-            clock.now_s,
+            0.0,  # slack from time 0 (module doc)
             arrival_s=view.arrival * seconds,
             last_emission_s=None if last is None else last * seconds,
             num_outputs_emitted=view.num_emitted,

@@ -7,20 +7,30 @@ skip-join (F55) into j_0 = min{j : q_j >= t_init} (t_init: the predicted
 first iteration); demotion as its attained cost spends q_j0, q_j0+1, ...;
 promotion: unserved for alpha (since its last output, or arrival), it sits
 in Q_1 until served. Each iteration ranks every live request by (queue,
-arrival); a lower-queue running job is preempted through the shared
-mechanism on a KV shortfall. A chunked prefill counts as unserved until
-its first output.
+arrival order, request id, generation); a lower-queue running job is
+preempted through the shared mechanism on a KV shortfall. A chunked
+prefill counts as unserved until its first output.
+
+The waiting requests are kept across decisions in arrival order, by their
+promotion clock and by their attained-cost queue
+(:class:`~iterserve.plan.kept_order.KeptOrder`): those unserved for alpha
+are all in Q_1 and the others in their attained-cost queue, so a decision
+ranks the fewer of the two groups itself and walks the kept order of the
+other.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from operator import itemgetter
 
 from iterserve.cost import FixedIterationCost, IterationCostModel
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
 from iterserve.plan.feasibility import RunningSet
+from iterserve.plan.kept_order import KeptOrder, KeptRanks
 from iterserve.plan.passes import schedule_ranked
 from iterserve.policies.policy import PolicyBase
 from iterserve.policies.settings import PolicyConfigError, check_count
@@ -55,6 +65,7 @@ class MlfqConfig:
 class Mlfq(PolicyBase[MlfqConfig]):
     policy_id = "mlfq"
     running_set = RunningSet.PREEMPTS  # the shared preemption step (plan.victims)
+    keeps_order = True  # the waiting queue's order is kept across decisions
     tie_break_key: tuple[str, ...] = ("arrival", "arrival_order", "request_id",
                                       "request_generation")
     contract = PolicyContract(
@@ -81,6 +92,12 @@ class Mlfq(PolicyBase[MlfqConfig]):
                    "preempted KV handling (M5.5) is the run's, not FastServe's",
     )
 
+    def __init__(self, config: MlfqConfig | None = None) -> None:
+        super().__init__(config)
+        self.kept_fifo = KeptOrder()  # waiting, in arrival order
+        self.kept_by_last_service = KeptOrder()  # waiting, by the promotion clock
+        self.kept_by_attained = KeptOrder()  # waiting, by (attained-cost queue, arrival order)
+
     def with_cost_model(self, cost_model: IterationCostModel) -> Mlfq:
         return type(self)(dataclasses.replace(self.config, cost_model=cost_model))
 
@@ -90,10 +107,18 @@ class Mlfq(PolicyBase[MlfqConfig]):
 
     def queue_level(self, view: RequestView, state: SchedulerState, ms_per_unit: float) -> int:
         """0-based queue of ``view`` at this cut (see the module docstring)."""
-        last = view.arrival if view.last_output_time is None else view.last_output_time
-        if (state.now - last) * ms_per_unit >= self.config.alpha_ms:
+        if self._is_promoted(_last_service(view), state.now, ms_per_unit):
             return 0  # promoted: waited alpha
-        t_init = self._cost_ms(min(view.num_prompt_tokens, state.max_num_batched_tokens), 0)
+        return self._attained_level(view, state.max_num_batched_tokens)
+
+    def _is_promoted(self, last: float, now: float, ms_per_unit: float) -> bool:
+        """Unserved for alpha since ``last`` (monotone: true for every earlier ``last``)."""
+        return (now - last) * ms_per_unit >= self.config.alpha_ms
+
+    def _attained_level(self, view: RequestView, max_num_batched_tokens: int) -> int:
+        """The queue of an unpromoted ``view``: skip-join, then demotion by
+        attained cost (a function of the view alone)."""
+        t_init = self._cost_ms(min(view.num_prompt_tokens, max_num_batched_tokens), 0)
         top = self.config.num_queues - 1
         level = next((j for j in range(top + 1) if self.config.quantum_ms(j) >= t_init), top)
         attained = 0.0
@@ -107,10 +132,65 @@ class Mlfq(PolicyBase[MlfqConfig]):
 
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         ms_per_unit = _ms_per_unit(state.rules.clock, self.config.cost_model)
-        live = views_of(state, state.running + state.suspended + state.waiting)
-        ranked = sorted((view for view in live if view.is_ready), key=lambda view: (
-            self.queue_level(view, state, ms_per_unit), view.arrival_order))
-        schedule_ranked(builder, ranked)
+        max_tokens = state.max_num_batched_tokens
+
+        def rank(view: RequestView) -> tuple[object, ...]:
+            return (self.queue_level(view, state, ms_per_unit), *_fifo_key(view))
+
+        def attained_rank(view: RequestView) -> tuple[object, ...]:
+            return (self._attained_level(view, max_tokens), *_fifo_key(view))
+
+        others = [(rank(view), view) for view in views_of(state, state.running + state.suspended)
+                  if view.is_ready]
+        context = (self.config, state.rules.clock, ms_per_unit, max_tokens)
+        for kept, key_of in ((self.kept_fifo, _fifo_key),
+                             (self.kept_by_last_service, _last_service_key),
+                             (self.kept_by_attained, attained_rank)):
+            kept.sync(state, key_of, context)
+        waiting = self._waiting_ranks(state, ms_per_unit, rank, others)
+        others.sort(key=itemgetter(0))
+        schedule_ranked(builder, others, waiting)
+
+    def _waiting_ranks(self, state: SchedulerState, ms_per_unit: float,
+                       rank: Callable[[RequestView], tuple[object, ...]],
+                       others: list[tuple[tuple[object, ...], RequestView]]) -> KeptRanks:
+        """The waiting part of the ranked pass. The requests unserved for
+        alpha (promoted, all in Q_1) are a prefix of ``kept_by_last_service``;
+        the rest keep their attained-cost queue. The fewer of the two are
+        ranked with ``others``: the promoted ones beside the order by
+        attained queue (a burst: few waited alpha), or the unpromoted ones
+        below Q_1 beside the arrival order (overload: most waited alpha)."""
+        by_last, views = self.kept_by_last_service, state.views
+        num_promoted = by_last.count_while(
+            lambda key: self._is_promoted(key[0], state.now, ms_per_unit))
+        if len(by_last) - num_promoted <= num_promoted:
+            fifo = self.kept_fifo
+            lower = [view for view in map(views.__getitem__, by_last.ids(num_promoted))
+                     if self._attained_level(view, state.max_num_batched_tokens) > 0]
+            others += [(rank(view), view) for view in lower]
+
+            def before(key: tuple[object, ...]) -> int:
+                return fifo.bisect(key[1:]) if key[0] == 0 else len(fifo)
+
+            return KeptRanks(fifo, state, before, {view.request_id for view in lower})
+        promoted = list(map(views.__getitem__, by_last.ids(0, num_promoted)))
+        others += [((0, *_fifo_key(view)), view) for view in promoted]
+        by_attained = self.kept_by_attained
+        return KeptRanks(by_attained, state, by_attained.bisect,
+                         {view.request_id for view in promoted})
+
+
+def _last_service(view: RequestView) -> float:
+    """The promotion clock's origin: last output time, else arrival."""
+    return view.arrival if view.last_output_time is None else view.last_output_time
+
+
+def _fifo_key(view: RequestView) -> tuple[object, ...]:
+    return (view.arrival_order, view.request_id, view.generation)
+
+
+def _last_service_key(view: RequestView) -> tuple[object, ...]:
+    return (_last_service(view), view.request_id, view.generation)
 
 
 def _ms_per_unit(clock: str, cost_model: IterationCostModel | None) -> float:

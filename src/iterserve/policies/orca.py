@@ -23,8 +23,11 @@ that iteration, rather than a stall.
 
 from __future__ import annotations
 
+from heapq import merge
+
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
 from iterserve.plan.feasibility import RunningSet
+from iterserve.plan.kept_order import KeptOrder, arrival_key, in_arrival_order
 from iterserve.plan.victims import add_or_preempt, fcfs_victim
 from iterserve.policies.policy import PolicyBase
 from iterserve.policies.settings import count_settings
@@ -76,6 +79,12 @@ class Orca(PolicyBase[OrcaConfig]):
         non_claims: no selective-batching kernel, no pipeline parallelism, no reproduced ORCA figure
     """)
 
+    keeps_order = True  # the waiting queue in arrival order, kept across decisions
+
+    def __init__(self, config: OrcaConfig | None = None) -> None:
+        super().__init__(config)
+        self.kept_waiting = KeptOrder(ready_only=False)
+
     def ledgers(self) -> dict[str, int | None]:
         return {"max_num_seqs": self.config.max_num_seqs}  # max_bs
 
@@ -87,7 +96,8 @@ class Orca(PolicyBase[OrcaConfig]):
                        key=lambda v: v.arrival_order)
         gone: set[str] = set()
         overbooked = _is_overbooked(slots, state)
-        for view in sorted(running + views_of(state, state.waiting), key=lambda v: v.arrival_order):
+        for view in merge(sorted(running, key=arrival_key), in_arrival_order(self.kept_waiting, state),
+                          key=arrival_key):
             if builder.seqs_left == 0:
                 break
             if view.request_id in gone or builder.is_aborted(view):

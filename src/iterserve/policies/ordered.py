@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from iterserve.plan import PlanBuilder, views_of
+from iterserve.plan.builder import iter_views
 from iterserve.plan.passes import resume_suspended, running_pass
 from iterserve.plan.victims import fcfs_victim
 from iterserve.records.state import SchedulerState
@@ -25,10 +26,12 @@ Order = Callable[[list[RequestView]], list[RequestView]]
 
 
 def schedule_ordered(builder: PlanBuilder, state: SchedulerState, running_order: Order,
-                     waiting_picks: Callable[[list[RequestView]], Iterable[RequestView]]) -> None:
+                     waiting_picks: Callable[[Iterable[RequestView]], Iterable[RequestView]]) -> None:
     """Fill ``builder``: running in ``running_order``, then resumes, then the
     waiting requests ``waiting_picks`` yields (it may react to each admission:
-    the next pick is drawn only after the previous one was admitted)."""
+    the next pick is drawn only after the previous one was admitted). It is
+    given the ready waiting views lazily, in queue order (a policy that
+    keeps its own order of them need not read them)."""
 
     def rows_of(view: RequestView) -> int:
         return builder.rows_within_tokens(view)
@@ -38,7 +41,7 @@ def schedule_ordered(builder: PlanBuilder, state: SchedulerState, running_order:
         return
     if resume_suspended(builder, state) < len(state.suspended):
         return  # preserved requests go before new work
-    ready = [view for view in views_of(state, state.waiting) if view.is_ready]
+    ready = (view for view in iter_views(state, state.waiting) if view.is_ready)
     for view in waiting_picks(ready):
         if not builder.can_add() or not builder.admit(view):
             break

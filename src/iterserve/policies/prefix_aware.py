@@ -20,7 +20,7 @@ placement across workers (M5.6) is outside one engine.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
@@ -99,7 +99,7 @@ class PrefixAware(PolicyBase[PrefixAwareConfig]):
         schedule_ordered(builder, state, lambda views: sorted(views, key=_arrival),
                          lambda views: self._picks(views, state))
 
-    def _picks(self, waiting: list[RequestView], state: SchedulerState) -> Iterator[RequestView]:
+    def _picks(self, waiting: Iterable[RequestView], state: SchedulerState) -> Iterator[RequestView]:
         scores = teaching_scores(state, self.config)
         yield from sorted(waiting, key=lambda v: (-scores[v.request_id], v.arrival_order))
 

@@ -12,7 +12,7 @@ sits at decision_id mod (hot + cold) of the cycle (read from the state).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from iterserve.plan import PlanBuilder, PolicyContract
@@ -94,7 +94,7 @@ class PrefixQuota(PolicyBase[QuotaConfig]):
         schedule_ordered(builder, state, lambda views: sorted(views, key=_arrival),
                          lambda views: self._picks(views, state))
 
-    def _picks(self, waiting: list[RequestView], state: SchedulerState) -> Iterator[RequestView]:
+    def _picks(self, waiting: Iterable[RequestView], state: SchedulerState) -> Iterator[RequestView]:
         hits = state.prefix_hits
         groups: dict[str, list[RequestView]] = {"hot": [], "cold": []}
         for view in sorted(waiting, key=lambda v: (-hits.get(v.request_id, 0), v.arrival_order)):

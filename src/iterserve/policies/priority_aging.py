@@ -1,6 +1,12 @@
 """Priority with aging (0x09A, F61): p_eff(r, t) = p_base(r) - floor((t - a_r) / q_age).
 
-Smaller p_eff runs first; ties go to the older request (arrival order).
+Smaller p_eff runs first; ties go to the older request (arrival, then
+arrival order, request id and generation: the engine numbers arrivals in
+time order, so arrival order alone decides). p_eff changes with the clock,
+but within one priority it never decreases with a later arrival: each
+priority's waiting requests are kept in arrival order across decisions
+(:class:`~iterserve.plan.kept_order.KeptOrder`) and the picks merge the
+priorities' queues by rank, reading only the requests admitted.
 Waiting time is measured on the run's clock (ticks on the ``iteration``
 clock, ms on the ``ms`` clock). The tie-break evidence records both inputs
 of p_eff (arrival and base priority); q_age is the policy's setting.
@@ -9,10 +15,14 @@ of p_eff (arrival and base priority); q_age is the policy's setting.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
+from heapq import merge
+from operator import itemgetter
 
 from iterserve.plan import PlanBuilder, PolicyContract
 from iterserve.plan.feasibility import RunningSet
+from iterserve.plan.kept_order import KeptOrder
 from iterserve.policies.ordered import schedule_ordered
 from iterserve.policies.policy import PolicyBase
 from iterserve.policies.settings import PolicyConfigError
@@ -36,6 +46,7 @@ class AgingConfig:
 class PriorityAging(PolicyBase[AgingConfig]):
     policy_id = "priority-aging"
     running_set = RunningSet.PREEMPTS  # the shared preemption step (plan.victims)
+    keeps_order = True  # each priority's waiting requests are kept across decisions
     policy_version = "1"
     tie_break_key: tuple[str, ...] = ("arrival", "priority_rank", "arrival_order", "request_id",
                                       "request_generation")
@@ -59,12 +70,39 @@ class PriorityAging(PolicyBase[AgingConfig]):
         non_claims="not a bounded-wait proof beyond the finite trace",
     )
 
+    def __init__(self, config: AgingConfig | None = None) -> None:
+        super().__init__(config)
+        self.kept_by_class = KeptOrder()  # ready waiting requests, per priority by arrival
+
     def effective_priority(self, view: RequestView, now: float) -> int:
         return view.priority - math.floor((now - view.arrival) / self.config.q_age)
 
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
-        def order(views: list[RequestView]) -> list[RequestView]:
-            return sorted(views, key=lambda v: (self.effective_priority(v, state.now),
-                                                v.arrival_order))
+        def rank(view: RequestView) -> tuple[object, ...]:
+            return (self.effective_priority(view, state.now), *_arrival_key(view))
 
-        schedule_ordered(builder, state, order, order)
+        def order(views: list[RequestView]) -> list[RequestView]:
+            return sorted(views, key=rank)
+
+        kept = self.kept_by_class
+        kept.sync(state, _class_key)
+
+        def picks(_: object) -> Iterator[RequestView]:
+            """The classes' queues merged by rank: within one class the
+            kept order (arrival, then arrival order) is rank order, since
+            p_eff never decreases with a later arrival."""
+            views = state.views
+            ranked = (((rank(view), view) for view in map(views.__getitem__, ids))
+                      for ids in (map(itemgetter(1), kept.group(priority))
+                                  for priority in kept.heads()))
+            return map(itemgetter(1), merge(*ranked, key=itemgetter(0)))
+
+        schedule_ordered(builder, state, order, picks)
+
+
+def _arrival_key(view: RequestView) -> tuple[object, ...]:
+    return (view.arrival, view.arrival_order, view.request_id, view.generation)
+
+
+def _class_key(view: RequestView) -> tuple[object, ...]:
+    return (view.priority, *_arrival_key(view))

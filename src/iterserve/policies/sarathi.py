@@ -9,6 +9,7 @@ and token rows, oldest first. With no prefill work the batch is decode-only.
 from __future__ import annotations
 
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
+from iterserve.plan.kept_order import KeptOrder, in_arrival_order
 from iterserve.policies.policy import PolicyBase
 from iterserve.policies.settings import count_settings
 from iterserve.records.state import SchedulerState
@@ -43,14 +44,22 @@ class Sarathi(PolicyBase[SarathiConfig]):
         non_claims: no pipeline-bubble or throughput figure reproduced; C here is a setting, not a profile
     """)
 
+    keeps_order = True  # the waiting queue in arrival order, kept across decisions
+
+    def __init__(self, config: SarathiConfig | None = None) -> None:
+        super().__init__(config)
+        self.kept_waiting = KeptOrder(ready_only=False)
+
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
+        # followed at every decision, read only when a request joins
+        waiting = in_arrival_order(self.kept_waiting, state)
         chunk = self.config.chunk_size
         running = sorted(views_of(state, state.running), key=lambda v: v.arrival_order)
         anchor = next((v for v in running if not v.is_decoding and v.is_ready), None)
         if anchor is not None:
             builder.add(anchor, chunk)
         else:
-            for view in sorted(views_of(state, state.waiting), key=lambda v: v.arrival_order):
+            for view in waiting:
                 if view.is_ready and builder.admit(view, chunk):
                     break
                 if not builder.fits_memory(view, min(chunk, builder.legal_rows(view))):

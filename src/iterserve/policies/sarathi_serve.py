@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
 from iterserve.plan.feasibility import RunningSet
+from iterserve.plan.kept_order import KeptOrder, in_arrival_order
 from iterserve.plan.passes import resume_then_admit, running_pass
 from iterserve.plan.victims import fcfs_victim
 from iterserve.policies.policy import PolicyBase
@@ -53,6 +54,12 @@ class SarathiServe(PolicyBase[SarathiServeConfig]):
         non_claims: no capacity or P99 TBT figure reproduced; tau here is a setting, not a profile
     """)
 
+    keeps_order = True  # the waiting queue in arrival order, kept across decisions
+
+    def __init__(self, config: SarathiServeConfig | None = None) -> None:
+        super().__init__(config)
+        self.kept_waiting = KeptOrder(ready_only=False)
+
     def ledgers(self) -> dict[str, int | None]:
         return {"max_num_batched_tokens": self.config.tau, "max_running": self.config.max_num_seqs}
 
@@ -63,7 +70,7 @@ class SarathiServe(PolicyBase[SarathiServeConfig]):
             if not view.is_decoding and builder.can_add():
                 builder.add(view)
         if not done.gone:
-            waiting = sorted(views_of(state, state.waiting), key=lambda v: v.arrival_order)
+            waiting = in_arrival_order(self.kept_waiting, state)
             resume_then_admit(builder, state, waiting)
 
 

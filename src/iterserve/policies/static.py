@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
 from iterserve.plan.feasibility import RunningSet
+from iterserve.plan.kept_order import KeptOrder, in_arrival_order
 from iterserve.policies.policy import PolicyBase
 from iterserve.records.state import SchedulerState
 
@@ -38,12 +39,20 @@ class StaticBatching(PolicyBase):
         non_claims: not measured GPU utilization; no runtime reproduced
     """)
 
+    keeps_order = True  # the waiting queue in arrival order, kept across decisions
+
+    def __init__(self, config: object | None = None) -> None:
+        super().__init__(config)
+        self.kept_waiting = KeptOrder(ready_only=False)
+
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
+        # followed at every decision, read only when a request joins
+        waiting = in_arrival_order(self.kept_waiting, state)
         if state.running:
             for view in views_of(state, state.running):
                 builder.add(view)
         else:
-            for view in sorted(views_of(state, state.waiting), key=lambda v: v.arrival_order):
+            for view in waiting:
                 if not builder.can_add():
                     break
                 if not builder.admit(view) and not builder.is_aborted(view):

@@ -13,13 +13,16 @@ waiting request of the active client with the smallest counter.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from heapq import heapify, heappop, heapreplace
 
 from iterserve.plan import PlanBuilder, PolicyContract
 from iterserve.plan.feasibility import RunningSet
-from iterserve.policies.fair_config import LedgerPolicy
+from iterserve.plan.kept_order import KeptOrder
+from iterserve.policies.fair_config import FairConfig, LedgerPolicy
 from iterserve.policies.ordered import schedule_ordered
 from iterserve.records.keys import key_function
 from iterserve.records.ledger import ClientLedger
+from iterserve.records.spec import FairnessSpec
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import RequestView
 
@@ -27,6 +30,7 @@ from iterserve.records.view import RequestView
 class Vtc(LedgerPolicy):
     policy_id = "vtc"
     running_set = RunningSet.PREEMPTS  # the shared preemption step (plan.victims)
+    keeps_order = True  # each client's waiting requests are kept across decisions
     policy_version = "1"
     service_bound = "vtc"  # the run report prints F60's 2U beside the observed gap
     tie_break_key: tuple[str, ...] = ("client_counter", "client_id", "arrival_order",
@@ -57,26 +61,42 @@ class Vtc(LedgerPolicy):
                    "preempts or has unbounded memory claims no bound",
     )
 
+    def __init__(self, config: FairConfig | None = None,
+                 declared: FairnessSpec | None = None) -> None:
+        super().__init__(config, declared)
+        self.kept_by_client = KeptOrder()  # ready waiting requests, per client in arrival order
+
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         key = key_function(self.tie_break_key, state)
         ledger = state.ledger or ClientLedger(self.ledger_weights)
+        kept = self.kept_by_client
+        kept.sync(state, _client_fifo_key)
         schedule_ordered(builder, state, lambda views: sorted(views, key=key),
-                         lambda views: _min_counter_picks(views, ledger))
+                         lambda views: _min_counter_picks(kept, state, ledger))
 
 
-def _min_counter_picks(waiting: list[RequestView], ledger: ClientLedger) -> Iterator[RequestView]:
+def _client_fifo_key(view: RequestView) -> tuple[object, ...]:
+    return (view.client_id, view.arrival_order, view.request_id, view.generation)
+
+
+def _min_counter_picks(kept: KeptOrder, state: SchedulerState,
+                       ledger: ClientLedger) -> Iterator[RequestView]:
     """Earliest request of the minimum-counter client, charging each pick
-    w_p * input length before the next (Algorithm 2's join charge)."""
-    weights = ledger.weights
-    queues: dict[str, list[RequestView]] = {}
-    for view in sorted(waiting, key=lambda v: v.arrival_order):
-        queues.setdefault(view.client_id, []).append(view)
-    counters = {client: ledger.counter(client) for client in queues}
-    while queues:
-        client = min(queues, key=lambda c: (counters[c], c))
-        view = queues[client].pop(0)
-        if not queues[client]:
-            del queues[client]
+    w_p * input length before the next (Algorithm 2's join charge). Ties
+    between counters go to the smaller client id; within a client, arrival
+    order. ``kept`` holds each client's ready waiting requests in arrival
+    order, so a pick costs O(log clients), not a pass over the queue."""
+    weights, views = ledger.weights, state.views
+    queues = {client: kept.group(client) for client in kept.heads()}
+    heap = [(ledger.counter(client), client) for client in queues]
+    heapify(heap)
+    while heap:
+        counter, client = heap[0]
+        picked = next(queues[client], None)
+        if picked is None:
+            heappop(heap)
+            continue
+        view = views[picked[1]]
         yield view
         phi = weights.client_weight(client)
-        counters[client] += weights.prompt_weight * view.num_prompt_tokens / phi
+        heapreplace(heap, (counter + weights.prompt_weight * view.num_prompt_tokens / phi, client))

@@ -50,6 +50,7 @@ from iterserve.metrics.summary_md import render_summary
 from iterserve.metrics.time_unit import TimeUnit, clock_time_unit
 from iterserve.metrics.timeline import RequestTimeline
 from iterserve.plan import Policy
+from iterserve.plan.kept_order import reads_view_deltas
 from iterserve.policies.settings import settings_of
 from iterserve.records.spec import OnlineWorkload, SloTargets, WorkloadManifest
 from iterserve.records.state_digest import state_digest
@@ -258,7 +259,8 @@ def _followed_run(manifest: WorkloadManifest, config: RunConfig, executor: Simul
         engine = Engine(manifest.online, TappedPolicy(config.policy, follower.feed),
                         TappedExecutor(executor, follower.feed), [*observers, *extra_observers],
                         gate=engine_gate(config.gate), check_states=False,  # the follower's
-                        view_deltas=writer is not None)  # read by a log written here only
+                        # read by a log written here, or by a policy keeping its order
+                        view_deltas=writer is not None or reads_view_deltas(config.policy))
         with collector_held_back():
             engine.run(max_iterations=config.max_iterations)
         if recorder is not None:

@@ -1,0 +1,172 @@
+"""The queue-ordering policies as they were before they kept their waiting
+order: every decision re-reads and re-sorts every waiting view (an oracle,
+DESIGN rule 9). ``least-slack`` here ranks by slack itself (deadline -
+(now + predicted cost)), the formula the product replaced by the latest
+start; ``mlfq`` and ``priority-aging`` sort stably by their published keys
+(queue, arrival order) and (p_eff, arrival order), ties left to the queue.
+
+:func:`reference_schedule` gives each policy's old rule; the tests build a
+plan with it on the same policy object and compare it with the product's.
+The FCFS policies (sarathi-serve, sarathi, static, orca) are checked
+against themselves with the waiting order re-read at every decision.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+
+from iterserve.cost import default_cost_model
+from iterserve.metrics.slack import exclusive_endpoint_cost_s, predicted_slack
+from iterserve.metrics.slo import SloConfig
+from iterserve.plan import PlanBuilder, views_of
+from iterserve.plan.kept_order import KeptOrder
+from iterserve.plan.victims import add_or_preempt, least_urgent_victim
+from iterserve.policies.deadline import DeadlineOrderedPolicy
+from iterserve.policies.deadline_clock import DecisionClock, deadline_s, seconds_per_unit
+from iterserve.policies.edf import EarliestDeadlineFirst
+from iterserve.policies.least_slack import LeastSlack
+from iterserve.policies.mlfq import Mlfq, _ms_per_unit
+from iterserve.policies.orca import Orca
+from iterserve.policies.ordered import schedule_ordered
+from iterserve.policies.priority_aging import PriorityAging
+from iterserve.policies.sarathi import Sarathi
+from iterserve.policies.sarathi_serve import SarathiServe
+from iterserve.policies.static import StaticBatching
+from iterserve.policies.vtc import Vtc
+from iterserve.records.keys import key_function
+from iterserve.records.ledger import ClientLedger
+from iterserve.records.plan import IterationPlan
+from iterserve.records.state import SchedulerState
+from iterserve.records.view import Lifecycle, RequestView
+
+Schedule = Callable[[object, PlanBuilder, SchedulerState], None]
+
+
+def schedule_ranked(builder: PlanBuilder, ranked: list[RequestView]) -> None:
+    """The ranked pass over one list of every live request."""
+    victims = [view for view in ranked
+               if view.lifecycle is Lifecycle.RUNNING and not builder.is_aborted(view)]
+    gone: set[str] = set()
+    for view in ranked:
+        if not builder.can_add():
+            break
+        if view.request_id in gone or builder.is_aborted(view):
+            continue
+        if view.lifecycle is Lifecycle.WAITING:
+            builder.admit(view)
+        elif view.lifecycle is not Lifecycle.RUNNING:
+            builder.resume(view)
+        else:
+            rows = builder.rows_within_tokens(view)
+            if not add_or_preempt(builder, view, rows, victims, gone, least_urgent_victim):
+                break
+
+
+def slack_s(view: RequestView, clock: DecisionClock) -> float:
+    """Predicted slack at ``clock.now_s`` (least-slack's old urgency)."""
+    slo = view.slo
+    if slo is None or (slo.ttft_ms is None and slo.tbt_ms is None):
+        return float("inf")
+    seconds = clock.seconds_per_unit
+    last = view.last_output_time
+    estimate = predicted_slack(
+        clock.now_s, arrival_s=view.arrival * seconds,
+        last_emission_s=None if last is None else last * seconds,
+        num_outputs_emitted=view.num_emitted,
+        num_prompt_rows_remaining=view.remaining_rows if view.is_prefill else 0,
+        slo=SloConfig(ttft_ms=slo.ttft_ms, tbt_ms=slo.tbt_ms), cost_model=clock.cost_model,
+        max_prefill_rows_per_iteration=clock.max_prefill_rows)
+    if not view.is_rebuilding:
+        return estimate.slack_s
+    return estimate.slack_s - exclusive_endpoint_cost_s(
+        clock.cost_model, num_outputs_emitted=0, num_prompt_rows_remaining=view.remaining_rows,
+        max_prefill_rows_per_iteration=clock.max_prefill_rows)
+
+
+def deadline_schedule(policy: DeadlineOrderedPolicy, builder: PlanBuilder,
+                      state: SchedulerState) -> None:
+    seconds = seconds_per_unit(state.rules.clock, policy.cost_model, policy.policy_id)
+    clock = DecisionClock(state.now * seconds, seconds,
+                          policy.cost_model or default_cost_model(state.rules.clock),
+                          state.max_num_batched_tokens)
+    key_of = key_function(policy.tie_break_key, state)
+    live = [view for view in views_of(state, state.running + state.suspended + state.waiting)
+            if view.is_ready]
+    if isinstance(policy, LeastSlack):
+        def urgency(view: RequestView) -> float:
+            return slack_s(view, clock)
+    else:
+        def urgency(view: RequestView) -> float:
+            return deadline_s(view, view.slo, seconds)
+    ranks = {view.request_id: (round(urgency(view), 9), *key_of(view)) for view in live}
+    live.sort(key=lambda view: ranks[view.request_id])
+    schedule_ranked(builder, live)
+
+
+def mlfq_schedule(policy: Mlfq, builder: PlanBuilder, state: SchedulerState) -> None:
+    ms_per_unit = _ms_per_unit(state.rules.clock, policy.config.cost_model)
+    live = views_of(state, state.running + state.suspended + state.waiting)
+    ranked = sorted((view for view in live if view.is_ready), key=lambda view: (
+        policy.queue_level(view, state, ms_per_unit), view.arrival_order))
+    schedule_ranked(builder, ranked)
+
+
+def vtc_schedule(policy: Vtc, builder: PlanBuilder, state: SchedulerState) -> None:
+    key = key_function(policy.tie_break_key, state)
+    ledger = state.ledger or ClientLedger(policy.ledger_weights)
+    schedule_ordered(builder, state, lambda views: sorted(views, key=key),
+                     lambda views: _min_counter_picks(list(views), ledger))
+
+
+def _min_counter_picks(waiting: list[RequestView], ledger: ClientLedger) -> Iterator[RequestView]:
+    weights = ledger.weights
+    queues: dict[str, list[RequestView]] = {}
+    for view in sorted(waiting, key=lambda v: v.arrival_order):
+        queues.setdefault(view.client_id, []).append(view)
+    counters = {client: ledger.counter(client) for client in queues}
+    while queues:
+        client = min(queues, key=lambda c: (counters[c], c))
+        view = queues[client].pop(0)
+        if not queues[client]:
+            del queues[client]
+        yield view
+        counters[client] += weights.prompt_weight * view.num_prompt_tokens / (
+            weights.client_weight(client))
+
+
+def aging_schedule(policy: PriorityAging, builder: PlanBuilder, state: SchedulerState) -> None:
+    def order(views: object) -> list[RequestView]:
+        return sorted(views, key=lambda v: (  # type: ignore[call-overload]
+            policy.effective_priority(v, state.now), v.arrival_order))
+
+    schedule_ordered(builder, state, order, order)
+
+
+def reread_schedule(policy: object, builder: PlanBuilder, state: SchedulerState) -> None:
+    """The FCFS policies' rule with their waiting order read afresh (every
+    waiting view, sorted by arrival order, then id and generation)."""
+    clone = copy.copy(policy)
+    clone.kept_waiting = KeptOrder(ready_only=False)  # type: ignore[attr-defined]
+    type(policy).schedule(clone, builder, state)  # type: ignore[attr-defined]
+
+
+REFERENCES: dict[type, Schedule] = {
+    SarathiServe: reread_schedule,
+    Sarathi: reread_schedule,
+    StaticBatching: reread_schedule,
+    Orca: reread_schedule,
+    EarliestDeadlineFirst: deadline_schedule,  # type: ignore[dict-item]
+    LeastSlack: deadline_schedule,  # type: ignore[dict-item]
+    Mlfq: mlfq_schedule,  # type: ignore[dict-item]
+    Vtc: vtc_schedule,  # type: ignore[dict-item]
+    PriorityAging: aging_schedule,  # type: ignore[dict-item]
+}
+
+
+def reference_choose(policy: object, state: SchedulerState) -> IterationPlan:
+    """``policy``'s plan for ``state`` by its old, full-sort rule."""
+    schedule = REFERENCES[type(policy)]
+    builder = PlanBuilder(policy, state, **policy.ledgers())  # type: ignore[arg-type, attr-defined]
+    schedule(policy, builder, state)
+    return builder.build()
