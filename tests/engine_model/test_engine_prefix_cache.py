@@ -15,12 +15,18 @@ NUM_DECODE_ROWS = GREEDY.max_tokens - 1  # the last token is emitted, never comp
 
 
 def _computed_and_skipped(llm: LLM, prompt: list[int]):
-    """Run one request; returns (output, rows computed, cached rows skipped) for it alone."""
+    """Run one request; returns (output, rows computed, cached rows not
+    computed) for it alone. A hit on the cached blocks of a finished request
+    is claimed before planning (0x0E: U = S - H_hit, evictable blocks
+    included), so those rows are never planned, rather than planned and
+    skipped by the executor; both count as not computed."""
     executor = llm.executor
     computed, skipped = executor.num_computed_rows, executor.num_cached_rows_skipped
+    planned = executor.kv.stats().num_planned_hit_rows
     out = llm.generate([prompt], GREEDY)[0]
     return (out, executor.num_computed_rows - computed,
-            executor.num_cached_rows_skipped - skipped)
+            executor.num_cached_rows_skipped - skipped
+            + executor.kv.stats().num_planned_hit_rows - planned)
 
 
 @pytest.fixture(scope="module")

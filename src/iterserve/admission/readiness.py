@@ -12,10 +12,13 @@ consumes these facts; it never performs the transfer, promotion or placement.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from iterserve.records.dependencies import ReadinessDependency
+from iterserve.records.plan import IterationPlan
 from iterserve.records.receipts import ForeignBinding, Staleness, binding_of, staleness
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import Lifecycle, RequestView
@@ -122,6 +125,28 @@ class ReadinessBoard:
         if not required and not facts:
             return True
         return is_runnable(current, facts, required)
+
+    def dependencies(self, view: RequestView) -> tuple[ReadinessDependency, ...]:
+        """The READY facts ``view``'s next row depends on (0x01A): its
+        required facts current for its binding, in requirement order."""
+        required = self._required.get(view.request_id, ())
+        if not required:
+            return ()
+        current = binding_of(view)
+        ready = {f.requirement: f for f in current_facts(current, self._facts.get(
+            view.request_id, ())) if f.status is ReadinessStatus.READY}
+        return tuple(ReadinessDependency(r.kind.value, r.layer_index, ready[r].binding)
+                     for r in required if r in ready)
+
+    def bind_dependencies(self, plan: IterationPlan, state: SchedulerState) -> IterationPlan:
+        """``plan`` with each selected row's readiness dependencies bound."""
+        if not self._required:
+            return plan
+        views = state.views
+        bound = tuple((item.request_id, needs) for item in plan.work
+                      if item.request_id in self._required
+                      and (needs := self.dependencies(views[item.request_id])))
+        return dataclasses.replace(plan, dependencies=bound) if bound else plan
 
     def readiness(self, state: SchedulerState) -> dict[str, bool]:
         """is_ready per tracked live request whose published flag is out of date.

@@ -179,6 +179,8 @@ def iteration_line(
     hits = claimed(state)
     if hits:  # absent for runs without prompt token ids: their logs read as before
         line["claimed_prefix_rows"] = hits
+    if state.reclaimed_prefix_blocks:  # absent unless a claim reclaimed evictable blocks
+        line["reclaimed_prefix_blocks"] = dict(sorted(state.reclaimed_prefix_blocks.items()))
     if state.prefix_hits:  # the memory owner's facts this plan read (replay publishes them)
         line["prefix_hits"] = dict(sorted(state.prefix_hits.items()))
     return line

@@ -10,10 +10,11 @@ it holds for them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Protocol, runtime_checkable
 
 from iterserve.records.plan import IterationPlan
+from iterserve.records.prefix_claims import PrefixClaims
 from iterserve.records.result import IterationResult
 from iterserve.records.state import CapacityFacts, SchedulerState
 
@@ -33,9 +34,11 @@ class PrefixHitSource(Protocol):
     """An executor whose KV allocator publishes verified prefix hits before
     the policy runs (0x0E: U = S - H_hit): request id -> cached rows now held
     for a waiting request that has computed nothing, so the plan's frontier
-    starts past them and its token budget counts only uncached rows."""
+    starts past them and its token budget counts only uncached rows; with the
+    blocks each claim reclaimed from the evictable cache, which the plan
+    charges to that request (records/prefix_claims)."""
 
-    def claim_prefix_hits(self, state: SchedulerState) -> Mapping[str, int]: ...
+    def claim_prefix_hits(self, state: SchedulerState) -> PrefixClaims: ...
 
 
 #: the reason a :class:`~iterserve.records.result.WorkFailure` carries when the

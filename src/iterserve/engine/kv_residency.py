@@ -40,6 +40,7 @@ from iterserve.kv.results import (
 )
 from iterserve.records.plan import IntentKind, IterationPlan, WorkItem
 from iterserve.records.preemption import FallbackMode
+from iterserve.records.prefix_claims import NO_CLAIMS, PrefixClaims
 from iterserve.records.receipts import (
     ForeignBinding,
     ForeignStatus,
@@ -132,7 +133,18 @@ class KvResidency:
         usage = self.manager.usage()
         free = usage.num_blocks_total - usage.num_blocks_used  # cached blocks are evictable
         return CapacityFacts(self.block_size, usage.num_blocks_total, free,
-                             releases_at_once=not self._release_lag)
+                             releases_at_once=not self._release_lag,
+                             num_blocks_pending_release=self.manager.num_blocks_pending_release)
+
+    def shortfall_reason(self, request_id: str, end: int) -> str:
+        """Why backing ``request_id``'s rows up to ``end`` failed: for a
+        request holding blocks, the allocator's extension answer (0x06:
+        ``extension_temporarily_unavailable`` or ``extension_failed``),
+        else a fresh allocation's failure (``kv_allocation``)."""
+        key = self._keys.get(request_id)
+        if key is None or not self.manager.is_resident(key):
+            return "kv_allocation"
+        return self.manager.extension_status(key, end).failure_reason
 
     def key(self, request_id: str) -> RequestKey | None:
         return self._keys.get(request_id)
@@ -365,37 +377,52 @@ class KvResidency:
         return result.num_cached_rows
 
     def claim_prefix(self, request_id: str, generation: int,
-                     prompt_token_ids: Sequence[int]) -> int:
+                     prompt_token_ids: Sequence[int],
+                     reclaimed: set[int] | None = None) -> tuple[int, int]:
         """Publish a waiting request's verified prefix hit as a fact the plan
         can count on (0x0E): the cached rows are held for it now, so its
-        computed frontier may start past them. Returns the rows held (0: no
-        claimable hit, or the request already holds blocks)."""
+        computed frontier may start past them. Returns (rows held, blocks
+        of the hit that were evictable); (0, 0): no hit, or the request
+        already holds blocks. ``reclaimed``: block ids earlier claims of the
+        same decision reclaimed (updated): a hit sharing them counts them
+        too, since the claim that reclaimed them may not be scheduled."""
         if request_id in self._keys:
-            return 0
+            return 0, 0
         key = RequestKey(request_id, generation)
-        num_rows = self.manager.claim_prefix(key, prompt_token_ids)
-        if num_rows:
-            self._keys[request_id] = key
-            self._prefix_hit_tokens += num_rows
-            self._planned_hit_rows += num_rows
-        return num_rows
+        claimed = self.manager.claim_prefix(key, prompt_token_ids)
+        if not claimed.num_rows:
+            return 0, 0
+        self._keys[request_id] = key
+        self._prefix_hit_tokens += claimed.num_rows
+        self._planned_hit_rows += claimed.num_rows
+        if reclaimed is None:
+            return claimed.num_rows, claimed.num_reclaimed_blocks
+        reclaimed.update(claimed.reclaimed_block_ids)
+        held = self.manager.block_table(key)
+        return claimed.num_rows, sum(block_id in reclaimed for block_id in held)
 
     def claim_prefix_hits(self, state: SchedulerState,
-                    prompt_of: Callable[[str], Sequence[int] | None]) -> dict[str, int]:
+                          prompt_of: Callable[[str], Sequence[int] | None]) -> PrefixClaims:
         """Claimed hits of the waiting requests that have computed nothing
         yet and whose prompt tokens ``prompt_of`` knows (0x0E). Only the
         first ``max_num_seqs`` waiting requests are looked up: no plan
         admits more, and a long queue would otherwise be hashed every step."""
-        hits = {}
+        hits, reclaimed = {}, {}
+        reclaimed_ids: set[int] = set()
         views = state.views
         for rid in state.waiting[:state.max_num_seqs]:
             view = views[rid]
             if view.num_computed or view.num_emitted:
                 continue
             prompt = prompt_of(rid)
-            if prompt is not None and (rows := self.claim_prefix(rid, view.generation, prompt)):
+            if prompt is None:
+                continue
+            rows, blocks = self.claim_prefix(rid, view.generation, prompt, reclaimed_ids)
+            if rows:
                 hits[rid] = rows
-        return hits
+                if blocks:
+                    reclaimed[rid] = blocks
+        return PrefixClaims(hits, reclaimed) if hits else NO_CLAIMS
 
     def commit(self, request_id: str, end: int) -> None:
         """Record rows [0, end) as written (never below a prefix hit's rows)."""

@@ -254,12 +254,14 @@ def _check_policy(obj: Mapping[str, Any], where: str) -> None:
 
 def _check_capacity(obj: Mapping[str, Any], where: str) -> None:
     _exact_keys(obj, {"block_size", "num_blocks_total", "num_blocks_free"},
-                {"releases_at_once"}, where)
+                {"releases_at_once", "num_blocks_pending_release"}, where)
     _require(obj, "block_size", "int", where)
     _require(obj, "num_blocks_total", "int?", where)
     _require(obj, "num_blocks_free", "int?", where)
     if "releases_at_once" in obj:
         _require(obj, "releases_at_once", "bool", where)
+    if "num_blocks_pending_release" in obj:
+        _require(obj, "num_blocks_pending_release", "int>=0", where)
 
 
 # --- body lines ---------------------------------------------------------------------------
@@ -281,7 +283,8 @@ def _check_body_line(line: LogLine, chained: bool) -> None:
                            f"(expected one of {sorted(_BODY_KEYS)})")
     where = f"line {line.number} ({kind})"
     required = _BODY_KEYS[kind] | ({CHAIN_KEY} if chained else set())
-    optional = {"cancel": {"rejected", "capacity"}, "iteration": {"rejected", "prefix_hits", "claimed_prefix_rows"}}
+    optional = {"cancel": {"rejected", "capacity"}, "iteration": {"rejected", "prefix_hits", "claimed_prefix_rows",
+                                                                      "reclaimed_prefix_blocks"}}
     _exact_keys(obj, required, optional.get(kind, {"rejected"}), where)
     _require(obj, "decision_id", "int>=0", where)
     _require(obj, "state_version", "int>=0", where)
@@ -298,6 +301,9 @@ def _check_body_line(line: LogLine, chained: bool) -> None:
         hits = _require(obj, claimed, "object", where) if claimed in obj else {}
         for rid in hits:
             _require(hits, rid, "int>=0", f"{where}: claimed_prefix_rows")
+        if "reclaimed_prefix_blocks" in obj:
+            _check_prefix_hits(obj["reclaimed_prefix_blocks"], f"{where}: reclaimed_prefix_blocks",
+                               "blocks")
         if "prefix_hits" in obj:
             _check_prefix_hits(obj["prefix_hits"], f"{where}: prefix_hits")
     elif kind == "arrival":
@@ -310,13 +316,14 @@ def _check_body_line(line: LogLine, chained: bool) -> None:
         _require(obj, "is_done", "bool", where)
 
 
-def _check_prefix_hits(value: Any, where: str) -> None:
-    """The memory owner's prefix-hit facts a decision read: {request_id: rows >= 1}."""
+def _check_prefix_hits(value: Any, where: str, what: str = "cached rows") -> None:
+    """The memory owner's prefix-hit facts a decision read: {request_id: rows >= 1}
+    (or blocks >= 1: ``what``)."""
     ok = isinstance(value, dict) and all(
         isinstance(rows, int) and not isinstance(rows, bool) and rows >= 1
         for rows in value.values())
     if not ok:
-        raise MalformedLog(f"{where}: must be an object of request_id: cached rows >= 1")
+        raise MalformedLog(f"{where}: must be an object of request_id: {what} >= 1")
 
 
 def _check_rejected(value: Any, where: str) -> None:

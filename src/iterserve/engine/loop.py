@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from iterserve.admission.gate import ArrivalGate
@@ -19,6 +19,7 @@ from iterserve.engine.observer import EngineObserver
 from iterserve.plan import Policy
 from iterserve.plan.feasibility import check_run
 from iterserve.records.ledger import ClientLedger
+from iterserve.records.plan import IterationPlan
 from iterserve.records.spec import OnlineWorkload, PolicyIdentity, RequestSpec
 from iterserve.records.state import CapacityFacts, RunRules, SchedulerState
 from iterserve.records.state_check import StateChecker
@@ -117,6 +118,7 @@ class Engine:
         # checked once: a runtime protocol check is too slow for every step
         self._hit_source = executor if isinstance(executor, PrefixHitSource) else None
         self._has_claimed = False  # a prefix-hit claim was published (0x0E)
+        self._claimed_now: Mapping[str, int] = {}  # the claims this decision published
         order = sorted(range(len(workload.requests)), key=lambda i: (workload.requests[i].arrival, i))
         # arrival_order is the rank by (arrival, file index): FCFS keys follow time.
         # Requests not yet published, in rank order; a published one leaves
@@ -234,6 +236,7 @@ class Engine:
     def _publish_claimed_prefix_rows(self) -> None:
         """The allocator's verified prefix hits become state facts before the
         policy runs, so plans start past them (0x0E)."""
+        self._claimed_now = {}
         if self._hit_source is None or not self.state.waiting:
             return
         # only this method publishes claims: until it has, no waiting request
@@ -242,10 +245,22 @@ class Engine:
         if held:  # last decision's claims end: nobody waits on blocks a waiter holds
             self.executor.release(held)
             self.state = without_claimed_prefix_rows(self.state, held)
-        hits = self._hit_source.claim_prefix_hits(self.state)
-        if hits:
+        claims = self._hit_source.claim_prefix_hits(self.state)
+        if claims:
             self._has_claimed = True
-            self.state = with_claimed_prefix_rows(self.state, hits)
+            self.state = with_claimed_prefix_rows(self.state, claims.rows, claims.reclaimed_blocks)
+            self._claimed_now = claims.rows
+
+    def _release_unplanned_claims(self, plan: IterationPlan) -> None:
+        """A claim the plan does not schedule ends before execution: the
+        capacity facts counted its reclaimed blocks as free, and the plan
+        charged them only to the claimers it scheduled (records/prefix_claims).
+        The state keeps the claim until the next decision withdraws it."""
+        claimed, self._claimed_now = self._claimed_now, {}
+        scheduled = {item.request_id for item in plan.work}
+        unplanned = [rid for rid in claimed if rid not in scheduled]
+        if unplanned:
+            self.executor.release(unplanned)
 
     def step(self) -> bool:
         """Run one iteration (or cross one idle gap). False once the run is done."""
@@ -257,18 +272,23 @@ class Engine:
         if self._prefix_hits is not None:
             self.state = with_prefix_hits(self.state, self._prefix_hits(self.state))
         state = self.state
-        plan = self.policy.choose(state)
+        plan = self.readiness.bind_dependencies(self.policy.choose(state), state)
         if self._state_check is not None:
             self._state_check.check(state)  # validate_state, unchanged views not re-read
         if self.validate:
             validate_plan(self.bound_workload, state, plan)
-        if plan.is_empty and not _has_pending_preservation(state):
+        # a request waiting on a release in flight (0x06) or a preservation
+        # (0x0C) waits on the memory owner: the empty plan runs, nothing stalls
+        if (plan.is_empty and not _has_pending_preservation(state)
+                and not state.capacity.num_blocks_pending_release):
             if self._jump_to_next_arrival():
                 return True
             raise EngineStalled(
                 f"{self.policy.policy_id} chose nothing at decision {state.decision_id} with "
                 f"{state.num_live} live request(s) and no future arrivals"
             )
+        if self._claimed_now:
+            self._release_unplanned_claims(plan)
         # the executor sees intent-only plans too: preemptions free memory, and
         # an empty plan while a preservation is in flight collects its receipt
         result = self.executor.execute(plan, state)

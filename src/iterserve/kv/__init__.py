@@ -18,8 +18,11 @@ from iterserve.kv.results import (
     AllocationGranted,
     AllocationResult,
     CommitResult,
+    ExtensionResult,
+    ExtensionStatus,
     FailureReason,
     PoolUsage,
+    PrefixClaimed,
     PrefixHit,
     ReleasedBlocks,
     RequestKey,
@@ -31,8 +34,9 @@ from iterserve.kv.results import (
 
 __all__ = [
     "AllocationFailed", "AllocationGranted", "AllocationResult", "BlockHasher", "BlockManager",
-    "BlockManagerConfig", "CommitResult", "DuplicateRequestError", "FailureReason", "ReleasedBlocks",
-    "KvError", "KvInvariantError", "PoolUsage", "PrefixHit", "RequestKey",
+    "BlockManagerConfig", "CommitResult", "DuplicateRequestError", "ExtensionResult",
+    "ExtensionStatus", "FailureReason", "ReleasedBlocks",
+    "KvError", "KvInvariantError", "PoolUsage", "PrefixClaimed", "PrefixHit", "RequestKey",
     "RequestStateError", "SwapDirection", "SwapFailed", "SwapGranted", "SwapResult",
     "UnknownRequestError", "blake2b_block_hash",
 ]

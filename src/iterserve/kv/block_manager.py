@@ -38,8 +38,11 @@ from iterserve.kv.results import (
     AllocationGranted,
     AllocationResult,
     CommitResult,
+    ExtensionResult,
+    ExtensionStatus,
     FailureReason,
     PoolUsage,
+    PrefixClaimed,
     PrefixHit,
     ReleasedBlocks,
     RequestKey,
@@ -95,7 +98,8 @@ class _Match:
 class BlockManager:
     """Owns the device and host pools and every request's block table."""
 
-    __slots__ = ("_config", "_block_size", "_hasher", "_device", "_host", "_resident", "_swapped")
+    __slots__ = ("_config", "_block_size", "_hasher", "_device", "_host", "_resident", "_swapped",
+                 "_releasing")
 
     def __init__(self, config: BlockManagerConfig,
                  hasher: BlockHasher = blake2b_block_hash) -> None:
@@ -106,6 +110,7 @@ class BlockManager:
         self._host = HostPool(config.num_host_blocks)
         self._resident: dict[RequestKey, _Resident] = {}
         self._swapped: dict[RequestKey, _Swapped] = {}
+        self._releasing: set[RequestKey] = set()  # release requested, not yet complete
 
     @property
     def config(self) -> BlockManagerConfig:
@@ -174,23 +179,72 @@ class BlockManager:
                                         match.new_chain())
         return AllocationGranted(key, rows, num_cached_rows, num_new_blocks, len(block_ids))
 
-    def claim_prefix(self, key: RequestKey, token_ids: Sequence[int]) -> int:
+    def claim_prefix(self, key: RequestKey, token_ids: Sequence[int]) -> PrefixClaimed:
         """Hold the verified cached prefix of ``token_ids`` for ``key`` (0x0E:
-        U = S - H_hit), taking no fresh block: only a prefix whose blocks a
-        live request already holds is claimed (an evictable one is left to
-        the allocation that reuses it). Returns the rows held, 0 for none;
-        the hit rows count as committed, and later rows append as usual."""
+        U = S - H_hit), taking no fresh block. Blocks a live request holds are
+        shared; evictable cached ones are reclaimed for ``key`` (they leave
+        the available pool, counted in ``num_reclaimed_blocks``), so the hit
+        is proven available as well as identical. The hit rows count as
+        committed, and later rows append as usual."""
         if key in self._resident or key in self._swapped:
             raise DuplicateRequestError(f"{key} already holds blocks")
         match = self._match(token_ids, len(token_ids) - 1)
-        if not match.block_ids or match.num_reclaimable_hits:
-            return 0
+        if not match.block_ids:
+            return PrefixClaimed(key, 0)
+        reclaimed = tuple(b for b in match.block_ids if self._device.ref_count(b) == 0)
         for block_id in match.block_ids:
             self._device.acquire(block_id)
         num_rows = len(match.block_ids) * self._block_size
         self._resident[key] = _Resident(list(match.block_ids), num_rows, num_rows,
                                         list(token_ids[:num_rows]), match.new_chain())
-        return num_rows
+        return PrefixClaimed(key, num_rows, reclaimed)
+
+    # -------------------------------------------------------------- extension
+
+    def begin_release(self, key: RequestKey) -> None:
+        """Record that ``key``'s release is in flight (an asynchronous free,
+        a copy still reading the blocks): they stay held until
+        :meth:`release`, and count as pending release meanwhile."""
+        self._get_resident(key)
+        self._releasing.add(key)
+
+    @property
+    def num_blocks_pending_release(self) -> int:
+        """Device blocks that return to the pool when the releases in flight
+        complete: those every reference of which is a releasing request's.
+        O(blocks of releasing requests); 0 at once when none is in flight."""
+        if not self._releasing:
+            return 0
+        refs: dict[int, int] = {}
+        for key in self._releasing:
+            for block_id in self._resident[key].block_ids:
+                refs[block_id] = refs.get(block_id, 0) + 1
+        return sum(count == self._device.ref_count(block_id) for block_id, count in refs.items())
+
+    def extension_status(self, key: RequestKey, num_rows: int) -> ExtensionResult:
+        """What :meth:`extend` would answer now for growing ``key`` to
+        ``num_rows`` rows (0x06), changing nothing."""
+        resident = self._get_resident(key)
+        needed = max(0, self._num_blocks_for(num_rows) - len(resident.block_ids))
+        available = self._device.num_blocks_available
+        if needed <= available:
+            return ExtensionResult(key, ExtensionStatus.GRANTED, needed, available, 0)
+        pending = self.num_blocks_pending_release
+        status = (ExtensionStatus.TEMPORARILY_UNAVAILABLE if needed <= available + pending
+                  else ExtensionStatus.FAILED)
+        return ExtensionResult(key, status, needed, available, pending)
+
+    def extend(self, key: RequestKey, num_rows: int,
+               token_ids: Sequence[int] | None = None) -> ExtensionResult:
+        """Grow a running request to ``num_rows`` rows (0x06's extension):
+        GRANTED takes the blocks (``token_ids``: the new rows' tokens, as
+        :meth:`grow_to`); TEMPORARILY_UNAVAILABLE and FAILED change nothing."""
+        answer = self.extension_status(key, num_rows)
+        if answer.status is ExtensionStatus.GRANTED:
+            grown = self.grow_to(key, num_rows, token_ids)
+            if isinstance(grown, AllocationFailed):
+                raise KvInvariantError(f"{key}: a granted extension failed to allocate")
+        return answer
 
     def can_append(self, key: RequestKey, num_rows: int) -> bool:
         resident = self._get_resident(key)
@@ -323,6 +377,7 @@ class BlockManager:
         resident = self._resident.pop(key, None)
         if resident is None:
             raise UnknownRequestError(f"{key} holds no blocks")
+        self._releasing.discard(key)
         num_reclaimed = num_retained = 0
         for block_id in reversed(resident.block_ids):  # tail first: evicted first (LRU)
             if self._device.release(block_id):
@@ -389,6 +444,8 @@ class BlockManager:
         for block_id in range(self._device.num_blocks_total):
             if self._device.ref_count(block_id) != expected_refs.get(block_id, 0):
                 raise KvInvariantError(f"block {block_id} refcount disagrees with block tables")
+        if not self._releasing <= self._resident.keys():
+            raise KvInvariantError("a releasing request holds no device blocks")
         num_host = sum(len(s.host_block_ids) for s in self._swapped.values())
         if num_host != self._host.num_host_blocks_swapped:
             raise KvInvariantError("host blocks leaked")

@@ -71,6 +71,25 @@ class PrefixHit:
 
 
 @dataclass(frozen=True, slots=True)
+class PrefixClaimed:
+    """A verified cached prefix now held for a request (0x0E: U = S - H_hit).
+
+    ``num_rows`` rows (whole blocks; 0: nothing claimed) count as committed;
+    ``reclaimed_block_ids`` of their blocks were evictable (refcount 0) and
+    left the available pool for this claim (for the executor side only: ids
+    never reach the scheduler); the rest were already held and are shared.
+    """
+
+    request_key: RequestKey
+    num_rows: int
+    reclaimed_block_ids: tuple[int, ...] = ()
+
+    @property
+    def num_reclaimed_blocks(self) -> int:
+        return len(self.reclaimed_block_ids)
+
+
+@dataclass(frozen=True, slots=True)
 class AllocationGranted:
     """Blocks now back ``num_rows`` rows of the request (allocate or append).
 
@@ -96,6 +115,35 @@ class AllocationFailed:
 
 
 AllocationResult = AllocationGranted | AllocationFailed
+
+
+class ExtensionStatus(enum.Enum):
+    """The allocator's answer to growing a running request's blocks (0x06:
+    OPEN_UNDER_RESERVATION -> extension request -> one of three facts)."""
+
+    GRANTED = "granted"  # the blocks are the request's now
+    # short now, but blocks whose release is in flight cover the need: wait
+    TEMPORARILY_UNAVAILABLE = "temporarily_unavailable"
+    FAILED = "failed"  # short even after every pending release: preempt, reject or abort
+
+
+@dataclass(frozen=True, slots=True)
+class ExtensionResult:
+    """One extension answer. ``num_blocks_needed`` new blocks were asked
+    for, ``num_blocks_available`` could be taken at once and
+    ``num_blocks_pending_release`` return when in-flight releases complete.
+    Only GRANTED changes the pools."""
+
+    request_key: RequestKey
+    status: ExtensionStatus
+    num_blocks_needed: int
+    num_blocks_available: int
+    num_blocks_pending_release: int
+
+    @property
+    def failure_reason(self) -> str:
+        """The work failure an executor publishes for an extension not granted."""
+        return f"extension_{self.status.value}"
 
 
 @dataclass(frozen=True, slots=True)

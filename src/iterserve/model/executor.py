@@ -34,13 +34,21 @@ from iterserve.kv.results import SwapDirection
 from iterserve.model.decode_graphs import DecodeGraphs, static_forward
 from iterserve.model.kv_cache import PagedKVCache
 from iterserve.model.llama import PackedCausalLM
-from iterserve.model.packing import PackedBatch, host_arrays, pack
+from iterserve.model.packing import (
+    PackedBatch,
+    RowBinding,
+    bind_rows,
+    host_arrays,
+    pack,
+    with_binding,
+)
 from iterserve.model.sampling import Alternatives, SampleRow, sample_batch
 from iterserve.model.staging import HostStaging, upload_batch
 from iterserve.model.stopping import IncrementalDetokenizer, StopReason, token_stop_reason
 from iterserve.model.tokenizer import TextTokenizer
 from iterserve.records.frontier import emits
 from iterserve.records.plan import IterationPlan, WorkItem
+from iterserve.records.prefix_claims import PrefixClaims
 from iterserve.records.result import IterationResult
 from iterserve.records.sampling_params import SamplingParams
 from iterserve.records.state import CapacityFacts, SchedulerState
@@ -175,7 +183,7 @@ class TorchExecutor:
             tuple(prompt_token_ids), params, seed, detok, list(prompt_token_ids)
         )
 
-    def claim_prefix_hits(self, state: SchedulerState) -> dict[str, int]:
+    def claim_prefix_hits(self, state: SchedulerState) -> PrefixClaims:
         """Verified prefix hits of waiting requests, held for them (0x0E)."""
         return self.kv.claim_prefix_hits(state, self._prompt_of)
 
@@ -209,13 +217,13 @@ class TorchExecutor:
                 self._failures[work.request_id] = exc
                 builder.fail(work, EXECUTOR_ERROR)
                 continue
-            if segment is None:
-                builder.fail(work)
+            if segment is None:  # the allocator's answer names the branch (0x06)
+                builder.fail(work, self.kv.shortfall_reason(work.request_id, work.end))
                 continue
             if segment.token_ids:  # an interval wholly inside a prefix hit computes nothing
                 segments.append((segment, work))
             backed.append((work, view, segment.sample))
-        self._publish(builder, backed, self._forward(segments))
+        self._publish(builder, backed, self._forward(segments, plan))
         builder.release_finished()
         self._last_end = ended = self._timer()
         # wall time since the previous iteration ended: scheduling and
@@ -243,16 +251,16 @@ class TorchExecutor:
                         self.kv.block_table(work.request_id), sample_here, work.request_id,
                         all_logits)
 
-    def _forward(self, segments: list[tuple[_Segment, WorkItem]]
+    def _forward(self, segments: list[tuple[_Segment, WorkItem]], plan: IterationPlan
                  ) -> dict[str, _Sampled]:
         """Each sampling request's (token id, logprob); a request whose own
         rows fail to run is in ``self._failures`` instead."""
         if not segments:
             return {}
         if not self.isolate_failures:
-            return self._run(segments)
+            return self._run(segments, plan)
         try:
-            return self._run(segments)
+            return self._run(segments, plan)
         except Exception as exc:
             if len(segments) == 1:
                 self._failures[segments[0][1].request_id] = exc
@@ -262,14 +270,17 @@ class TorchExecutor:
         sampled: dict[str, _Sampled] = {}
         for one in segments:
             try:
-                sampled.update(self._run([one]))
+                sampled.update(self._run([one], plan))
             except Exception as exc:
                 self._failures[one[1].request_id] = exc
         return sampled
 
-    def _run(self, segments: list[tuple[_Segment, WorkItem]]) -> dict[str, _Sampled]:
+    def _run(self, segments: list[tuple[_Segment, WorkItem]],
+             plan: IterationPlan) -> dict[str, _Sampled]:
         only = [segment for segment, _ in segments]
-        logits = self._logits(only)
+        # every packed row names its plan item, phase and versions (0x04)
+        binding = bind_rows(plan, [work for _, work in segments], only)
+        logits = self._logits(only, binding)
         rows, sampling_ids = [], []
         for segment, work in segments:
             if segment.sample:
@@ -281,13 +292,13 @@ class TorchExecutor:
         return dict(zip(sampling_ids, zip(sampled.token_ids, sampled.logprobs,
                                           sampled.alternatives, strict=True), strict=True))
 
-    def _logits(self, segments: list[_Segment]) -> torch.Tensor:
+    def _logits(self, segments: list[_Segment], binding: RowBinding | None = None) -> torch.Tensor:
         """The sampling rows' logits: per-request path (pack, forward), or
         the batched one (one upload; a decode graph where one fits). Counts
         the rows computed."""
         block_size = self.cache.block_size
         if self._staging is None:
-            batch = pack(segments, block_size, self.model.device)
+            batch = pack(segments, block_size, self.model.device, binding)
         else:
             host = host_arrays(segments, block_size)
             wants_all = any(segment.all_logits for segment in segments)
@@ -296,7 +307,8 @@ class TorchExecutor:
                 if logits is not None:
                     self.num_computed_rows += len(host.query_lens)  # one row each
                     return logits
-            batch = upload_batch(host, self.cache.num_blocks, self._staging)
+            batch = with_binding(upload_batch(host, self.cache.num_blocks, self._staging),
+                                 binding)
         self.num_computed_rows += batch.num_rows
         if any(segment.all_logits for segment in segments):
             return self._forward_with_prompt_logprobs(batch, segments)

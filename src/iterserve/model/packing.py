@@ -13,7 +13,7 @@ attention request-local.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import chain
 from typing import Protocol
 
@@ -21,7 +21,9 @@ import numpy as np
 import torch
 
 from iterserve.model.batched_attention import FlexLayout
+from iterserve.records.frontier import WorkKind
 from iterserve.records.kv_abi import blocks_for
+from iterserve.records.plan import IterationPlan, WorkItem
 
 
 class SegmentRows(Protocol):
@@ -72,6 +74,65 @@ class SegmentSpec:
         return self.start + len(self.token_ids)
 
 
+@dataclass(frozen=True, slots=True)
+class RowBinding:
+    """Which request generation, phase and versions every packed row serves
+    (0x04 PackedIteration: ``request_key_by_row``, ``phase_by_row``, decision
+    id / state version / snapshot versions), derived from a validated plan.
+
+    Per segment i (in packing order): the plan item's request id,
+    generation, snapshot version and phase (its derived work kind), and
+    ``request_offsets`` [N + 1] of the packed rows; the per-row columns
+    expand them, so building a binding costs O(segments), not O(rows).
+    A segment's rows may start past its interval's start (cached rows are
+    not computed) but never outside it.
+    """
+
+    decision_id: int
+    input_state_version: int
+    request_ids: tuple[str, ...]
+    generations: tuple[int, ...]
+    snapshot_versions: tuple[int, ...]
+    phases: tuple[WorkKind, ...]
+    request_offsets: tuple[int, ...]
+
+    @property
+    def request_key_by_row(self) -> tuple[tuple[str, int], ...]:
+        keys = zip(self.request_ids, self.generations, strict=True)
+        return tuple(chain.from_iterable(
+            [key] * (end - start) for key, start, end in
+            zip(keys, self.request_offsets[:-1], self.request_offsets[1:], strict=True)))
+
+    @property
+    def phase_by_row(self) -> tuple[WorkKind, ...]:
+        return tuple(chain.from_iterable(
+            [phase] * (end - start) for phase, start, end in
+            zip(self.phases, self.request_offsets[:-1], self.request_offsets[1:], strict=True)))
+
+
+def bind_rows(plan: IterationPlan, works: Sequence[WorkItem],
+              segments: Sequence[SegmentRows]) -> RowBinding:
+    """The binding of ``segments`` (segment i computes rows of ``works[i]``,
+    an item of ``plan``) in packing order. Raises ValueError when a segment's
+    rows leave its item's interval or an item is not the plan's."""
+    if len(works) != len(segments):
+        raise ValueError(f"{len(works)} work items for {len(segments)} segments")
+    planned = set(plan.work)
+    offsets = [0]
+    for index, (work, segment) in enumerate(zip(works, segments, strict=True)):
+        end = segment.start + len(segment.token_ids)
+        if work not in planned:
+            raise ValueError(f"segment {index}: {work.request_id} is not an item of the plan")
+        if not work.start <= segment.start < end == work.end:
+            raise ValueError(f"segment {index}: rows [{segment.start}, {end}) outside the "
+                             f"interval [{work.start}, {work.end}) of {work.request_id}")
+        offsets.append(offsets[-1] + len(segment.token_ids))
+    return RowBinding(plan.decision_id, plan.input_state_version,
+                      tuple(w.request_id for w in works), tuple(w.generation for w in works),
+                      tuple(w.snapshot_version for w in works), tuple(w.kind for w in works),
+                      tuple(offsets))
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class PackedBatch:
     """Row routes and attention descriptors for one forward (spec 0x04 PackedIteration).
@@ -106,6 +167,8 @@ class PackedBatch:
     #: the batched attention layout (model/batched_attention.py) when the
     #: packer built it; a model on that path builds it itself otherwise
     flex: FlexLayout | None = None
+    #: the plan binding of every row (None: rows packed outside an engine plan)
+    binding: RowBinding | None = None
 
     @property
     def num_segments(self) -> int:
@@ -117,7 +180,8 @@ class PackedBatch:
 
 
 def pack(
-    segments: Sequence[SegmentRows], block_size: int, device: torch.device | str = "cpu"
+    segments: Sequence[SegmentRows], block_size: int, device: torch.device | str = "cpu",
+    binding: RowBinding | None = None,
 ) -> PackedBatch:
     """Build a PackedBatch from segment specs; pure apart from tensor creation.
 
@@ -131,7 +195,18 @@ def pack(
     def as_tensor(values: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(values).to(device)
 
-    return host.batch([as_tensor(values) for values in host.arrays()])
+    return with_binding(host.batch([as_tensor(values) for values in host.arrays()]), binding)
+
+
+def with_binding(batch: PackedBatch, binding: RowBinding | None) -> PackedBatch:
+    """``batch`` bound to ``binding``, whose offsets must be the batch's."""
+    if binding is None:
+        return batch
+    offsets = tuple(chain([0], np.cumsum(batch.query_lens).tolist()))
+    if binding.request_offsets != offsets:
+        raise ValueError(f"binding offsets {list(binding.request_offsets)} are not the "
+                         f"packed offsets {list(offsets)}")
+    return replace(batch, binding=binding)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from iterserve.records.plan import (
     work_tie_break,
 )
 from iterserve.records.preemption import PreemptionCause, PreemptionMode
+from iterserve.records.reservation import ReservationDecision
 from iterserve.records.rows_bound import bound_of
 from iterserve.records.state import RunRules, SchedulerState
 from iterserve.records.victim import VictimScore
@@ -54,7 +55,7 @@ class PlanBuilder:
     __slots__ = ("_state", "_policy", "_key", "_work", "_intents", "tokens_left", "seqs_left",
                  "_facts", "num_blocks_free", "_max_num_batched_tokens", "_screen", "_preempt_kind",
                  "_max_running", "_num_joined", "_aborted", "_blocks", "_masks",
-                 "num_blocks_releasing", "_costs")
+                 "num_blocks_releasing", "_costs", "_reclaimed", "_reservations")
 
     def __init__(self, policy: Policy, state: SchedulerState,
                  max_num_batched_tokens: int | None = None, *, max_num_seqs: int | None = None,
@@ -70,7 +71,11 @@ class PlanBuilder:
         self._work: dict[str, WorkItem] = {}  # id -> its item, in the order chosen
         self._blocks: dict[str, int] = {}  # id -> KV blocks its item charged, when any
         self._intents: list[QueueIntent] = []
+        self._reservations: list[ReservationDecision] = []  # the policy's n_rsrv intents
         self._facts = state.capacity
+        # a claimed prefix hit's blocks taken from the evictable cache: the
+        # facts count them free, so the claimer's first interval pays them
+        self._reclaimed = state.reclaimed_prefix_blocks
         self._max_num_batched_tokens = _tightened(state.max_num_batched_tokens,
                                                   max_num_batched_tokens)
         self.tokens_left = self._max_num_batched_tokens
@@ -114,7 +119,10 @@ class PlanBuilder:
         return next_interval(view.num_prompt_tokens, view.num_emitted, view.num_computed, left)[0]
 
     def blocks_needed(self, view: RequestView, num_rows: int) -> int:
-        return blocks_opened(view.num_computed, num_rows, self._facts.block_size)
+        blocks = blocks_opened(view.num_computed, num_rows, self._facts.block_size)
+        if self._reclaimed:
+            blocks += self._reclaimed.get(view.request_id, 0)
+        return blocks
 
     def fits_memory(self, view: RequestView, num_rows: int) -> bool:
         free = self.num_blocks_free
@@ -139,13 +147,23 @@ class PlanBuilder:
         self.num_blocks_free = free - taken
         self.num_blocks_releasing -= need - taken
 
+    def waits_for_release(self, view: RequestView, num_rows: int) -> bool:
+        """``num_rows`` more rows of ``view`` do not fit now but fit once the
+        releases in flight complete (0x06: TEMPORARILY_UNAVAILABLE): the
+        request waits, holding its blocks, and no victim is chosen for it."""
+        pending = self._facts.num_blocks_pending_release
+        free = self.num_blocks_free
+        return bool(pending) and free is not None and (
+            free < self.blocks_needed(view, num_rows) <= free + pending)
+
     def add_if_fits(self, view: RequestView, num_rows: int) -> bool:
         """:meth:`fits_memory` then :meth:`add` in one call (the running
         pass asks it of every running request); False, changing nothing,
         when ``num_rows`` more rows do not fit the KV ledger."""
         free = self.num_blocks_free
-        if free is not None and blocks_opened(view.num_computed, num_rows,
-                                              self._facts.block_size) > free:
+        if free is not None and (self.blocks_needed(view, num_rows) if self._reclaimed else
+                                 blocks_opened(view.num_computed, num_rows,
+                                               self._facts.block_size)) > free:
             return False
         self.add(view, num_rows)
         return True
@@ -232,6 +250,8 @@ class PlanBuilder:
         free = self.num_blocks_free
         if free is not None:
             blocks = blocks_opened(c, rows, self._facts.block_size)
+            if self._reclaimed:
+                blocks += self._reclaimed.get(rid, 0)
             if blocks > free:
                 return 0
             self.num_blocks_free = free - blocks
@@ -252,6 +272,11 @@ class PlanBuilder:
         self.seqs_left += 1
         if self.num_blocks_free is not None:
             self.num_blocks_free += blocks
+
+    def reserve(self, decision: ReservationDecision) -> None:
+        """Publish a reservation intent with the plan (ORCA's n_rsrv, 0x03):
+        a logical counter of the policy's, never an allocation."""
+        self._reservations.append(decision)
 
     def intend(self, kind: IntentKind, view: RequestView, reason: str = "") -> None:
         self._intents.append(QueueIntent(kind, view.request_id, view.generation, reason))
@@ -418,6 +443,7 @@ class PlanBuilder:
             sequences_used=len(work),
             tie_break_key=self._policy.tie_break_key,
             intents=tuple(self._intents),
+            reservations=tuple(self._reservations),
         )
 
 

@@ -60,6 +60,8 @@ def add_or_preempt(builder: PlanBuilder, view: RequestView, num_rows: int,
     if builder.add_if_fits(view, num_rows):  # the common case: no victim needed
         return True
     name = getattr(choose_victim, "__name__", "policy")
+    if builder.waits_for_release(view, num_rows):  # blocks in flight cover it: wait
+        return True
     while not builder.fits_after_release(view, num_rows):
         victim = choose_victim(queue)
         score = VictimScore(name, queue.index(victim), len(queue), victim.priority,

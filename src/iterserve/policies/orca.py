@@ -6,7 +6,10 @@ Settings (:class:`OrcaConfig`): ``kv_rows`` (n_slots) and ``max_num_seqs``
 max_output_tokens slots against n_slots; if that would overflow, the scan
 ``break``s: an older initiation request is never skipped to admit a younger
 one. n_rsrv is derived from the state (the admitted, unfinished requests'
-max_tokens), so the reservation is released exactly when a request leaves.
+max_tokens), so the reservation is released exactly when a request leaves;
+each initiation publishes its reservation with the plan
+(:class:`~iterserve.records.reservation.ReservationDecision`), which
+validation checks against the state.
 Prefill is whole-prompt, as in the paper: a prompt that does not fit the
 iteration's token budget also stops the scan. A request whose max_tokens
 exceed n_slots can never be reserved: it is aborted (``exceeds_kv_capacity``).
@@ -29,13 +32,9 @@ from iterserve.plan.victims import add_or_preempt, fcfs_victim
 from iterserve.policies.policy import PolicyBase
 from iterserve.policies.settings import count_settings
 from iterserve.records.plan import IntentKind
+from iterserve.records.reservation import ReservationDecision, max_tokens
 from iterserve.records.state import SchedulerState
-from iterserve.records.view import Lifecycle, RequestView
-
-
-def max_tokens(view: RequestView) -> int:
-    """ORCA's per-request upper bound on total tokens after processing."""
-    return view.num_prompt_tokens + view.max_output_tokens
+from iterserve.records.view import Lifecycle
 
 
 @count_settings
@@ -117,7 +116,10 @@ class Orca(PolicyBase[OrcaConfig]):
             if not overbooked or initiation:
                 if builder.take(view) == 0:
                     break
-                if initiation:
+                if initiation:  # the reservation is a published intent of the plan
+                    builder.reserve(ReservationDecision(view.request_id, view.generation,
+                                                        max_tokens(view), n_rsrv, reserved,
+                                                        slots))
                     n_rsrv = reserved
             else:  # short of blocks: preempt the youngest running request (recompute)
                 add_or_preempt(builder, view, min(legal, builder.tokens_left), queue, gone,

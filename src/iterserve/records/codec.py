@@ -73,23 +73,29 @@ def state_fields_to_json(state: SchedulerState, views: object,
         record["ledger"] = state.ledger.to_json()
     if state.prefix_hits:
         record["prefix_hits"] = dict(sorted(state.prefix_hits.items()))
+    if state.reclaimed_prefix_blocks:  # absent unless a claim reclaimed evictable blocks
+        record["reclaimed_prefix_blocks"] = dict(sorted(state.reclaimed_prefix_blocks.items()))
     return record
 
 
 def capacity_to_json(facts: CapacityFacts) -> dict[str, Any]:
     """``releases_at_once`` is written only when False (every log before it
-    came from a memory owner that releases at once)."""
+    came from a memory owner that releases at once); ``num_blocks_pending_release``
+    only when some are (older logs keep their bytes)."""
     doc: dict[str, Any] = {"block_size": facts.block_size,
                            "num_blocks_total": facts.num_blocks_total,
                            "num_blocks_free": facts.num_blocks_free}
     if not facts.releases_at_once:
         doc["releases_at_once"] = False
+    if facts.num_blocks_pending_release:
+        doc["num_blocks_pending_release"] = facts.num_blocks_pending_release
     return doc
 
 
 def capacity_from_json(obj: Mapping[str, Any]) -> CapacityFacts:
     return CapacityFacts(int(obj["block_size"]), obj["num_blocks_total"], obj["num_blocks_free"],
-                         bool(obj.get("releases_at_once", True)))
+                         bool(obj.get("releases_at_once", True)),
+                         int(obj.get("num_blocks_pending_release", 0)))
 
 
 # Enum ``.value`` is a Python-level descriptor; these run once per view or

@@ -14,12 +14,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import is_not
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from iterserve.records.columns import FieldColumns, field_columns
 from iterserve.records.preemption import PreemptionMode
+from iterserve.records.reservation import ReservationDecision
 from iterserve.records.victim import VictimScore
 from iterserve.records.view import WorkKind
+
+if TYPE_CHECKING:  # records/dependencies imports this module (through receipts)
+    from iterserve.records.dependencies import ReadinessDependency
 
 
 class WorkItem(NamedTuple):
@@ -143,6 +147,13 @@ class IterationPlan:
     ``tokens_used``/``sequences_used`` are the plan's own budget ledger; the
     validator checks them against the work (ledger drift is an error).
     ``tie_break_key`` names the ordering fields the items' keys hold.
+    ``reservations``: the policy's reservation intents (ORCA's n_rsrv,
+    0x03), one per initiation it selects, in selection order; checked
+    against the state by validation, and not written to the decision log
+    (replay derives them again with the plan). ``dependencies``: per
+    selected row whose request waits on foreign facts, (request id, the
+    READY facts it depends on) in plan order (records/dependencies), bound
+    by the engine; off the log too.
     """
 
     decision_id: int
@@ -154,6 +165,8 @@ class IterationPlan:
     sequences_used: int
     tie_break_key: tuple[str, ...] = ()
     intents: tuple[QueueIntent, ...] = ()
+    reservations: tuple[ReservationDecision, ...] = ()
+    dependencies: tuple[tuple[str, tuple[ReadinessDependency, ...]], ...] = ()
 
     @property
     def is_empty(self) -> bool:

@@ -30,6 +30,9 @@ class CapacityFacts:
     holding ``c`` computed rows is accounted as ceil(c / block_size) blocks;
     ``num_blocks_free is None`` means memory is unbounded in this run. With
     ``block_size == 1`` the blocks are logical rows (the ``kv_rows`` knob).
+    ``num_blocks_pending_release`` blocks are held by releases in flight:
+    not free, but they will be without a victim, so a request short of them
+    waits (0x06: TEMPORARILY_UNAVAILABLE) rather than preempting.
     """
 
     block_size: int = 1
@@ -42,6 +45,7 @@ class CapacityFacts:
     # PREEMPT_PENDING request; only a matching READY release publishes them
     # in a later fact (0x0C)
     releases_at_once: bool = True
+    num_blocks_pending_release: int = 0
 
     @property
     def is_bounded(self) -> bool:
@@ -108,6 +112,9 @@ class SchedulerState:
     service: Mapping[str, int] = field(default_factory=dict)
     ledger: ClientLedger | None = None
     prefix_hits: Mapping[str, int] = field(default_factory=dict)
+    # blocks each claimed prefix hit took from the evictable cache
+    # (records/prefix_claims): the plan charges them to the claimer; one cut only
+    reclaimed_prefix_blocks: Mapping[str, int] = field(default_factory=dict)
     rules: RunRules = RunRules()
     # a derived bound on p + e over ``views`` the transitions carry forward
     # (records/rows_bound); never encoded, not part of the state's identity

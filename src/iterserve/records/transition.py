@@ -499,12 +499,15 @@ def with_prefix_hits(state: SchedulerState, hits: Mapping[str, int]) -> Schedule
     return dataclasses.replace(state, prefix_hits=dict(hits))
 
 
-def with_claimed_prefix_rows(state: SchedulerState, hits: Mapping[str, int]) -> SchedulerState:
+def with_claimed_prefix_rows(state: SchedulerState, hits: Mapping[str, int],
+                             reclaimed: Mapping[str, int] | None = None) -> SchedulerState:
     """Publish the allocator's verified prefix hits (0x0E: U = S - H_hit): a
     waiting request that has computed nothing starts its computed (and
     committed) frontier at its hit, so its prefill plans only uncached rows.
-    The capacity facts do not change: a claimed hit holds only blocks a live
-    request already holds (:meth:`iterserve.kv.block_manager.BlockManager.claim_prefix`)."""
+    The capacity facts do not change; ``reclaimed`` (request id -> blocks a
+    claim took from the evictable cache, records/prefix_claims) becomes the
+    state's ``reclaimed_prefix_blocks``, which the plan charges to each
+    claimer, for this cut only."""
     if not hits:
         return state
     views = _copy(state.views)
@@ -515,9 +518,14 @@ def with_claimed_prefix_rows(state: SchedulerState, hits: Mapping[str, int]) -> 
         if not 0 < num_rows < view.num_prompt_tokens:
             raise ValueError(f"{rid}: prefix hit {num_rows} outside (0, p={view.num_prompt_tokens})")
         views[rid] = _replace(view, num_computed=num_rows, num_committed=num_rows)
-    return _successor(state, views, state.waiting, state.running, state.suspended,
-                      state.finished, now=state.now, decision_id=state.decision_id,
-                      touched=hits)
+    successor = _successor(state, views, state.waiting, state.running, state.suspended,
+                           state.finished, now=state.now, decision_id=state.decision_id,
+                           touched=hits)
+    if not reclaimed:
+        return successor
+    if not set(reclaimed) <= set(hits) or min(reclaimed.values()) <= 0:
+        raise ValueError(f"reclaimed blocks {dict(reclaimed)} must be > 0 for claimed requests")
+    return dataclasses.replace(successor, reclaimed_prefix_blocks=dict(reclaimed))
 
 
 def claimed_prefix_rows(state: SchedulerState) -> dict[str, int]:

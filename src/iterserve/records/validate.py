@@ -18,6 +18,7 @@ from itertools import islice, repeat
 from typing import NoReturn
 
 from iterserve.records import errors as E
+from iterserve.records.dependencies import check_dependencies
 from iterserve.records.frontier import (
     check_interval,
     check_output_clock,
@@ -31,7 +32,9 @@ from iterserve.records.plan import (
     WorkItem,
     work_request_id,
 )
+from iterserve.records.prefix_claims import reclaimed_blocks_of
 from iterserve.records.receipts import binding_of
+from iterserve.records.reservation import check_reservations
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import OnlineWorkload
 from iterserve.records.state import SchedulerState
@@ -72,6 +75,7 @@ def validate_state(state: SchedulerState) -> None:
 _LIFECYCLE = operator.attrgetter("lifecycle")
 _COMMITTED = operator.attrgetter("num_committed")
 _COMPUTED = operator.attrgetter("num_computed")
+_ID = operator.attrgetter("request_id")
 
 
 def _queue_ok(views: Mapping[str, RequestView], queue: tuple[str, ...],
@@ -152,6 +156,15 @@ def check_plan(workload: OnlineWorkload, state: SchedulerState, plan: IterationP
     _validate_ledger(state, plan, sum(columns.widths))
     _validate_kv(state, plan, columns)
     _validate_tie_break(state, plan, columns)
+    if plan.reservations:  # ORCA's n_rsrv intents (0x03)
+        check_reservations(state.views, state.running, _admissions(plan), plan.reservations)
+    if plan.dependencies:  # the readiness facts selected rows bind (0x01A)
+        check_dependencies(state.views, {item.request_id for item in plan.work},
+                           plan.dependencies)
+
+
+def _admissions(plan: IterationPlan) -> list[tuple[str, int]]:
+    return [(i.request_id, i.generation) for i in plan.intents if i.kind is IntentKind.ADMIT]
 
 
 def _validate_intents(state: SchedulerState, plan: IterationPlan) -> tuple[set[str], set[str]]:
@@ -292,6 +305,7 @@ def _validate_kv(state: SchedulerState, plan: IterationPlan, columns: WorkColumn
         freed = 0
     needed = resumed + blocks_opened_total(columns.starts, columns.ends, columns.widths,
                                            facts.block_size)
+    needed += reclaimed_blocks_of(state.reclaimed_prefix_blocks, map(_ID, columns.views))
     if needed > facts.num_blocks_free + freed:
         raise E.KvCapacityExceeded(
             f"plan needs {needed} new KV blocks, {facts.num_blocks_free} free + {freed} released"

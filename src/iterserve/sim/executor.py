@@ -20,6 +20,7 @@ from iterserve.engine.kv_residency import KvResidency
 from iterserve.engine.result_builder import ResultBuilder
 from iterserve.records.columns import field_columns
 from iterserve.records.plan import IterationPlan, WorkItem
+from iterserve.records.prefix_claims import NO_CLAIMS, PrefixClaims
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import HiddenTruth, OnlineWorkload
 from iterserve.records.state import CapacityFacts, SchedulerState
@@ -49,11 +50,11 @@ class SimulatedExecutor:
             self._prompts = {r.request_id: r.prompt_token_ids for r in workload.requests
                              if r.prompt_token_ids is not None}
 
-    def claim_prefix_hits(self, state: SchedulerState) -> dict[str, int]:
+    def claim_prefix_hits(self, state: SchedulerState) -> PrefixClaims:
         """Verified prefix hits of waiting requests, held for them (0x0E);
         only for a workload whose ``kv.plan_prefix_hits`` asks for them."""
         if self.kv is None or not self._plan_prefix_hits:
-            return {}
+            return NO_CLAIMS
         return self.kv.claim_prefix_hits(state, self._prompts.get)
 
     def capacity(self) -> CapacityFacts:
@@ -97,7 +98,7 @@ class SimulatedExecutor:
             ran = tuple(compress(work, backed))
             for item, ok in zip(work, backed, strict=True):
                 if not ok:
-                    builder.fail(item)
+                    builder.fail(item, kv.shortfall_reason(item.request_id, item.end))
         rids = field_columns(ran)[0] if ran else ()
         views = list(map(state.views.__getitem__, rids))
         # output k has the synthetic id k; STOP once the hidden realized length is reached
@@ -119,10 +120,13 @@ class SimulatedExecutor:
             if faults and (rid, plan.decision_id) in faults:
                 builder.fail(work, "injected_fault")
                 continue
-            if (intent_failed is not None and intent_failed(rid)) or not (
-                    self._back(work, view) if back is None
-                    else back(rid, work.generation, work.start, work.end, None)):
+            if intent_failed is not None and intent_failed(rid):
                 builder.fail(work)
+                continue
+            if not (self._back(work, view) if back is None
+                    else back(rid, work.generation, work.start, work.end, None)):
+                builder.fail(work, "kv_allocation" if self.kv is None
+                             else self.kv.shortfall_reason(rid, work.end))
                 continue
             num_emitted = view.num_emitted + 1  # output k has the synthetic id k
             # STOP once the hidden realized output length is reached

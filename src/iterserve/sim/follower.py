@@ -56,6 +56,7 @@ from typing import IO, Any, NoReturn
 from iterserve.plan import Policy
 from iterserve.records.columns import field_columns
 from iterserve.records.plan import IterationPlan, Work, WorkItem
+from iterserve.records.prefix_claims import PrefixClaims
 from iterserve.records.result import Completed, CompletedInterval, IterationResult
 from iterserve.records.state import CapacityFacts, SchedulerState
 from iterserve.sim.executor import SimulatedExecutor
@@ -333,7 +334,7 @@ class TappedExecutor:
     def release(self, request_ids: Iterable[str]) -> None:
         self._executor.release(request_ids)
 
-    def claim_prefix_hits(self, state: SchedulerState) -> dict[str, int]:
+    def claim_prefix_hits(self, state: SchedulerState) -> PrefixClaims:
         hits = self._executor.claim_prefix_hits(state)
         self._feed.put((_CLAIM, hits))
         return hits
@@ -367,8 +368,8 @@ class FollowingExecutor:
     def release(self, request_ids: Iterable[str]) -> None:
         pass  # the run's executor released them
 
-    def claim_prefix_hits(self, state: SchedulerState) -> dict[str, int]:
-        hits: dict[str, int] = self._feed.take(_CLAIM)[1]
+    def claim_prefix_hits(self, state: SchedulerState) -> PrefixClaims:
+        hits: PrefixClaims = self._feed.take(_CLAIM)[1]
         return hits
 
     def prefix_hits(self, state: SchedulerState) -> dict[str, int]:

@@ -49,6 +49,7 @@ from iterserve.records.codec import (
 from iterserve.records.errors import ContractViolation
 from iterserve.records.failures import failure_label
 from iterserve.records.plan import IterationPlan
+from iterserve.records.prefix_claims import NO_CLAIMS, PrefixClaims
 from iterserve.records.result import IterationResult
 from iterserve.records.state import CapacityFacts, SchedulerState
 from iterserve.records.state_digest import StateDigester, state_digest
@@ -179,18 +180,22 @@ class _ReplayExecutor:
                       result_to_json(derived, plan, state))
         return derived
 
-    def claim_prefix_hits(self, state: SchedulerState) -> dict[str, int]:
+    def claim_prefix_hits(self, state: SchedulerState) -> PrefixClaims:
         """The hits the simulated executor claims, or the next iteration
-        line's ``claimed_prefix_rows`` not yet in the state (0x0E)."""
+        line's ``claimed_prefix_rows`` (and ``reclaimed_prefix_blocks``) not
+        yet in the state (0x0E)."""
         if self._simulated is not None:
             return self._simulated.claim_prefix_hits(state)
         line = self._cursor.peek()
         if line is None or line.kind != "iteration":
-            return {}
+            return NO_CLAIMS
         views = state.views
-        return {rid: int(rows) for rid, rows in line.fields.get("claimed_prefix_rows", {}).items()
+        rows = {rid: int(rows) for rid, rows in line.fields.get("claimed_prefix_rows", {}).items()
                 if rid in views and views[rid].lifecycle is Lifecycle.WAITING
                 and not views[rid].num_computed and not views[rid].num_emitted}
+        reclaimed = {rid: int(blocks) for rid, blocks
+                     in line.fields.get("reclaimed_prefix_blocks", {}).items() if rid in rows}
+        return PrefixClaims(rows, reclaimed) if rows else NO_CLAIMS
 
     def release(self, request_ids: Iterable[str]) -> None:
         if self._simulated is not None:
