@@ -29,7 +29,7 @@ from iterserve.sim.executor import SimulatedExecutor
 
 WORKLOAD = OnlineWorkload("ready", "iteration", Capacity(16, 4),
                           (RequestSpec("remote", 0.0, 4, 3), RequestSpec("local", 0.0, 4, 3)))
-BINDING = ForeignBinding("remote", 0, snapshot_digest("remote", 0, 4), 0)  # by hand
+BINDING = ForeignBinding("remote", 0, snapshot_digest("remote", 0, 4, 0), 0)  # by hand
 
 
 class _Plans(EngineObserver):
@@ -58,9 +58,11 @@ def test_every_row_of_the_waiting_request_names_the_fact_it_depends_on() -> None
     assert {w.request_id for w in first[1].work} == {"local"} and not first[1].dependencies
     selected = [plan for _, plan in later if any(w.request_id == "remote" for w in plan.work)]
     assert len(selected) == 3  # prefill emits output 1, then two decode rows
-    for plan in selected:
-        assert plan.dependencies == (("remote", (ReadinessDependency("remote_kv", None,
-                                                                     BINDING),)),)
+    # the admitting row consumes the fact; the decode rows after it run on
+    # what was admitted (the snapshot, and its digest, moved with each output)
+    assert selected[0].dependencies == (("remote", (ReadinessDependency("remote_kv", None,
+                                                                        BINDING),)),)
+    assert [plan.dependencies for plan in selected[1:]] == [(), ()]
 
 
 def test_a_dependency_for_another_binding_or_an_unselected_row_is_refused() -> None:

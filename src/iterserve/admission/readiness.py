@@ -139,12 +139,16 @@ class ReadinessBoard:
                      for r in required if r in ready)
 
     def bind_dependencies(self, plan: IterationPlan, state: SchedulerState) -> IterationPlan:
-        """``plan`` with each selected row's readiness dependencies bound."""
+        """``plan`` with the readiness dependencies bound of each selected
+        row that consumes its facts: the row of a request not yet running
+        (admitted or resumed by this plan). A running request consumed them
+        when it was admitted and its snapshot has moved on since (0x0C)."""
         if not self._required:
             return plan
         views = state.views
         bound = tuple((item.request_id, needs) for item in plan.work
                       if item.request_id in self._required
+                      and views[item.request_id].lifecycle is not Lifecycle.RUNNING
                       and (needs := self.dependencies(views[item.request_id])))
         return dataclasses.replace(plan, dependencies=bound) if bound else plan
 

@@ -21,6 +21,7 @@ from iterserve.records.result import IterationResult
 from iterserve.records.spec import RequestSpec
 from iterserve.records.state import SchedulerState, blocks_used_of_total
 from iterserve.records.view import TERMINAL_LIFECYCLES, RequestView, WorkKind
+from iterserve.records.view_map import views_or_none
 
 _REQUEST_ID = operator.itemgetter(0)  # CompletedInterval.request_id
 _FINISH_REASON = operator.itemgetter(6)  # CompletedInterval.finish_reason
@@ -153,9 +154,10 @@ class RunTrace(EngineObserver):
     def _update(self, request_ids: Iterable[str], successor: SchedulerState) -> None:
         """Copy each request's frontier facts from ``successor`` (one loop
         over a cut's completions: a call per cut, not per row)."""
-        view_of, record_of, now = successor.views.get, self._records.get, successor.now
-        for rid in request_ids:
-            after = view_of(rid)
+        request_ids = list(request_ids)
+        record_of, now = self._records.get, successor.now
+        for rid, after in zip(request_ids, views_or_none(successor.views, request_ids),
+                              strict=True):
             record = record_of(rid)
             if after is None or record is None:
                 continue

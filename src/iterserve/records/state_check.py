@@ -39,6 +39,7 @@ from iterserve.records.validate import (
 )
 from iterserve.records.view import RequestView
 from iterserve.records.view_delta import changes_since
+from iterserve.records.view_map import views_or_none
 
 _NUM_FRONT_TRIES = 8  # ids entering a queue's front (preempted requests) looked past
 _NUM_NEARBY = 64  # members of the remembered queue searched before all of it
@@ -80,7 +81,7 @@ class StateChecker:
             entered += new
         to_check = list(dict.fromkeys(chain(ids, entered))) if entered else ids
         numbers = list(map(where.get, to_check))
-        members = list(map(views.get, to_check))
+        members = views_or_none(views, to_check)
         num_listed = sum(map(len, queues))
         if (len(where) != num_known + len(entered)  # an entering id was listed already
                 or None in numbers or None in members

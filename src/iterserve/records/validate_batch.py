@@ -37,6 +37,7 @@ from iterserve.records.frontier import (
 from iterserve.records.plan import WorkItem
 from iterserve.records.result import CompletedInterval
 from iterserve.records.view import Lifecycle, RequestView
+from iterserve.records.view_map import views_or_none
 
 _RUNNING = Lifecycle.RUNNING
 _VIEW = RequestView._fields.index
@@ -90,7 +91,7 @@ def accepted_work(work: Sequence[WorkItem], views: Mapping[str, RequestView],
 def _accepted_work(work: Sequence[WorkItem], views: Mapping[str, RequestView],
                    admitted: set[str], leaving: set[str]) -> WorkColumns | None:
     ids, generations, snapshots, starts, ends, kinds, positions, tie_breaks = field_columns(work)
-    item_views = list(map(views.get, ids))
+    item_views = views_or_none(views, ids)
     view_columns: list[tuple[Any, ...]] = list(zip(*item_views, strict=True))  # TypeError: a None
     computed = view_columns[_COMPUTED]
     num_items = len(ids)
@@ -159,7 +160,7 @@ def _accepted_service(work: Sequence[WorkItem], completed: Sequence[CompletedInt
         and (widths.count(1) == num_items or min(widths) > 0)  # start < end
     ):
         return None
-    item_views: list[Any] = list(map(views.get, ids))
+    item_views: list[Any] = views_or_none(views, ids)
     outputs, limits, clients = (  # TypeError on a missing view
         tuple(map(getitem, item_views, repeat(field)))
         for field in (_EMITTED, _MAX_OUTPUT, _CLIENT))

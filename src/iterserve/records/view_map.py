@@ -30,7 +30,7 @@ would have (the base's order, then the views new since).
 from __future__ import annotations
 
 import math
-from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, Sequence, ValuesView
 from itertools import chain, filterfalse
 from typing import Any, NoReturn
 
@@ -129,11 +129,11 @@ class ViewDraft(dict[str, RequestView]):
     table is the new version's), read through to the base; :meth:`freeze`
     publishes it."""
 
-    __slots__ = ("_base", "_gone", "_base_len")
+    __slots__ = ("_base", "_gone", "_len")  # a ViewMap's, so freeze can retype it
 
     _base: dict[str, RequestView]
     _gone: set[str]
-    _base_len: int
+    _len: int  # while drafting: the base's length
 
     def __missing__(self, key: str) -> RequestView:
         if key in self._gone:
@@ -165,12 +165,12 @@ class ViewDraft(dict[str, RequestView]):
         base, gone = self._base, self._gone
         # a view deleted and written again is new (it moves to the end, as in a dict)
         num_shadowing = sum(map(base.__contains__, self)) - len(gone.intersection(self))
-        num_views = self._base_len - len(gone) + dict.__len__(self) - num_shadowing
+        num_views = self._len - len(gone) + dict.__len__(self) - num_shadowing
         if dict.__len__(self) + len(gone) >= compaction_size(num_views):  # writes and deletions
             return _merged(base, gone, self)
-        published = ViewMap(self)  # copies the own table: a C-level dict copy
-        published._base, published._gone, published._len = base, frozenset(gone), num_views
-        return published
+        self._gone, self._len = frozenset(gone), num_views  # type: ignore[assignment]
+        self.__class__ = ViewMap  # type: ignore[assignment]  # the table is the map's: no copy
+        return self
 
 
 def _merged(base: dict[str, RequestView], gone: Iterable[str],
@@ -190,12 +190,12 @@ def edit(views: Mapping[str, RequestView]) -> dict[str, RequestView]:
     if type(views) is ViewMap:
         # the own table only: dict.copy and dict(views) would read both layers
         draft = ViewDraft(dict(dict.items(views)))
-        draft._base, draft._gone, draft._base_len = (
+        draft._base, draft._gone, draft._len = (
             views._base, set(views._gone), len(views._base))
         return draft
     if type(views) is dict and len(views) >= LAYERED_AT:
         draft = ViewDraft()
-        draft._base, draft._gone, draft._base_len = views, set(), len(views)
+        draft._base, draft._gone, draft._len = views, set(), len(views)
         return draft
     return views.copy() if type(views) is dict else dict(views)
 
@@ -203,6 +203,17 @@ def edit(views: Mapping[str, RequestView]) -> dict[str, RequestView]:
 def publish(views: dict[str, RequestView]) -> dict[str, RequestView]:
     """The immutable mapping a state holds from what :func:`edit` returned."""
     return views.freeze() if type(views) is ViewDraft else views
+
+
+def views_or_none(views: Mapping[str, RequestView],
+                  request_ids: Sequence[str]) -> list[RequestView | None]:
+    """``views.get`` of each id: at C speed where every id has a view (a
+    layered map's ``get`` is a Python call; its lookup of a view in its own
+    table, where the running views are, is the dict's own)."""
+    try:
+        return list(map(views.__getitem__, request_ids))
+    except KeyError:
+        return list(map(views.get, request_ids))
 
 
 def own_table_ids(views: Mapping[str, RequestView]) -> list[str]:
