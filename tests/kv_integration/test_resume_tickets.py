@@ -142,3 +142,24 @@ def test_under_a_delayed_release_no_validated_plan_counts_pending_blocks(policy,
     engine.run(max_iterations=20_000)
     assert engine.is_done and kv.manager.audit().num_blocks_used == 0
     assert not kv.has_pending_releases and kv.suspensions.num_blocked == 0
+
+
+def test_a_delayed_release_is_announced_as_pending_release() -> None:
+    """The KV residency's INFLIGHT releases are the allocator's releases in
+    flight: the capacity facts count their blocks as pending (0x06's
+    TEMPORARILY_UNAVAILABLE branch can then happen in a run) until the
+    READY receipt frees them."""
+    manifest = load_workload(SMALL_KV)
+    spec = manifest.online.kv
+    assert spec is not None
+    kv = KvResidency(BlockManagerConfig(spec.num_kv_blocks, spec.block_size,
+                                        spec.num_host_blocks), release_lag_iterations=2)
+    online = dataclasses.replace(manifest.online, kv=dataclasses.replace(
+        spec, preemption_mode=PreemptionMode("recompute")))
+    engine = Engine(online, make_policy("vllm", reserve_full_isl=0), SimulatedExecutor(
+        manifest.hidden, kv=kv, workload=online))
+    pending = []
+    while engine.step():
+        pending.append(engine.state.capacity.num_blocks_pending_release)
+    assert max(pending) > 0 and pending[-1] == 0
+    assert kv.manager.audit().num_blocks_used == 0

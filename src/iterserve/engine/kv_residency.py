@@ -258,8 +258,13 @@ class KvResidency:
         return ReleaseResult(binding, ForeignStatus.READY, num_rows * per_row)
 
     def _delayed_release(self, request_id: str, binding: ForeignBinding) -> ReleaseResult:
-        """An INFLIGHT release: the blocks stay held until it turns READY."""
+        """An INFLIGHT release: the blocks stay held until it turns READY,
+        counted meanwhile as pending release (0x06: a request they would
+        make room for waits rather than preempting)."""
         self._releasing[request_id] = (binding, self._iteration + self._release_lag)
+        key = self._keys.get(request_id)
+        if key is not None and self.manager.is_resident(key):
+            self.manager.begin_release(key)
         return ReleaseResult(binding, ForeignStatus.INFLIGHT)
 
     def _completed_releases(self) -> list[ReleaseResult]:
