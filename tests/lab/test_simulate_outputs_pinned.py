@@ -79,7 +79,7 @@ PINNED: dict[str, dict[str, str]] = {
         EVENT_LINES:
             "078c3a7a06864c1a187b03515f7d224752dbf06e37886a05ed29407fb0331402",
         "decisions.jsonl":  # log format 6 (issue 37: work and completions as tables)
-            "d8993186ad3e076cf89fb9315c56cc75e6c39a5cc9e8a9b8b0c201efb4e2ba0f",
+            "07c6e666f21e5db16d866b81f93c47a7d3a71a0a8bf8c782f68371ab5d301e0e",
         FORMAT_4_LOG:  # log format 4 (issue 15: the incremental state digest)
             "d1f647cbf83b742a911af81a6be6258e06a9fd6aa4b3bdc01dc663601deeacd8",
         MASKED_LOG:  # main's format-3 log, masked alike: the same decisions
@@ -103,7 +103,7 @@ PINNED: dict[str, dict[str, str]] = {
         EVENT_LINES:
             "e2843001c1cdddcfb3f6d6c1efb7ce048b65de3bdb98efb316fb5c26a64e4274",
         "decisions.jsonl":
-            "ad92b7ab4e37304dd09040031690f42e8c2dcb754bbc126484dc50d689155268",
+            "7a34ee7fcadc6b9c04553ef4c6bd38225dfa4c68cd667de976a78dacd28aa9d1",
         FORMAT_4_LOG:
             "5b29893164a025b78bdf3d308765fc6467a84b7c89652172e0d4423e0bb5e916",
         MASKED_LOG:
