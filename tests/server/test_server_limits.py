@@ -375,3 +375,33 @@ def test_a_server_out_of_descriptors_logs_once_and_recovers(tiny_dir) -> None:
     assert "--max-connections lowered to 192 (open-file limit 256)" in out
     assert err.count("out of system resource") + err.count("accepting connections failed") <= 1
     assert len(err.splitlines()) < 10, err
+
+
+def test_an_accept_retry_after_shutdown_is_not_an_error() -> None:
+    """asyncio retries accepting a second after an accept error; if the
+    server closed its listener meanwhile the retry fails on fd -1: the
+    filter drops that one, and hands every other error on."""
+    import asyncio
+
+    from iterserve.server.connections import AcceptErrorFilter
+
+    handled: list[dict] = []
+
+    class _Loop:
+        def default_exception_handler(self, context: dict) -> None:
+            handled.append(context)
+
+    def _start_serving() -> None: ...
+
+    loop = asyncio.new_event_loop()
+    try:
+        late = {"message": "Exception in callback", "exception": ValueError(
+            "Invalid file descriptor: -1"), "handle": loop.call_later(60, _start_serving)}
+        other = {"message": "Exception in callback", "exception": ValueError("other")}
+        flt = AcceptErrorFilter()
+        flt(_Loop(), late)  # type: ignore[arg-type]
+        flt(_Loop(), other)  # type: ignore[arg-type]
+        assert handled == [other]
+    finally:
+        late["handle"].cancel()
+        loop.close()

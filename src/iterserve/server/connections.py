@@ -209,6 +209,14 @@ async def send_error(send: Send, status: int, message: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+def _is_late_accept_retry(context: dict[str, Any]) -> bool:
+    """asyncio pauses accepting for a second after an accept error and then
+    starts again; a server shut down within that second closed the listening
+    socket, and the retry fails on its closed descriptor (nothing to do)."""
+    return (isinstance(context.get("exception"), ValueError)
+            and "_start_serving" in repr(context.get("handle")))
+
+
 class AcceptErrorFilter:
     """A loop exception handler: asyncio's accept error while descriptors
     are exhausted is logged once (with how to raise the limit), not once per
@@ -218,6 +226,8 @@ class AcceptErrorFilter:
         self.num_suppressed = 0
 
     def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if _is_late_accept_retry(context):
+            return  # the listener closed at shutdown before asyncio's accept retry fired
         if context.get("message") != _ACCEPT_OUT_OF_RESOURCE:
             loop.default_exception_handler(context)
             return
