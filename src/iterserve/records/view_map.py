@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, Sequence, ValuesView
+from collections.abc import Set as AbstractSet
 from itertools import chain, filterfalse
 from typing import Any, NoReturn
 
@@ -46,15 +47,14 @@ def compaction_size(num_views: int) -> int:
     return max(1024, 8 * math.isqrt(num_views))
 
 
-class ViewMap(dict[str, RequestView]):
-    """An immutable two-layer mapping of request id to view (module doc).
-    ``_gone``: the base's ids hidden (deleted; one written again after its
-    deletion is in the own table too, and iterates as new)."""
+class _Layers(dict[str, RequestView]):
+    """The reads both a published map and a draft make through to the base:
+    the own table (this dict) first, then the base less ``_gone``."""
 
-    __slots__ = ("_base", "_gone", "_len")
+    __slots__ = ("_base", "_gone", "_len")  # one layout, so a draft can become its map
 
     _base: dict[str, RequestView]
-    _gone: frozenset[str]
+    _gone: AbstractSet[str]
     _len: int
 
     def __missing__(self, key: str) -> RequestView:
@@ -72,6 +72,16 @@ class ViewMap(dict[str, RequestView]):
 
     def __contains__(self, key: object) -> bool:
         return dict.__contains__(self, key) or (key in self._base and key not in self._gone)
+
+
+class ViewMap(_Layers):
+    """An immutable two-layer mapping of request id to view (module doc).
+    ``_gone``: the base's ids hidden (deleted; one written again after its
+    deletion is in the own table too, and iterates as new)."""
+
+    __slots__ = ()
+
+    _gone: frozenset[str]
 
     def __len__(self) -> int:
         return self._len
@@ -105,7 +115,7 @@ class ViewMap(dict[str, RequestView]):
         equal = self.__eq__(other)
         return equal if equal is NotImplemented else not equal
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return f"ViewMap({len(self)} views, {dict.__len__(self)} in the own table)"
@@ -124,32 +134,14 @@ def _rebuilt(views: dict[str, RequestView]) -> dict[str, RequestView]:
     return views  # a pickled map comes back as a plain dict (one layer)
 
 
-class ViewDraft(dict[str, RequestView]):
+class ViewDraft(_Layers):
     """The views a transition is building: written like a dict (its own
     table is the new version's), read through to the base; :meth:`freeze`
-    publishes it."""
+    publishes it. ``_len`` is the base's length while drafting."""
 
-    __slots__ = ("_base", "_gone", "_len")  # a ViewMap's, so freeze can retype it
+    __slots__ = ()
 
-    _base: dict[str, RequestView]
     _gone: set[str]
-    _len: int  # while drafting: the base's length
-
-    def __missing__(self, key: str) -> RequestView:
-        if key in self._gone:
-            raise KeyError(key)
-        return self._base[key]
-
-    def get(self, key: str, default: Any = None) -> Any:
-        value = dict.get(self, key, _MISSING)
-        if value is not _MISSING:
-            return value
-        if key in self._gone:
-            return default
-        return self._base.get(key, default)
-
-    def __contains__(self, key: object) -> bool:
-        return dict.__contains__(self, key) or (key in self._base and key not in self._gone)
 
     def __delitem__(self, key: str) -> None:
         in_base = key in self._base and key not in self._gone
