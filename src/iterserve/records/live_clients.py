@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import is_
 
 from iterserve.records.view import RequestView
 
@@ -30,17 +31,13 @@ class LiveClients:
     not_ready: Mapping[str, int]
 
     def holds_for(self, queues: tuple[object, object, object]) -> bool:
-        return all(map(_is, self.queues, queues))
+        return all(map(is_, self.queues, queues))
 
     def blocked(self) -> set[str]:
         """Clients whose live requests are all not ready: blocked on foreign
         readiness, not eligible (F63)."""
         counts = self.counts
         return {client for client, num in self.not_ready.items() if num == counts[client]}
-
-
-def _is(a: object, b: object) -> bool:
-    return a is b
 
 
 def counted(views: Mapping[str, RequestView],
