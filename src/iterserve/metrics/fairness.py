@@ -112,9 +112,9 @@ class ClientFairness:
         return 0.0 if self.eligible_s is None else self.backlogged_s - self.eligible_s
 
     def to_dict(self) -> dict[str, Any]:
-        record = {"weight": self.weight, "service": self.service,
-                  "num_completed_events": self.num_completed_events,
-                  "backlogged_s": self.backlogged_s}
+        record: dict[str, Any] = {
+            "weight": self.weight, "service": self.service,
+            "num_completed_events": self.num_completed_events, "backlogged_s": self.backlogged_s}
         if self.eligible_s is not None:
             record.update(eligible_s=self.eligible_s,
                           blocked_on_readiness_s=self.blocked_on_readiness_s)
