@@ -20,7 +20,9 @@ from iterserve.metrics.events import (
     ComputeEvent,
     EventLogError,
     FinishEvent,
+    NotReadyEvent,
     PreemptEvent,
+    ReadyEvent,
     RejectEvent,
     ScheduleEvent,
     TokenEvent,
@@ -46,6 +48,8 @@ SAMPLES = [
     FinishEvent(12345.678901234, "r6", reason="length", num_output_tokens=9),
     CancelEvent(4, "r7", reason="abort"),
     PreemptEvent(5.5, "r8", mode="swap"),
+    NotReadyEvent(6.25, "r9"),
+    ReadyEvent(7.0, "r9"),
 ]
 
 

@@ -51,6 +51,8 @@ def test_every_kind_is_registered_once() -> None:
             "cancel",
             "preempt",
             "resume",
+            "not_ready",
+            "ready",
         ]
     )
 

@@ -7,10 +7,13 @@ from iterserve.metrics import (
     AdmitEvent,
     ArrivalEvent,
     CancelEvent,
+    ComputeEvent,
     EventLogError,
     FinishEvent,
     FirstTokenEvent,
+    NotReadyEvent,
     PreemptEvent,
+    ReadyEvent,
     RejectEvent,
     ResumeEvent,
     TokenEvent,
@@ -74,6 +77,12 @@ FIRST = FirstTokenEvent(0.1, "r")
         ([A, ADMIT, ResumeEvent(0.1, "r")], "not preempted"),
         ([A, ADMIT, PreemptEvent(0.1, "r"), PreemptEvent(0.2, "r")], "already preempted"),
         ([A, ADMIT, PreemptEvent(0.05, "r"), FIRST], "while preempted"),
+        ([A, ReadyEvent(0.0, "r")], "not blocked"),
+        ([A, NotReadyEvent(0.0, "r"), NotReadyEvent(0.1, "r")], "already not ready"),
+        ([A, ADMIT, NotReadyEvent(0.05, "r"), FIRST], "while not ready"),
+        ([A, ADMIT, NotReadyEvent(0.05, "r"), ComputeEvent(0.1, "r", num_rows=1)],
+         "not ready"),
+        ([A, CancelEvent(0.0, "r", reason="client"), NotReadyEvent(0.1, "r")], "terminal"),
     ],
 )
 def test_lifecycle_violations_raise(events, message) -> None:  # type: ignore[no-untyped-def]
@@ -111,3 +120,32 @@ def test_a_run_of_tokens_goes_in_whole_when_every_entry_is_next() -> None:
     assert list(done["a"].emission_s) == [2.0, 3.0, 4.0, 4.0]
     assert list(done["b"].emission_s) == [2.0, 3.0, 6.0]
     assert list(done["c"].emission_s) == [2.0]
+
+
+def test_readiness_changes_alternate_before_or_after_admission() -> None:
+    """A request arrives ready; not_ready / ready alternate, whether it was
+    admitted or not (a waiting prompt may need remote K/V, 0x0C), and the
+    stream of tokens goes on once it is ready again."""
+    events = [A, NotReadyEvent(0.0, "r"), ReadyEvent(0.05, "r"), ADMIT, FIRST,
+              PreemptEvent(0.2, "r"), NotReadyEvent(0.2, "r"), ReadyEvent(0.4, "r"),
+              ResumeEvent(0.5, "r"), TokenEvent(0.6, "r", token_index=1),
+              NotReadyEvent(0.7, "r"), CancelEvent(0.8, "r", reason="client")]
+    (timeline,) = build_timelines(events).values()
+    assert timeline.not_ready_s == (0.0, 0.2, 0.7)
+    assert timeline.ready_s == (0.05, 0.4)
+    assert timeline.is_blocked and timeline.emission_s == (0.1, 0.6)
+
+
+def test_a_blocked_request_leaves_the_whole_run_path() -> None:
+    from iterserve.metrics.timeline import SortedTimelines
+
+    timelines = SortedTimelines(compact=True)
+    for rid in "ab":
+        timelines.add(ArrivalEvent(1.0, rid, client_id="x"))
+    for rid in "ab":
+        timelines.add(FirstTokenEvent(2.0, rid))
+    timelines.add(NotReadyEvent(2.0, "b"))
+    assert not timelines._add_run(3.0, ["a", "b"], [1, 1])
+    assert timelines.add_tokens(3.0, ["a", "b"], [1, 1]) == 1  # b may not emit
+    timelines.add(ReadyEvent(4.0, "b"))
+    assert timelines._add_run(5.0, ["a", "b"], [2, 1])

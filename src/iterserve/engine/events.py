@@ -15,6 +15,10 @@ An engine observer; it changes nothing. Mapping:
     emissions               FirstTokenEvent / TokenEvent(token_index=j), then
                             FinishEvent(reason, num_output_tokens) on a stop
     on_cancel               CancelEvent(reason "client") at the cut
+    on_readiness            NotReadyEvent / ReadyEvent for each request whose
+                            readiness flag flipped, at the cut (F63: a client
+                            whose live requests are all not ready is not
+                            eligible); none for a request that never flips
 
 Clock: every time is ``clock value * seconds_per_clock_unit`` (see
 :func:`iterserve.cost.seconds_per_clock_unit`: 1/1000 on the ``ms``
@@ -44,7 +48,7 @@ written raises. :meth:`EventRecorder.close` writes the rest.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import compress
 from json.encoder import encode_basestring_ascii
 from operator import itemgetter, not_
@@ -64,7 +68,9 @@ from iterserve.metrics.events import (
     EventLogError,
     FinishEvent,
     FirstTokenEvent,
+    NotReadyEvent,
     PreemptEvent,
+    ReadyEvent,
     RejectEvent,
     ResumeEvent,
     TokenEvent,
@@ -239,6 +245,13 @@ class EventRecorder(EngineObserver):
     def on_cancel(self, request_id: str, state: SchedulerState, successor: SchedulerState) -> None:
         self._record(CancelEvent(self.to_s(state.now), request_id, reason="client"))
         self._forget(successor.finished)
+
+    def on_readiness(self, changed: Mapping[str, bool], successor: SchedulerState) -> None:
+        # stamped at the cut, after the facts the last step published at it (the
+        # stable sort keeps that order); the next on_step writes them out
+        time_s = self.to_s(successor.now)
+        for rid, is_ready in changed.items():
+            self._record(ReadyEvent(time_s, rid) if is_ready else NotReadyEvent(time_s, rid))
 
     def _forget(self, ended: Sequence[str]) -> None:
         """Requests terminal at this cut need no admission or preemption

@@ -233,6 +233,17 @@ class Engine:
         """Make ``request_id`` wait for READY facts of these kinds (0x0C)."""
         self.readiness.require(request_id, requirements)
 
+    def _publish_readiness(self) -> None:
+        """The readiness board's facts become the views' ``is_ready`` flags
+        before the policy runs (0x0C); observers see the flags that flipped
+        (an event log records them: F63 eligibility), only those."""
+        changed = self.readiness.readiness(self.state)
+        if not changed:
+            return
+        self.state = with_readiness(self.state, changed)
+        for observer in self.observers:
+            observer.on_readiness(changed, self.state)
+
     def _publish_claimed_prefix_rows(self) -> None:
         """The allocator's verified prefix hits become state facts before the
         policy runs, so plans start past them (0x0E)."""
@@ -265,7 +276,7 @@ class Engine:
     def step(self) -> bool:
         """Run one iteration (or cross one idle gap). False once the run is done."""
         self._publish_arrivals()
-        self.state = with_readiness(self.state, self.readiness.readiness(self.state))
+        self._publish_readiness()
         self._publish_claimed_prefix_rows()
         if not self.state.has_live:
             return self._jump_to_next_arrival()

@@ -6,6 +6,8 @@ decision logs, traces and metric event logs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from iterserve.records.plan import IterationPlan
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import RequestSpec
@@ -21,6 +23,11 @@ class EngineObserver:
 
     def on_cancel(self, request_id: str, state: SchedulerState, successor: SchedulerState) -> None:
         """A client cancelled; ``successor`` holds the new generation."""
+
+    def on_readiness(self, changed: Mapping[str, bool], successor: SchedulerState) -> None:
+        """Live requests' readiness flags changed at ``successor.now`` (0x0C):
+        ``changed`` holds only the requests whose flag flipped, each with its
+        new value; ``successor`` is the state that publishes them."""
 
     def on_step(
         self, state: SchedulerState, plan: IterationPlan, result: IterationResult,

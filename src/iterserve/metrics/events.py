@@ -201,6 +201,24 @@ class ResumeEvent(_EventBase):
     kind: ClassVar[str] = "resume"
 
 
+@dataclass(frozen=True, slots=True)
+class NotReadyEvent(_EventBase):
+    """A live request became blocked on foreign readiness (0x0C, 0x09B): a
+    fact it needs (remote K/V, promotion, layers, allocation, placement) is
+    not READY for its current binding. Not ready scheduler work: while every
+    live request of a client is blocked, the client is not eligible (F63).
+    Emitted only on a change of the engine's published flag."""
+
+    kind: ClassVar[str] = "not_ready"
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyEvent(_EventBase):
+    """A blocked live request became ready again (its facts are READY)."""
+
+    kind: ClassVar[str] = "ready"
+
+
 Event = (
     ArrivalEvent
     | AdmitEvent
@@ -213,6 +231,8 @@ Event = (
     | CancelEvent
     | PreemptEvent
     | ResumeEvent
+    | NotReadyEvent
+    | ReadyEvent
 )
 
 EVENT_TYPES: Mapping[str, type[Event]] = MappingProxyType(
@@ -230,6 +250,8 @@ EVENT_TYPES: Mapping[str, type[Event]] = MappingProxyType(
             CancelEvent,
             PreemptEvent,
             ResumeEvent,
+            NotReadyEvent,
+            ReadyEvent,
         )
     }
 )

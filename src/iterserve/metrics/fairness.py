@@ -3,8 +3,11 @@
 The five declarations of 0x09A, as every report states them:
 
 - identity: ``client_id``;
-- eligibility: a client is backlogged (eligible) while at least one of its
-  requests has arrived and is not terminal (finished, rejected, cancelled);
+- eligibility: a client is backlogged while at least one of its requests
+  has arrived and is not terminal (finished, rejected, cancelled); for
+  starvation (F63) it is eligible while, besides, at least one of those
+  requests is ready: a request blocked on foreign readiness (between its
+  ``not_ready`` and ``ready`` events, 0x0C) is not ready scheduler work;
 - cost: W_i = (w_p * completed prompt rows + w_q * completed outputs) / phi_i
   (F52, F53; phi_i the client weight, 1 unless declared);
 - publication: completed facts only (compute and token events); rebuild rows
@@ -19,13 +22,22 @@ H: a client is starved when it stayed eligible for H without one completed
 event. Jain's index is taken over the service rate each client received
 while backlogged (W_i / backlogged time), so a finite-demand client is not
 counted as under-served after its demand ends.
+
+A log without readiness events (every log written before the engine
+recorded them, and every run in which nothing blocked) has eligible time
+equal to backlogged time, and its report keeps the keys it always had. A log
+with them adds each client's ``eligible_s`` and ``blocked_on_readiness_s``
+and states the exclusion: the starvation figure's denominator stays explicit.
+The gap and Jain's index keep the backlogged intervals.
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import zip_longest
 from typing import Any
 
 import numpy as np
@@ -86,17 +98,29 @@ class ClientFairness:
     backlogged_s: float
     longest_unserved_s: float  # longest eligible stretch without a completed event
     is_starved: bool
+    # time backlogged with at least one live request ready (F63 eligibility);
+    # None when the log records no readiness change (then it is backlogged_s)
+    eligible_s: float | None = None
 
     @property
     def service_rate(self) -> float | None:
         return self.service / self.backlogged_s if self.backlogged_s > 0 else None
 
+    @property
+    def blocked_on_readiness_s(self) -> float:
+        """Backlogged time with every live request blocked on foreign readiness."""
+        return 0.0 if self.eligible_s is None else self.backlogged_s - self.eligible_s
+
     def to_dict(self) -> dict[str, Any]:
-        return {"weight": self.weight, "service": self.service,
-                "num_completed_events": self.num_completed_events,
-                "backlogged_s": self.backlogged_s, "service_rate_while_backlogged":
-                self.service_rate, "longest_unserved_s": self.longest_unserved_s,
-                "starved": self.is_starved}
+        record: dict[str, Any] = {
+            "weight": self.weight, "service": self.service,
+            "num_completed_events": self.num_completed_events, "backlogged_s": self.backlogged_s}
+        if self.eligible_s is not None:
+            record.update(eligible_s=self.eligible_s,
+                          blocked_on_readiness_s=self.blocked_on_readiness_s)
+        record.update(service_rate_while_backlogged=self.service_rate,
+                      longest_unserved_s=self.longest_unserved_s, starved=self.is_starved)
+        return record
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +132,8 @@ class FairnessReport:
     per_client: tuple[ClientFairness, ...]
     max_backlogged_gap: ServiceGap | None
     jain_index: float | None
+    # the log records readiness changes: starvation excludes blocked time
+    excludes_blocked: bool = False
 
     @property
     def starved_clients(self) -> tuple[str, ...]:
@@ -115,15 +141,19 @@ class FairnessReport:
 
     def to_dict(self) -> dict[str, Any]:
         gap = self.max_backlogged_gap
+        starvation: dict[str, Any] = {"predicate": "F63", "horizon_s": self.horizon_s,
+                                      "horizon_source": self.horizon_source}
+        if self.excludes_blocked:
+            starvation.update(eligibility=STARVATION_ELIGIBILITY, blocked_on_readiness_s=sum(
+                client.blocked_on_readiness_s for client in self.per_client))
+        starvation.update(num_starved=len(self.starved_clients),
+                          starved_clients=list(self.starved_clients))
         return {
-            "declarations": DECLARATIONS,
+            "declarations": READINESS_DECLARATIONS if self.excludes_blocked else DECLARATIONS,
             "weights": {**self.weights.to_dict(), "client_weights": dict(self.client_weights)},
             "per_client": {client.client_id: client.to_dict() for client in self.per_client},
             "max_backlogged_gap": None if gap is None else gap.to_dict(),
-            "starvation": {"predicate": "F63", "horizon_s": self.horizon_s,
-                           "horizon_source": self.horizon_source,
-                           "num_starved": len(self.starved_clients),
-                           "starved_clients": list(self.starved_clients)},
+            "starvation": starvation,
             "jain_index_backlogged": self.jain_index,
         }
 
@@ -134,6 +164,18 @@ DECLARATIONS = {
     "cost": "(w_p * completed prompt rows + w_q * completed outputs) / client weight (F52)",
     "publication": "completed facts of validated results; rebuild and planned work earn 0",
     "guarantee": "measured, not claimed",
+}
+
+#: F63's eligibility where the log records readiness changes (0x0C, 0x09B)
+STARVATION_ELIGIBILITY = ("backlogged with at least one live request ready: time with every "
+                          "live request blocked on foreign readiness (not_ready to ready) is "
+                          "excluded")
+
+#: the declarations of a report whose log records readiness changes
+READINESS_DECLARATIONS = {
+    **DECLARATIONS,
+    "eligibility": "a request arrived and not terminal (continuously backlogged); for "
+                   f"starvation (F63): {STARVATION_ELIGIBILITY}",
 }
 
 
@@ -149,6 +191,8 @@ def evaluate_fairness(
     phis = dict(client_weights or {})
     timelines = list(timelines)
     backlog = backlog_intervals(timelines, window)
+    excludes_blocked = any(timeline.not_ready_s for timeline in timelines)
+    eligible = eligible_intervals(timelines, window) if excludes_blocked else backlog
     bounds = FactBounds(weights, window.start_s, window.end_s, phis)
     horizon = window.end_s - window.start_s if horizon_s is None else horizon_s
     # a pair of clients compares their facts side by side: held whole (16 bytes a fact)
@@ -163,7 +207,8 @@ def evaluate_fairness(
 
     per_client = tuple(
         _client_fairness(client, phis.get(client, 1.0), backlog.get(client, []),
-                         scan_client_service(facts_of(client), backlog.get(client, [])),
+                         eligible.get(client, []) if excludes_blocked else None,
+                         scan_client_service(facts_of(client), eligible.get(client, [])),
                          horizon)
         # every client with a timeline, facts in bounds or not (client_fact_counts' keys)
         for client in sorted(set(backlog) | {timeline.client_id for timeline in timelines})
@@ -176,6 +221,7 @@ def evaluate_fairness(
         per_client=per_client,
         max_backlogged_gap=max_backlogged_gap(backlog, steps),
         jain_index=jain_index([c.service_rate for c in per_client if c.service_rate is not None]),
+        excludes_blocked=excludes_blocked,
     )
 
 
@@ -185,12 +231,51 @@ def backlog_intervals(
     """Per client, the merged closed intervals during which it was backlogged."""
     raw: dict[str, list[Interval]] = {}
     for timeline in timelines:
-        end = _terminal_s(timeline)
-        start_s = max(timeline.arrival_s, window.start_s)
-        end_s = min(window.end_s if end is None else end, window.end_s)
-        if end_s > start_s:
-            raw.setdefault(timeline.client_id, []).append((start_s, end_s))
+        live = _live_interval(timeline, window)
+        if live is not None:
+            raw.setdefault(timeline.client_id, []).append(live)
     return {client: _merge(intervals) for client, intervals in raw.items()}
+
+
+def eligible_intervals(
+    timelines: Iterable[RequestTimeline], window: ObservationWindow
+) -> dict[str, list[Interval]]:
+    """Per client, the merged closed intervals during which it was eligible
+    (F63): backlogged with at least one live request ready. Each request
+    adds its live interval less its blocked stretches, [not_ready, ready)
+    (to its end while still blocked); a client none of whose requests ever
+    was ready maps to an empty list."""
+    raw: dict[str, list[Interval]] = {}
+    for timeline in timelines:
+        live = _live_interval(timeline, window)
+        if live is not None:
+            raw.setdefault(timeline.client_id, []).extend(_ready_pieces(timeline, *live))
+    return {client: _merge(intervals) for client, intervals in raw.items()}
+
+
+def _live_interval(timeline: RequestTimeline, window: ObservationWindow) -> Interval | None:
+    """From arrival to the terminal fact, inside the window; None when empty."""
+    end = _terminal_s(timeline)
+    start_s = max(timeline.arrival_s, window.start_s)
+    end_s = min(window.end_s if end is None else end, window.end_s)
+    return (start_s, end_s) if end_s > start_s else None
+
+
+def _ready_pieces(timeline: RequestTimeline, start_s: float, end_s: float) -> list[Interval]:
+    """[start_s, end_s] less the request's blocked stretches: the ascending,
+    non-empty pieces in which it was ready (a request arrives ready)."""
+    pieces: list[Interval] = []
+    cursor_s = start_s
+    for blocked_s, ready_s in zip_longest(timeline.not_ready_s, timeline.ready_s,
+                                          fillvalue=math.inf):  # still blocked: to the end
+        if blocked_s >= end_s:
+            break
+        if blocked_s > cursor_s:
+            pieces.append((cursor_s, blocked_s))
+        cursor_s = max(cursor_s, ready_s)
+    if cursor_s < end_s:
+        pieces.append((cursor_s, end_s))
+    return pieces
 
 
 def client_steps(timelines: Sequence[RequestTimeline], bounds: FactBounds) -> dict[str, Steps]:
@@ -241,18 +326,26 @@ def _gap_on(joint: Interval, f: str, g: str, f_steps: Steps, g_steps: Steps) -> 
     return ServiceGap(high[0] - low[0], (g, f), (high[1], low[1]))
 
 
-def _client_fairness(client: str, phi: float, backlog: list[Interval], service: ClientService,
+def _client_fairness(client: str, phi: float, backlog: list[Interval],
+                     eligible: list[Interval] | None, service: ClientService,
                      horizon_s: float) -> ClientFairness:
+    """``eligible``: the client's eligible intervals when the log records
+    readiness changes (None: they are its backlog intervals)."""
     longest = service.longest_unserved_s
     return ClientFairness(
         client_id=client,
         weight=phi,
         service=service.service,
         num_completed_events=service.num_completed_events,
-        backlogged_s=sum(end - start for start, end in backlog),
+        backlogged_s=_length_s(backlog),
         longest_unserved_s=longest,
-        is_starved=bool(backlog) and longest >= horizon_s,
+        is_starved=bool(backlog if eligible is None else eligible) and longest >= horizon_s,
+        eligible_s=None if eligible is None else _length_s(eligible),
     )
+
+
+def _length_s(intervals: list[Interval]) -> float:
+    return sum(end - start for start, end in intervals)
 
 
 def jain_index(values: Sequence[float]) -> float | None:

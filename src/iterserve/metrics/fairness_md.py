@@ -73,6 +73,7 @@ def _summary(report: FairnessReport, bound: Mapping[str, Any] | None, unit: Time
         f"(starved, F63, horizon {unit.from_s(report.horizon_s):g} {name}, "
         f"{report.horizon_source}): "
         f"{len(report.starved_clients)} {list(report.starved_clients)}",
+        *_blocked_line(report, unit, name),
         "- how evenly clients with work waiting were served, 1 = equally "
         "(Jain's index over backlogged service rates): "
         + ("n/a" if jain is None else f"{jain:.4f}"),
@@ -93,3 +94,16 @@ def _summary(report: FairnessReport, bound: Mapping[str, Any] | None, unit: Time
                      f"({bound['name']}): {bound['premises_text']}; "
                      f"observed max gap {bound['observed_max_gap']:g}")
     return lines
+
+
+def _blocked_line(report: FairnessReport, unit: TimeUnit, name: str) -> list[str]:
+    """The time each client's wait did not count toward starvation: every
+    request it had waiting was blocked on a foreign fact (F63 eligibility);
+    no line for a log that records no readiness change."""
+    if not report.excludes_blocked:
+        return []
+    blocked = ", ".join(f"{client.client_id} {unit.from_s(client.blocked_on_readiness_s):g}"
+                        for client in report.per_client)
+    return ["- time with work waiting that did not count toward starvation because every "
+            "request waiting was blocked on a foreign fact such as remote K/V (blocked on "
+            f"readiness, not eligible, F63; {name}): {blocked}"]

@@ -8,6 +8,9 @@ clocks and outcome partition of 0x07 rely on:
 - at most one admission; a rejection only before admission or any output;
 - ``first_token`` once, then ``token`` indices 1, 2, ... consecutively;
 - ``preempt`` only while live, ``resume`` only while preempted (0x0C);
+- ``not_ready`` only while ready, ``ready`` only while not ready (a
+  request arrives ready; before or after admission: foreign readiness,
+  0x0C), and no emission, schedule or compute while not ready;
 - one terminal fact at most (finish, reject or cancel), nothing after it;
 - a finish names the number of outputs actually emitted, which is >= 1.
 
@@ -40,7 +43,9 @@ from iterserve.metrics.events import (
     EventLogError,
     FinishEvent,
     FirstTokenEvent,
+    NotReadyEvent,
     PreemptEvent,
+    ReadyEvent,
     RejectEvent,
     ResumeEvent,
     ScheduleEvent,
@@ -69,6 +74,8 @@ class RequestTimeline:
     resume_s: tuple[float, ...] = ()
     compute_s: tuple[tuple[float, int], ...] = ()  # (time, prompt rows), rebuild excluded
     num_rebuild_rows: int = 0
+    not_ready_s: tuple[float, ...] = ()  # blocked on foreign readiness from each
+    ready_s: tuple[float, ...] = ()  # ready again at each (one fewer while blocked)
 
     @property
     def is_admitted(self) -> bool:
@@ -91,6 +98,11 @@ class RequestTimeline:
         return len(self.preempt_s) > len(self.resume_s)
 
     @property
+    def is_blocked(self) -> bool:
+        """Blocked on foreign readiness at its last fact."""
+        return len(self.not_ready_s) > len(self.ready_s)
+
+    @property
     def is_terminal(self) -> bool:
         # the fields, not is_finished/is_rejected/is_cancelled: asked once per token
         return self.finish_s is not None or self.reject_s is not None or self.cancel_s is not None
@@ -111,6 +123,9 @@ class _Builder:
     preempts: list[float] = field(default_factory=list)
     resumes: list[float] = field(default_factory=list)
     computes: list[tuple[float, int]] = field(default_factory=list)
+    # tuples, not lists: most requests are never blocked, and () is shared
+    not_readies: tuple[float, ...] = ()
+    readies: tuple[float, ...] = ()
     num_rebuild_rows: int = 0
     admit_s: float | None = None
     reject_s: float | None = None
@@ -124,6 +139,11 @@ class _Builder:
     def is_terminal(self) -> bool:
         """Finished, rejected or cancelled (:attr:`RequestTimeline.is_terminal`)."""
         return self.finish_s is not None or self.reject_s is not None or self.cancel_s is not None
+
+    @property
+    def is_blocked(self) -> bool:
+        """Blocked on foreign readiness (:attr:`RequestTimeline.is_blocked`)."""
+        return len(self.not_readies) > len(self.readies)
 
     def freeze(self) -> RequestTimeline:
         emissions = self.emissions
@@ -141,6 +161,8 @@ class _Builder:
             resume_s=tuple(self.resumes),
             compute_s=tuple(self.computes),
             num_rebuild_rows=self.num_rebuild_rows,
+            not_ready_s=self.not_readies,
+            ready_s=self.readies,
         )
 
 
@@ -157,7 +179,7 @@ class SortedTimelines:
     def __init__(self, *, end_s: float = math.inf, compact: bool = False) -> None:
         self._builders: dict[str, _Builder] = {}
         # the emission times of the requests that may emit now: neither ended
-        # nor preempted and not resumed (a long run's few live ones)
+        # nor preempted and not resumed nor blocked on readiness (a long run's few live ones)
         self._live: dict[str, list[float] | array[float]] = {}
         self._last_s = -math.inf
         self._end_s = end_s
@@ -181,7 +203,8 @@ class SortedTimelines:
         if builder is None:
             raise EventLogError(f"{event.kind} before arrival for request {event.request_id!r}")
         _apply(builder, event)
-        if builder.is_terminal or len(builder.preempts) > len(builder.resumes):
+        if (builder.is_terminal or len(builder.preempts) > len(builder.resumes)
+                or builder.is_blocked):
             self._live.pop(event.request_id, None)
         else:
             self._live[event.request_id] = builder.emissions
@@ -292,6 +315,8 @@ def _apply(builder: _Builder, event: Event) -> None:
         _apply_emission(builder, event)
     elif isinstance(event, PreemptEvent | ResumeEvent | ScheduleEvent | ComputeEvent):
         _apply_service_fact(builder, event, is_live)
+    elif isinstance(event, NotReadyEvent | ReadyEvent):
+        _apply_readiness(builder, event)
     else:  # pragma: no cover - ArrivalEvent is handled by the caller
         raise _violation(event, "is not a per-request lifecycle event")
 
@@ -312,6 +337,8 @@ def _emission_fault(builder: _Builder, index: int) -> str | None:
         return f"emits output {index} but output {expected_index} is next"
     if len(builder.preempts) > len(builder.resumes):
         return "emits while preempted"
+    if builder.is_blocked:
+        return "emits while not ready"
     return None
 
 
@@ -344,11 +371,26 @@ def _apply_service_fact(
         builder.resumes.append(event.time_s)
     elif is_preempted:
         raise _violation(event, "schedules or computes a preempted request")
+    elif builder.is_blocked:
+        raise _violation(event, "schedules or computes a request that is not ready")
     elif isinstance(event, ComputeEvent):
         if event.is_rebuild:
             builder.num_rebuild_rows += event.num_rows
         else:
             builder.computes.append((event.time_s, event.num_rows))
+
+
+def _apply_readiness(builder: _Builder, event: NotReadyEvent | ReadyEvent) -> None:
+    """A change of the engine's readiness flag (0x0C): a request arrives
+    ready, so the changes alternate, not_ready first."""
+    if isinstance(event, NotReadyEvent):
+        if builder.is_blocked:
+            raise _violation(event, "blocks a request that is already not ready")
+        builder.not_readies += (event.time_s,)
+    else:
+        if not builder.is_blocked:
+            raise _violation(event, "readies a request that is not blocked")
+        builder.readies += (event.time_s,)
 
 
 def _violation(event: Event, what: str) -> EventLogError:
