@@ -140,7 +140,10 @@ def mlfq_queue(config: MlfqConfig, view: RequestView, state: SchedulerState) -> 
     served = prompt if view.num_emitted else min(view.num_computed, prompt)
     after = ms(min(prompt - served, budget), 0) if served < prompt else ms(0, 1)
     queue = covering(ms(min(prompt, budget), 0), 0)
-    spent_before, same, same_ms = 0.0, 0, None  # spend = before + same * same_ms
+    # the spend in the current queue: spent_before + same * same_ms, where
+    # same counts the latest iterations of equal time same_ms
+    spent_before, same = 0.0, 0
+    same_ms: float | None = None
     for index, time_ms in enumerate(iterations):
         if queue == bottom:
             break

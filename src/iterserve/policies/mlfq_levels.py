@@ -128,6 +128,8 @@ def attained_level(num_prompt: int, num_emitted: int, num_computed: int, quanta:
     """The queue a job reaches by skip-join and next-iteration-aware
     demotion over its replayed service (no promotion)."""
     level = quanta.first_covering(prices.chunk_ms(min(num_prompt, prices.max_chunk_rows)))
+    if level >= quanta.bottom:
+        return quanta.bottom
     runs, after_ms = replay(num_prompt, num_emitted, num_computed, prices)
     spent_ms = 0.0
     for index, (time_ms, count) in enumerate(runs):
