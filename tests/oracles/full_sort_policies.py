@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterator
 
-from iterserve.cost import default_cost_model
+from iterserve.cost import FixedIterationCost, default_cost_model
 from iterserve.metrics.slack import exclusive_endpoint_cost_s, predicted_slack
 from iterserve.metrics.slo import SloConfig
 from iterserve.plan import PlanBuilder, views_of
@@ -26,7 +26,7 @@ from iterserve.policies.deadline import DeadlineOrderedPolicy
 from iterserve.policies.deadline_clock import DecisionClock, deadline_s, seconds_per_unit
 from iterserve.policies.edf import EarliestDeadlineFirst
 from iterserve.policies.least_slack import LeastSlack
-from iterserve.policies.mlfq import Mlfq, _ms_per_unit
+from iterserve.policies.mlfq import Mlfq, MlfqConfig
 from iterserve.policies.orca import Orca
 from iterserve.policies.ordered import schedule_ordered
 from iterserve.policies.priority_aging import PriorityAging
@@ -105,11 +105,68 @@ def deadline_schedule(policy: DeadlineOrderedPolicy, builder: PlanBuilder,
 
 
 def mlfq_schedule(policy: Mlfq, builder: PlanBuilder, state: SchedulerState) -> None:
-    ms_per_unit = _ms_per_unit(state.rules.clock, policy.config.cost_model)
     live = views_of(state, state.running + state.suspended + state.waiting)
     ranked = sorted((view for view in live if view.is_ready), key=lambda view: (
-        policy.queue_level(view, state, ms_per_unit), view.arrival_order))
+        mlfq_queue(policy.config, view, state), view.arrival_order))
     schedule_ranked(builder, ranked)
+
+
+def mlfq_queue(config: MlfqConfig, view: RequestView, state: SchedulerState) -> int:
+    """FastServe's Algorithm 1 run by hand over the job's service, one
+    iteration at a time: promoted (unserved for alpha) in Q_1, else skip-join
+    by the first prompt chunk and, whenever a queue's quantum is used up,
+    demotion to the first lower queue whose quantum covers the next
+    iteration (the spend starting afresh there)."""
+    model = config.cost_model or FixedIterationCost(1000.0)
+
+    def ms(prefill_rows: int, decode_rows: int) -> float:
+        return model.predict_iteration_s(prefill_rows, decode_rows) * 1000.0
+
+    if state.rules.clock == "ms":
+        ms_per_unit = 1.0
+    else:
+        ms_per_unit = 1000.0 if config.cost_model is None else ms(0, 0)
+    last = view.arrival if view.last_output_time is None else view.last_output_time
+    if (state.now - last) * ms_per_unit >= config.alpha_ms:
+        return 0
+    quanta = [config.base_quantum_ms * 2 ** j for j in range(config.num_queues)]
+    bottom = len(quanta) - 1
+
+    def covering(time_ms: float, start: int) -> int:
+        return next((j for j in range(start, bottom) if quanta[j] >= time_ms), bottom)
+
+    budget, prompt = state.max_num_batched_tokens, view.num_prompt_tokens
+    iterations = _served_iterations(view, budget, ms)
+    served = prompt if view.num_emitted else min(view.num_computed, prompt)
+    after = ms(min(prompt - served, budget), 0) if served < prompt else ms(0, 1)
+    queue = covering(ms(min(prompt, budget), 0), 0)
+    # the spend in the current queue: spent_before + same * same_ms, where
+    # same counts the latest iterations of equal time same_ms
+    spent_before, same = 0.0, 0
+    same_ms: float | None = None
+    for index, time_ms in enumerate(iterations):
+        if queue == bottom:
+            break
+        if time_ms != same_ms:
+            spent_before += same * same_ms if same_ms is not None else 0.0
+            same, same_ms = 0, time_ms
+        same += 1
+        if spent_before + same * time_ms >= quanta[queue]:
+            following = iterations[index + 1] if index + 1 < len(iterations) else after
+            queue = max(covering(following, queue + 1), queue + 1)
+            spent_before, same, same_ms = 0.0, 0, None
+    return min(queue, bottom)
+
+
+def _served_iterations(view: RequestView, budget: int, ms: Callable[[int, int], float]
+                       ) -> list[float]:
+    """The iterations' predicted ms: the served prompt rows in chunks of the
+    budget from row 0, then one decode row per output after the first (a
+    rebuild serves nothing)."""
+    prompt = view.num_prompt_tokens
+    served = prompt if view.num_emitted else min(view.num_computed, prompt)
+    chunks = [ms(min(budget, served - start), 0) for start in range(0, served, budget)]
+    return chunks + [ms(0, 1)] * max(view.num_emitted - 1, 0)
 
 
 def vtc_schedule(policy: Vtc, builder: PlanBuilder, state: SchedulerState) -> None:

@@ -1,20 +1,28 @@
 """FastServe skip-join MLFQ (0x09A, F54, F55): job liveness, not client shares.
 
 Queues Q_1..Q_m have geometric quanta q_j = base * 2^(j-1) (F54) in ms of
-the run's cost model. A job's queue is derived from published state only:
+the run's cost model. A job's queue is derived from published state only
+(:mod:`iterserve.policies.mlfq_levels` defines it exactly):
 
 skip-join (F55) into j_0 = min{j : q_j >= t_init} (t_init: the predicted
-first iteration); demotion as its attained cost spends q_j0, q_j0+1, ...;
-promotion: unserved for alpha (since its last output, or arrival), it sits
-in Q_1 until served. Each iteration ranks every live request by (queue,
-arrival order, request id, generation); a lower-queue running job is
-preempted through the shared mechanism on a KV shortfall. A chunked
-prefill counts as unserved until its first output.
+first iteration, a chunk of min(prompt, token budget) rows); its completed
+service, replayed as prompt chunks of the token budget then decode rows,
+spends each queue's quantum, the excess not carried; a job that depletes
+q_p is demoted by FastServe's next-iteration-aware distance eta to
+min(p + eta, m), the first queue below p whose quantum covers the
+predicted time of its next iteration (a prompt chunk of min(remaining
+prompt, budget) rows, or a decode row); a rebuild earns no service and
+moves no queue. promotion: unserved for alpha (since its last output, or
+arrival), it sits in Q_1 until served, then back in its replayed queue.
+Each iteration ranks every live request by (queue, arrival order, request
+id, generation); a lower-queue running job is preempted through the shared
+mechanism on a KV shortfall. A chunked prefill counts as unserved until its
+first output.
 
 The waiting requests are kept across decisions in arrival order, by their
-promotion clock and by their attained-cost queue
+promotion clock and by their replayed queue
 (:class:`~iterserve.plan.kept_order.KeptOrder`): those unserved for alpha
-are all in Q_1 and the others in their attained-cost queue, so a decision
+are all in Q_1 and the others in their replayed queue, so a decision
 ranks the fewer of the two groups itself and walks the kept order of the
 other.
 """
@@ -32,9 +40,9 @@ from iterserve.plan import PlanBuilder, PolicyContract, views_of
 from iterserve.plan.feasibility import RunningSet
 from iterserve.plan.kept_order import KeptOrder, KeptRanks
 from iterserve.plan.passes import schedule_ranked
+from iterserve.policies.mlfq_levels import Quanta, ReplayPrices, attained_level
 from iterserve.policies.policy import PolicyBase
 from iterserve.policies.settings import PolicyConfigError, check_count
-from iterserve.records import frontier
 from iterserve.records.state import SchedulerState
 from iterserve.records.time_units import MS_PER_S
 from iterserve.records.view import RequestView
@@ -58,8 +66,12 @@ class MlfqConfig:
                     or not (math.isfinite(value) and value > 0):
                 raise PolicyConfigError(f"setting {name}: must be finite and > 0, got {value!r}")
 
+    @property
+    def quanta(self) -> Quanta:
+        return Quanta(self.base_quantum_ms, self.num_queues)
+
     def quantum_ms(self, level: int) -> float:
-        return self.base_quantum_ms * 2 ** level
+        return self.quanta.quantum_ms(level)
 
 
 class Mlfq(PolicyBase[MlfqConfig]):
@@ -78,14 +90,19 @@ class Mlfq(PolicyBase[MlfqConfig]):
         metric="job completion time; starvation count (0x09A F63)",
         assumptions="0x09A: identity job; eligible while live and ready; cost: predicted "
                     "iteration time; publication: completed iterations; guarantee: job liveness "
-                    "by promotion. Queues derived from published state (a promoted job "
-                    "returns to its attained-cost queue after service); "
-                    "skip-join by predicted first-iteration cost; geometric quanta; promotion "
-                    "after alpha; proves no bound on weighted service between clients",
+                    "by promotion. Queues derived from published state: completed service "
+                    "replayed as budget-sized prompt chunks then decode rows, each queue's "
+                    "quantum spent by whole iterations (excess not carried); a rebuild moves "
+                    "no queue; a promoted job returns to its replayed queue after service. "
+                    "skip-join by predicted first-iteration cost; geometric quanta; demotion "
+                    "by next-iteration-aware distance eta (first lower queue covering the "
+                    "predicted next iteration); promotion to Q_1 after alpha; proves no bound "
+                    "on weighted service between clients",
         foreign_owners="KV allocator (capacity facts); whether preempted KV is kept (M5.5)",
         source="FastServe (Wu et al.), skip-join MLFQ Algorithm 1; spec 0x09A",
         denominator="per job (completion time, TTFT)",
-        premises="skip-join by the profiled first-iteration cost; geometric quanta; alpha",
+        premises="skip-join by the profiled first-iteration cost; geometric quanta; demotion "
+                 "by the predicted next iteration (eta); alpha",
         evidence_class="simulated or measured here (iterserve); never source-reported",
         source_version="FastServe (Wu et al., arXiv 2305.05920), Algorithm 1",
         non_claims="FastServe's latency results are not reproduced; no client-service bound; "
@@ -96,7 +113,8 @@ class Mlfq(PolicyBase[MlfqConfig]):
         super().__init__(config)
         self.kept_fifo = KeptOrder()  # waiting, in arrival order
         self.kept_by_last_service = KeptOrder()  # waiting, by the promotion clock
-        self.kept_by_attained = KeptOrder()  # waiting, by (attained-cost queue, arrival order)
+        self.kept_by_attained = KeptOrder()  # waiting, by (replayed queue, arrival order)
+        self.quanta = self.config.quanta
 
     def with_cost_model(self, cost_model: IterationCostModel) -> Mlfq:
         return type(self)(dataclasses.replace(self.config, cost_model=cost_model))
@@ -105,40 +123,38 @@ class Mlfq(PolicyBase[MlfqConfig]):
         model = self.config.cost_model or FixedIterationCost(MS_PER_S)
         return model.predict_iteration_s(num_prefill_rows, num_decode_rows) * MS_PER_S
 
-    def queue_level(self, view: RequestView, state: SchedulerState, ms_per_unit: float) -> int:
+    def replay_prices(self, max_num_batched_tokens: int) -> ReplayPrices:
+        """The predicted iteration times the queues are derived from."""
+        return ReplayPrices(self._cost_ms, max_num_batched_tokens)
+
+    def queue_level(self, view: RequestView, state: SchedulerState, ms_per_unit: float,
+                    prices: ReplayPrices | None = None) -> int:
         """0-based queue of ``view`` at this cut (see the module docstring)."""
         if self._is_promoted(_last_service(view), state.now, ms_per_unit):
             return 0  # promoted: waited alpha
-        return self._attained_level(view, state.max_num_batched_tokens)
+        return self._attained_level(view, prices or self.replay_prices(
+            state.max_num_batched_tokens))
 
     def _is_promoted(self, last: float, now: float, ms_per_unit: float) -> bool:
         """Unserved for alpha since ``last`` (monotone: true for every earlier ``last``)."""
         return (now - last) * ms_per_unit >= self.config.alpha_ms
 
-    def _attained_level(self, view: RequestView, max_num_batched_tokens: int) -> int:
-        """The queue of an unpromoted ``view``: skip-join, then demotion by
-        attained cost (a function of the view alone)."""
-        t_init = self._cost_ms(min(view.num_prompt_tokens, max_num_batched_tokens), 0)
-        top = self.config.num_queues - 1
-        level = next((j for j in range(top + 1) if self.config.quantum_ms(j) >= t_init), top)
-        attained = 0.0
-        if view.num_computed:
-            attained = self._cost_ms(min(view.num_computed, view.num_prompt_tokens), 0)
-            attained += frontier.num_decode_rows_done(view.num_emitted) * self._cost_ms(0, 1)
-        while level < top and attained >= self.config.quantum_ms(level):
-            attained -= self.config.quantum_ms(level)
-            level += 1
-        return level
+    def _attained_level(self, view: RequestView, prices: ReplayPrices) -> int:
+        """The queue of an unpromoted ``view``: skip-join, then next-iteration-aware
+        demotion over its replayed service (a function of the view alone)."""
+        return attained_level(view.num_prompt_tokens, view.num_emitted, view.num_computed,
+                              self.quanta, prices)
 
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         ms_per_unit = _ms_per_unit(state.rules.clock, self.config.cost_model)
         max_tokens = state.max_num_batched_tokens
+        prices = self.replay_prices(max_tokens)
 
         def rank(view: RequestView) -> tuple[object, ...]:
-            return (self.queue_level(view, state, ms_per_unit), *_fifo_key(view))
+            return (self.queue_level(view, state, ms_per_unit, prices), *_fifo_key(view))
 
         def attained_rank(view: RequestView) -> tuple[object, ...]:
-            return (self._attained_level(view, max_tokens), *_fifo_key(view))
+            return (self._attained_level(view, prices), *_fifo_key(view))
 
         others = [(rank(view), view) for view in views_of(state, state.running + state.suspended)
                   if view.is_ready]
@@ -147,18 +163,18 @@ class Mlfq(PolicyBase[MlfqConfig]):
                              (self.kept_by_last_service, _last_service_key),
                              (self.kept_by_attained, attained_rank)):
             kept.sync(state, key_of, context)
-        waiting = self._waiting_ranks(state, ms_per_unit, rank, others)
+        waiting = self._waiting_ranks(state, ms_per_unit, rank, prices, others)
         others.sort(key=itemgetter(0))
         schedule_ranked(builder, others, waiting)
 
     def _waiting_ranks(self, state: SchedulerState, ms_per_unit: float,
-                       rank: Callable[[RequestView], tuple[object, ...]],
+                       rank: Callable[[RequestView], tuple[object, ...]], prices: ReplayPrices,
                        others: list[tuple[tuple[object, ...], RequestView]]) -> KeptRanks:
         """The waiting part of the ranked pass. The requests unserved for
         alpha (promoted, all in Q_1) are a prefix of ``kept_by_last_service``;
-        the rest keep their attained-cost queue. The fewer of the two are
+        the rest keep their replayed queue. The fewer of the two are
         ranked with ``others``: the promoted ones beside the order by
-        attained queue (a burst: few waited alpha), or the unpromoted ones
+        replayed queue (a burst: few waited alpha), or the unpromoted ones
         below Q_1 beside the arrival order (overload: most waited alpha)."""
         by_last, views = self.kept_by_last_service, state.views
         num_promoted = by_last.count_while(
@@ -166,7 +182,7 @@ class Mlfq(PolicyBase[MlfqConfig]):
         if len(by_last) - num_promoted <= num_promoted:
             fifo = self.kept_fifo
             lower = [view for view in map(views.__getitem__, by_last.ids(num_promoted))
-                     if self._attained_level(view, state.max_num_batched_tokens) > 0]
+                     if self._attained_level(view, prices) > 0]
             others += [(rank(view), view) for view in lower]
 
             def before(key: tuple[object, ...]) -> int:
