@@ -76,6 +76,7 @@ class MlfqConfig:
 
 class Mlfq(PolicyBase[MlfqConfig]):
     policy_id = "mlfq"
+    policy_version = "2"  # demotion by the next iteration (eta), not by carried-over attained cost
     running_set = RunningSet.PREEMPTS  # the shared preemption step (plan.victims)
     keeps_order = True  # the waiting queue's order is kept across decisions
     tie_break_key: tuple[str, ...] = ("arrival", "arrival_order", "request_id",
