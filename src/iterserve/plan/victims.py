@@ -65,7 +65,8 @@ def add_or_preempt(builder: PlanBuilder, view: RequestView, num_rows: int,
     if builder.add_if_fits(view, num_rows):  # the common case: no victim needed
         return True
     name = getattr(choose_victim, "__name__", "policy")
-    cause, waited = PreemptionCause.KV_EXHAUSTED, None
+    cause = PreemptionCause.KV_EXHAUSTED
+    waited: int | None = None  # the waits, when the bound made the shortfall FAILED
     if builder.waits_for_release(view, num_rows):  # blocks in flight cover it (0x06)
         num_waits = builder.num_release_waits(view)
         if num_waits < builder.max_release_waits:  # TEMPORARILY_UNAVAILABLE: wait
