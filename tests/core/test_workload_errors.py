@@ -52,6 +52,12 @@ def _string_arrival(w):
     w["requests"][0]["arrival"] = "soon"
 
 
+def _extension_wait(value):
+    def mutate(w):
+        w["kv"] = {"num_kv_blocks": 64, "block_size": 4, "extension_wait_max_iterations": value}
+    return mutate
+
+
 CASES = {
     # name: (mutation, substrings the one-line message must contain)
     "missing-token-budget": (_drop_token_budget, ["capacity.max_num_batched_tokens", "missing"]),
@@ -61,6 +67,13 @@ CASES = {
     "hidden-truth-unknown-request": (_hidden_for_unknown, ["realized_output_tokens", "ghost"]),
     "sequence-budget-zero": (_zero_budget, ["max_num_seqs"]),
     "arrival-not-a-number": (_string_arrival, ["requests[0].arrival"]),
+    # the bound on 0x06's TEMPORARILY_UNAVAILABLE wait: an integer in [1, 2**20]
+    "extension-wait-zero": (_extension_wait(0), ["kv.extension_wait_max_iterations", ">= 1"]),
+    "extension-wait-not-an-integer": (_extension_wait("8"),
+                                      ["kv.extension_wait_max_iterations"]),
+    "extension-wait-boolean": (_extension_wait(True), ["kv.extension_wait_max_iterations"]),
+    "extension-wait-past-limit": (_extension_wait((1 << 20) + 1),
+                                  ["kv.extension_wait_max_iterations", "documented limit"]),
 }
 
 

@@ -116,11 +116,13 @@ def test_300_users_make_at_most_max_labels_plus_one_client_series(serve):
 def test_preemption_causes_are_a_closed_set():
     free_text = ("kv_exhausted; victim by fcfs_victim: queue_position=3/7, priority=0, "
                  "arrival=12.5, held_rows=40", "starvation_guard: client c unserved for 9 ms",
+                 "extension_wait_bound; victim by fcfs_victim: queue_position=0/1, priority=0, "
+                 "arrival=0.0, held_rows=4; release_waits=64",
                  "a policy's own words", "")
     causes = {preemption_cause_of(reason) for reason in free_text}
     assert causes == set(PreemptionCause)
     assert {cause.value for cause in PreemptionCause} == {"kv_exhausted", "starvation_guard",
-                                                          "other"}
+                                                          "extension_wait_bound", "other"}
 
 
 @pytest.mark.slow

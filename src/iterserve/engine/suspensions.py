@@ -36,6 +36,8 @@ from iterserve.records.receipts import (
 from iterserve.records.view import Lifecycle, RequestView
 
 _REASONS = {PreemptionCause.KV_EXHAUSTED: PreemptionReason.KV_CAPACITY,
+            # the extension waited its bound on a release in flight (0x06): denied
+            PreemptionCause.EXTENSION_WAIT_BOUND: PreemptionReason.KV_CAPACITY,
             PreemptionCause.STARVATION_GUARD: PreemptionReason.FAIRNESS,
             PreemptionCause.OTHER: PreemptionReason.OPERATOR}
 

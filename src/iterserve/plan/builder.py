@@ -55,7 +55,7 @@ class PlanBuilder:
     __slots__ = ("_state", "_policy", "_key", "_work", "_intents", "tokens_left", "seqs_left",
                  "_facts", "num_blocks_free", "_max_num_batched_tokens", "_screen", "_preempt_kind",
                  "_max_running", "_num_joined", "_aborted", "_blocks", "_masks",
-                 "num_blocks_releasing", "_costs", "_reclaimed", "_reservations")
+                 "num_blocks_releasing", "_costs", "_reclaimed", "_reservations", "_release_waits")
 
     def __init__(self, policy: Policy, state: SchedulerState,
                  max_num_batched_tokens: int | None = None, *, max_num_seqs: int | None = None,
@@ -92,6 +92,7 @@ class PlanBuilder:
         self._preempt_kind = preemption_kind(state.rules)
         self._costs: PreemptionCosts | None = None  # made at the first cost-chosen preemption
         self._aborted: set[str] = set()
+        self._release_waits: dict[str, None] = {}  # requests waited on a release in flight
         self._masks: tuple[list[RequestView], list[bool], list[bool]] | None = None
         if self._facts.num_blocks_total is not None:
             self._abort_what_never_fits()
@@ -150,11 +151,29 @@ class PlanBuilder:
     def waits_for_release(self, view: RequestView, num_rows: int) -> bool:
         """``num_rows`` more rows of ``view`` do not fit now but fit once the
         releases in flight complete (0x06: TEMPORARILY_UNAVAILABLE): the
-        request waits, holding its blocks, and no victim is chosen for it."""
+        request may wait, holding its blocks, with no victim chosen for it
+        (:meth:`wait_on_release`), unless it has waited the run's bound."""
         pending = self._facts.num_blocks_pending_release
         free = self.num_blocks_free
         return bool(pending) and free is not None and (
             free < self.blocks_needed(view, num_rows) <= free + pending)
+
+    def num_release_waits(self, view: RequestView) -> int:
+        """Consecutive decisions before this one whose plan waited ``view``
+        on a release in flight (the state's count, records/release_waits)."""
+        return self._state.release_waits.get(view.request_id, 0)
+
+    @property
+    def max_release_waits(self) -> int:
+        """The run's bound on those waits (``kv.extension_wait_max_iterations``):
+        a request that has waited it is FAILED, not waiting (0x06)."""
+        return self._state.rules.extension_wait_max_iterations
+
+    def wait_on_release(self, view: RequestView) -> None:
+        """Record that this plan waits ``view`` on a release in flight (the
+        plan's ``release_waits``; the transition counts it). A request that
+        gets work or an intent later in the plan is not waiting after all."""
+        self._release_waits[view.request_id] = None
 
     def add_if_fits(self, view: RequestView, num_rows: int) -> bool:
         """:meth:`fits_memory` then :meth:`add` in one call (the running
@@ -444,7 +463,15 @@ class PlanBuilder:
             tie_break_key=self._policy.tie_break_key,
             intents=tuple(self._intents),
             reservations=tuple(self._reservations),
+            release_waits=self._waits_left() if self._release_waits else (),
         )
+
+    def _waits_left(self) -> tuple[str, ...]:
+        """The recorded release waits of requests this plan gave no work and
+        no intent (a later victim choice or a freed block changed them)."""
+        named = {intent.request_id for intent in self._intents}
+        return tuple(rid for rid in self._release_waits
+                     if rid not in self._work and rid not in named)
 
 
 def views_of(state: SchedulerState, request_ids: Iterable[str]) -> list[RequestView]:

@@ -52,7 +52,12 @@ def add_or_preempt(builder: PlanBuilder, view: RequestView, num_rows: int,
     once frees them for this plan (vLLM's synchronous free, 0x0D); with any
     other, PREEMPT_PENDING is not free capacity (0x0C): the request waits
     for the READY releases (it keeps its place and the blocks are held for
-    it) and runs in a later plan. ``kind`` overrides the
+    it) and runs in a later plan. A request short of blocks that releases
+    already in flight cover waits instead, with no victim (0x06
+    TEMPORARILY_UNAVAILABLE), for at most the run's bound of consecutive
+    decisions (``kv.extension_wait_max_iterations``); at the bound it is
+    FAILED: the preemption step runs, each victim record naming the cause
+    ``extension_wait_bound`` and the waits. ``kind`` overrides the
     run's preemption mode (default: the workload's). Returns False when
     ``view`` itself was chosen as the victim: the running pass must stop
     (vLLM v0.23.0 ``can_schedule = False``, 0x0D).
@@ -60,12 +65,19 @@ def add_or_preempt(builder: PlanBuilder, view: RequestView, num_rows: int,
     if builder.add_if_fits(view, num_rows):  # the common case: no victim needed
         return True
     name = getattr(choose_victim, "__name__", "policy")
-    if builder.waits_for_release(view, num_rows):  # blocks in flight cover it: wait
-        return True
+    cause = PreemptionCause.KV_EXHAUSTED
+    waited: int | None = None  # the waits, when the bound made the shortfall FAILED
+    if builder.waits_for_release(view, num_rows):  # blocks in flight cover it (0x06)
+        num_waits = builder.num_release_waits(view)
+        if num_waits < builder.max_release_waits:  # TEMPORARILY_UNAVAILABLE: wait
+            builder.wait_on_release(view)
+            return True
+        # waited the run's bound: FAILED, the preemption step below, saying why
+        cause, waited = PreemptionCause.EXTENSION_WAIT_BOUND, num_waits
     while not builder.fits_after_release(view, num_rows):
         victim = choose_victim(queue)
         score = VictimScore(name, queue.index(victim), len(queue), victim.priority,
-                            victim.arrival, victim.num_computed, PreemptionCause.KV_EXHAUSTED)
+                            victim.arrival, victim.num_computed, cause, release_waits=waited)
         queue.remove(victim)
         gone.add(victim.request_id)
         builder.preempt(victim, kind, victim=score)

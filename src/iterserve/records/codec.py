@@ -75,6 +75,8 @@ def state_fields_to_json(state: SchedulerState, views: object,
         record["prefix_hits"] = dict(sorted(state.prefix_hits.items()))
     if state.reclaimed_prefix_blocks:  # absent unless a claim reclaimed evictable blocks
         record["reclaimed_prefix_blocks"] = dict(sorted(state.reclaimed_prefix_blocks.items()))
+    if state.release_waits:  # absent unless a request waits on a release in flight (0x06)
+        record["release_waits"] = dict(sorted(state.release_waits.items()))
     return record
 
 
@@ -162,6 +164,8 @@ def plan_to_json(plan: IterationPlan, *, with_work: bool = True) -> dict[str, An
             for i in plan.intents
         ],
     }
+    if plan.release_waits:  # absent when none: older logs keep their bytes (0x06)
+        doc["release_waits"] = list(plan.release_waits)
     if with_work:
         doc["work"] = [
             {"end": end, "generation": generation, "kind": kind._value_, "request_id": rid,
@@ -287,7 +291,7 @@ _WORK_FIELDS = {"request_id", "generation", "snapshot_version", "start", "end", 
                 "tie_break", "positions"}
 _INTENT_FIELDS = {"kind", "request_id", "generation", "reason"}
 _PLAN_FIELDS = {"decision_id", "input_state_version", "policy", "work", "tokens_used",
-                "sequences_used", "tie_break_key", "intents"}
+                "sequences_used", "tie_break_key", "intents", "release_waits"}
 
 
 def plan_from_json(obj: Mapping[str, Any]) -> IterationPlan:
@@ -313,7 +317,16 @@ def plan_from_json(obj: Mapping[str, Any]) -> IterationPlan:
         policy_id=obj["policy"]["id"], policy_version=obj["policy"]["version"], work=tuple(work),
         tokens_used=int(obj["tokens_used"]), sequences_used=int(obj["sequences_used"]),
         tie_break_key=tuple(obj.get("tie_break_key", ())), intents=intents,
+        release_waits=_release_waits(obj.get("release_waits", [])),
     )
+
+
+def _release_waits(listed: Any) -> tuple[str, ...]:
+    """A logged plan's ``release_waits``: request ids (a malformed one is a
+    contract violation, like any malformed plan field)."""
+    if not isinstance(listed, list) or not all(isinstance(rid, str) for rid in listed):
+        raise E.ContractViolation("plan.release_waits must be a list of request ids")
+    return tuple(listed)
 
 
 def _positions(listed: list[int] | None, start: int, end: int) -> range:

@@ -22,3 +22,4 @@ MAX_PRIORITY = (1 << 31) - 1
 MAX_SLO_MS = 1e12
 MAX_SERVICE_WEIGHT = 1e6  # fairness w_p, w_q and client weights (0x09A)
 MAX_DECISION_ID = 1 << 40  # injected failures name a decision of the run
+MAX_EXTENSION_WAIT_ITERATIONS = 1 << 20  # kv.extension_wait_max_iterations (0x06)

@@ -153,7 +153,10 @@ class IterationPlan:
     (replay derives them again with the plan). ``dependencies``: per
     selected row whose request waits on foreign facts, (request id, the
     READY facts it depends on) in plan order (records/dependencies), bound
-    by the engine; off the log too.
+    by the engine; off the log too. ``release_waits``: the running requests
+    this plan waits, holding their blocks and with no victim, because blocks
+    whose release is in flight cover their need (0x06 TEMPORARILY_UNAVAILABLE;
+    records/release_waits), in plan order; the log writes it when not empty.
     """
 
     decision_id: int
@@ -167,6 +170,7 @@ class IterationPlan:
     intents: tuple[QueueIntent, ...] = ()
     reservations: tuple[ReservationDecision, ...] = ()
     dependencies: tuple[tuple[str, tuple[ReadinessDependency, ...]], ...] = ()
+    release_waits: tuple[str, ...] = ()
 
     @property
     def is_empty(self) -> bool:

@@ -111,6 +111,9 @@ class PreemptionCause(enum.Enum):
 
     KV_EXHAUSTED = "kv_exhausted"  # the KV ledger could not fit a running request's rows
     STARVATION_GUARD = "starvation_guard"  # the guard made room for an unserved client
+    # a request waited the run's bound on a release in flight (0x06,
+    # kv.extension_wait_max_iterations): its TEMPORARILY_UNAVAILABLE became FAILED
+    EXTENSION_WAIT_BOUND = "extension_wait_bound"
     OTHER = "other"
 
     __hash__ = object.__hash__
@@ -118,7 +121,8 @@ class PreemptionCause(enum.Enum):
 
 def preemption_cause_of(reason: str) -> PreemptionCause:
     """The closed cause a preempt intent's free-text ``reason`` starts with."""
-    for cause in (PreemptionCause.KV_EXHAUSTED, PreemptionCause.STARVATION_GUARD):
+    for cause in (PreemptionCause.KV_EXHAUSTED, PreemptionCause.STARVATION_GUARD,
+                  PreemptionCause.EXTENSION_WAIT_BOUND):
         if reason.startswith(cause.value):
             return cause
     return PreemptionCause.OTHER

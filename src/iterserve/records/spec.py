@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from iterserve.records.limits import MAX_WATERMARK_ROWS
+from iterserve.records.limits import MAX_EXTENSION_WAIT_ITERATIONS, MAX_WATERMARK_ROWS
 from iterserve.records.preemption import (
     FALLBACK_NAMES,
     FallbackMode,
@@ -100,6 +100,22 @@ class PolicyIdentity:
     policy_version: str
 
 
+#: the default bound on 0x06's TEMPORARILY_UNAVAILABLE wait (records/release_waits):
+#: far longer than any release a memory owner here delays (a few iterations),
+#: so only a stuck release reaches it
+DEFAULT_EXTENSION_WAIT_MAX_ITERATIONS = 64
+
+
+def check_extension_wait_bound(value: object) -> int:
+    """``kv.extension_wait_max_iterations`` as declared: an integer in
+    [1, MAX_EXTENSION_WAIT_ITERATIONS]; anything else raises naming the field."""
+    if (isinstance(value, bool) or not isinstance(value, int)
+            or not 1 <= value <= MAX_EXTENSION_WAIT_ITERATIONS):
+        raise ValueError(f"kv.extension_wait_max_iterations must be an integer in "
+                         f"[1, {MAX_EXTENSION_WAIT_ITERATIONS}], got {value!r}")
+    return value
+
+
 ADMISSION_NAMES = ("none", "max", "point", "quantile")
 
 
@@ -138,8 +154,12 @@ class KvSpec:
     preservation_fallback: FallbackMode = FallbackMode.RECOMPUTE
     # C_recompute vs C_preserve inputs, for preemption_mode ``cheaper`` (0x0C)
     preemption_cost: PreemptionCostSpec | None = None
+    # consecutive decisions a request may wait on a release in flight (0x06
+    # TEMPORARILY_UNAVAILABLE) before the next plan treats it as FAILED
+    extension_wait_max_iterations: int = DEFAULT_EXTENSION_WAIT_MAX_ITERATIONS
 
     def __post_init__(self) -> None:
+        check_extension_wait_bound(self.extension_wait_max_iterations)
         if self.num_kv_blocks < 1 or self.block_size < 1 or self.num_host_blocks < 0:
             raise ValueError("kv: num_kv_blocks and block_size must be >= 1, "
                              "num_host_blocks >= 0")

@@ -17,7 +17,7 @@ from iterserve.records.ledger import ClientLedger
 from iterserve.records.live_clients import LiveClients, counted
 from iterserve.records.preemption import FallbackMode, PreemptionCostSpec, PreemptionMode
 from iterserve.records.rows_bound import RowsBound
-from iterserve.records.spec import OnlineWorkload
+from iterserve.records.spec import DEFAULT_EXTENSION_WAIT_MAX_ITERATIONS, OnlineWorkload
 from iterserve.records.view import RequestView
 from iterserve.records.view_delta import ViewDelta
 
@@ -77,6 +77,8 @@ class RunRules:
     # C_recompute vs C_preserve inputs (mode ``cheaper``) and the bytes a row holds
     preemption_cost: PreemptionCostSpec | None = None
     bytes_per_row: int | None = None
+    # consecutive decisions a request may wait on a release in flight (0x06)
+    extension_wait_max_iterations: int = DEFAULT_EXTENSION_WAIT_MAX_ITERATIONS
 
     @classmethod
     def of(cls, workload: OnlineWorkload) -> RunRules:
@@ -84,7 +86,7 @@ class RunRules:
         if kv is None:
             return cls(workload.clock)
         return cls(workload.clock, kv.preemption_mode, kv.admission, kv.preservation_fallback,
-                   kv.preemption_cost, kv.bytes_per_row)
+                   kv.preemption_cost, kv.bytes_per_row, kv.extension_wait_max_iterations)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +118,9 @@ class SchedulerState:
     # (records/prefix_claims): the plan charges them to the claimer; one cut only
     reclaimed_prefix_blocks: Mapping[str, int] = field(default_factory=dict)
     rules: RunRules = RunRules()
+    # consecutive decisions each running request has waited on a release in
+    # flight (0x06; records/release_waits): the plan preempts at the run's bound
+    release_waits: Mapping[str, int] = field(default_factory=dict)
     # a derived bound on p + e over ``views`` the transitions carry forward
     # (records/rows_bound); never encoded, not part of the state's identity
     rows_bound: RowsBound | None = field(default=None, compare=False, repr=False)

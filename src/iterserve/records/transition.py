@@ -28,6 +28,7 @@ from iterserve.records.receipts import (
     binding_of,
     is_stale,
 )
+from iterserve.records.release_waits import next_release_waits
 from iterserve.records.result import CompletedInterval, IterationResult
 from iterserve.records.rows_bound import carried
 from iterserve.records.spec import RequestSpec
@@ -110,6 +111,7 @@ def advance(state: SchedulerState, plan: IterationPlan, result: IterationResult)
         decision_id=state.decision_id + 1, service=service,
         capacity=result.capacity, changed=completed, removed=state.finished,
         rise=1 if once else None,  # one emission at most per request (validated results)
+        release_waits=next_release_waits(state.release_waits, plan.release_waits),
         left=queues.finished,
         touched=[*(intent.request_id for intent in plan.intents),
                  *(receipt.binding.request_id for receipt in result.receipts),
@@ -430,6 +432,7 @@ def _successor(
     entered: Sequence[str] = (),
     left: Sequence[str] = (),
     flipped: Sequence[str] = (),
+    release_waits: Mapping[str, int] | None = None,
 ) -> SchedulerState:
     """The next state. ``changed``: every view whose ``p + e`` may differ
     from ``state``'s (arrivals, completions); ``touched``: the ids of every
@@ -438,7 +441,9 @@ def _successor(
     each replacing one of ``state``'s views (completions: one emission).
     ``entered``: the ids that became live (arrivals); ``left``: those that
     became terminal; ``flipped``: those whose ready flag changed (the live
-    clients of a run that keeps a ledger)."""
+    clients of a run that keeps a ledger). ``release_waits``: the successor's
+    counts of consecutive waits on a release in flight (records/release_waits;
+    None: ``state``'s, carried by the events between two decisions)."""
     facts = state.capacity if capacity is None else capacity
     views = publish(views)
     delta = next_delta(state.view_delta, state.views, views,
@@ -460,6 +465,7 @@ def _successor(
         capacity=facts,
         service=state.service if service is None else service,
         rules=state.rules,
+        release_waits=state.release_waits if release_waits is None else release_waits,
         ledger=state.ledger if ledger is None else ledger,
         rows_bound=carried(state.views, state.rows_bound, views, changed, _pool_rows(facts),
                            rise=rise),
@@ -486,9 +492,12 @@ def cancel(state: SchedulerState, request_id: str) -> SchedulerState:
     views[request_id] = _replace(cancelled, generation=view.generation + 1)
     queues = _Queues(state)
     queues.leave(request_id)
+    waits = state.release_waits
+    if request_id in waits:  # a cancelled request waits on nothing
+        waits = {rid: count for rid, count in waits.items() if rid != request_id}
     return _successor(state, views, *queues.frozen(), state.finished + (request_id,),
                       now=state.now, decision_id=state.decision_id, touched=(request_id,),
-                      left=(request_id,))
+                      left=(request_id,), release_waits=waits)
 
 
 def with_prefix_hits(state: SchedulerState, hits: Mapping[str, int]) -> SchedulerState:

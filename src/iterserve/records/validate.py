@@ -34,6 +34,7 @@ from iterserve.records.plan import (
 )
 from iterserve.records.prefix_claims import reclaimed_blocks_of
 from iterserve.records.receipts import binding_of
+from iterserve.records.release_waits import check_release_waits
 from iterserve.records.reservation import check_reservations
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import OnlineWorkload
@@ -155,6 +156,12 @@ def check_plan(workload: OnlineWorkload, state: SchedulerState, plan: IterationP
     columns = work_rule(state, plan, admitted, leaving)
     _validate_ledger(state, plan, sum(columns.widths))
     _validate_kv(state, plan, columns)
+    if plan.release_waits:  # 0x06: waits on a release in flight, within the run's bound
+        named = {intent.request_id for intent in plan.intents}
+        named.update(map(_ID, columns.views))
+        check_release_waits(state.views, state.release_waits,
+                            state.capacity.num_blocks_pending_release,
+                            state.rules.extension_wait_max_iterations, plan.release_waits, named)
     _validate_tie_break(state, plan, columns)
     if plan.reservations:  # ORCA's n_rsrv intents (0x03)
         check_reservations(state.views, state.running, _admissions(plan), plan.reservations)

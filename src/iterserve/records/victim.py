@@ -33,6 +33,9 @@ class VictimScore:
     # C_recompute and C_preserve (ms) when the run chose the mode by cost (0x0C)
     recompute_ms: float | None = None
     preserve_ms: float | None = None
+    # cause EXTENSION_WAIT_BOUND: the consecutive decisions the request short of
+    # blocks waited on a release in flight, the run's bound (0x06)
+    release_waits: int | None = None
 
     def __post_init__(self) -> None:
         if not self.chooser or not 0 <= self.queue_position < self.queue_length:
@@ -40,6 +43,12 @@ class VictimScore:
                              f"{self.chooser!r}: needs a chooser and a position in the queue")
         if self.held_rows < 0:
             raise ValueError("held_rows must be >= 0")
+        is_bound = self.cause is PreemptionCause.EXTENSION_WAIT_BOUND
+        if is_bound != (self.release_waits is not None):
+            raise ValueError("release_waits is recorded exactly when the cause is the "
+                             "extension wait bound")
+        if self.release_waits is not None and self.release_waits < 1:
+            raise ValueError("release_waits must be >= 1")
 
     @property
     def tie_break(self) -> tuple[object, ...]:
@@ -51,7 +60,10 @@ class VictimScore:
         return (f"{self.cause.value}; victim by {self.chooser}: "
                 f"queue_position={self.queue_position}/{self.queue_length}, "
                 f"priority={self.priority}, arrival={self.arrival}, "
-                f"held_rows={self.held_rows}" + self._costs())
+                f"held_rows={self.held_rows}" + self._waits() + self._costs())
+
+    def _waits(self) -> str:
+        return "" if self.release_waits is None else f"; release_waits={self.release_waits}"
 
     def _costs(self) -> str:
         if self.recompute_ms is None or self.preserve_ms is None:
@@ -63,6 +75,7 @@ _REASON = re.compile(
     r"^(?P<cause>[a-z_]+); victim by (?P<chooser>[^:]+): "
     r"queue_position=(?P<position>\d+)/(?P<length>\d+), priority=(?P<priority>-?\d+), "
     r"arrival=(?P<arrival>[^,]+), held_rows=(?P<held>\d+)"
+    r"(?:; release_waits=(?P<waits>\d+))?"
     r"(?:; c_recompute_ms=(?P<recompute>[^,]+), c_preserve_ms=(?P<preserve>[^,]+))?$")
 
 
@@ -76,7 +89,8 @@ def victim_score_of(reason: str) -> VictimScore | None:
         cause = PreemptionCause(match["cause"])
         score = VictimScore(match["chooser"], int(match["position"]), int(match["length"]),
                             int(match["priority"]), _number(match["arrival"]), int(match["held"]),
-                            cause, _cost(match["recompute"]), _cost(match["preserve"]))
+                            cause, _cost(match["recompute"]), _cost(match["preserve"]),
+                            None if match["waits"] is None else int(match["waits"]))
     except ValueError:
         return None
     return score if score.reason() == reason else None

@@ -45,6 +45,7 @@ from iterserve.records.preemption import (
     parse_kv_preemption_mode,
 )
 from iterserve.records.spec import (
+    DEFAULT_EXTENSION_WAIT_MAX_ITERATIONS,
     Capacity,
     FairnessSpec,
     HiddenTruth,
@@ -197,7 +198,8 @@ def _kv(doc: KvDoc) -> KvSpec:
                       doc.admission, parse_kv_preemption_mode(doc.preemption_mode),
                       doc.plan_prefix_hits, FallbackMode(doc.preservation_fallback),
                       None if doc.preemption_cost is None
-                      else PreemptionCostSpec(**doc.preemption_cost.model_dump()))
+                      else PreemptionCostSpec(**doc.preemption_cost.model_dump()),
+                      doc.extension_wait_max_iterations)
     except ValueError as exc:
         raise WorkloadError(f"workload: {exc}") from None
 
@@ -320,6 +322,8 @@ def _kv_to_json(kv: KvSpec) -> dict[str, Any]:
         fields["plan_prefix_hits"] = True
     if kv.preservation_fallback is not FallbackMode.RECOMPUTE:  # absent at the default, likewise
         fields["preservation_fallback"] = kv.preservation_fallback.value
+    if kv.extension_wait_max_iterations != DEFAULT_EXTENSION_WAIT_MAX_ITERATIONS:  # likewise
+        fields["extension_wait_max_iterations"] = kv.extension_wait_max_iterations
     if kv.preemption_cost is not None:
         cost = kv.preemption_cost
         fields["preemption_cost"] = {name: getattr(cost, name) for name in (

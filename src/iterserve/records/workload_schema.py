@@ -23,7 +23,7 @@ from pydantic import (
 
 from iterserve.records import limits
 from iterserve.records.preemption import FALLBACK_NAMES, KV_PREEMPTION_MODE_NAMES
-from iterserve.records.spec import check_admission
+from iterserve.records.spec import DEFAULT_EXTENSION_WAIT_MAX_ITERATIONS, check_admission
 
 
 class SchemaError(ValueError):
@@ -118,6 +118,8 @@ class KvDoc(_Strict):
     plan_prefix_hits: bool = False
     preservation_fallback: Literal[FALLBACK_NAMES] = "recompute"  # type: ignore[valid-type]
     preemption_cost: PreemptionCostDoc | None = None
+    extension_wait_max_iterations: Annotated[int, Field(
+        ge=1, le=limits.MAX_EXTENSION_WAIT_ITERATIONS)] = DEFAULT_EXTENSION_WAIT_MAX_ITERATIONS
     model_config_: dict[str, Any] | None = Field(default=None, alias="model_config")
 
     @field_validator("admission")

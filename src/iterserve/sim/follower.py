@@ -123,13 +123,13 @@ def plan_record(plan: IterationPlan) -> tuple[Any, ...]:
         columns = (rids, generations, versions, starts, ends, kinds, tuple(zip(*keys, strict=True)))
     return (_PLAN, plan.decision_id, plan.input_state_version, plan.policy_id,
             plan.policy_version, columns, plan.tokens_used, plan.sequences_used,
-            plan.tie_break_key, plan.intents)
+            plan.tie_break_key, plan.intents, plan.release_waits)
 
 
 def plan_from_record(record: tuple[Any, ...]) -> IterationPlan:
     """:func:`plan_record`'s plan, the same value."""
     (_, decision_id, state_version, policy_id, policy_version, columns, tokens_used,
-     sequences_used, tie_break_key, intents) = record
+     sequences_used, tie_break_key, intents, release_waits) = record
     work: tuple[WorkItem, ...] = ()
     if columns:
         rids, generations, versions, starts, ends, kinds, key_columns = columns
@@ -139,7 +139,8 @@ def plan_from_record(record: tuple[Any, ...]) -> IterationPlan:
         work = Work.with_columns(map(_new_tuple, repeat(WorkItem), zip(*fields, strict=True)),
                                  fields)
     return IterationPlan(decision_id, state_version, policy_id, policy_version, work,
-                         tokens_used, sequences_used, tie_break_key, intents)
+                         tokens_used, sequences_used, tie_break_key, intents,
+                         release_waits=release_waits)
 
 
 def result_record(result: IterationResult,
@@ -161,7 +162,8 @@ def result_record(result: IterationResult,
                    else (rids, generations, starts, ends, emitted, tokens, reasons))
     capacity = result.capacity
     facts = None if capacity is None else (capacity.block_size, capacity.num_blocks_total,
-                                           capacity.num_blocks_free, capacity.releases_at_once)
+                                           capacity.num_blocks_free, capacity.releases_at_once,
+                                           capacity.num_blocks_pending_release)
     return (_RESULT, result.decision_id, result.input_state_version, as_planned, columns,
             result.failures, result.service, result.duration, facts, result.receipts,
             result.releases)
