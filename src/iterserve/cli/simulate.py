@@ -56,6 +56,13 @@ from iterserve.sim.collector import collector_held_back
 from iterserve.sim.factory import make_simulated_executor
 from iterserve.sim.forked import BesideCall
 from iterserve.sim.kv_report import kv_report
+from iterserve.sim.layer_offload import (
+    FLAG_FORMAT,
+    LayerOffload,
+    LayerOffloadCost,
+    parse_layer_offload,
+)
+from iterserve.sim.layer_offload_report import layer_offload_section, render_layer_offload
 from iterserve.sim.report import (
     MetricOutputs,
     RunConfig,
@@ -140,7 +147,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="KV cache bytes per token, for the estimate of prefix bytes "
                              "re-read by chunked prefill (0x09 exposure proxy)")
     add_fairness_horizon_flag(parser)
+    parser.add_argument("--layer-offload", type=layer_offload_flag, default=None,
+                        metavar=FLAG_FORMAT,
+                        help="simulate layer-wise residency (0x09B) on the ms clock: each "
+                             "step's predicted compute is split evenly over LAYERS layers and "
+                             "the last OFFLOADED of them are fetched from the host every step, "
+                             "one at a time over one link, TRANSFER_MS each; a layer waits for "
+                             "its data, so stalls lengthen the step. report.json gains "
+                             "layer_offload (delayed steps, stall ms, per-layer lateness). A "
+                             "model on the simulated clock, not measured transfers")
     parser.set_defaults(run=run)
+
+
+def layer_offload_flag(text: str) -> LayerOffload:
+    try:
+        return parse_layer_offload(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,13 +257,15 @@ def _simulate(args: argparse.Namespace) -> int:
     setup = setup_from_flags(RunFlags.from_args(args))
     window = window_from_flags(args)
     online = setup.manifest.online
+    _check_layer_offload(args.layer_offload, online)
     policy = bind_fairness(policy_for(args.policy, online, dict(args.policy_setting),
                                       cost_model=setup.cost_model), online.fairness)
-    config = RunConfig(policy, setup.cost_model, setup.gate, args.max_iterations)
+    config = RunConfig(policy, setup.cost_model, setup.gate, args.max_iterations,
+                       args.layer_offload)
     # refused before anything is written (the engine checks again when made)
     check_run(policy, online, make_simulated_executor(setup.manifest).capacity())
     # before the run: hashing the workload file re-reads it whole (not beside the run's records)
-    coordinates = _coordinates(args.workload, setup)
+    coordinates = _coordinates(args.workload, setup, args.layer_offload)
     with contextlib.ExitStack() as stack:
         # every file of --out is written here first and moves into --out only once the
         # whole run has succeeded (a full disk leaves --out as it was)
@@ -275,6 +300,8 @@ def _simulate(args: argparse.Namespace) -> int:
         # made here, the per-request sections once the report phase has let its timelines go
         report, encoded = sections.value()
         report["kv"] = kv
+        if isinstance(result.executor.cost, LayerOffloadCost):
+            report["layer_offload"] = _add_layer_offload_text(out, result.executor.cost)
         if outputs.summary is not None:
             report["summary"] = outputs.summary.to_dict()
         if outputs.report is not None:
@@ -338,11 +365,32 @@ def _fairness_section(outputs: MetricOutputs, result: SimulationRun) -> dict[str
     return section
 
 
-def _coordinates(workload: Path, setup: RunSetup) -> dict[str, Any]:
+def _coordinates(workload: Path, setup: RunSetup,
+                 layer_offload: LayerOffload | None) -> dict[str, Any]:
     """The 0x0E result coordinates of the run ``setup`` describes."""
     slo = None if setup.slo is None else {"ttft_ms": setup.slo.ttft_ms, "tbt_ms": setup.slo.tbt_ms}
-    return run_coordinates(workload, setup.manifest.online, setup.cost_model.spec,
-                           setup.cost_model.model_id, slo)
+    coordinates = run_coordinates(workload, setup.manifest.online, setup.cost_model.spec,
+                                  setup.cost_model.model_id, slo)
+    if layer_offload is not None:  # the simulated "hardware" fetches layers
+        coordinates["hardware"] += (f"; layer offload {layer_offload.num_offloaded} of "
+                                    f"{layer_offload.num_layers} layers, "
+                                    f"{layer_offload.transfer_ms:g} ms per layer transfer")
+    return coordinates
+
+
+def _check_layer_offload(layer_offload: LayerOffload | None, online: OnlineWorkload) -> None:
+    if layer_offload is not None and online.clock != "ms":
+        raise FlagError(f"--layer-offload needs a workload on the ms clock, this one's is "
+                        f"{online.clock!r} (one iteration lasts one unit there, so a layer "
+                        f"stall could not show)")
+
+
+def _add_layer_offload_text(out: Path, cost: LayerOffloadCost) -> dict[str, Any]:
+    """report.json ``layer_offload``, its section appended to report.md."""
+    section = layer_offload_section(cost)
+    with (out / "report.md").open("a", encoding="utf-8") as text:
+        text.write("\n" + "\n".join(render_layer_offload(section)))
+    return section
 
 
 def _add_coordinates(report: dict[str, Any], coordinates: dict[str, Any], label: str,

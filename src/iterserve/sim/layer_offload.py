@@ -12,12 +12,19 @@ iteration's layer timings are kept for :func:`summarize`.
 
 Only on the ``ms`` clock: on the ``iteration`` clock one iteration is one
 unit whatever it holds, so a stall could not show.
+
+``iterserve simulate --layer-offload LAYERS,OFFLOADED,TRANSFER_MS`` turns it
+on (:func:`parse_layer_offload`); the decision log's header records the
+settings (:meth:`LayerOffload.to_json`, :func:`offload_from_json`) so replay
+re-runs the same clock.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from iterserve.cost import ClockedCost, CostModelError
 from iterserve.cost.protocol import MS_PER_S
@@ -43,6 +50,44 @@ class LayerOffload:
     def transfers_s(self) -> list[float]:
         resident = self.num_layers - self.num_offloaded
         return [0.0] * resident + [self.transfer_ms / MS_PER_S] * self.num_offloaded
+
+    def to_json(self) -> dict[str, Any]:
+        return {"num_layers": self.num_layers, "num_offloaded": self.num_offloaded,
+                "transfer_ms": self.transfer_ms}
+
+
+FLAG_FORMAT = "LAYERS,OFFLOADED,TRANSFER_MS"
+
+
+def parse_layer_offload(text: str) -> LayerOffload:
+    """``LAYERS,OFFLOADED,TRANSFER_MS`` (e.g. ``32,8,0.4``); ValueError, one
+    line naming the problem, for anything else."""
+    parts = [part.strip() for part in text.split(",")]
+    if len(parts) != 3:
+        raise ValueError(f"expected {FLAG_FORMAT}, got {text!r}")
+    try:
+        layers, offloaded = int(parts[0]), int(parts[1])
+    except ValueError:
+        raise ValueError(f"LAYERS and OFFLOADED must be integers, got {text!r}") from None
+    try:
+        transfer_ms = float(parts[2])
+    except ValueError:
+        raise ValueError(f"TRANSFER_MS must be a number, got {parts[2]!r}") from None
+    return LayerOffload(layers, offloaded, transfer_ms)
+
+
+def offload_from_json(record: Mapping[str, Any]) -> LayerOffload:
+    """The inverse of :meth:`LayerOffload.to_json`; ValueError naming a bad field."""
+    if not isinstance(record, Mapping) or set(record) != {"num_layers", "num_offloaded",
+                                                           "transfer_ms"}:
+        raise ValueError("must be an object with num_layers, num_offloaded, transfer_ms")
+    layers, offloaded, transfer = (record["num_layers"], record["num_offloaded"],
+                                   record["transfer_ms"])
+    if not all(type(value) is int for value in (layers, offloaded)):
+        raise ValueError("num_layers and num_offloaded must be integers")
+    if type(transfer) not in (int, float):
+        raise ValueError("transfer_ms must be a number")
+    return LayerOffload(layers, offloaded, float(transfer))
 
 
 class LayerOffloadCost(ClockedCost):
