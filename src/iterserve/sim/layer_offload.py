@@ -8,7 +8,9 @@ iteration, over one link. The iteration lasts as long as
 :func:`~iterserve.sim.layer_pipeline.run_layer_pipeline` says: its compute
 plus every stall spent waiting for a layer. So readiness stalls move the
 run's clock, and with it TTFT, TBT and every later arrival's wait. Each
-iteration's layer timings are kept for :func:`summarize`.
+iteration's layer timings are added to a
+:class:`~iterserve.sim.layer_pipeline.LayerTally` (what ``summarize`` reads,
+8 bytes an iteration a layer).
 
 Only on the ``ms`` clock: on the ``iteration`` clock one iteration is one
 unit whatever it holds, so a stall could not show.
@@ -30,7 +32,7 @@ from iterserve.cost import ClockedCost, CostModelError
 from iterserve.cost.protocol import MS_PER_S
 from iterserve.records.plan import IterationPlan
 from iterserve.records.state import SchedulerState
-from iterserve.sim.layer_pipeline import IterationLayers, run_layer_pipeline
+from iterserve.sim.layer_pipeline import LayerTally, run_layer_pipeline
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +95,7 @@ def offload_from_json(record: Mapping[str, Any]) -> LayerOffload:
 class LayerOffloadCost(ClockedCost):
     """``inner``'s durations stretched by layer-readiness stalls."""
 
-    __slots__ = ("offload", "iterations")
+    __slots__ = ("offload", "tally")
 
     def __init__(self, inner: ClockedCost, offload: LayerOffload) -> None:
         if inner.clock != "ms":
@@ -101,12 +103,12 @@ class LayerOffloadCost(ClockedCost):
                                  "iteration clock an iteration lasts one unit, stalls or not)")
         super().__init__(inner.model, inner.clock)
         self.offload = offload
-        self.iterations: list[IterationLayers] = []
+        self.tally = LayerTally()
 
     def iteration_duration(self, plan: IterationPlan, state: SchedulerState) -> float:
         compute_ms = super().iteration_duration(plan, state)
         layers = self.offload.num_layers
         run = run_layer_pipeline(state.now / MS_PER_S, [compute_ms / MS_PER_S / layers] * layers,
                                  self.offload.transfers_s())
-        self.iterations.append(run)
+        self.tally.add(run)
         return (run.finish_s - run.start_s) * MS_PER_S

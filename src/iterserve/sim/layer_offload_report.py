@@ -14,7 +14,6 @@ from typing import Any
 from iterserve.cost.protocol import MS_PER_S
 from iterserve.metrics.percentiles import gated_percentile
 from iterserve.sim.layer_offload import LayerOffloadCost
-from iterserve.sim.layer_pipeline import summarize
 
 LABEL = ("simulated layer offload (0x09B): every iteration's compute split evenly over the "
          "layers, the offloaded ones fetched over one serial link; modelled on the simulated "
@@ -23,10 +22,9 @@ LABEL = ("simulated layer offload (0x09B): every iteration's compute split evenl
 
 def layer_offload_section(cost: LayerOffloadCost) -> dict[str, Any]:
     """report.json ``layer_offload``; times in ms of the simulated clock."""
-    summary = summarize(cost.iterations)
+    summary = cost.tally.summary()
     offload = cost.offload
-    lateness = [sorted(layer.lateness_s * MS_PER_S for layer in layers)
-                for layers in zip(*(it.layers for it in cost.iterations), strict=True)]
+    lateness = [sorted(value * MS_PER_S for value in samples) for samples in cost.tally.lateness_s]
     first_offloaded = offload.num_layers - offload.num_offloaded
     return {
         "label": LABEL,
