@@ -32,6 +32,13 @@ from iterserve.cli.flag_types import (
     output_dir,
     output_file,
 )
+from iterserve.cli.layer_offload_flag import (
+    LayerOffloadFlagError,
+    add_layer_offload_flag,
+    check_layer_offload,
+    with_offload_hardware,
+    write_layer_offload,
+)
 from iterserve.cli.output_files import pending_file, staged_directory
 from iterserve.cli.progress import RunProgress
 from iterserve.cost import (
@@ -56,13 +63,7 @@ from iterserve.sim.collector import collector_held_back
 from iterserve.sim.factory import make_simulated_executor
 from iterserve.sim.forked import BesideCall
 from iterserve.sim.kv_report import kv_report
-from iterserve.sim.layer_offload import (
-    FLAG_FORMAT,
-    LayerOffload,
-    LayerOffloadCost,
-    parse_layer_offload,
-)
-from iterserve.sim.layer_offload_report import layer_offload_section, render_layer_offload
+from iterserve.sim.layer_offload import LayerOffload, LayerOffloadCost
 from iterserve.sim.report import (
     MetricOutputs,
     RunConfig,
@@ -147,23 +148,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="KV cache bytes per token, for the estimate of prefix bytes "
                              "re-read by chunked prefill (0x09 exposure proxy)")
     add_fairness_horizon_flag(parser)
-    parser.add_argument("--layer-offload", type=layer_offload_flag, default=None,
-                        metavar=FLAG_FORMAT,
-                        help="simulate layer-wise residency (0x09B) on the ms clock: each "
-                             "step's predicted compute is split evenly over LAYERS layers and "
-                             "the last OFFLOADED of them are fetched from the host every step, "
-                             "one at a time over one link, TRANSFER_MS each; a layer waits for "
-                             "its data, so stalls lengthen the step. report.json gains "
-                             "layer_offload (delayed steps, stall ms, per-layer lateness). A "
-                             "model on the simulated clock, not measured transfers")
+    add_layer_offload_flag(parser)
     parser.set_defaults(run=run)
-
-
-def layer_offload_flag(text: str) -> LayerOffload:
-    try:
-        return parse_layer_offload(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,7 +243,10 @@ def _simulate(args: argparse.Namespace) -> int:
     setup = setup_from_flags(RunFlags.from_args(args))
     window = window_from_flags(args)
     online = setup.manifest.online
-    _check_layer_offload(args.layer_offload, online)
+    try:
+        check_layer_offload(args.layer_offload, online)
+    except LayerOffloadFlagError as exc:
+        raise FlagError(str(exc)) from None
     policy = bind_fairness(policy_for(args.policy, online, dict(args.policy_setting),
                                       cost_model=setup.cost_model), online.fairness)
     config = RunConfig(policy, setup.cost_model, setup.gate, args.max_iterations,
@@ -301,7 +290,7 @@ def _simulate(args: argparse.Namespace) -> int:
         report, encoded = sections.value()
         report["kv"] = kv
         if isinstance(result.executor.cost, LayerOffloadCost):
-            report["layer_offload"] = _add_layer_offload_text(out, result.executor.cost)
+            report["layer_offload"] = write_layer_offload(out, result.executor.cost)
         if outputs.summary is not None:
             report["summary"] = outputs.summary.to_dict()
         if outputs.report is not None:
@@ -369,28 +358,9 @@ def _coordinates(workload: Path, setup: RunSetup,
                  layer_offload: LayerOffload | None) -> dict[str, Any]:
     """The 0x0E result coordinates of the run ``setup`` describes."""
     slo = None if setup.slo is None else {"ttft_ms": setup.slo.ttft_ms, "tbt_ms": setup.slo.tbt_ms}
-    coordinates = run_coordinates(workload, setup.manifest.online, setup.cost_model.spec,
-                                  setup.cost_model.model_id, slo)
-    if layer_offload is not None:  # the simulated "hardware" fetches layers
-        coordinates["hardware"] += (f"; layer offload {layer_offload.num_offloaded} of "
-                                    f"{layer_offload.num_layers} layers, "
-                                    f"{layer_offload.transfer_ms:g} ms per layer transfer")
-    return coordinates
-
-
-def _check_layer_offload(layer_offload: LayerOffload | None, online: OnlineWorkload) -> None:
-    if layer_offload is not None and online.clock != "ms":
-        raise FlagError(f"--layer-offload needs a workload on the ms clock, this one's is "
-                        f"{online.clock!r} (one iteration lasts one unit there, so a layer "
-                        f"stall could not show)")
-
-
-def _add_layer_offload_text(out: Path, cost: LayerOffloadCost) -> dict[str, Any]:
-    """report.json ``layer_offload``, its section appended to report.md."""
-    section = layer_offload_section(cost)
-    with (out / "report.md").open("a", encoding="utf-8") as text:
-        text.write("\n" + "\n".join(render_layer_offload(section)))
-    return section
+    return with_offload_hardware(run_coordinates(workload, setup.manifest.online,
+                                                 setup.cost_model.spec,
+                                                 setup.cost_model.model_id, slo), layer_offload)
 
 
 def _add_coordinates(report: dict[str, Any], coordinates: dict[str, Any], label: str,
