@@ -132,7 +132,7 @@ def test_offloaded_layers_stretch_the_simulated_run() -> None:
         engine = Engine(manifest.online, make_policy("refill"),
                         make_simulated_executor(manifest, cost))
         engine.run()
-        ends[offloaded] = (engine.state.now, summarize(cost.iterations))
+        ends[offloaded] = (engine.state.now, cost.tally.summary())
     assert ends[0][0] == pytest.approx(12.0) and ends[0][1].num_iterations_delayed == 0
     now, summary = ends[3]
     assert now == pytest.approx(16.5)

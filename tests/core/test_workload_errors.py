@@ -168,3 +168,33 @@ def test_non_finite_arrival_is_rejected(value):
     workload["requests"][2]["arrival"] = value
     with pytest.raises(WorkloadError, match="arrival"):
         parse_workload(workload)
+
+
+# --- --layer-offload (0x09B): refused at the boundary, nothing written ---------------
+@pytest.mark.parametrize(("value", "needles"), [
+    ("4,1", ["--layer-offload", "LAYERS,OFFLOADED,TRANSFER_MS"]),
+    ("4,x,1.5", ["--layer-offload", "integers"]),
+    ("4,1,fast", ["--layer-offload", "TRANSFER_MS", "fast"]),
+    ("2,3,1.5", ["--layer-offload", "3 offloaded"]),
+    ("0,0,1.5", ["--layer-offload", "0 layers"]),
+    ("4,-1,1.5", ["--layer-offload", "-1 offloaded"]),
+    ("4,1,nan", ["--layer-offload", "transfer_ms", "nan"]),
+    ("4,1,inf", ["--layer-offload", "transfer_ms", "inf"]),
+    ("4,1,-0.5", ["--layer-offload", "transfer_ms", "-0.5"]),
+], ids=["two-fields", "not-integer", "not-number", "more-offloaded-than-layers", "no-layers",
+        "negative-offloaded", "nan-transfer", "inf-transfer", "negative-transfer"])
+def test_bad_layer_offload_is_one_line(value, needles, tmp_path, capsys):
+    ms_workload = {**_abc(), "clock": "ms"}
+    path = tmp_path / "ms.json"
+    path.write_text(json.dumps(ms_workload))
+    rc, _, err = _run(["simulate", "--workload", str(path), "--policy", "refill",
+                       "--layer-offload", value, "--out", str(tmp_path / "out")], capsys)
+    _assert_one_line_error(rc, err, needles)
+    assert not (tmp_path / "out").exists()
+
+
+def test_layer_offload_on_the_iteration_clock_is_one_line(tmp_path, capsys):
+    rc, _, err = _run(["simulate", "--workload", str(ABC_FIXTURE), "--policy", "refill",
+                       "--layer-offload", "4,1,1.5", "--out", str(tmp_path / "out")], capsys)
+    _assert_one_line_error(rc, err, ["--layer-offload", "ms clock", "'iteration'"])
+    assert not (tmp_path / "out").exists()

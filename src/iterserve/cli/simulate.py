@@ -32,6 +32,13 @@ from iterserve.cli.flag_types import (
     output_dir,
     output_file,
 )
+from iterserve.cli.layer_offload_flag import (
+    LayerOffloadFlagError,
+    add_layer_offload_flag,
+    check_layer_offload,
+    with_offload_hardware,
+    write_layer_offload,
+)
 from iterserve.cli.output_files import pending_file, staged_directory
 from iterserve.cli.progress import RunProgress
 from iterserve.cost import (
@@ -56,6 +63,7 @@ from iterserve.sim.collector import collector_held_back
 from iterserve.sim.factory import make_simulated_executor
 from iterserve.sim.forked import BesideCall
 from iterserve.sim.kv_report import kv_report
+from iterserve.sim.layer_offload import LayerOffload, LayerOffloadCost
 from iterserve.sim.report import (
     MetricOutputs,
     RunConfig,
@@ -140,6 +148,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="KV cache bytes per token, for the estimate of prefix bytes "
                              "re-read by chunked prefill (0x09 exposure proxy)")
     add_fairness_horizon_flag(parser)
+    add_layer_offload_flag(parser)
     parser.set_defaults(run=run)
 
 
@@ -234,13 +243,18 @@ def _simulate(args: argparse.Namespace) -> int:
     setup = setup_from_flags(RunFlags.from_args(args))
     window = window_from_flags(args)
     online = setup.manifest.online
+    try:
+        check_layer_offload(args.layer_offload, online)
+    except LayerOffloadFlagError as exc:
+        raise FlagError(str(exc)) from None
     policy = bind_fairness(policy_for(args.policy, online, dict(args.policy_setting),
                                       cost_model=setup.cost_model), online.fairness)
-    config = RunConfig(policy, setup.cost_model, setup.gate, args.max_iterations)
+    config = RunConfig(policy, setup.cost_model, setup.gate, args.max_iterations,
+                       args.layer_offload)
     # refused before anything is written (the engine checks again when made)
     check_run(policy, online, make_simulated_executor(setup.manifest).capacity())
     # before the run: hashing the workload file re-reads it whole (not beside the run's records)
-    coordinates = _coordinates(args.workload, setup)
+    coordinates = _coordinates(args.workload, setup, args.layer_offload)
     with contextlib.ExitStack() as stack:
         # every file of --out is written here first and moves into --out only once the
         # whole run has succeeded (a full disk leaves --out as it was)
@@ -275,6 +289,8 @@ def _simulate(args: argparse.Namespace) -> int:
         # made here, the per-request sections once the report phase has let its timelines go
         report, encoded = sections.value()
         report["kv"] = kv
+        if isinstance(result.executor.cost, LayerOffloadCost):
+            report["layer_offload"] = write_layer_offload(out, result.executor.cost)
         if outputs.summary is not None:
             report["summary"] = outputs.summary.to_dict()
         if outputs.report is not None:
@@ -338,11 +354,13 @@ def _fairness_section(outputs: MetricOutputs, result: SimulationRun) -> dict[str
     return section
 
 
-def _coordinates(workload: Path, setup: RunSetup) -> dict[str, Any]:
+def _coordinates(workload: Path, setup: RunSetup,
+                 layer_offload: LayerOffload | None) -> dict[str, Any]:
     """The 0x0E result coordinates of the run ``setup`` describes."""
     slo = None if setup.slo is None else {"ttft_ms": setup.slo.ttft_ms, "tbt_ms": setup.slo.tbt_ms}
-    return run_coordinates(workload, setup.manifest.online, setup.cost_model.spec,
-                           setup.cost_model.model_id, slo)
+    return with_offload_hardware(run_coordinates(workload, setup.manifest.online,
+                                                 setup.cost_model.spec,
+                                                 setup.cost_model.model_id, slo), layer_offload)
 
 
 def _add_coordinates(report: dict[str, Any], coordinates: dict[str, Any], label: str,

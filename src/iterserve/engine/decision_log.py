@@ -8,7 +8,10 @@ null), the ``executor`` that produced the results (``simulated`` or
 ``torch``) and, for a simulated run, ``output_lengths_sha256`` (the
 hidden-truth digest): sha256 of the canonical realized-output-length map,
 so replay can check that a workload file holds the hidden truth the run used
-without the log revealing it. (No header key names hidden truth: the 0x06
+without the log revealing it. A run whose simulated clock had layer-offload
+stalls (``simulate --layer-offload``, 0x09B) adds ``layer_offload``
+(``num_layers``, ``num_offloaded``, ``transfer_ms``); other headers have no
+such key. (No header key names hidden truth: the 0x06
 projection test scans the header for such names.)
 Later lines, in the order the facts happened:
 
@@ -136,10 +139,11 @@ def chain_digest(previous: str, canonical_text: str) -> str:
 def header_line(workload: OnlineWorkload, capacity: CapacityFacts, *,
                 cost_model: str | None = None, gate: GateRecord | None = None,
                 policy_settings: Mapping[str, Any] | None = None,
-                executor: str = "simulated", hidden: HiddenTruth | None = None) -> dict[str, Any]:
+                executor: str = "simulated", hidden: HiddenTruth | None = None,
+                layer_offload: Mapping[str, Any] | None = None) -> dict[str, Any]:
     assert workload.policy is not None, "bind the policy before logging"
     assert executor in EXECUTORS, executor
-    return {
+    header = {
         "type": "header",
         "format": LOG_FORMAT,
         "initial_capacity": capacity_to_json(capacity),
@@ -151,6 +155,9 @@ def header_line(workload: OnlineWorkload, capacity: CapacityFacts, *,
         "executor": executor,
         "output_lengths_sha256": None if hidden is None else hidden_truth_digest(hidden),
     }
+    if layer_offload is not None:  # absent unless the run's clock had layer stalls: old bytes
+        header["layer_offload"] = dict(layer_offload)
+    return header
 
 
 def iteration_line(
@@ -205,14 +212,15 @@ class DecisionLogWriter(EngineObserver):
     def __init__(self, stream: IO[str], workload: OnlineWorkload, capacity: CapacityFacts, *,
                  cost_model: str | None = None, gate: GateRecord | None = None,
                  policy_settings: Mapping[str, Any] | None = None,
-                 executor: str = "simulated", hidden: HiddenTruth | None = None) -> None:
+                 executor: str = "simulated", hidden: HiddenTruth | None = None,
+                 layer_offload: Mapping[str, Any] | None = None) -> None:
         self._stream = stream
         self._digester = StateDigester()
         self._rejected: list[list[str]] = []  # since the last line
         self._chain = ""
         self._write(header_line(workload, capacity, cost_model=cost_model, gate=gate,
                                 policy_settings=policy_settings, executor=executor,
-                                hidden=hidden))
+                                hidden=hidden, layer_offload=layer_offload))
 
     def _write(self, line: dict[str, Any]) -> None:
         if self._rejected:

@@ -50,6 +50,11 @@ class SimulatedExecutor:
             self._prompts = {r.request_id: r.prompt_token_ids for r in workload.requests
                              if r.prompt_token_ids is not None}
 
+    @property
+    def cost(self) -> ClockedCost:
+        """What times each iteration (a layer-offload run reads its stalls here)."""
+        return self._cost
+
     def claim_prefix_hits(self, state: SchedulerState) -> PrefixClaims:
         """Verified prefix hits of waiting requests, held for them (0x0E);
         only for a workload whose ``kv.plan_prefix_hits`` asks for them."""

@@ -18,6 +18,7 @@ the simulated clock; nothing here is calibrated against a real tier.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -102,14 +103,39 @@ class LayerLatenessSummary:
     overlap_fraction: float | None  # overlapped / total transfer time; None without transfers
 
 
-def summarize(iterations: Sequence[IterationLayers]) -> LayerLatenessSummary:
-    num_layers = max((len(it.layers) for it in iterations), default=0)
-    worst = [0.0] * num_layers
-    for it in iterations:
-        for layer in it.layers:
-            worst[layer.layer_index] = max(worst[layer.layer_index], layer.lateness_s)
-    transfer = sum(it.transfer_s for it in iterations)
-    return LayerLatenessSummary(
-        len(iterations), sum(it.is_delayed for it in iterations),
-        sum(it.delay_s for it in iterations), tuple(worst),
-        sum(it.overlap_s for it in iterations) / transfer if transfer > 0 else None)
+class LayerTally:
+    """A run's iterations as :func:`summarize` reads them, added as they
+    come: counts, sums and each layer index's lateness samples (8 bytes an
+    iteration a layer), not every layer's timings."""
+
+    __slots__ = ("num_iterations", "num_iterations_delayed", "total_delay_s", "transfer_s",
+                 "overlap_s", "lateness_s")
+
+    def __init__(self) -> None:
+        self.num_iterations = self.num_iterations_delayed = 0
+        self.total_delay_s = self.transfer_s = self.overlap_s = 0.0
+        self.lateness_s: list[array[float]] = []  # per layer index, one sample an iteration
+
+    def add(self, iteration: IterationLayers) -> None:
+        self.num_iterations += 1
+        self.num_iterations_delayed += iteration.is_delayed
+        self.total_delay_s += iteration.delay_s
+        self.transfer_s += iteration.transfer_s
+        self.overlap_s += iteration.overlap_s
+        for layer in iteration.layers:
+            while len(self.lateness_s) <= layer.layer_index:
+                self.lateness_s.append(array("d"))
+            self.lateness_s[layer.layer_index].append(layer.lateness_s)
+
+    def summary(self) -> LayerLatenessSummary:
+        return LayerLatenessSummary(
+            self.num_iterations, self.num_iterations_delayed, self.total_delay_s,
+            tuple(max(samples, default=0.0) for samples in self.lateness_s),
+            self.overlap_s / self.transfer_s if self.transfer_s > 0 else None)
+
+
+def summarize(iterations: Iterable[IterationLayers]) -> LayerLatenessSummary:
+    tally = LayerTally()
+    for iteration in iterations:
+        tally.add(iteration)
+    return tally.summary()

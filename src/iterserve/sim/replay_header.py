@@ -1,7 +1,8 @@
 """What a decision log's header names, rebuilt for replay: the policy bound
 to the logged cost model, the overload gate, the online workload and, when
 results are re-derived, the simulated executor with the workload file's
-hidden truth (checked against the header's digest)."""
+hidden truth (checked against the header's digest) and, where the header
+records ``layer_offload``, the cost model stretched by its layer stalls."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from iterserve.records.vocabulary import RenamedWarning
 from iterserve.records.workload import WorkloadError, load_workload, parse_workload
 from iterserve.sim.executor import SimulatedExecutor
 from iterserve.sim.factory import make_simulated_executor
+from iterserve.sim.layer_offload import LayerOffloadCost, offload_from_json
 
 
 def rebuild_policy(header: LogLine, workload: OnlineWorkload) -> Policy:
@@ -89,12 +91,28 @@ def rebuild_simulated_executor(header: LogLine, manifest: WorkloadManifest,
                                                       manifest.online.clock)
     except CostModelError as exc:
         raise ReplayDivergence(f"{header.where}: cost_model cannot be rebuilt ({exc})") from None
+    cost = _with_layer_offload(header, cost)
     executor = make_simulated_executor(WorkloadManifest(manifest.online, hidden), cost)
     logged, derived = header.fields["initial_capacity"], capacity_to_json(executor.capacity())
     if dumps(logged) != dumps(derived):
         raise ReplayDivergence(f"{header.where}: initial_capacity logged {dumps(logged)}, "
                                f"the simulated executor has {dumps(derived)}")
     return executor
+
+
+def _with_layer_offload(header: LogLine, cost: ClockedCost | None) -> ClockedCost | None:
+    """``cost`` stretched by the header's ``layer_offload`` (0x09B); a log
+    without one (every log before the flag) is timed by ``cost`` alone."""
+    record = header.fields.get("layer_offload")
+    if record is None:
+        return cost
+    try:
+        if cost is None:
+            raise CostModelError("it needs the header's cost_model")
+        return LayerOffloadCost(cost, offload_from_json(record))
+    except ValueError as exc:  # CostModelError is one
+        raise ReplayDivergence(f"{header.where}: layer_offload cannot be rebuilt "
+                               f"({exc})") from None
 
 
 def header_manifest(header: LogLine) -> WorkloadManifest:

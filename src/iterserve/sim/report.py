@@ -70,6 +70,7 @@ from iterserve.sim.follower import (
     can_share,
 )
 from iterserve.sim.forked import BesideCall, ForkedCall, ForkedError
+from iterserve.sim.layer_offload import LayerOffload, LayerOffloadCost
 from iterserve.sim.ledger_trace import LedgerTrace
 
 _T = TypeVar("_T")
@@ -154,6 +155,9 @@ class RunConfig:
     cost_model: IterationCostModel
     gate: OverloadGate | None = None
     max_iterations: int | None = None
+    # layer offload (0x09B): the executor's clock is the cost model stretched by layer-readiness
+    # stalls; the policy and the gate still predict with ``cost_model`` alone
+    layer_offload: LayerOffload | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,9 +169,14 @@ class SimulationRun:
     ledger_trace: LedgerTrace
 
 
-def costed_executor(manifest: WorkloadManifest, model: IterationCostModel) -> SimulatedExecutor:
-    """The workload's simulated executor (its KV residency) timed by ``model``."""
-    return make_simulated_executor(manifest, ClockedCost(model, manifest.online.clock))
+def costed_executor(manifest: WorkloadManifest, model: IterationCostModel,
+                    layer_offload: LayerOffload | None = None) -> SimulatedExecutor:
+    """The workload's simulated executor (its KV residency) timed by ``model``
+    (stretched by ``layer_offload``'s readiness stalls when given)."""
+    cost = ClockedCost(model, manifest.online.clock)
+    if layer_offload is not None:
+        cost = LayerOffloadCost(cost, layer_offload)
+    return make_simulated_executor(manifest, cost)
 
 
 def run_simulation(manifest: WorkloadManifest, config: RunConfig,
@@ -188,7 +197,7 @@ def run_simulation(manifest: WorkloadManifest, config: RunConfig,
     written here); the same bytes, fewer wall seconds. :class:`FollowerError`
     if the follower fails or ends elsewhere."""
     online = manifest.online
-    executor = costed_executor(manifest, config.cost_model)
+    executor = costed_executor(manifest, config.cost_model, config.layer_offload)
     unit_s = seconds_per_clock_unit(online.clock, config.cost_model)
     shared_log = decision_log if log_process and can_share(decision_log) else None
     shared_events = events if log_process and can_share(events) else None
@@ -283,10 +292,11 @@ def _log_writer(manifest: WorkloadManifest, config: RunConfig, executor: Simulat
                 stream: IO[str]) -> DecisionLogWriter:
     gate = config.gate
     record = None if gate is None else GateRecord(gate.gate_id, gate.params())
+    offload = None if config.layer_offload is None else config.layer_offload.to_json()
     return DecisionLogWriter(stream, bind_policy(manifest.online, config.policy),
                              executor.capacity(), cost_model=config.cost_model.spec,
                              gate=record, policy_settings=settings_of(config.policy),
-                             hidden=manifest.hidden)
+                             hidden=manifest.hidden, layer_offload=offload)
 
 
 def _follow(feed: FeedReader, manifest: WorkloadManifest, config: RunConfig,
