@@ -162,3 +162,36 @@ def test_abort_while_the_leader_prefills_frees_every_block(chunked):
     assert engine.wait_idle(30)
     assert executor.capacity().num_blocks_free == free_before
     assert executor.kv.manager.usage().num_blocks_used == 0
+
+
+def test_a_rejected_sample_fails_the_whole_request_and_frees_every_block(serve):
+    server = serve(block_size=BLOCK_SIZE, overload="bounded", max_live=2)
+    response = httpx.post(server.base_url + "/v1/completions",
+                          json={"model": "tiny", **greedy(PROMPT_IDS, n=N)}, timeout=120)
+    assert response.status_code == 429, response.text  # all or nothing, as without the hold
+    assert server.engine.wait_idle(30)
+    assert server.runtime.executor.kv.manager.usage().num_blocks_used == 0
+    assert post(server, "/v1/completions", greedy(PROMPT_IDS, n=2))["choices"]
+
+
+def test_held_samples_arrive_late_and_count_latency_from_the_request(shared):
+    from iterserve.engine.observer import EngineObserver
+
+    server, _ = shared
+    engine = server.engine
+    seen: list[tuple[str, float, float]] = []
+
+    class Arrivals(EngineObserver):
+        def on_arrival(self, spec, now):
+            seen.append((spec.request_id, spec.arrival, engine.submitted_ms(spec)))
+
+    observer = Arrivals()
+    engine.engine.observers.insert(0, observer)
+    try:
+        post(server, "/v1/completions", greedy([9, *PROMPT_IDS[1:]], n=3))
+    finally:
+        engine.engine.observers.remove(observer)
+    (_, leader_arrival, leader_submitted), *followers = seen
+    assert len(followers) == 2 and leader_submitted == leader_arrival
+    for _, arrival, submitted in followers:  # declared to the scheduler after the leader's
+        assert submitted == leader_arrival < arrival  # prompt; latency counts from the request
