@@ -195,3 +195,35 @@ def test_held_samples_arrive_late_and_count_latency_from_the_request(shared):
     assert len(followers) == 2 and leader_submitted == leader_arrival
     for _, arrival, submitted in followers:  # declared to the scheduler after the leader's
         assert submitted == leader_arrival < arrival  # prompt; latency counts from the request
+
+
+def test_shared_runs_reconcile_and_replay_bit_for_bit(serve, tmp_path):
+    import subprocess
+    import sys
+
+    from iterserve.server.metrics import parse_metrics
+
+    server = serve(block_size=BLOCK_SIZE, max_num_batched_tokens=2 * BLOCK_SIZE)
+    post(server, "/v1/completions", greedy(PROMPT_IDS, n=N))
+    post(server, "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "tell me a long story " * 4}], "n": 3,
+        "max_tokens": 4, "seed": 2})
+    with httpx.stream("POST", server.base_url + "/v1/completions", timeout=120, json={
+            "model": "tiny", **greedy(OTHER_IDS, n=3, stream=True, max_tokens=40)}) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                break  # leaving the block disconnects mid-stream: every sample is aborted
+    assert server.engine.wait_idle(60)
+    samples = parse_metrics(httpx.get(server.base_url + "/metrics").text, ("model_name",))
+    ended = sum(samples.get(f'iterserve:requests_total{{outcome="{o}"}}', 0.0)
+                for o in ("finished", "cancelled", "rejected", "aborted"))
+    assert ended == samples["iterserve:requests_submitted_total"] == N + 3 + 3
+    assert samples['iterserve:requests_total{outcome="finished"}'] == N + 3
+    assert server.runtime.executor.kv.manager.usage().num_blocks_used == 0
+    server.stop()
+    log = tmp_path / "decisions.jsonl"
+    server.engine.write_logs(log, None)
+    replayed = subprocess.run([sys.executable, "-m", "iterserve.cli.main", "replay", str(log)],
+                              capture_output=True, text=True, timeout=300)
+    assert replayed.returncode == 0, replayed.stderr
+    assert "re-derived bit for bit" in replayed.stdout
