@@ -17,6 +17,11 @@ Memory: the engine keeps a request's records only while it is live or
 pending; its logs stream to the sinks :class:`OnlineLogs` names (or, by
 default, are kept in memory for the offline API to read back).
 
+Followers: a submission that ``waits_for`` an earlier one of its batch (the
+server's ``n`` samples of one prompt) is held out of the scheduler until
+that leader has its first output, then arrives and finds the leader's full
+prompt blocks in the prefix cache (engine/held.py).
+
 Abort (0x0C): ``Engine.cancel`` publishes a successor generation and frees
 the request's blocks; it counts as cancelled (client) or aborted (engine).
 
