@@ -176,15 +176,28 @@ def test_a_rejected_sample_fails_the_whole_request_and_frees_every_block(serve):
 
 def test_held_samples_arrive_late_and_count_latency_from_the_request(shared):
     from iterserve.engine.observer import EngineObserver
+    from iterserve.server.metrics import parse_metrics
 
     server, _ = shared
     engine = server.engine
     seen: list[tuple[str, float, float]] = []
+    first_ms: dict[str, float] = {}
 
     class Arrivals(EngineObserver):
         def on_arrival(self, spec, now):
             seen.append((spec.request_id, spec.arrival, engine.submitted_ms(spec)))
 
+        def on_step(self, state, plan, result, successor):
+            for done in result.completed:
+                if done.emitted:
+                    first_ms.setdefault(done.request_id, successor.now)
+
+    def ttft_sum_s() -> float:
+        samples = parse_metrics(httpx.get(server.base_url + "/metrics").text, ("model_name",))
+        return samples["vllm:time_to_first_token_seconds_sum"]
+
+    assert engine.wait_idle(30)
+    before = ttft_sum_s()
     observer = Arrivals()
     engine.engine.observers.insert(0, observer)
     try:
@@ -195,6 +208,8 @@ def test_held_samples_arrive_late_and_count_latency_from_the_request(shared):
     assert len(followers) == 2 and leader_submitted == leader_arrival
     for _, arrival, submitted in followers:  # declared to the scheduler after the leader's
         assert submitted == leader_arrival < arrival  # prompt; latency counts from the request
+    expected_s = sum(first_ms[rid] - leader_arrival for rid, _, _ in seen) / 1000.0
+    assert ttft_sum_s() - before == pytest.approx(expected_s, abs=1e-6)
 
 
 def test_shared_runs_reconcile_and_replay_bit_for_bit(serve, tmp_path):
