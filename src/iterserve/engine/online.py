@@ -17,6 +17,11 @@ Memory: the engine keeps a request's records only while it is live or
 pending; its logs stream to the sinks :class:`OnlineLogs` names (or, by
 default, are kept in memory for the offline API to read back).
 
+Followers: a submission that ``waits_for`` an earlier one of its batch (the
+server's ``n`` samples of one prompt) is held out of the scheduler until
+that leader has its first output, then arrives and finds the leader's full
+prompt blocks in the prefix cache (engine/held.py).
+
 Abort (0x0C): ``Engine.cancel`` publishes a successor generation and frees
 the request's blocks; it counts as cancelled (client) or aborted (engine).
 
@@ -45,6 +50,7 @@ from iterserve.admission.overload import OverloadGate, engine_gate
 from iterserve.engine.decision_log import GateRecord
 from iterserve.engine.events import EventRecorder
 from iterserve.engine.executor import Executor, FailureSource
+from iterserve.engine.held import HeldRequest, HeldRequests
 from iterserve.engine.loop import Engine
 from iterserve.engine.observer import EngineObserver
 from iterserve.engine.online_log import OnlineDecisionLog, OnlineLogs
@@ -93,6 +99,10 @@ class Submission:
     client_id: str = "anonymous"
     priority: int = 0
     slo: SloTargets | None = None
+    # index of an earlier submission of the same batch whose prompt this one
+    # waits for: it arrives once that one has its first output, and claims
+    # its committed full prompt blocks from the prefix cache (engine/held.py)
+    waits_for: int | None = None
 
 
 class OnlineEngine:
@@ -131,6 +141,10 @@ class OnlineEngine:
         self._inbox: list[tuple[RequestSpec, StreamSink]] = []
         self._aborts: list[tuple[str, str]] = []
         self._deferred_aborts: dict[str, str] = {}
+        self._held = HeldRequests()
+        # when each released follower was submitted, until it ends: its TTFT counts from there
+        self._submitted_ms: dict[str, float] = {}
+        self.publisher.outcome_listeners.append(self._forget_submitted)
         self._published_through = 0.0  # the cut the last step published arrivals at
         self._last_stamp = 0.0
         self._num_submitted = 0
@@ -199,19 +213,31 @@ class OnlineEngine:
         return ids[0]
 
     def add_requests(self, submissions: Sequence[Submission]) -> tuple[list[str], float]:
-        """Submit requests as one batch: one arrival instant, in this order.
-        Returns their ids and the arrival (engine-clock ms)."""
-        for sub in submissions:
+        """Submit requests as one batch: one arrival instant, in this order
+        (a submission that ``waits_for`` another arrives later: see
+        engine/held.py). Returns their ids and the submission instant
+        (engine-clock ms)."""
+        for index, sub in enumerate(submissions):
             self.check_request(len(sub.prompt_token_ids), sub.params.max_tokens)
+            _check_waits_for(submissions, index)
         with self._cond:
             if not self._is_accepting:
                 raise EngineClosed("the engine is shutting down")
             self._last_stamp = max(self._last_stamp, self.now_ms())
-            request_ids = [self._declare(sub, self._last_stamp) for sub in submissions]
+            request_ids: list[str] = []
+            for sub in submissions:
+                leader = None if sub.waits_for is None else request_ids[sub.waits_for]
+                request_ids.append(self._declare(sub, self._last_stamp, leader))
             self._cond.notify()
         return request_ids, self._last_stamp
 
-    def _declare(self, sub: Submission, arrival_ms: float) -> str:
+    def submitted_ms(self, spec: RequestSpec) -> float:
+        """When the client submitted a request (engine-clock ms): its
+        arrival, or for a follower held for its leader's prompt the earlier
+        instant it was submitted (engine thread, while it is live)."""
+        return self._submitted_ms.get(spec.request_id, spec.arrival)
+
+    def _declare(self, sub: Submission, arrival_ms: float, leader_id: str | None = None) -> str:
         self._num_submitted += 1
         request_id = f"req-{self._num_submitted}"
         ids = tuple(int(t) for t in sub.prompt_token_ids)
@@ -221,7 +247,10 @@ class OnlineEngine:
         seed = sub.params.seed if sub.params.seed is not None else self._num_submitted
         self.executor.add_request(request_id, ids, sub.params, seed)
         self.publisher.register(spec, sub.sink)
-        self._inbox.append((spec, sub.sink))
+        if leader_id is None:
+            self._inbox.append((spec, sub.sink))
+        else:
+            self._held.hold(HeldRequest(spec, sub.sink, leader_id))
         return request_id
 
     def take_error(self) -> BaseException | None:
@@ -232,8 +261,13 @@ class OnlineEngine:
         return error
 
     def abort(self, request_id: str, reason: str = "cancelled") -> None:
-        """Cancel a request (0x0C); ``reason`` other than cancelled counts as aborted."""
+        """Cancel a request (0x0C); ``reason`` other than cancelled counts as
+        aborted. A held follower arrives now and is cancelled as any request
+        aborted before it was published."""
         with self._cond:
+            held = self._held.take(request_id)
+            if held is not None:
+                self._release([held])
             self._aborts.append((request_id, reason))
             self._cond.notify()
 
@@ -246,7 +280,7 @@ class OnlineEngine:
         deadline = self._clock() + timeout_s
         while self._clock() < deadline:
             with self._cond:
-                if not self._inbox and self.engine.is_done:
+                if not self._inbox and not self._held and self.engine.is_done:
                     return True
             time.sleep(0.01)
         return False
@@ -293,7 +327,7 @@ class OnlineEngine:
 
     def _live_ids(self) -> list[str]:
         with self._cond:
-            pending = [spec.request_id for spec, _ in self._inbox]
+            pending = [spec.request_id for spec, _ in self._inbox] + self._held.request_ids
         state = self.engine.state
         return pending + [rid for rid in (*state.waiting, *state.running, *state.suspended)]
 
@@ -309,10 +343,11 @@ class OnlineEngine:
                 for sink in self._file_sinks:
                     sink.flush()
             with self._cond:
+                self._release(self._held.take_due(self.engine.state, self.publisher.is_open))
                 while not (self._inbox or self._aborts or self._is_stopping
                            or not self.engine.is_done):
                     self._cond.wait()
-                if self._is_stopping and not self._inbox and self.engine.is_done:
+                if self._is_stopping and not (self._inbox or self._held) and self.engine.is_done:
                     return
                 arrivals, self._inbox = self._inbox, []
                 aborts, self._aborts = self._aborts, []
@@ -325,6 +360,20 @@ class OnlineEngine:
             self.engine.rejected.clear()
             if self._log is not None and self._log.is_backlogged:  # a busy engine
                 self._log.flush()
+
+    def _release(self, followers: Sequence[HeldRequest]) -> None:
+        """Held followers join the inbox: they arrive now (under the lock)."""
+        if not followers:
+            return
+        self._last_stamp = max(self._last_stamp, self.now_ms())
+        for held in followers:
+            spec = held.spec
+            self._submitted_ms[spec.request_id] = spec.arrival
+            self._inbox.append((_restamp(spec, self._last_stamp), held.sink))
+        self._cond.notify()
+
+    def _forget_submitted(self, request_id: str, *_: str) -> None:
+        self._submitted_ms.pop(request_id, None)
 
     def _submit(self, specs: Iterable[RequestSpec]) -> None:
         floor = math.nextafter(self._published_through, math.inf)
@@ -384,6 +433,16 @@ class OnlineEngine:
         for request_id in (*state.waiting, *state.running, *state.suspended):
             self.publisher.end_reasons[request_id] = reason
             self.engine.cancel(request_id)
+
+
+def _check_waits_for(submissions: Sequence[Submission], index: int) -> None:
+    """A follower waits for an earlier submission that waits for none."""
+    leader = submissions[index].waits_for
+    if leader is None:
+        return
+    if not 0 <= leader < index or submissions[leader].waits_for is not None:
+        raise ValueError(f"submission {index} waits for {leader}: not an earlier leader "
+                         "of the same batch")
 
 
 def _event_recorder(logs: OnlineLogs) -> EventRecorder | None:

@@ -193,6 +193,12 @@ class TorchExecutor:
             return None
         return stream.prompt_token_ids
 
+    @property
+    def prefix_block_size(self) -> int | None:
+        """Rows per block the prefix cache shares, or None when it is off."""
+        config = self.kv.manager.config
+        return config.block_size_rows if config.enable_prefix_caching else None
+
     def capacity(self) -> CapacityFacts:
         return self.kv.facts()
 

@@ -166,7 +166,8 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None,
         fields.check(body)
         client = client_identity(body.user, x_client_id)
         prompts = submit.completion_prompts(body, runtime)
-        subs = submit.submissions(body, prompts, submit.DEFAULT_COMPLETION_MAX_TOKENS, client)
+        subs = submit.submissions(body, prompts, submit.DEFAULT_COMPLETION_MAX_TOKENS, client,
+                                  runtime.executor.prefix_block_size)
         n = body.num_choices_per_prompt
         echo_texts = tuple(echo_text(body, runtime, prompts, i // n) for i in range(len(subs))) \
             if body.echo else ()
@@ -194,7 +195,8 @@ def create_app(runtime: Runtime, settings: ServerSettings | None = None,
         fields.check(body)
         client = client_identity(body.user, x_client_id)
         ids = submit.chat_prompt(body, runtime)
-        subs = submit.submissions(body, [ids], submit.DEFAULT_CHAT_MAX_TOKENS, client)
+        subs = submit.submissions(body, [ids], submit.DEFAULT_CHAT_MAX_TOKENS, client,
+                                  runtime.executor.prefix_block_size)
         started = await submit.start_all(runtime, subs, mailboxes,
                                          partial(note_requests, request, client=client))
         want_logprobs = bool(body.logprobs)

@@ -182,7 +182,7 @@ class ServerMetrics:
         self.labels = ClientLabels() if max_client_labels is None \
             else ClientLabels(max_client_labels)
         self.observer = MetricsObserver(self.registry, model_name, self.labels, engine.engine,
-                                        engine.executor)
+                                        engine.executor, engine.submitted_ms)
         policy = engine.engine.policy
         self.registry.register(SnapshotCollector(
             self.observer, self.labels, model_name,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict, defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Histogram
@@ -113,11 +113,16 @@ class MetricsObserver(EngineObserver):
     snapshot once its outcomes are counted (``ServerMetrics`` places both)."""
 
     def __init__(self, registry: CollectorRegistry, model_name: str, labels: ClientLabels,
-                 engine: Engine, executor: object) -> None:
+                 engine: Engine, executor: object,
+                 submitted_ms: Callable[[RequestSpec], float] | None = None) -> None:
+        """``submitted_ms``: when the client submitted a request, where that
+        precedes its arrival (a sample held for its sibling's prompt,
+        engine/held.py); latencies count from there."""
         self._hist = _Histograms(registry, model_name)
         self._labels = labels
         self._engine = engine
         self._executor = executor
+        self._submitted_ms = submitted_ms or _arrival_ms
         self._counts: defaultdict[CountKey, float] = defaultdict(float)
         self._live: dict[str, _Track] = {}
         self._ended: OrderedDict[str, RequestSummary] = OrderedDict()
@@ -150,8 +155,8 @@ class MetricsObserver(EngineObserver):
 
     def on_arrival(self, spec: RequestSpec, now: float) -> None:
         self._counts[("iterserve:requests_submitted", ())] += 1
-        self._live[spec.request_id] = _Track(self._labels.label(spec.client_id), spec.arrival,
-                                             spec.num_prompt_tokens)
+        self._live[spec.request_id] = _Track(self._labels.label(spec.client_id),
+                                             self._submitted_ms(spec), spec.num_prompt_tokens)
 
     def on_reject(self, spec: RequestSpec, reason: str, now: float) -> None:
         self._counts[("iterserve:requests_submitted", ())] += 1
@@ -283,3 +288,7 @@ class SnapshotPublisher(EngineObserver):
     def on_step(self, state: SchedulerState, plan: IterationPlan, result: IterationResult,
                 successor: SchedulerState) -> None:
         self._observer.publish(successor)
+
+
+def _arrival_ms(spec: RequestSpec) -> float:
+    return spec.arrival

@@ -9,6 +9,7 @@ rejection (the arrival gate, 0x07) becomes 429 with ``Retry-After``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +43,7 @@ class Submission:
     client_id: str
     priority: int
     slo: SloTargets | None
+    waits_for: int | None = None  # the leader sample whose prompt blocks this one shares
 
 
 @dataclass(slots=True)
@@ -193,15 +195,35 @@ def _logprob_request(body: SamplingFields) -> tuple[int, bool]:
 
 
 def submissions(body: SamplingFields, prompts: Sequence[tuple[int, ...]], default_max_tokens: int,
-                client_id: str) -> list[Submission]:
+                client_id: str, prefix_block_size: int | None = None) -> list[Submission]:
     """Every prompt times ``n`` samples, in OpenAI's choice order
-    (choice index = prompt index * n + sample index)."""
+    (choice index = prompt index * n + sample index). With prefix caching
+    on (``prefix_block_size``: its rows per block), samples 1..n-1 of a
+    prompt that fills a block wait for sample 0's prompt and share its full
+    blocks (``shares_prompt``)."""
     n = body.num_choices_per_prompt
     if len(prompts) * n > MAX_CHOICES:
         raise APIError(400, f"{len(prompts)} prompts x n={n} exceeds {MAX_CHOICES} choices",
                        param="n")
-    return [make_submission(body, ids, default_max_tokens, client_id, i)
-            for ids in prompts for i in range(n)]
+    subs: list[Submission] = []
+    for ids in prompts:
+        leader = len(subs)
+        for i in range(n):
+            sub = make_submission(body, ids, default_max_tokens, client_id, i)
+            if i and shares_prompt(sub, prefix_block_size):
+                sub = dataclasses.replace(sub, waits_for=leader)
+            subs.append(sub)
+    return subs
+
+
+def shares_prompt(sub: Submission, prefix_block_size: int | None) -> bool:
+    """Whether a later sample should wait for sample 0's prompt: only when the
+    prefix cache is on, the sample may reuse cached rows (prompt logprobs
+    need every prompt row computed) and the prompt has a full block to share
+    beyond the row every request computes itself (a hit leaves the last
+    prompt row to compute)."""
+    return prefix_block_size is not None and not sub.params.prompt_logprobs \
+        and len(sub.prompt_token_ids) > prefix_block_size
 
 
 class Mailboxes:
@@ -234,7 +256,8 @@ async def start_all(runtime: Runtime, subs: Sequence[Submission],
     try:
         request_ids, _ = runtime.engine.add_requests([
             EngineSubmission(sub.prompt_token_ids, sub.params, stream, sub.client_id,
-                             sub.priority, sub.slo) for sub, stream in zip(subs, streams, strict=True)])
+                             sub.priority, sub.slo, sub.waits_for)
+            for sub, stream in zip(subs, streams, strict=True)])
     except RequestRefused as exc:
         raise APIError(400, str(exc), param="max_tokens") from None
     except EngineClosed:
