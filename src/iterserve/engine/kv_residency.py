@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import groupby, repeat
+from operator import eq
 
 from iterserve.admission.resume import ResumeBlocked
 from iterserve.engine.suspensions import SuspensionLedger
@@ -38,6 +40,7 @@ from iterserve.kv.results import (
     SwapFailed,
     SwapGranted,
 )
+from iterserve.records.columns import field_columns
 from iterserve.records.plan import IntentKind, IterationPlan, WorkItem
 from iterserve.records.preemption import FallbackMode
 from iterserve.records.prefix_claims import NO_CLAIMS, PrefixClaims
@@ -349,20 +352,30 @@ class KvResidency:
 
     def back_and_commit_rows(self, work: Sequence[WorkItem]) -> list[bool]:
         """:meth:`back_and_commit` of each interval of ``work`` in order, as
-        anonymous rows (no token ids): whether each was backed. One loop;
-        a request already holding blocks of its generation (every running
-        one) goes straight to the block manager."""
-        keys, grow = self._keys, self.manager.grow_and_commit
-        backed = []
-        for rid, generation, _, start, end, _, _, _ in work:
-            key = keys.get(rid)
-            if key is None or key.generation != generation:
-                backed.append(self.back_and_commit(rid, generation, start, end, None))
-            elif grow(key, end, None) is not None:
-                self._failed += 1
-                backed.append(False)
+        anonymous rows (no token ids): whether each was backed. Each run of
+        intervals whose requests already hold blocks of their generation
+        (every running one) goes to the block manager in one call
+        (:meth:`BlockManager.grow_and_commit_rows`); the others one by one,
+        in their place."""
+        if not work:
+            return []
+        rids, generations, _, starts, ends, _, _, _ = field_columns(work)
+        held = list(map(self._keys.get, rids))
+        # a held key equals (id, generation) of its own generation only (a tuple compare in C)
+        holds = map(eq, held, zip(rids, generations, strict=True))
+        backed: list[bool] = []
+        index = 0
+        for is_held, run in groupby(holds):
+            end = index + len(list(run))
+            if is_held:
+                grown = self.manager.grow_and_commit_rows(held[index:end],  # type: ignore[arg-type]
+                                                          ends[index:end])
+                self._failed += grown.count(False)
+                backed += grown
             else:
-                backed.append(True)
+                backed += map(self.back_and_commit, rids[index:end], generations[index:end],
+                              starts[index:end], ends[index:end], repeat(None))
+            index = end
         return backed
 
     def _allocate(self, request_id: str, generation: int, end: int,

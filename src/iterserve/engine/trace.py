@@ -16,6 +16,7 @@ from itertools import compress, repeat
 from operator import is_not
 
 from iterserve.engine.observer import EngineObserver
+from iterserve.records.columns import field_columns
 from iterserve.records.plan import IterationPlan, rows_by_kind
 from iterserve.records.result import IterationResult
 from iterserve.records.spec import RequestSpec
@@ -127,9 +128,11 @@ class RunTrace(EngineObserver):
                 len(state.suspended), *blocks_used_of_total(state.capacity),
             ))
         completed = result.completed
-        if num_prefill:  # a first token may be among them: every completion's facts
-            self._chunk_starts(plan, result)
-            self._update(map(_REQUEST_ID, completed), successor)
+        if num_prefill:  # a first token may be among the chunks: their facts, and the ends
+            prefill_ids = self._chunk_starts(plan, result)
+            self._update([rid for rid, reason in zip(map(_REQUEST_ID, completed),
+                                                     map(_FINISH_REASON, completed), strict=True)
+                          if rid in prefill_ids or reason is not None], successor)
         elif completed:  # decode and rebuild rows: only an end changes more than a count
             reasons = list(map(_FINISH_REASON, completed))
             if reasons.count(None) != len(reasons):
@@ -139,17 +142,21 @@ class RunTrace(EngineObserver):
             self._update([intent.request_id for intent in plan.intents], successor)
         self._views = successor.views
 
-    def _chunk_starts(self, plan: IterationPlan, result: IterationResult) -> None:
+    def _chunk_starts(self, plan: IterationPlan, result: IterationResult) -> set[str]:
         """Record where each completed prefill chunk started (a restart from
-        0 replaces the request's earlier pass)."""
-        kinds = {work.request_id: work.kind for work in plan.work}
-        prefill = WorkKind.PREFILL_CHUNK
-        for item in result.completed:
-            if kinds[item.request_id] is prefill:
-                starts = self.prefill_chunk_starts.setdefault(item.request_id, [])
-                if item.start == 0:
-                    starts.clear()
-                starts.append(item.start)
+        0 replaces the request's earlier pass); the ids of the plan's
+        prefill chunks (a plan's few beside its decode rows, found in its
+        columns)."""
+        rids, _, _, _, _, kinds, _, _ = field_columns(plan.work)
+        prefill_ids = set(compress(rids, map(operator.is_, kinds, repeat(WorkKind.PREFILL_CHUNK))))
+        completed = result.completed
+        for item in compress(completed, map(prefill_ids.__contains__,
+                                            map(_REQUEST_ID, completed))):
+            starts = self.prefill_chunk_starts.setdefault(item.request_id, [])
+            if item.start == 0:
+                starts.clear()
+            starts.append(item.start)
+        return prefill_ids
 
     def _update(self, request_ids: Iterable[str], successor: SchedulerState) -> None:
         """Copy each request's frontier facts from ``successor`` (one loop

@@ -333,6 +333,37 @@ class BlockManager:
         self.commit_to(key, num_rows)
         return None
 
+    def grow_and_commit_rows(self, keys: Sequence[RequestKey],
+                             nums_rows: Sequence[int]) -> list[bool]:
+        """:meth:`grow_and_commit` of anonymous rows (no token ids) to
+        ``nums_rows[i]`` for each of ``keys`` in order: whether each
+        succeeded (a failure changes nothing of its key). The simulator's
+        batch of decode rows: the common case (a resident request without
+        token ids) is :meth:`grow_and_commit`'s fast path, written again
+        here in one loop, because a method call per row cost about as much
+        as the row's accounting; any other key takes that method."""
+        resident_of, device, block_size = self._resident.get, self._device, self._block_size
+        grown = []
+        for key, num_rows in zip(keys, nums_rows, strict=True):
+            resident = resident_of(key)
+            if resident is None or resident.token_ids is not None:
+                grown.append(self.grow_and_commit(key, num_rows) is None)
+                continue
+            if num_rows > resident.num_rows:
+                held = resident.block_ids
+                if num_rows > len(held) * block_size:  # within the blocks held nothing opens
+                    needed = blocks_for(num_rows, block_size) - len(held)
+                    if needed > device.num_blocks_available:
+                        grown.append(False)
+                        continue
+                    for _ in range(needed):
+                        held.append(device.take_fresh())
+                resident.num_rows = num_rows
+            if num_rows > resident.num_committed_rows:
+                resident.num_committed_rows = num_rows
+            grown.append(True)
+        return grown
+
     def _grow_general(self, key: RequestKey, num_rows: int,
                       token_ids: Sequence[int] | None) -> int | AllocationFailed:
         grow = num_rows - self.num_rows(key)

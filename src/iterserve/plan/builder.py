@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
-from operator import itemgetter
+from itertools import repeat
+from operator import add, itemgetter
 
 from iterserve.admission.screen import ReservationScreen
 from iterserve.plan.contract import Policy
 from iterserve.plan.preemption_cost import PreemptionCosts
 from iterserve.records import frontier
 from iterserve.records.frontier import next_interval
-from iterserve.records.keys import key_function
+from iterserve.records.keys import key_function, keys_function
 from iterserve.records.kv_abi import blocks_opened, opens_block
 from iterserve.records.plan import (
     IntentKind,
@@ -38,9 +39,11 @@ from iterserve.records.view import Lifecycle, RequestView
 
 _new_tuple = tuple.__new__  # NamedTuple.__new__ is slow on the hot path
 _DECODE = frontier.WorkKind.DECODE_ROW
-#: ``(request_id, generation, snapshot_version, p, e, c, is_ready)`` of a view, in C
-_decode_fields = itemgetter(*map(RequestView._fields.index, (
-    "request_id", "generation", "snapshot_version", "num_computed", "is_ready")))
+#: ``(request_id, is_ready)`` of a view, in C
+_id_and_ready = itemgetter(*map(RequestView._fields.index, ("request_id", "is_ready")))
+#: a view's ``request_id``, ``generation``, ``snapshot_version``, ``num_computed``, in C
+_DECODE_COLUMNS = tuple(map(itemgetter, map(RequestView._fields.index, (
+    "request_id", "generation", "snapshot_version", "num_computed"))))
 _PROMPT, _EMITTED, _COMPUTED = (itemgetter(RequestView._fields.index(name)) for name in (
     "num_prompt_tokens", "num_emitted", "num_computed"))
 
@@ -198,20 +201,21 @@ class PlanBuilder:
         ready, already chosen), changes nothing. Returns the index of the
         first view not handled (``len(views)``: all).
 
-        One loop over the views' fields, read by one C-level itemgetter per
-        view; the budgets become one count of rows left (a row costs a
-        token and a sequence)."""
-        work, blocks_of, aborted, key = self._work, self._blocks, self._aborted, self._key
+        One loop picks the views (two fields read by one C-level itemgetter
+        per view; the budgets become one count of rows left: a row costs a
+        token and a sequence); their items are then made a column at a time
+        (:meth:`_add_decode_items`)."""
+        work, blocks_of, aborted = self._work, self._blocks, self._aborted
         is_decode, opens = self._decode_masks(views)
         free = self.num_blocks_free
         rows_left = min(self.tokens_left, self.seqs_left)
-        num_rows = 0
+        chosen: list[RequestView] = []
         index = start
         for index in range(start, len(views)):
-            if not is_decode[index] or num_rows >= rows_left:
+            if not is_decode[index] or len(chosen) >= rows_left:
                 break
             view = views[index]
-            rid, generation, version, c, is_ready = _decode_fields(view)
+            rid, is_ready = _id_and_ready(view)
             if skip is not None and skip(view):
                 continue
             opens_block = free is not None and opens[index]
@@ -223,16 +227,31 @@ class PlanBuilder:
             if opens_block:
                 free -= 1  # type: ignore[operator]
                 blocks_of[rid] = 1
-            end = c + 1
-            work[rid] = _new_tuple(WorkItem, (rid, generation, version, c, end, _DECODE,
-                                              range(c, end), key(view)))
-            num_rows += 1
+            # holds the request's place in plan order (and refuses it a second
+            # row) until _add_decode_items writes its item there
+            work[rid] = view  # type: ignore[assignment]
+            chosen.append(view)
         else:
             index = len(views)
         self.num_blocks_free = free
-        self.tokens_left -= num_rows
-        self.seqs_left -= num_rows
+        self.tokens_left -= len(chosen)
+        self.seqs_left -= len(chosen)
+        if chosen:
+            self._add_decode_items(chosen)
         return index
+
+    def _add_decode_items(self, views: list[RequestView]) -> None:
+        """The one-row decode items of ``views`` (each already holding its
+        place in ``_work``): the fields a column at a time and every
+        tie-break key in one call (the keys :meth:`add` would compute one
+        by one)."""
+        rids, generations, versions, starts = (
+            list(map(getter, views)) for getter in _DECODE_COLUMNS)
+        ends = list(map(add, starts, repeat(1)))
+        keys = keys_function(self._policy.tie_break_key, self._state)(views)
+        self._work.update(zip(rids, map(_new_tuple, repeat(WorkItem), zip(
+            rids, generations, versions, starts, ends, repeat(_DECODE),
+            map(range, starts, ends), keys)), strict=True))
 
     def _decode_masks(self, views: list[RequestView]) -> tuple[list[bool], list[bool]]:
         """Per view of ``views``: whether its next interval is a plain decode
