@@ -1,4 +1,4 @@
-"""Reading a decision log: every line parsed and shape-checked up front.
+"""Reading a decision log: every line parsed and shape-checked as it is read.
 
 A malformed line (not UTF-8, not JSON, not an object, a missing or
 mistyped field, an unknown line type, an unreadable format) is one
@@ -8,15 +8,23 @@ later format may add one; the chain still covers them); a body line's are
 not. Plans are not shape-checked here: replay compares them with the
 re-derived plan and names the first difference. A format-6 line's tables
 are decoded into rows here (a table that is not one is malformed, named by
-line and field); a zstd-compressed file is told by its first bytes and
-decompressed whole before its lines are read.
+line and field); a zstd-compressed file is told by its first bytes.
+
+:func:`open_log` streams: the file is read a piece at a time (decompressed
+as it comes) and each body line is parsed and checked when the reader
+reaches it, so a reader holds the lines it keeps, never the log. A
+malformed line is named when it is reached (replay meets it before any
+line after it). :func:`read_log` reads every line into a tuple, for the
+callers that want them all.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,11 +44,11 @@ from iterserve.records.codec import (
 )
 from iterserve.records.compressed_text import (
     CompressedStreamError,
-    decompressed,
+    decompressed_chunks,
     is_compressed,
 )
-from iterserve.records.input_files import MAX_LOG_BYTES, read_input_bytes
-from iterserve.records.jsonl import json_kind, parse_lines
+from iterserve.records.input_files import MAX_LOG_BYTES, read_input_chunks
+from iterserve.records.jsonl import json_kind, parse_lines, split_lines
 from iterserve.records.receipts import ForeignStatus
 from iterserve.records.view import FinishReason
 
@@ -85,8 +93,11 @@ class LogLine:
 
 @dataclass(frozen=True, slots=True)
 class DecisionLogFile:
+    """A log's checked header and its body lines in file order: a tuple
+    from :func:`read_log`, a one-pass iterator from :func:`open_log`."""
+
     header: LogLine
-    body: tuple[LogLine, ...]
+    body: Iterable[LogLine]
 
     @property
     def format(self) -> int:
@@ -98,29 +109,49 @@ class DecisionLogFile:
 
 
 def read_log(path: Path) -> DecisionLogFile:
-    """The decision log at ``path``, checked line by line; a
-    :class:`MalformedLog` names the file, then the line and field."""
-    path = Path(path)
+    """The decision log at ``path`` with every body line in a tuple, checked
+    line by line; a :class:`MalformedLog` names the file, then the line and
+    field. It holds the whole log: replay streams it (:func:`open_log`)."""
+    with open_log(path) as log:
+        return DecisionLogFile(log.header, tuple(log.body))
+
+
+@contextmanager
+def open_log(path: Path) -> Iterator[DecisionLogFile]:
+    """The decision log at ``path``, its header read and checked, its body
+    an iterator that reads, parses and checks one line at a time; a
+    :class:`MalformedLog` (from here or from the iterator) names the file,
+    then the line and field. The file is closed on leaving the block."""
+    lines = _checked_lines(Path(path))
     try:
-        return _read_log(path)
+        yield DecisionLogFile(next(lines), lines)
+    finally:
+        lines.close()
+
+
+def _checked_lines(path: Path) -> Iterator[LogLine]:
+    try:
+        yield from _checked_lines_of(path)
     except MalformedLog as exc:
         raise MalformedLog(f"{path}: {exc}") from None
 
 
-def _read_log(path: Path) -> DecisionLogFile:
+def _checked_lines_of(path: Path) -> Iterator[LogLine]:
+    """The header (first, checked), then each body line checked against its
+    format, each when the reader asks for it."""
     lines = _parsed_lines(path)
-    if not lines or lines[0].fields.get("type") != "header":
-        number = lines[0].number if lines else 1
-        raise MalformedLog(f"line {number}: missing decision-log header")
-    header = lines[0]
+    header = next(lines, None)
+    if header is None or header.fields.get("type") != "header":
+        raise MalformedLog(f"line {1 if header is None else header.number}: "
+                           "missing decision-log header")
     _check_header(header)
-    chained = header.fields["format"] >= 3
-    if header.fields["format"] in COLUMNAR_FORMATS:
-        is_table = header.fields["format"] in TABLE_FORMATS
-        lines[1:] = [_with_rows(line, is_table) for line in lines[1:]]
-    for line in lines[1:]:
-        _check_body_line(line, chained)
-    return DecisionLogFile(header, tuple(lines[1:]))
+    yield header
+    log_format = header.fields["format"]
+    is_columnar, is_table = log_format in COLUMNAR_FORMATS, log_format in TABLE_FORMATS
+    for line in lines:
+        checked = _with_rows(line, is_table) if is_columnar else line
+        _check_body_line(checked, log_format >= 3)
+        yield checked
 
 
 def _with_rows(line: LogLine, is_table: bool = False) -> LogLine:
@@ -152,16 +183,23 @@ def _with_rows(line: LogLine, is_table: bool = False) -> LogLine:
     return LogLine(line.number, obj, rows)
 
 
-def _parsed_lines(path: Path) -> list[LogLine]:
-    data = read_input_bytes(path, MalformedLog, MAX_LOG_BYTES, named=False)
-    if is_compressed(data):  # told by its first bytes: a renamed file reads the same
-        try:
-            data = decompressed(data, MAX_LOG_BYTES)
-        except CompressedStreamError as exc:
-            raise MalformedLog(f"zstd: {exc}") from None
-    return [LogLine(number, obj) for number, obj in parse_lines(
-        data.split(b"\n"), MalformedLog, where=lambda number: f"line {number}",
-        strict_numbers=True, max_line_bytes=MAX_LINE_BYTES)]
+def _parsed_lines(path: Path) -> Iterator[LogLine]:
+    pieces = read_input_chunks(path, MalformedLog, MAX_LOG_BYTES, named=False)
+    first = next(pieces, b"")
+    pieces = itertools.chain([first], pieces)
+    if is_compressed(first):  # told by its first bytes: a renamed file reads the same
+        pieces = _decompressed(pieces)
+    for number, obj in parse_lines(split_lines(pieces, MAX_LINE_BYTES), MalformedLog,
+                                   where=lambda number: f"line {number}",
+                                   strict_numbers=True, max_line_bytes=MAX_LINE_BYTES):
+        yield LogLine(number, obj)
+
+
+def _decompressed(pieces: Iterator[bytes]) -> Iterator[bytes]:
+    try:
+        yield from decompressed_chunks(pieces, MAX_LOG_BYTES)
+    except CompressedStreamError as exc:
+        raise MalformedLog(f"zstd: {exc}") from None
 
 
 # --- field checks -------------------------------------------------------------------------

@@ -11,13 +11,15 @@ a forked child (the simulator's follower) write the frames of a stream its
 parent opened: the parent flushes before the fork and writes nothing after.
 
 :func:`decompressed` reads such a file's bytes back (any number of frames),
-at most ``max_bytes`` of text; a reader tells a compressed file by its first
+at most ``max_bytes`` of text (:func:`decompressed_chunks`: as a stream, a
+chunk at a time); a reader tells a compressed file by its first
 four bytes (:func:`is_compressed`), never by its name.
 """
 
 from __future__ import annotations
 
 import io
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO, TextIO, cast
 
@@ -88,24 +90,33 @@ def decompressed(data: bytes, max_bytes: int) -> bytes:
     :class:`CompressedStreamError` if it is not one (a frame cut short,
     corrupt bytes, bytes after the last frame) or holds more than
     ``max_bytes``."""
-    chunks: list[bytes] = []
-    size, offset = 0, 0
+    pieces = (data[offset:offset + _READ_CHUNK_BYTES]
+              for offset in range(0, len(data), _READ_CHUNK_BYTES))
+    return b"".join(decompressed_chunks(pieces, max_bytes))
+
+
+def decompressed_chunks(pieces: Iterable[bytes], max_bytes: int) -> Iterator[bytes]:
+    """The text of the zstd stream whose bytes come in ``pieces``, one chunk
+    at a time as it decompresses (the memory held is a piece and its text,
+    never the stream): the same text and errors as :func:`decompressed`,
+    an error raised when the reader reaches it."""
+    size = 0
+    frame: zstandard.ZstdDecompressionObj | None = None
     try:
-        while offset < len(data):
-            frame = zstandard.ZstdDecompressor().decompressobj()
-            while not frame.eof and offset < len(data):
-                piece = data[offset:offset + _READ_CHUNK_BYTES]
-                offset += len(piece)
+        for piece in pieces:
+            while piece:
+                if frame is None:
+                    frame = zstandard.ZstdDecompressor().decompressobj()
                 chunk = frame.decompress(piece)
                 size += len(chunk)
                 if size > max_bytes:
                     raise CompressedStreamError(f"decompresses past the {max_bytes}-byte "
                                                 "limit of an input file")
-                chunks.append(chunk)
-            if not frame.eof:
-                raise CompressedStreamError("not a whole zstd stream (its last frame is cut "
-                                            "short)")
-            offset -= len(frame.unused_data)  # the next frame starts there
+                if chunk:
+                    yield chunk
+                piece, frame = (frame.unused_data, None) if frame.eof else (b"", frame)
+        if frame is not None:
+            raise CompressedStreamError("not a whole zstd stream (its last frame is cut "
+                                        "short)")
     except zstandard.ZstdError as exc:
         raise CompressedStreamError(f"not a whole zstd stream ({exc})") from None
-    return b"".join(chunks)

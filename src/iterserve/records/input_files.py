@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 #: a JSON document read whole (a workload, a spec, a profile): a workload of 100,000
 #: requests is about 20 MB; the JSON parse holds several times the text
 MAX_DOCUMENT_BYTES = 1 << 30
-#: a decision or event log read whole: a long run's log is GBs, held in memory while read
+#: a decision or event log: a long run's log is GBs (read whole by an event log's
+#: reader, a chunk at a time by replay's)
 MAX_LOG_BYTES = 16 << 30
+#: the pieces :func:`read_input_chunks` reads at a time
+CHUNK_BYTES = 1 << 20
 
 
 def _where(path: Path, label: str, named: bool) -> str:
@@ -63,3 +67,29 @@ def read_input_bytes(path: Path, error: type[Exception], max_bytes: int,
     if len(data) > max_bytes:
         raise error(f"{where}more than the {max_bytes}-byte limit of an input file")
     return data
+
+
+def read_input_chunks(path: Path, error: type[Exception], max_bytes: int,
+                      label: str = "", *, named: bool = True) -> Iterator[bytes]:
+    """The bytes of ``path`` a :data:`CHUNK_BYTES` piece at a time, in
+    order, with :func:`read_input_bytes`'s checks and messages (a regular
+    file over ``max_bytes`` is refused before its first piece, a pipe once
+    it passes the limit); the file is closed when the iterator is."""
+    where = _where(path, label, named)
+    with open_input(path, error, label, named=named) as stream:
+        size = os.fstat(stream.fileno()).st_size
+        if size > max_bytes:
+            raise error(f"{where}{size} bytes, over the {max_bytes}-byte limit "
+                        "of an input file")
+        num_bytes_read = 0
+        while True:
+            try:
+                piece = stream.read(CHUNK_BYTES)
+            except OSError as exc:
+                raise error(f"{where}cannot read ({exc.strerror or exc})") from None
+            if not piece:
+                return
+            num_bytes_read += len(piece)
+            if num_bytes_read > max_bytes:
+                raise error(f"{where}more than the {max_bytes}-byte limit of an input file")
+            yield piece

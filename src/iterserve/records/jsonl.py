@@ -25,6 +25,29 @@ def json_objects(path: str | Path, error: type[Exception]) -> Iterator[tuple[int
         yield from parse_lines(stream, error, where=lambda number: f"{path}:{number}")
 
 
+def split_lines(pieces: Iterable[bytes], max_line_bytes: int) -> Iterator[bytes]:
+    """The lines of the bytes that come in ``pieces``, without their
+    ``\\n``, as ``bytes.split(b"\\n")`` cuts the joined bytes (a last empty
+    line included), holding one piece and one line at a time. A line longer
+    than ``max_line_bytes`` comes out as its first ``max_line_bytes + 1``
+    bytes, so that :func:`parse_lines` refuses it by its length without
+    reading the rest."""
+    partial: list[bytes] = []  # the pieces of a line not yet ended
+    num_partial_bytes = 0
+    for piece in pieces:
+        lines = piece.split(b"\n")
+        if len(lines) > 1:
+            lines[0] = b"".join([*partial, lines[0]])
+            partial, num_partial_bytes = [], 0
+            yield from lines[:-1]
+        partial.append(lines[-1])
+        num_partial_bytes += len(lines[-1])
+        if num_partial_bytes > max_line_bytes:
+            yield b"".join(partial)[:max_line_bytes + 1]
+            return
+    yield b"".join(partial)
+
+
 def parse_lines(lines: Iterable[bytes], error: type[Exception], *,
                 where: Callable[[int], str], strict_numbers: bool = False,
                 max_line_bytes: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:

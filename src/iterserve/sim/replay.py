@@ -34,6 +34,7 @@ from iterserve.engine.log_reader import (
     LogLine,
     MalformedLog,
     ReplayDivergence,
+    open_log,
     read_log,
 )
 from iterserve.engine.loop import Engine
@@ -96,19 +97,30 @@ class _Chain:
 
 
 class _LogCursor:
-    """The body lines in order; replay consumes them as it re-derives the run."""
+    """The body lines in order, read as replay consumes them: one line of
+    lookahead (:meth:`peek`) and the last line taken, never the log."""
 
-    def __init__(self, lines: tuple[LogLine, ...], chain: _Chain) -> None:
-        self._lines = lines
+    def __init__(self, lines: Iterable[LogLine], chain: _Chain) -> None:
+        self._lines = iter(lines)
         self._chain = chain
-        self.index = 0
+        self._next: LogLine | None = None  # the line peek read ahead, if it did
+        self._has_next = False
+        self._last: LogLine | None = None
+        self._last_number_read = 1  # the last line read from the file (the header's: 1)
 
     def peek(self) -> LogLine | None:
-        return self._lines[self.index] if self.index < len(self._lines) else None
+        if not self._has_next:
+            self._next = next(self._lines, None)
+            self._has_next = True
+            if self._next is not None:
+                self._last_number_read = self._next.number
+        return self._next
 
     def take(self) -> LogLine:
-        line = self._lines[self.index]
-        self.index += 1
+        line = self.peek()
+        if line is None:
+            raise IndexError("take past the end of the log")
+        self._has_next, self._next, self._last = False, None, line
         return line
 
     def verify(self, line: LogLine) -> None:
@@ -116,12 +128,16 @@ class _LogCursor:
 
     @property
     def last(self) -> LogLine | None:
-        return self._lines[self.index - 1] if self.index else None
+        return self._last
 
     @property
     def end_where(self) -> str:
-        number = self._lines[-1].number + 1 if self._lines else 2
-        return f"line {number} (end of log)"
+        """The line after the log's last line (its end); the lines not yet
+        taken are read to find it, without being kept."""
+        for line in self._lines:
+            self._last_number_read = line.number
+        self._has_next, self._next = True, None
+        return f"line {self._last_number_read + 1} (end of log)"
 
 
 class _ReplayExecutor:
@@ -369,11 +385,11 @@ class _Replay:
 def replay(path: Path, workload: Path | None = None) -> ReplayReport:
     """Re-derive the log at ``path``; with ``workload`` (the simulated run's
     workload file, hidden truth included) re-derive its results as well."""
-    log = read_log(path)
-    run = _Replay(log, workload)
-    run.run()
-    return ReplayReport(run.engine.num_iterations, run.policy.policy_id,
-                        run.policy.policy_version, _results_check(log, workload))
+    with open_log(path) as log:  # read as the replay goes: a long log is never held
+        run = _Replay(log, workload)
+        run.run()
+        return ReplayReport(run.engine.num_iterations, run.policy.policy_id,
+                            run.policy.policy_version, _results_check(log, workload))
 
 
 def _results_check(log: DecisionLogFile, workload: Path | None) -> str:
