@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,7 +129,7 @@ def open_log(path: Path) -> Iterator[DecisionLogFile]:
         lines.close()
 
 
-def _checked_lines(path: Path) -> Iterator[LogLine]:
+def _checked_lines(path: Path) -> Generator[LogLine, None, None]:
     try:
         yield from _checked_lines_of(path)
     except MalformedLog as exc:
