@@ -29,6 +29,9 @@ COMPRESSED_SUFFIX = ".zst"
 COMPRESSION_LEVEL = 3  # zstd's default: several times smaller than the text, at C speed
 _MAGIC = b"\x28\xb5\x2f\xfd"  # a zstd frame's first bytes (RFC 8878)
 _READ_CHUNK_BYTES = 1 << 20
+# compressed bytes fed to a decompressor at a time: their text (several times
+# more) is what a streaming reader holds at once
+_FEED_BYTES = 1 << 12
 
 
 class CompressedStreamError(ValueError):
@@ -97,13 +100,13 @@ def decompressed(data: bytes, max_bytes: int) -> bytes:
 
 def decompressed_chunks(pieces: Iterable[bytes], max_bytes: int) -> Iterator[bytes]:
     """The text of the zstd stream whose bytes come in ``pieces``, one chunk
-    at a time as it decompresses (the memory held is a piece and its text,
-    never the stream): the same text and errors as :func:`decompressed`,
+    at a time as it decompresses (the memory held is a piece and the text of
+    a few KiB of it, never the stream): the same text and errors as :func:`decompressed`,
     an error raised when the reader reaches it."""
     size = 0
     frame: zstandard.ZstdDecompressionObj | None = None
     try:
-        for piece in pieces:
+        for piece in _feeds(pieces):
             while piece:
                 if frame is None:
                     frame = zstandard.ZstdDecompressor().decompressobj()
@@ -120,3 +123,9 @@ def decompressed_chunks(pieces: Iterable[bytes], max_bytes: int) -> Iterator[byt
                                         "short)")
     except zstandard.ZstdError as exc:
         raise CompressedStreamError(f"not a whole zstd stream ({exc})") from None
+
+
+def _feeds(pieces: Iterable[bytes]) -> Iterator[bytes]:
+    for piece in pieces:
+        for offset in range(0, len(piece), _FEED_BYTES):
+            yield piece[offset:offset + _FEED_BYTES]

@@ -22,7 +22,7 @@ MAX_DOCUMENT_BYTES = 1 << 30
 #: reader, a chunk at a time by replay's)
 MAX_LOG_BYTES = 16 << 30
 #: the pieces :func:`read_input_chunks` reads at a time
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 1 << 16
 
 
 def _where(path: Path, label: str, named: bool) -> str:
@@ -53,20 +53,11 @@ def open_input(path: Path, error: type[Exception], label: str = "", *,
 
 def read_input_bytes(path: Path, error: type[Exception], max_bytes: int,
                      label: str = "", *, named: bool = True) -> bytes:
-    """The bytes of ``path`` (:func:`open_input`), at most ``max_bytes``."""
-    where = _where(path, label, named)
-    with open_input(path, error, label, named=named) as stream:
-        size = os.fstat(stream.fileno()).st_size
-        if size > max_bytes:
-            raise error(f"{where}{size} bytes, over the {max_bytes}-byte limit "
-                        "of an input file")
-        try:
-            data = stream.read(max_bytes + 1)
-        except OSError as exc:
-            raise error(f"{where}cannot read ({exc.strerror or exc})") from None
-    if len(data) > max_bytes:
-        raise error(f"{where}more than the {max_bytes}-byte limit of an input file")
-    return data
+    """The bytes of ``path`` (:func:`open_input`), at most ``max_bytes``.
+    A regular file is read in one piece of its size (a pipe in pieces): a
+    read of ``max_bytes`` would reserve the limit, GBs, for a small file."""
+    pieces = list(_pieces(path, error, max_bytes, label, named, is_whole_first=True))
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
 def read_input_chunks(path: Path, error: type[Exception], max_bytes: int,
@@ -75,6 +66,12 @@ def read_input_chunks(path: Path, error: type[Exception], max_bytes: int,
     order, with :func:`read_input_bytes`'s checks and messages (a regular
     file over ``max_bytes`` is refused before its first piece, a pipe once
     it passes the limit); the file is closed when the iterator is."""
+    return _pieces(path, error, max_bytes, label, named, is_whole_first=False)
+
+
+def _pieces(path: Path, error: type[Exception], max_bytes: int, label: str, named: bool,
+            is_whole_first: bool) -> Iterator[bytes]:
+    """``is_whole_first``: the first piece is a regular file's whole size."""
     where = _where(path, label, named)
     with open_input(path, error, label, named=named) as stream:
         size = os.fstat(stream.fileno()).st_size
@@ -82,9 +79,10 @@ def read_input_chunks(path: Path, error: type[Exception], max_bytes: int,
             raise error(f"{where}{size} bytes, over the {max_bytes}-byte limit "
                         "of an input file")
         num_bytes_read = 0
+        num_bytes_next = size if is_whole_first and size else CHUNK_BYTES
         while True:
             try:
-                piece = stream.read(CHUNK_BYTES)
+                piece = stream.read(num_bytes_next)
             except OSError as exc:
                 raise error(f"{where}cannot read ({exc.strerror or exc})") from None
             if not piece:
@@ -92,4 +90,5 @@ def read_input_chunks(path: Path, error: type[Exception], max_bytes: int,
             num_bytes_read += len(piece)
             if num_bytes_read > max_bytes:
                 raise error(f"{where}more than the {max_bytes}-byte limit of an input file")
+            num_bytes_next = CHUNK_BYTES
             yield piece
