@@ -18,8 +18,8 @@ from typing import BinaryIO
 #: a JSON document read whole (a workload, a spec, a profile): a workload of 100,000
 #: requests is about 20 MB; the JSON parse holds several times the text
 MAX_DOCUMENT_BYTES = 1 << 30
-#: a decision or event log: a long run's log is GBs (read whole by an event log's
-#: reader, a chunk at a time by replay's)
+#: a decision log (read a piece at a time by replay) or a run registry read whole: a
+#: long run's log is GBs
 MAX_LOG_BYTES = 16 << 30
 #: the pieces :func:`read_input_chunks` reads at a time
 CHUNK_BYTES = 1 << 16

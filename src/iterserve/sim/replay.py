@@ -19,6 +19,10 @@ Logged cancellations, and the requests an online engine took in while it
 ran (``arrival`` lines), are applied at the state version they were made at;
 rejections are re-derived by the gate and must match the logged lists. A
 logged result that fails validation is a divergence at its line too.
+
+The log is read as the replay goes (:func:`~iterserve.engine.log_reader.open_log`,
+one line of lookahead), so a replay holds the run's live state, not its
+history; a malformed line is named when the replay reaches it.
 """
 
 from __future__ import annotations
