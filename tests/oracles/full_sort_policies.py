@@ -9,6 +9,9 @@ start; ``mlfq`` and ``priority-aging`` sort stably by their published keys
 plan with it on the same policy object and compare it with the product's.
 The FCFS policies (sarathi-serve, sarathi, static, orca) are checked
 against themselves with the waiting order re-read at every decision.
+``priority`` and ``least-service`` sort every waiting view by their
+tie-break key; ``vllm-priority`` sorts the whole waiting queue, ready or
+not, by (priority, arrival, arrival order).
 """
 
 from __future__ import annotations
@@ -20,19 +23,23 @@ from iterserve.cost import FixedIterationCost, default_cost_model
 from iterserve.metrics.slack import exclusive_endpoint_cost_s, predicted_slack
 from iterserve.metrics.slo import SloConfig
 from iterserve.plan import PlanBuilder, views_of
+from iterserve.plan.builder import iter_views
 from iterserve.plan.kept_order import KeptOrder
 from iterserve.plan.victims import add_or_preempt, least_urgent_victim
 from iterserve.policies.deadline import DeadlineOrderedPolicy
 from iterserve.policies.deadline_clock import DecisionClock, deadline_s, seconds_per_unit
 from iterserve.policies.edf import EarliestDeadlineFirst
+from iterserve.policies.least_service import LeastService
 from iterserve.policies.least_slack import LeastSlack
 from iterserve.policies.mlfq import Mlfq, MlfqConfig
 from iterserve.policies.orca import Orca
 from iterserve.policies.ordered import schedule_ordered
+from iterserve.policies.priority import StaticPriority
 from iterserve.policies.priority_aging import PriorityAging
 from iterserve.policies.sarathi import Sarathi
 from iterserve.policies.sarathi_serve import SarathiServe
 from iterserve.policies.static import StaticBatching
+from iterserve.policies.vllm import VllmPriority
 from iterserve.policies.vtc import Vtc
 from iterserve.records.keys import key_function
 from iterserve.records.ledger import ClientLedger
@@ -200,6 +207,23 @@ def aging_schedule(policy: PriorityAging, builder: PlanBuilder, state: Scheduler
     schedule_ordered(builder, state, order, order)
 
 
+def key_sort_schedule(policy: StaticPriority | LeastService, builder: PlanBuilder,
+                      state: SchedulerState) -> None:
+    """Running, then ready waiting views, each sorted by the tie-break key."""
+    key = key_function(policy.tie_break_key, state)
+    schedule_ordered(builder, state, lambda views: sorted(views, key=key),
+                     lambda views: sorted(views, key=key))
+
+
+def vllm_priority_schedule(policy: VllmPriority, builder: PlanBuilder,
+                           state: SchedulerState) -> None:
+    """vLLM's PRIORITY pass with every waiting view sorted at each decision."""
+    clone = copy.copy(policy)
+    clone.waiting_order = lambda state: sorted(  # type: ignore[method-assign]
+        iter_views(state, state.waiting), key=lambda v: (v.priority, v.arrival, v.arrival_order))
+    type(policy).schedule(clone, builder, state)
+
+
 def reread_schedule(policy: object, builder: PlanBuilder, state: SchedulerState) -> None:
     """The FCFS policies' rule with their waiting order read afresh (every
     waiting view, sorted by arrival order, then id and generation)."""
@@ -218,6 +242,9 @@ REFERENCES: dict[type, Schedule] = {
     Mlfq: mlfq_schedule,  # type: ignore[dict-item]
     Vtc: vtc_schedule,  # type: ignore[dict-item]
     PriorityAging: aging_schedule,  # type: ignore[dict-item]
+    StaticPriority: key_sort_schedule,  # type: ignore[dict-item]
+    LeastService: key_sort_schedule,  # type: ignore[dict-item]
+    VllmPriority: vllm_priority_schedule,  # type: ignore[dict-item]
 }
 
 

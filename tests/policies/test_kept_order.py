@@ -39,7 +39,7 @@ from iterserve.sim.workload_spec import parse_spec
 from oracles.full_sort_policies import REFERENCES, reference_choose
 
 KEPT_POLICIES = ("edf", "least-slack", "mlfq", "vtc", "priority-aging", "sarathi-serve",
-                 "sarathi", "static", "orca")
+                 "sarathi", "static", "orca", "priority", "least-service", "vllm-priority")
 COST_MODEL = "linear:5,0.05,0.5"
 # mlfq: under COST_MODEL a first chunk costs 5.4 ms or more, above every quantum
 # but the bottom one of the default 4 queues (1, 2, 4 ms): every job would sit
@@ -122,7 +122,7 @@ def test_every_kept_policy_has_its_oracle() -> None:
     assert not reads_view_deltas(policy_for("vllm"))
 
 
-@settings(max_examples=24, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=36, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), name=st.sampled_from(KEPT_POLICIES),
        num_clients=st.integers(1, 4), num_kv_blocks=st.sampled_from([40, 120, 400]),
        mode=st.sampled_from(["recompute", "swap"]))

@@ -5,21 +5,33 @@ completed service W_done (the state's client ledger, F52), oldest request
 first within a client. W_done moves only when results publish completed
 work, so several requests of the least-served client may be admitted in one
 plan: this is the baseline that VTC's charge-at-join improves on.
+
+Since W_done does not move within a decision, the waiting order is the
+clients by (W_done, client id), each client's requests in arrival order:
+each client's queue is kept across decisions
+(:class:`~iterserve.plan.kept_order.KeptOrder`) and a decision orders the
+clients, not the requests.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from iterserve.plan import PlanBuilder, PolicyContract
 from iterserve.plan.feasibility import RunningSet
-from iterserve.policies.fair_config import LedgerPolicy
+from iterserve.plan.kept_order import KeptOrder, Key
+from iterserve.policies.fair_config import FairConfig, LedgerPolicy
 from iterserve.policies.ordered import schedule_ordered
 from iterserve.records.keys import key_function
+from iterserve.records.spec import FairnessSpec
 from iterserve.records.state import SchedulerState
+from iterserve.records.view import RequestView
 
 
 class LeastService(LedgerPolicy):
     policy_id = "least-service"
     running_set = RunningSet.PREEMPTS  # the shared preemption step (plan.victims)
+    keeps_order = True  # each client's waiting requests are kept across decisions
     policy_version = "1"
     tie_break_key: tuple[str, ...] = ("client_done", "client_id", "arrival_order", "request_id",
                                       "request_generation")
@@ -45,7 +57,30 @@ class LeastService(LedgerPolicy):
         non_claims="no service-difference bound; no SLO objective; not VTC",
     )
 
+    def __init__(self, config: FairConfig | None = None,
+                 declared: FairnessSpec | None = None) -> None:
+        super().__init__(config, declared)
+        self.kept_by_client = KeptOrder()  # ready waiting requests, per client in arrival order
+
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         key = key_function(self.tie_break_key, state)
+        kept = self.kept_by_client
+        kept.sync(state, _client_fifo_key)
         schedule_ordered(builder, state, lambda views: sorted(views, key=key),
-                         lambda views: sorted(views, key=key))
+                         lambda _: _least_done_first(kept, state))
+
+
+def _client_fifo_key(view: RequestView) -> Key:
+    return (view.client_id, view.arrival_order, view.request_id, view.generation)
+
+
+def _least_done_first(kept: KeptOrder, state: SchedulerState) -> Iterator[RequestView]:
+    """The kept requests in the tie-break key's order: clients by (W_done,
+    client id), each client's requests in arrival order (lazily)."""
+    ledger, views = state.ledger, state.views
+    clients = list(kept.heads())
+    if ledger is not None:
+        clients.sort(key=lambda client: (ledger.done_of(client), client))
+    for client in clients:
+        for element in kept.group(client):
+            yield views[element[1]]

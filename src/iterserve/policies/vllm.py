@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
 from iterserve.plan.builder import iter_views
 from iterserve.plan.feasibility import RunningSet
+from iterserve.plan.kept_order import KeptOrder, Key
 from iterserve.plan.passes import RowsOf, resume_then_admit, running_pass
 from iterserve.plan.victims import VictimChooser, fcfs_victim, priority_victim
 from iterserve.policies.policy import PolicyBase
@@ -127,8 +128,10 @@ class VllmFrontier(PolicyBase[VllmConfig]):
     contract = _CONTRACT
     choose_victim: VictimChooser = staticmethod(fcfs_victim)
 
-    def waiting_order(self, waiting: Iterable[RequestView]) -> Iterable[RequestView]:
-        return waiting  # lazy: the waiting pass stops at its first misfit
+    def waiting_order(self, state: SchedulerState) -> Iterable[RequestView]:
+        """The waiting views, ready or not, in the order the waiting pass
+        reads them (lazily: the pass stops at its first misfit)."""
+        return iter_views(state, state.waiting)
 
     def ledgers(self) -> dict[str, int | None]:
         return {"max_running": self.config.max_num_seqs,
@@ -142,7 +145,7 @@ class VllmFrontier(PolicyBase[VllmConfig]):
                    else _capped(builder.rows_within_tokens, threshold))
         done = running_pass(builder, views_of(state, state.running), rows_of, self.choose_victim)
         if not done.gone:  # no waiting pass after a running-path preemption
-            waiting = self.waiting_order(iter_views(state, state.waiting))
+            waiting = self.waiting_order(state)
             if not self.config.enable_chunked_prefill:
                 waiting = _whole_prompts(builder, waiting, threshold)
             resume_then_admit(builder, state, waiting, rows_of, threshold,
@@ -171,12 +174,23 @@ def _whole_prompts(builder: PlanBuilder, waiting: Iterable[RequestView],
 
 class VllmPriority(VllmFrontier):
     """PRIORITY scheduling: waiting ordered by (priority, arrival); victims by
-    max (priority, arrival)."""
+    max (priority, arrival). The waiting order is kept across decisions
+    (vLLM keeps a heap), so a decision reads only what its pass reaches."""
 
     policy_id = "vllm-priority"
     tie_break_key: tuple[str, ...] = ("queue_rank", "priority_rank", "arrival_order",
                                       "request_id", "request_generation")
     choose_victim: VictimChooser = staticmethod(priority_victim)
+    keeps_order = True  # the waiting queue's priority order is kept across decisions
 
-    def waiting_order(self, waiting: Iterable[RequestView]) -> Iterable[RequestView]:
-        return sorted(waiting, key=lambda v: (v.priority, v.arrival, v.arrival_order))
+    def __init__(self, config: VllmConfig | None = None) -> None:
+        super().__init__(config)
+        self.kept_waiting = KeptOrder(ready_only=False)  # the pass reads requests not ready too
+
+    def waiting_order(self, state: SchedulerState) -> Iterable[RequestView]:
+        self.kept_waiting.sync(state, _priority_arrival_key)
+        return self.kept_waiting.views(state)
+
+
+def _priority_arrival_key(view: RequestView) -> Key:
+    return (view.priority, view.arrival, view.arrival_order, view.request_id, view.generation)
