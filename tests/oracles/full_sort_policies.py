@@ -9,7 +9,8 @@ start; ``mlfq`` and ``priority-aging`` sort stably by their published keys
 plan with it on the same policy object and compare it with the product's.
 The FCFS policies (sarathi-serve, sarathi, static, orca) are checked
 against themselves with the waiting order re-read at every decision.
-``priority`` and ``least-service`` sort every waiting view by their
+``vtc-completed`` sorts every live view into per-client lists and tries
+each in turn. ``priority`` and ``least-service`` sort every waiting view by their
 tie-break key; ``vllm-priority`` sorts the whole waiting queue, ready or
 not, by (priority, arrival, arrival order).
 """
@@ -25,6 +26,7 @@ from iterserve.metrics.slo import SloConfig
 from iterserve.plan import PlanBuilder, views_of
 from iterserve.plan.builder import iter_views
 from iterserve.plan.kept_order import KeptOrder
+from iterserve.plan.passes import resume_suspended
 from iterserve.plan.victims import add_or_preempt, least_urgent_victim
 from iterserve.policies.deadline import DeadlineOrderedPolicy
 from iterserve.policies.deadline_clock import DecisionClock, deadline_s, seconds_per_unit
@@ -41,8 +43,9 @@ from iterserve.policies.sarathi_serve import SarathiServe
 from iterserve.policies.static import StaticBatching
 from iterserve.policies.vllm import VllmPriority
 from iterserve.policies.vtc import Vtc
+from iterserve.policies.vtc_completed import VtcCompleted, _take
 from iterserve.records.keys import key_function
-from iterserve.records.ledger import ClientLedger
+from iterserve.records.ledger import ClientLedger, interval_cost
 from iterserve.records.plan import IterationPlan
 from iterserve.records.state import SchedulerState
 from iterserve.records.view import Lifecycle, RequestView
@@ -224,6 +227,31 @@ def vllm_priority_schedule(policy: VllmPriority, builder: PlanBuilder,
     type(policy).schedule(clone, builder, state)
 
 
+def vtc_completed_schedule(policy: VtcCompleted, builder: PlanBuilder,
+                           state: SchedulerState) -> None:
+    """Every ready live request in its client's list, each tried in turn."""
+    ledger = state.ledger or ClientLedger(policy.ledger_weights)
+    resume_suspended(builder, state)
+    queues: dict[str, list[RequestView]] = {}
+    live = views_of(state, state.running) + views_of(state, state.waiting)
+    for view in sorted(live, key=lambda v: v.arrival_order):
+        if view.is_ready and not builder.is_chosen(view.request_id):
+            queues.setdefault(view.client_id, []).append(view)
+    c_select = {client: ledger.done_of(client) for client in queues}
+    victims = sorted(views_of(state, state.running),
+                     key=lambda v: (ledger.done_of(v.client_id), v.arrival_order))
+    gone: set[str] = set()
+    while queues and builder.can_add():
+        client = min(queues, key=lambda c: (c_select[c], c))
+        view = queues[client].pop(0)
+        if not queues[client]:
+            del queues[client]
+        rows = 0 if view.request_id in gone else _take(builder, view, victims, gone)
+        if rows:
+            start = view.num_computed
+            c_select[client] += interval_cost(ledger.weights, view, start, start + rows)
+
+
 def reread_schedule(policy: object, builder: PlanBuilder, state: SchedulerState) -> None:
     """The FCFS policies' rule with their waiting order read afresh (every
     waiting view, sorted by arrival order, then id and generation)."""
@@ -245,6 +273,7 @@ REFERENCES: dict[type, Schedule] = {
     StaticPriority: key_sort_schedule,  # type: ignore[dict-item]
     LeastService: key_sort_schedule,  # type: ignore[dict-item]
     VllmPriority: vllm_priority_schedule,  # type: ignore[dict-item]
+    VtcCompleted: vtc_completed_schedule,  # type: ignore[dict-item]
 }
 
 

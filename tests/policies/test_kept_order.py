@@ -14,6 +14,7 @@ modes; one run is long enough that the waiting queue is a shared
 
 from __future__ import annotations
 
+import math
 import pickle
 import random
 from typing import Any
@@ -39,7 +40,8 @@ from iterserve.sim.workload_spec import parse_spec
 from oracles.full_sort_policies import REFERENCES, reference_choose
 
 KEPT_POLICIES = ("edf", "least-slack", "mlfq", "vtc", "priority-aging", "sarathi-serve",
-                 "sarathi", "static", "orca", "priority", "least-service", "vllm-priority")
+                 "sarathi", "static", "orca", "priority", "least-service", "vllm-priority",
+                 "vtc-completed")
 COST_MODEL = "linear:5,0.05,0.5"
 # mlfq: under COST_MODEL a first chunk costs 5.4 ms or more, above every quantum
 # but the bottom one of the default 4 queues (1, 2, 4 ms): every job would sit
@@ -122,7 +124,7 @@ def test_every_kept_policy_has_its_oracle() -> None:
     assert not reads_view_deltas(policy_for("vllm"))
 
 
-@settings(max_examples=36, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=48, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), name=st.sampled_from(KEPT_POLICIES),
        num_clients=st.integers(1, 4), num_kv_blocks=st.sampled_from([40, 120, 400]),
        mode=st.sampled_from(["recompute", "swap"]))
@@ -191,3 +193,28 @@ def test_a_copied_policy_starts_without_the_memo() -> None:
     copied = pickle.loads(pickle.dumps(checked.policy))
     assert [len(order) for order in kept_of(copied)] == [0]
     assert kept_of(copied)[0].num_rebuilds == 0
+
+
+def test_first_fitting_is_the_first_request_within_the_rows_limit() -> None:
+    """``KeptOrder.first_fitting`` against a walk of each client's kept
+    requests, on the states of an overloaded run (followed, so the rows
+    index is kept through the changes), at every limit and window."""
+    recorder = StateRecorder()
+    checked_run("vtc", workload_spec(13, 120, num_clients=3, num_kv_blocks=60),
+                observers=[recorder])
+    kept = KeptOrder(index_rows=True)
+    rng = random.Random(3)
+    num_found = 0
+    for state in recorder.states:
+        kept.sync(state, lambda v: (v.client_id, v.arrival_order, v.request_id, v.generation))
+        elements = list(kept.elements(0, len(kept)))
+        for _ in range(4):
+            client = f"c{rng.randrange(3)}"
+            start, stop = sorted(rng.randrange(0, 130) for _ in range(2))
+            limit = rng.choice([0, 16, 48, 160, 320, math.inf])
+            walked = next((key[1] for key, _, rows in elements
+                           if key[0] == client and start <= key[1] < stop
+                           and (rows is None or rows <= limit)), None)
+            assert kept.first_fitting(client, start, stop, limit) == walked
+            num_found += walked is not None
+    assert kept.num_rebuilds == 1 and num_found > 20

@@ -58,12 +58,16 @@ class KeptOrder:
     :meth:`elements`); the views are read from the state."""
 
     __slots__ = ("_views", "_waiting", "_context", "_members", "_entries", "_sorted", "_rows",
-                 "_num_unaligned", "_ready_only", "num_rebuilds", "num_rekeyed")
+                 "_num_unaligned", "_ready_only", "_rows_by_head", "_index_rows",
+                 "num_rebuilds", "num_rekeyed")
 
-    def __init__(self, *, ready_only: bool = True) -> None:
+    def __init__(self, *, ready_only: bool = True, index_rows: bool = False) -> None:
         """``ready_only`` False: every waiting request is kept, ready or not
-        (for a pass in which a request that is not ready stops the pass)."""
+        (for a pass in which a request that is not ready stops the pass).
+        ``index_rows``: also keep each first key field's requests by their
+        first interval's rows (for :meth:`first_fitting`)."""
         self._ready_only = ready_only
+        self._index_rows = index_rows
         self._forget()
         self.num_rebuilds = 0  # full re-reads (for tests and benchmarks)
         self.num_rekeyed = 0  # views keyed one by one
@@ -77,10 +81,12 @@ class KeptOrder:
         self._sorted = SortedList()  # (key, request_id)
         self._rows = SortedList()  # first-interval rows of the block-aligned entries
         self._num_unaligned = 0
+        # per first key field: (rows, second key field, id), rows -1 when off-block
+        self._rows_by_head: dict[Any, SortedList] = {}
 
     def __reduce__(self) -> tuple[Any, ...]:
         # a copied policy starts without the memo
-        return (_fresh, (self._ready_only,))
+        return (_fresh, (self._ready_only, self._index_rows))
 
     # --- following the states ----------------------------------------------------------
 
@@ -153,6 +159,11 @@ class KeptOrder:
             self._num_unaligned += 1
         else:
             self._rows.add(rows)
+        if self._index_rows:
+            index = self._rows_by_head.get(key[0])
+            if index is None:
+                index = self._rows_by_head[key[0]] = SortedList()
+            index.add((-1 if rows is None else rows, key[1], rid))
 
     def _drop(self, rid: str) -> None:
         entry = self._entries.pop(rid, None)
@@ -164,6 +175,11 @@ class KeptOrder:
             self._num_unaligned -= 1
         else:
             self._rows.remove(rows)
+        if self._index_rows:
+            index = self._rows_by_head[key[0]]
+            index.remove((-1 if rows is None else rows, key[1], rid))
+            if not index:
+                del self._rows_by_head[key[0]]
 
     # --- reading ------------------------------------------------------------------------
 
@@ -207,10 +223,33 @@ class KeptOrder:
             yield head
             index = ordered.bisect_left(((head, math.inf),))
 
-    def group(self, head: object) -> Iterator[tuple[Any, ...]]:
-        """``(key, request_id, ...)`` of the kept requests whose key starts with ``head``."""
+    def group(self, head: object, after: object = None) -> Iterator[tuple[Any, ...]]:
+        """``(key, request_id, ...)`` of the kept requests whose key starts
+        with ``head`` (and, given ``after``, whose second key field is at
+        least ``after``: found by one bisection)."""
+        start = (head,) if after is None else (head, after)
         return takewhile(lambda element: element[0][0] == head,
-                         self._sorted.irange(((head,),)))
+                         self._sorted.irange((start,)))
+
+    def first_fitting(self, head: object, start: Any, stop: Any, limit: float) -> Any:
+        """The least second key field in ``[start, stop)`` of the requests
+        whose key starts with ``head`` and whose first interval takes at
+        most ``limit`` rows or starts off a block boundary (those are
+        tried, not ruled out); None when there is none. Needs
+        ``index_rows``. Reads the window in key order or the requests
+        within ``limit``, whichever holds fewer (each counted by bisection)."""
+        index = self._rows_by_head.get(head)
+        if index is None:
+            return None
+        num_within = index.bisect_right((limit, math.inf))
+        ordered = self._sorted
+        low, high = ordered.bisect_left(((head, start),)), ordered.bisect_left(((head, stop),))
+        if high - low <= num_within:
+            return next((key[1] for key, _, rows in ordered.islice(low, high)
+                         if rows is None or rows <= limit), None)
+        within = (second for _, second, _ in index.islice(0, num_within)
+                  if start <= second < stop)
+        return min(within, default=None)
 
     def views(self, state: SchedulerState) -> Iterator[RequestView]:
         """The kept views in order (lazily: a pass that stops early reads few)."""
@@ -260,8 +299,8 @@ def in_arrival_order(kept: KeptOrder, state: SchedulerState) -> Iterator[Request
     return kept.views(state)
 
 
-def _fresh(ready_only: bool) -> KeptOrder:
-    return KeptOrder(ready_only=ready_only)
+def _fresh(ready_only: bool, index_rows: bool = False) -> KeptOrder:
+    return KeptOrder(ready_only=ready_only, index_rows=index_rows)
 
 
 class KeptRanks(NamedTuple):
