@@ -252,6 +252,23 @@ def vtc_completed_schedule(policy: VtcCompleted, builder: PlanBuilder,
             c_select[client] += interval_cost(ledger.weights, view, start, start + rows)
 
 
+def guard_oldest_starving(horizon: float, state: SchedulerState) -> list[RequestView]:
+    """The starvation guard's pick read off every live request: per client
+    whose ready work has waited ``horizon`` unserved, its oldest ready live
+    request, most starved first."""
+    ledger = state.ledger
+    if ledger is None:
+        return []
+    oldest: dict[str, RequestView] = {}
+    for view in views_of(state, state.running + state.suspended + state.waiting):
+        held = oldest.get(view.client_id)
+        if view.is_ready and (held is None or view.arrival_order < held.arrival_order):
+            oldest[view.client_id] = view
+    unserved = {client: ledger.unserved_for(client, state.now) for client in oldest}
+    starving = sorted((c for c in oldest if unserved[c] >= horizon), key=lambda c: (-unserved[c], c))
+    return [oldest[client] for client in starving]
+
+
 def reread_schedule(policy: object, builder: PlanBuilder, state: SchedulerState) -> None:
     """The FCFS policies' rule with their waiting order read afresh (every
     waiting view, sorted by arrival order, then id and generation)."""

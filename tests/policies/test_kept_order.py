@@ -29,15 +29,16 @@ from iterserve.engine.loop import Engine
 from iterserve.engine.observer import EngineObserver
 from iterserve.plan.feasibility import RunningSet
 from iterserve.plan.kept_order import KeptOrder, reads_view_deltas
-from iterserve.policies.registry import policy_for
+from iterserve.policies.registry import bind_fairness, policy_for
 from iterserve.records.id_queue import IdQueue
 from iterserve.records.plan import IterationPlan
+from iterserve.records.spec import FairnessSpec
 from iterserve.records.state import SchedulerState
 from iterserve.records.view_map import ViewMap
 from iterserve.sim.generators import generate_workload
 from iterserve.sim.report import RunConfig, costed_executor, run_simulation
 from iterserve.sim.workload_spec import parse_spec
-from oracles.full_sort_policies import REFERENCES, reference_choose
+from oracles.full_sort_policies import REFERENCES, guard_oldest_starving, reference_choose
 
 KEPT_POLICIES = ("edf", "least-slack", "mlfq", "vtc", "priority-aging", "sarathi-serve",
                  "sarathi", "static", "orca", "priority", "least-service", "vllm-priority",
@@ -218,3 +219,32 @@ def test_first_fitting_is_the_first_request_within_the_rows_limit() -> None:
             assert kept.first_fitting(client, start, stop, limit) == walked
             num_found += walked is not None
     assert kept.num_rebuilds == 1 and num_found > 20
+
+
+@pytest.mark.parametrize("name", ["vllm", "edf", "vtc", "priority"])
+def test_the_guard_picks_the_oldest_starving_as_a_full_scan(name: str) -> None:
+    """The guard's oldest ready request per starving client, read from its
+    kept order and the running and suspended requests, is the full scan's
+    at every decision of overloaded guarded runs, and the guard fires."""
+    spec = workload_spec(17, 150, num_clients=4, num_kv_blocks=60)
+    manifest = generate_workload(parse_spec(spec))
+    horizon = 30.0
+    guard: Any = bind_fairness(make_policy(name, manifest.online),
+                               FairnessSpec(starvation_horizon=horizon))
+    fired = []
+
+    class Compared:
+        def __getattr__(self, attribute: str) -> Any:
+            return getattr(guard, attribute)
+
+        def choose(self, state: SchedulerState) -> IterationPlan:
+            picked = [view.request_id for view in guard._oldest_starving(state)]
+            assert picked == [view.request_id for view in guard_oldest_starving(horizon, state)]
+            fired.append(bool(picked))
+            return guard.choose(state)  # type: ignore[no-any-return]
+
+    engine = Engine(manifest.online, Compared(),  # type: ignore[arg-type]
+                    costed_executor(manifest, parse_cost_model(COST_MODEL)), [])
+    engine.run()
+    assert engine.is_done and any(fired) and not all(fired)
+    assert reads_view_deltas(guard) and guard.kept_by_client.num_rebuilds <= 1

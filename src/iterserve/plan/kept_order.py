@@ -292,6 +292,12 @@ def arrival_key(view: RequestView) -> Key:
     return (view.arrival_order, view.request_id, view.generation)
 
 
+def client_arrival_key(view: RequestView) -> Key:
+    """Per client, arrival order, then identity: each client's FCFS queue
+    is the group of its id (:meth:`KeptOrder.group`)."""
+    return (view.client_id, view.arrival_order, view.request_id, view.generation)
+
+
 def in_arrival_order(kept: KeptOrder, state: SchedulerState) -> Iterator[RequestView]:
     """``state``'s waiting views by :func:`arrival_key`, from ``kept`` (made
     with ``ready_only=False``), lazily."""

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 from iterserve.plan import PlanBuilder, PolicyContract
 from iterserve.plan.feasibility import RunningSet
-from iterserve.plan.kept_order import KeptOrder, Key
+from iterserve.plan.kept_order import KeptOrder, client_arrival_key
 from iterserve.policies.fair_config import FairConfig, LedgerPolicy
 from iterserve.policies.ordered import schedule_ordered
 from iterserve.records.keys import key_function
@@ -65,13 +65,10 @@ class LeastService(LedgerPolicy):
     def schedule(self, builder: PlanBuilder, state: SchedulerState) -> None:
         key = key_function(self.tie_break_key, state)
         kept = self.kept_by_client
-        kept.sync(state, _client_fifo_key)
+        kept.sync(state, client_arrival_key)
         schedule_ordered(builder, state, lambda views: sorted(views, key=key),
                          lambda _: _least_done_first(kept, state))
 
-
-def _client_fifo_key(view: RequestView) -> Key:
-    return (view.client_id, view.arrival_order, view.request_id, view.generation)
 
 
 def _least_done_first(kept: KeptOrder, state: SchedulerState) -> Iterator[RequestView]:

@@ -26,9 +26,11 @@ inner policy's (its evidence orders the unforced work).
 from __future__ import annotations
 
 import dataclasses
+from itertools import chain
 
 from iterserve.plan import PlanBuilder, Policy, PolicyContract
 from iterserve.plan.feasibility import RunningSet
+from iterserve.plan.kept_order import KeptOrder, client_arrival_key
 from iterserve.policies.settings import PolicyConfigError
 from iterserve.records.failures import failure_of
 from iterserve.records.plan import IntentKind, IterationPlan
@@ -62,6 +64,11 @@ class StarvationGuard:
         self.running_set = getattr(inner, "running_set", RunningSet.UNBOUNDED)
         self.whole_prompt_prefill = getattr(inner, "whole_prompt_prefill", False)
         self.config = getattr(inner, "config", None)  # the settings a log header records
+        # each client's ready waiting requests in arrival order, kept across
+        # decisions (the run then records the view deltas the inner policy's
+        # own kept order follows too)
+        self.keeps_order = True
+        self.kept_by_client = KeptOrder()
 
     def choose(self, state: SchedulerState) -> IterationPlan:
         plan = self.inner.choose(state)
@@ -73,13 +80,18 @@ class StarvationGuard:
         return self._force(state, plan, starving)
 
     def _oldest_starving(self, state: SchedulerState) -> list[RequestView]:
-        """Per starving client, its oldest ready live request (most starved first)."""
+        """Per starving client, its oldest ready live request (most starved
+        first): the running and suspended requests are read, and each
+        client's oldest ready waiting one from the kept order."""
         ledger = state.ledger
         if ledger is None:
             return []
         oldest: dict[str, RequestView] = {}
-        for rid in state.running + state.suspended + state.waiting:
-            view = state.views[rid]
+        views = state.views
+        kept = self.kept_by_client
+        kept.sync(state, client_arrival_key)
+        firsts = (views[next(kept.group(client))[1]] for client in kept.heads())
+        for view in chain(map(views.__getitem__, chain(state.running, state.suspended)), firsts):
             held = oldest.get(view.client_id)
             if view.is_ready and (held is None or view.arrival_order < held.arrival_order):
                 oldest[view.client_id] = view
@@ -185,3 +197,4 @@ def _take(builder: PlanBuilder, view: RequestView, reason: str,
         builder.resume(view, max_rows, reason)
     elif builder.add(view, max_rows) and reason:
         builder.intend(IntentKind.GUARD, view, reason)
+

@@ -17,7 +17,7 @@ from heapq import heapify, heappop, heapreplace
 
 from iterserve.plan import PlanBuilder, PolicyContract
 from iterserve.plan.feasibility import RunningSet
-from iterserve.plan.kept_order import KeptOrder
+from iterserve.plan.kept_order import KeptOrder, client_arrival_key
 from iterserve.policies.fair_config import FairConfig, LedgerPolicy
 from iterserve.policies.ordered import schedule_ordered
 from iterserve.records.keys import key_function
@@ -70,13 +70,10 @@ class Vtc(LedgerPolicy):
         key = key_function(self.tie_break_key, state)
         ledger = state.ledger or ClientLedger(self.ledger_weights)
         kept = self.kept_by_client
-        kept.sync(state, _client_fifo_key)
+        kept.sync(state, client_arrival_key)
         schedule_ordered(builder, state, lambda views: sorted(views, key=key),
                          lambda views: _min_counter_picks(kept, state, ledger))
 
-
-def _client_fifo_key(view: RequestView) -> tuple[object, ...]:
-    return (view.client_id, view.arrival_order, view.request_id, view.generation)
 
 
 def _min_counter_picks(kept: KeptOrder, state: SchedulerState,

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 from iterserve.plan import PlanBuilder, PolicyContract, views_of
 from iterserve.plan.feasibility import RunningSet
-from iterserve.plan.kept_order import KeptOrder, Key
+from iterserve.plan.kept_order import KeptOrder, client_arrival_key
 from iterserve.plan.passes import resume_suspended
 from iterserve.plan.victims import add_or_preempt, fcfs_victim
 from iterserve.policies.fair_config import FairConfig, LedgerPolicy
@@ -71,7 +71,7 @@ class VtcCompleted(LedgerPolicy):
         ledger = state.ledger or ClientLedger(self.ledger_weights)
         resume_suspended(builder, state)
         kept = self.kept_by_client
-        kept.sync(state, _client_fifo_key)
+        kept.sync(state, client_arrival_key)
         queues = _client_queues(builder, state, kept)
         c_select = {client: ledger.done_of(client) for client in queues}
         # on a KV shortfall the shared preemption step takes the most-served client's newest
@@ -155,9 +155,6 @@ class _KeptFit:
             return None
         return kept.first_fitting(client, start, stop, kept.rows_limit(free, tokens))
 
-
-def _client_fifo_key(view: RequestView) -> Key:
-    return (view.client_id, view.arrival_order, view.request_id, view.generation)
 
 
 def _client_queues(builder: PlanBuilder, state: SchedulerState,
