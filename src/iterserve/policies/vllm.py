@@ -143,9 +143,11 @@ class VllmFrontier(PolicyBase[VllmConfig]):
 
         rows_of = (builder.rows_within_tokens if threshold is None  # one call less per row
                    else _capped(builder.rows_within_tokens, threshold))
+        # read lazily; taken at every decision so that a kept order follows
+        # each state, those that preempt included
+        waiting = self.waiting_order(state)
         done = running_pass(builder, views_of(state, state.running), rows_of, self.choose_victim)
         if not done.gone:  # no waiting pass after a running-path preemption
-            waiting = self.waiting_order(state)
             if not self.config.enable_chunked_prefill:
                 waiting = _whole_prompts(builder, waiting, threshold)
             resume_then_admit(builder, state, waiting, rows_of, threshold,
