@@ -1,12 +1,28 @@
-"""Run fairness fixtures through ``iterserve simulate`` (the real code path)."""
+"""Run fairness fixtures through ``iterserve simulate`` (the real code path),
+and the engine through 0x09A's aging trace with a blocked client."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from iterserve.admission.readiness import (
+    ReadinessFact,
+    ReadinessKind,
+    ReadinessRequirement,
+    ReadinessStatus,
+)
 from iterserve.cli.main import main
+from iterserve.engine.loop import Engine
+from iterserve.engine.observer import EngineObserver
+from iterserve.plan import Policy
+from iterserve.records import Capacity, HiddenTruth, OnlineWorkload, RequestSpec
+from iterserve.records.receipts import ForeignBinding, snapshot_digest
+from iterserve.sim.executor import SimulatedExecutor
+
+REMOTE = ReadinessRequirement(ReadinessKind.REMOTE_KV)
 
 
 def request(rid: str, client: str, arrival: float = 0, prompt: int = 1, max_out: int = 1,
@@ -43,3 +59,27 @@ def two_clients() -> dict[str, Any]:
     requests += [request(f"B{i}", "B") for i in range(4)]
     return workload("two-clients-0x09A", requests,
                     fairness={"prompt_weight": 1, "output_weight": 1})
+
+
+def run_blocked_low(workload_id: str, policy: Policy, observers: Sequence[EngineObserver],
+                    ready_at: float) -> Engine:
+    """0x09A's aging trace, one sequence, one row per tick: "low" (priority
+    4) arrives at tick 0 needing a REMOTE_KV fact, published READY at the
+    first decision at or after ``ready_at``; a "high" request (priority 0)
+    arrives every tick 0..15. Runs ``policy`` to the end."""
+    requests = [RequestSpec("low", 0.0, 1, 1, client_id="low", priority=4)]
+    requests += [RequestSpec(f"high{t:02d}", float(t), 1, 1, client_id="high", priority=0)
+                 for t in range(16)]
+    workload = OnlineWorkload(workload_id, "iteration", Capacity(1, 1), tuple(requests))
+    hidden = HiddenTruth({spec.request_id: 1 for spec in requests})
+    engine = Engine(workload, policy, SimulatedExecutor(hidden), list(observers))
+    engine.require("low", [REMOTE])
+    binding = ForeignBinding("low", 0, snapshot_digest("low", 0, 1, 0), 0)
+    published = False
+    while not engine.is_done:
+        if not published and engine.state.now >= ready_at:
+            engine.publish_fact(ReadinessFact(ReadinessKind.REMOTE_KV, binding,
+                                              ReadinessStatus.READY))
+            published = True
+        engine.step()
+    return engine

@@ -18,14 +18,9 @@ import io
 from pathlib import Path
 from typing import Any
 
-from iterserve.admission.readiness import (
-    ReadinessFact,
-    ReadinessKind,
-    ReadinessRequirement,
-    ReadinessStatus,
-)
+from fairness_helpers import run_blocked_low
+
 from iterserve.engine.events import EventRecorder
-from iterserve.engine.loop import Engine
 from iterserve.metrics.event_scan import build_timelines, scan_event_list, scan_events
 from iterserve.metrics.events import (
     AdmitEvent,
@@ -42,9 +37,6 @@ from iterserve.metrics.fairness import FairnessReport, evaluate_fairness
 from iterserve.metrics.fairness_md import render_fairness
 from iterserve.metrics.slo import ObservationWindow
 from iterserve.policies.registry import make_policy
-from iterserve.records import Capacity, HiddenTruth, OnlineWorkload, RequestSpec
-from iterserve.records.receipts import ForeignBinding, snapshot_digest
-from iterserve.sim.executor import SimulatedExecutor
 
 WINDOW = ObservationWindow(0.0, 20.0)
 HORIZON_S = 10.0
@@ -198,26 +190,11 @@ def test_an_old_log_reports_the_figures_and_keys_it_always_did(tmp_path: Path) -
 # low only at tick 16, its output at 17. The log: low not_ready at 0, ready at
 # 6. F63 with horizon 12: low eligible [6, 17], unserved 17 - 6 = 11 < 12: not
 # starved; ready from the start (no readiness event), unserved 17 >= 12: starved.
-REMOTE = ReadinessRequirement(ReadinessKind.REMOTE_KV)
 
 
 def _priority_run(ready_at: float, sink: io.StringIO | None = None) -> EventRecorder:
-    requests = [RequestSpec("low", 0.0, 1, 1, client_id="low", priority=4)]
-    requests += [RequestSpec(f"high{t:02d}", float(t), 1, 1, client_id="high", priority=0)
-                 for t in range(16)]
-    workload = OnlineWorkload("readiness-events", "iteration", Capacity(1, 1), tuple(requests))
-    hidden = HiddenTruth({spec.request_id: 1 for spec in requests})
     recorder = EventRecorder(1.0, sink=sink)
-    engine = Engine(workload, make_policy("priority"), SimulatedExecutor(hidden), [recorder])
-    engine.require("low", [REMOTE])
-    binding = ForeignBinding("low", 0, snapshot_digest("low", 0, 1, 0), 0)
-    published = False
-    while not engine.is_done:
-        if not published and engine.state.now >= ready_at:
-            engine.publish_fact(ReadinessFact(ReadinessKind.REMOTE_KV, binding,
-                                              ReadinessStatus.READY))
-            published = True
-        engine.step()
+    run_blocked_low("readiness-events", make_policy("priority"), [recorder], ready_at)
     recorder.close()
     return recorder
 

@@ -14,44 +14,20 @@ ticks as eligible would force it at tick 6, the moment it is unblocked.
 
 from __future__ import annotations
 
-from iterserve.admission.readiness import (
-    ReadinessFact,
-    ReadinessKind,
-    ReadinessRequirement,
-    ReadinessStatus,
-)
+from fairness_helpers import run_blocked_low
+
 from iterserve.engine.loop import Engine
 from iterserve.policies.registry import bind_fairness, make_policy
-from iterserve.records import Capacity, HiddenTruth, OnlineWorkload, RequestSpec
 from iterserve.records.ledger import ClientLedger, blocked_clients, charge, lift
-from iterserve.records.receipts import ForeignBinding, snapshot_digest
 from iterserve.records.spec import FairnessSpec
 from iterserve.records.view import RequestView
-from iterserve.sim.executor import SimulatedExecutor
 from iterserve.sim.ledger_trace import LedgerTrace
-
-REMOTE = ReadinessRequirement(ReadinessKind.REMOTE_KV)
 
 
 def _run(ready_at: float) -> tuple[Engine, LedgerTrace]:
-    requests = [RequestSpec("low", 0.0, 1, 1, client_id="low", priority=4)]
-    requests += [RequestSpec(f"high{t:02d}", float(t), 1, 1, client_id="high", priority=0)
-                 for t in range(16)]
-    workload = OnlineWorkload("guard-readiness", "iteration", Capacity(1, 1), tuple(requests))
-    hidden = HiddenTruth({spec.request_id: 1 for spec in requests})
     policy = bind_fairness(make_policy("priority"), FairnessSpec(starvation_horizon=4))
     trace = LedgerTrace()
-    engine = Engine(workload, policy, SimulatedExecutor(hidden), [trace])
-    engine.require("low", [REMOTE])
-    binding = ForeignBinding("low", 0, snapshot_digest("low", 0, 1, 0), 0)
-    published = False
-    while not engine.is_done:
-        if not published and engine.state.now >= ready_at:
-            engine.publish_fact(ReadinessFact(ReadinessKind.REMOTE_KV, binding,
-                                              ReadinessStatus.READY))
-            published = True
-        engine.step()
-    return engine, trace
+    return run_blocked_low("guard-readiness", policy, [trace], ready_at), trace
 
 
 def test_the_guard_counts_eligibility_from_the_end_of_the_block() -> None:
