@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import sys
 import time
+from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -26,3 +29,13 @@ def wait_up(base_url: str, proc: subprocess.Popen, timeout_s: float = 120) -> No
         except httpx.TransportError:
             time.sleep(0.1)
     raise AssertionError("the server did not come up")
+
+
+def assert_log_replays(engine: Any, log: Path) -> None:
+    """Write a stopped server ``engine``'s decision log to ``log`` and
+    replay it with ``iterserve replay`` in a fresh process: bit for bit."""
+    engine.write_logs(log, None)
+    replayed = subprocess.run([sys.executable, "-m", "iterserve.cli.main", "replay", str(log)],
+                              capture_output=True, text=True, timeout=300)
+    assert replayed.returncode == 0, replayed.stderr
+    assert "re-derived bit for bit" in replayed.stdout

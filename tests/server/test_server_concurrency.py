@@ -9,11 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import subprocess
-import sys
 
 import httpx
 import pytest
+from server_helpers import assert_log_replays
 
 from iterserve.server.metrics import parse_metrics
 from torch_fixtures import fail_on_call
@@ -74,11 +73,7 @@ def test_64_streams_with_a_third_disconnected(serve, tmp_path):
     assert served.engine.executor.kv.facts().num_blocks_free == facts.num_blocks_total
     served.stop()
     log = tmp_path / "decisions.jsonl"
-    served.engine.write_logs(log, None)
-    replayed = subprocess.run([sys.executable, "-m", "iterserve.cli.main", "replay", str(log)],
-                              capture_output=True, text=True, timeout=300)
-    assert replayed.returncode == 0, replayed.stderr
-    assert "re-derived bit for bit" in replayed.stdout
+    assert_log_replays(served.engine, log)
     assert any(json.loads(line)["type"] == "cancel" for line in log.read_text().splitlines())
 
 

@@ -11,6 +11,7 @@ import threading
 
 import httpx
 import pytest
+from server_helpers import assert_log_replays
 
 pytestmark = pytest.mark.slow
 
@@ -213,9 +214,6 @@ def test_held_samples_arrive_late_and_count_latency_from_the_request(shared):
 
 
 def test_shared_runs_reconcile_and_replay_bit_for_bit(serve, tmp_path):
-    import subprocess
-    import sys
-
     from iterserve.server.metrics import parse_metrics
 
     server = serve(block_size=BLOCK_SIZE, max_num_batched_tokens=2 * BLOCK_SIZE)
@@ -237,8 +235,4 @@ def test_shared_runs_reconcile_and_replay_bit_for_bit(serve, tmp_path):
     assert server.runtime.executor.kv.manager.usage().num_blocks_used == 0
     server.stop()
     log = tmp_path / "decisions.jsonl"
-    server.engine.write_logs(log, None)
-    replayed = subprocess.run([sys.executable, "-m", "iterserve.cli.main", "replay", str(log)],
-                              capture_output=True, text=True, timeout=300)
-    assert replayed.returncode == 0, replayed.stderr
-    assert "re-derived bit for bit" in replayed.stdout
+    assert_log_replays(server.engine, log)
