@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from iterserve.engine.decision_log import chain_digest
+from iterserve.engine.decision_log import CHAIN_KEY, chain_digest
 from iterserve.records.codec import (
     COMPLETED_COLUMNS,
     WORK_COLUMNS,
@@ -100,17 +100,24 @@ def as_format(data: bytes, log_format: int) -> bytes:
     """A format-5 or -6 log as format ``log_format`` (4, 5 or 6) would have
     written the same run, every chain computed again."""
     assert log_format in (4, 5, 6), log_format
-    out, chain = [], ""
-    for text in data.decode().splitlines():
-        obj = json.loads(text)
-        obj.pop("chain")
+    lines = [json.loads(text) for text in data.decode().splitlines()]
+    for obj in lines:
         if obj["type"] == "header":
             assert obj["format"] in (5, 6), obj["format"]
             obj["format"] = log_format
         as_rows(obj)
         if log_format > 4:
             as_columns(obj, tables=log_format == 6)
+    return rechained(lines).encode()
+
+
+def rechained(lines: list[dict[str, Any]]) -> str:
+    """Decision-log ``lines`` (edited) as the log's text, each line's chain
+    computed again from the ones before it (the old chains dropped)."""
+    out, chain = [], ""
+    for obj in lines:
+        obj.pop(CHAIN_KEY, None)
         canonical = dumps(obj)
         chain = chain_digest(chain, canonical)
-        out.append(f'{canonical[:-1]},"chain":"{chain}"}}\n')
-    return "".join(out).encode()
+        out.append(f'{canonical[:-1]},"{CHAIN_KEY}":"{chain}"}}\n')
+    return "".join(out)

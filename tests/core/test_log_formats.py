@@ -16,19 +16,18 @@ from pathlib import Path
 import pytest
 
 from iterserve.cli.main import main
-from iterserve.engine.decision_log import CHAIN_KEY, STATE_DIGESTS, chain_digest
+from iterserve.engine.decision_log import STATE_DIGESTS
 from iterserve.engine.log_reader import read_log
 from iterserve.records.codec import (
     COMPLETED_COLUMNS,
     WORK_COLUMNS,
-    dumps,
     state_text_digest,
 )
 from iterserve.records.state import SchedulerState
 from iterserve.records.state_digest import state_digest
 from iterserve.records.view import Lifecycle
 from iterserve.sim.replay import _Replay
-from log_rows import as_columns, as_rows
+from log_rows import as_columns, as_rows, rechained
 
 from .helpers import Recorder, random_workload_json, write_json
 
@@ -70,13 +69,7 @@ def _rewritten(log: Path, out: Path, log_format: int, digests: list[str]) -> Pat
             as_rows(line)
         if log_format == 5:
             as_columns(line, tables=False)
-    chain, texts = "", []
-    for line in lines:
-        line.pop(CHAIN_KEY)
-        text = dumps(line)
-        chain = chain_digest(chain, text)
-        texts.append(f'{text[:-1]},"{CHAIN_KEY}":"{chain}"}}\n')
-    out.write_text("".join(texts))
+    out.write_text(rechained(lines))
     return out
 
 

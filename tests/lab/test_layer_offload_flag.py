@@ -20,6 +20,7 @@ import pytest
 
 from iterserve.cli.main import main
 from iterserve.sim import follower, report
+from log_rows import rechained
 
 ONE_REQUEST = {
     "workload_id": "layers", "clock": "ms",
@@ -109,20 +110,11 @@ def test_replay_without_the_header_field_would_not_reproduce_the_clock(tmp_path,
                                                                        one_request) -> None:
     """The header field is what replay needs: the same log re-chained
     without it re-derives 4 ms iterations, not the logged 5 ms."""
-    from iterserve.engine.decision_log import CHAIN_KEY, chain_digest
-    from iterserve.records.codec import dumps
-
     _simulate(tmp_path, one_request, "on", "--layer-offload", "2,1,3")
     lines = [json.loads(text) for text in (tmp_path / "on.jsonl").read_text().splitlines()]
     del lines[0]["layer_offload"]
-    chain, texts = "", []
-    for line in lines:
-        line.pop(CHAIN_KEY)
-        text = dumps(line)
-        chain = chain_digest(chain, text)
-        texts.append(f'{text[:-1]},"{CHAIN_KEY}":"{chain}"}}\n')
     stripped = tmp_path / "stripped.jsonl"
-    stripped.write_text("".join(texts))
+    stripped.write_text(rechained(lines))
     assert main(["replay", str(stripped)]) == 0  # plans follow the logged results
     assert main(["replay", str(stripped), "--workload", str(one_request)]) == 2
 
