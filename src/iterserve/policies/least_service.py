@@ -70,7 +70,6 @@ class LeastService(LedgerPolicy):
                          lambda _: _least_done_first(kept, state))
 
 
-
 def _least_done_first(kept: KeptOrder, state: SchedulerState) -> Iterator[RequestView]:
     """The kept requests in the tie-break key's order: clients by (W_done,
     client id), each client's requests in arrival order (lazily)."""

@@ -197,4 +197,3 @@ def _take(builder: PlanBuilder, view: RequestView, reason: str,
         builder.resume(view, max_rows, reason)
     elif builder.add(view, max_rows) and reason:
         builder.intend(IntentKind.GUARD, view, reason)
-

@@ -156,7 +156,6 @@ class _KeptFit:
         return kept.first_fitting(client, start, stop, kept.rows_limit(free, tokens))
 
 
-
 def _client_queues(builder: PlanBuilder, state: SchedulerState,
                    kept: KeptOrder) -> dict[str, _ClientQueue]:
     """Per client with a ready request not yet chosen, its queue."""
